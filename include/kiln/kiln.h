@@ -1,0 +1,354 @@
+/*
+ * kiln: a validating, zero-copy reader and canonical writer for KLNT v2 tensor directories.
+ *
+ * The format is described in docs/klnt-v2.md. In short: a 64-byte header, a table of 128-byte
+ * descriptors, a name heap, zero padding to a 64-byte boundary, and the payloads, each placed at
+ * the next multiple of 64 in descriptor order.
+ *
+ * Thread safety: a kiln_dir is immutable after open; any number of threads may read views and
+ * look up names concurrently. Closing must not race with any other use of the same directory.
+ */
+#ifndef KILN_KILN_H
+#define KILN_KILN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_VERSION_MAJOR 0
+#define KILN_VERSION_MINOR 1
+#define KILN_VERSION_PATCH 0
+#define KILN_VERSION_STRING "0.1.0"
+/* One number that compares in release order: 0.1.0 is 100. */
+#define KILN_VERSION_NUMBER (KILN_VERSION_MAJOR * 10000 + KILN_VERSION_MINOR * 100 + KILN_VERSION_PATCH)
+
+#if defined(KILN_STATIC_DEFINE)
+#define KILN_API
+#elif defined(KILN_BUILDING)
+#define KILN_API __attribute__((visibility("default")))
+#else
+#define KILN_API
+#endif
+
+/* Runtime version of the library actually linked, as KILN_VERSION_STRING. */
+KILN_API const char *kiln_version(void);
+/* Runtime version as KILN_VERSION_NUMBER. */
+KILN_API unsigned kiln_version_number(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Errors
+ *
+ * Every function that can fail returns 0 on success or a positive kiln_code, and fills the
+ * caller's kiln_error (when not NULL) with the detail. Codes 1-4 are the format's four classes
+ * and are only ever about the bytes of a block; codes from 16 up are API errors (the file could
+ * not be read, memory ran out, the caller passed something wrong). The values are pinned.
+ * ------------------------------------------------------------------------------------------- */
+
+/* X(NAME, value, short name, description) */
+#define KILN_CODES(X)                                                                              \
+	X(OK, 0, "OK", "success")                                                                  \
+	X(FRAME, 1, "FRAME", "not a KLNT v2 block")                                                \
+	X(TYPE, 2, "TYPE", "block fields contradict each other or the format rules")               \
+	X(LIMIT, 3, "LIMIT", "a count or length does not fit in the bytes available")              \
+	X(UTF8, 4, "UTF8", "a name is not well-formed UTF-8")                                      \
+	X(IO, 16, "IO", "a system call failed")                                                    \
+	X(NOMEM, 17, "NOMEM", "out of memory")                                                     \
+	X(INVAL, 18, "INVAL", "invalid argument")                                                  \
+	X(NOTFOUND, 19, "NOTFOUND", "no such tensor")
+
+typedef enum kiln_code {
+#define KILN__ENUM(name, value, short_name, text) KILN_##name = value,
+	KILN_CODES(KILN__ENUM)
+#undef KILN__ENUM
+} kiln_code;
+
+/* The short name of a code ("FRAME", "TYPE", "LIMIT", "UTF8", "IO", ...); "UNKNOWN" otherwise. */
+KILN_API const char *kiln_code_name(int code);
+/* A one-line description of a code; never NULL. */
+KILN_API const char *kiln_strerror(int code);
+/* Nonzero when code is one of the four format classes FRAME, TYPE, LIMIT, UTF8. */
+KILN_API int kiln_is_format_error(int code);
+
+#define KILN_NO_INDEX UINT32_MAX
+#define KILN_NO_OFFSET UINT64_MAX
+
+typedef struct kiln_error {
+	int code;          /* a kiln_code; KILN_OK when nothing failed */
+	int sys_errno;     /* errno of the failed system call for KILN_IO/KILN_NOMEM, else 0 */
+	uint32_t tensor;   /* descriptor index the error is about, or KILN_NO_INDEX */
+	uint32_t reserved; /* zero */
+	const char *field; /* static name of the field ("magic", "byte_length", ...) or NULL */
+	uint64_t offset;   /* byte offset in the block of the offending bytes, or KILN_NO_OFFSET */
+	char message[224]; /* one line for a person, NUL-terminated, no trailing newline */
+} kiln_error;
+
+/* ---------------------------------------------------------------------------------------------
+ * Data types
+ * ------------------------------------------------------------------------------------------- */
+
+enum kiln_dtype {
+	KILN_DT_BOOL = 1,
+	KILN_DT_U8 = 2,
+	KILN_DT_I8 = 3,
+	KILN_DT_U16 = 4,
+	KILN_DT_I16 = 5,
+	KILN_DT_U32 = 6,
+	KILN_DT_I32 = 7,
+	KILN_DT_U64 = 8,
+	KILN_DT_I64 = 9,
+	KILN_DT_F16 = 10,
+	KILN_DT_BF16 = 11,
+	KILN_DT_F32 = 12,
+	KILN_DT_F64 = 13,
+	KILN_DT_F8E4M3 = 14,
+	KILN_DT_F8E5M2 = 15,
+	KILN_DT_E8M0 = 16,
+	KILN_DT_E2M1 = 17,
+	KILN_DT_U4 = 18,
+	KILN_DT_I4 = 19,
+	KILN_DT_OPAQUE_MIN = 4096, /* 4096..32767: a foreign layout named by the layout string */
+	KILN_DT_OPAQUE_MAX = 32767
+};
+
+/* Name of a dtype code ("f32", "e2m1", "opaque"), or NULL for a code the format does not know. */
+KILN_API const char *kiln_dtype_name(unsigned code);
+/* Bits per element (4, 8, 16, 32 or 64); 0 for opaque and unknown codes. */
+KILN_API unsigned kiln_dtype_bits(unsigned code);
+/* Nonzero for 4096..32767. */
+KILN_API int kiln_dtype_is_opaque(unsigned code);
+/* The dtype code for a name as kiln_dtype_name() spells it (not "opaque"); 0 when unknown. */
+KILN_API unsigned kiln_dtype_from_name(const char *name);
+
+#define KILN_MAX_RANK 8
+#define KILN_NONE16 0xFFFFu
+#define KILN_NONE32 0xFFFFFFFFu
+
+enum kiln_quant_scheme { KILN_QUANT_NONE = 0, KILN_QUANT_BLOCK = 1, KILN_QUANT_BLOCK_OUTER = 2 };
+
+/* ---------------------------------------------------------------------------------------------
+ * Directories and tensor views
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct kiln_dir kiln_dir;
+
+/*
+ * A tensor view: plain data describing one descriptor. Every pointer in it points into the
+ * directory's bytes (the mapping or the caller's buffer) and stays valid until kiln_dir_close().
+ * Names are NOT NUL-terminated and may contain any valid UTF-8, U+0000 included.
+ */
+typedef struct kiln_tensor {
+	uint32_t index;         /* descriptor index */
+	uint16_t dtype;         /* code from the dtype table */
+	uint8_t rank;           /* 0..8 */
+	uint8_t reserved0;
+	const char *name;       /* NULL when unnamed */
+	size_t name_len;        /* 0 when unnamed */
+	const char *layout;     /* opaque layout name; NULL unless opaque */
+	size_t layout_len;
+	uint32_t block_size;    /* opaque block size; 0 unless opaque */
+	uint16_t quant_scheme;  /* enum kiln_quant_scheme */
+	uint16_t quant_axis;    /* KILN_NONE16 when scheme 0 */
+	uint32_t group_size;    /* 0 when scheme 0 */
+	uint32_t scale_index;   /* KILN_NONE32 when scheme 0 */
+	uint32_t outer_index;   /* KILN_NONE32 unless scheme 2 */
+	uint32_t reserved1;
+	uint64_t shape[KILN_MAX_RANK]; /* slots at and past rank are 0 */
+	uint64_t count;         /* element count: 1 for rank 0, else the product of the shape */
+	const void *data;       /* first payload byte, 64-byte aligned relative to the block start */
+	uint64_t byte_length;   /* payload bytes */
+	uint64_t byte_offset;   /* offset from the start of the payload region */
+	uint64_t file_offset;   /* offset from the start of the block (payload_base + byte_offset) */
+} kiln_tensor;
+
+/* Header fields and derived sizes of an open directory. */
+typedef struct kiln_dir_info {
+	uint32_t tensor_count;
+	uint32_t name_bytes;
+	uint64_t payload_bytes;
+	uint64_t directory_bytes;
+	uint64_t payload_base;  /* align64(64 + directory_bytes) */
+	uint64_t block_length;  /* payload_base + payload_bytes */
+	uint8_t version;
+	uint8_t flags;          /* header flags byte */
+	uint8_t payload_verified; /* 1 once payload verification has passed */
+	uint8_t reserved0;
+	uint32_t source;        /* enum kiln_source the bytes came from */
+	const void *base;       /* first byte of the block */
+	uint64_t reserved[6];
+} kiln_dir_info;
+
+#define KILN_FLAG_NAMES 0x01u
+#define KILN_FLAG_LITTLE_ENDIAN 0x02u
+
+enum kiln_source {
+	KILN_SOURCE_MMAP = 0,   /* read-only shared mapping of the file (default for paths) */
+	KILN_SOURCE_BUFFER = 1  /* the caller's buffer, borrowed */
+};
+
+/* Open flags (kiln_open_options.flags). */
+enum kiln_open_flags {
+	/* Also run payload verification (gaps between payloads and 4-bit padding are zero). This
+	 * reads every payload byte. */
+	KILN_OPEN_VERIFY_PAYLOAD = 1u << 0,
+	/* Buffers only: the block may be followed by other bytes. Without it a buffer, like a file,
+	 * must be exactly one block (a longer one is FRAME). */
+	KILN_OPEN_ALLOW_TRAILING = 1u << 1
+};
+
+/* Memory for the index; all three NULL (the default) means malloc/free. */
+typedef struct kiln_allocator {
+	void *(*alloc)(void *ctx, size_t size); /* must return 16-byte aligned memory or NULL */
+	void (*free)(void *ctx, void *ptr, size_t size);
+	void *ctx;
+} kiln_allocator;
+
+/*
+ * Open options. A zeroed struct means every default; `size` may be 0 or sizeof(kiln_open_options)
+ * and lets later versions grow the struct without breaking callers. Pass NULL for all defaults.
+ */
+typedef struct kiln_open_options {
+	uint32_t size;
+	uint32_t flags;                 /* enum kiln_open_flags */
+	const kiln_allocator *allocator;
+	uint64_t reserved[8];           /* zero */
+} kiln_open_options;
+
+/*
+ * Open the file at `path` with a read-only mapping and validate its structure (header,
+ * descriptors, name heap, pad) in one pass. Only the first payload_base bytes are read; payload
+ * pages are not touched unless KILN_OPEN_VERIFY_PAYLOAD is set. The file must be exactly one
+ * block.
+ *
+ * Returns 0 and sets *out, or a kiln_code with *out set to NULL: FRAME/TYPE/LIMIT/UTF8 for a
+ * file whose bytes are rejected (an empty or short file is LIMIT), IO when the file cannot be
+ * opened, stat'ed or mapped, or is not a regular file (sys_errno says why: ENOENT, EACCES,
+ * EISDIR, ...), NOMEM, INVAL for a NULL argument or nonzero reserved option.
+ *
+ * The directory keeps the mapping; views and data pointers live until kiln_dir_close(). If the
+ * file is truncated by someone else while mapped, touching the lost pages raises SIGBUS, as with
+ * any mapping; kiln writes files by rename so its own writer never does that.
+ */
+KILN_API int kiln_dir_open(const char *path, const kiln_open_options *opts, kiln_dir **out,
+			   kiln_error *err);
+
+/*
+ * Validate the `len` bytes at `buf` and index them without copying. The buffer is borrowed: it
+ * must stay valid and unchanged until kiln_dir_close(). Data pointers are 64-byte aligned in
+ * memory when `buf` is. Same errors as kiln_dir_open(), without IO.
+ */
+KILN_API int kiln_dir_parse(const void *buf, size_t len, const kiln_open_options *opts,
+			    kiln_dir **out, kiln_error *err);
+
+/* Release the directory, its index and its mapping. NULL is accepted. */
+KILN_API void kiln_dir_close(kiln_dir *dir);
+
+/*
+ * Payload verification (spec section 9): every byte between payloads is zero and the unused high
+ * nibble of an odd-count 4-bit tensor is zero. Reads the whole payload region. Returns 0 or TYPE
+ * (with the tensor and offset of the first bad byte). Idempotent.
+ */
+KILN_API int kiln_dir_verify_payload(kiln_dir *dir, kiln_error *err);
+
+/* Fill *info with the header fields and derived sizes. */
+KILN_API void kiln_dir_get_info(const kiln_dir *dir, kiln_dir_info *info);
+
+/* Number of tensors. */
+KILN_API uint32_t kiln_dir_count(const kiln_dir *dir);
+
+/* The view of tensor `index`, or NULL when index >= count. */
+KILN_API const kiln_tensor *kiln_dir_tensor(const kiln_dir *dir, uint32_t index);
+
+/* The tensor whose name is exactly the `len` bytes at `name`, or NULL. O(1) expected. */
+KILN_API const kiln_tensor *kiln_dir_find(const kiln_dir *dir, const char *name, size_t len);
+
+/* kiln_dir_find() with a NUL-terminated name. */
+KILN_API const kiln_tensor *kiln_dir_find_cstr(const kiln_dir *dir, const char *name);
+
+/* The scale (or outer scale) tensor of a quantized tensor, or NULL when it has none. */
+KILN_API const kiln_tensor *kiln_tensor_scale(const kiln_dir *dir, const kiln_tensor *t);
+KILN_API const kiln_tensor *kiln_tensor_outer(const kiln_dir *dir, const kiln_tensor *t);
+
+/*
+ * Validate without keeping anything: kiln_dir_parse() then close, with `flags` as in
+ * kiln_open_options. Returns 0 or the class; *err has the detail.
+ */
+KILN_API int kiln_validate(const void *buf, size_t len, uint32_t flags, kiln_error *err);
+
+/* ---------------------------------------------------------------------------------------------
+ * Writer: the canonical layout
+ * ------------------------------------------------------------------------------------------- */
+
+/*
+ * Payload producer for kiln_tensor_spec.read: copy bytes [offset, offset + len) of the tensor's
+ * payload into buf. Return 0 on success, or an errno value (kiln reports it as IO).
+ */
+typedef int (*kiln_payload_fn)(void *ctx, uint32_t tensor, uint64_t offset, void *buf, size_t len);
+
+/*
+ * One tensor to write. Zero-initialise and fill what applies.
+ * - name: NULL for unnamed. Either every tensor is named or none is (TYPE otherwise).
+ * - shape[0..rank). Slots past rank must be 0.
+ * - byte_length: for opaque dtypes the payload length (a multiple of block_size); for the others
+ *   it may be 0 (computed) or must equal the computed length.
+ * - quant: the fields are read only when quant_scheme is 1 or 2; outer_index only for scheme 2.
+ *   Others are written as "none".
+ * - payload: `data` (byte_length bytes), or `read` called with ascending chunks, or neither for
+ *   a zero-length payload. `data` wins when both are set.
+ */
+typedef struct kiln_tensor_spec {
+	const char *name;
+	size_t name_len;
+	uint16_t dtype;
+	uint8_t rank;
+	uint64_t shape[KILN_MAX_RANK];
+	const char *layout;
+	size_t layout_len;
+	uint32_t block_size;
+	uint16_t quant_scheme;
+	uint16_t quant_axis;
+	uint32_t group_size;
+	uint32_t scale_index;
+	uint32_t outer_index;
+	uint64_t byte_length;
+	const void *data;
+	kiln_payload_fn read;
+	void *read_ctx;
+} kiln_tensor_spec;
+
+enum kiln_write_flags {
+	/* Skip fsync() of the file before it is renamed into place (faster, not crash safe). */
+	KILN_WRITE_NO_SYNC = 1u << 0
+};
+
+/*
+ * Check a tensor list as the reader would and compute the block length. Returns 0 or the class
+ * the reader would give the block (FRAME/TYPE/LIMIT/UTF8), with the descriptor index and field;
+ * INVAL for bad arguments. Payload bytes are not looked at here.
+ */
+KILN_API int kiln_write_size(const kiln_tensor_spec *tensors, uint32_t count, uint64_t *block_length,
+			     kiln_error *err);
+
+/*
+ * Write the block into buf[0..cap). On success *written is the block length. LIMIT when cap is
+ * too small (nothing useful is left in buf). Also checks the 4-bit padding of payloads.
+ */
+KILN_API int kiln_write_memory(const kiln_tensor_spec *tensors, uint32_t count, void *buf,
+			       size_t cap, size_t *written, kiln_error *err);
+
+/*
+ * Write the block to `path`: a temporary file in the same directory, fsync, then rename() over
+ * `path`, so a reader that has the old file mapped keeps its pages. Payloads are streamed in
+ * chunks, never held whole. On failure the temporary file is removed and `path` is untouched.
+ * `flags` is a mask of enum kiln_write_flags.
+ */
+KILN_API int kiln_write_file(const char *path, const kiln_tensor_spec *tensors, uint32_t count,
+			     uint32_t flags, kiln_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_KILN_H */

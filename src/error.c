@@ -1,0 +1,82 @@
+#include <stdio.h>
+
+#include "internal.h"
+
+const char *kiln_version(void)
+{
+	return KILN_VERSION_STRING;
+}
+
+unsigned kiln_version_number(void)
+{
+	return KILN_VERSION_NUMBER;
+}
+
+const char *kiln_code_name(int code)
+{
+	switch (code) {
+#define KILN__NAME(name, value, short_name, text)                                                  \
+	case value:                                                                                \
+		return short_name;
+		KILN_CODES(KILN__NAME)
+#undef KILN__NAME
+	}
+	return "UNKNOWN";
+}
+
+const char *kiln_strerror(int code)
+{
+	switch (code) {
+#define KILN__TEXT(name, value, short_name, text)                                                  \
+	case value:                                                                                \
+		return text;
+		KILN_CODES(KILN__TEXT)
+#undef KILN__TEXT
+	}
+	return "unknown error code";
+}
+
+int kiln_is_format_error(int code)
+{
+	return code == KILN_FRAME || code == KILN_TYPE || code == KILN_LIMIT || code == KILN_UTF8;
+}
+
+void kiln__clear_error(kiln_error *err)
+{
+	if (!err)
+		return;
+	memset(err, 0, sizeof(*err));
+	err->tensor = KILN_NO_INDEX;
+	err->offset = KILN_NO_OFFSET;
+}
+
+int kiln__fail(kiln_error *err, int code, uint32_t tensor, const char *field, uint64_t offset,
+	       const char *fmt, ...)
+{
+	if (!err)
+		return code;
+	kiln__clear_error(err);
+	err->code = code;
+	err->tensor = tensor;
+	err->field = field;
+	err->offset = offset;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err->message, sizeof(err->message), fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+int kiln__fail_sys(kiln_error *err, int code, int sys_errno, const char *fmt, ...)
+{
+	if (!err)
+		return code;
+	kiln__clear_error(err);
+	err->code = code;
+	err->sys_errno = sys_errno;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err->message, sizeof(err->message), fmt, ap);
+	va_end(ap);
+	return code;
+}

@@ -1,0 +1,146 @@
+/* Private helpers shared by the library's source files. Never installed. */
+#ifndef KILN_INTERNAL_H
+#define KILN_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kiln/kiln.h"
+
+#define KILN__HEADER_SIZE 64u
+#define KILN__DESC_SIZE 128u
+#define KILN__ALIGN 64u
+
+/* Field offsets inside a descriptor. */
+enum {
+	KILN__D_DTYPE = 0,
+	KILN__D_RANK = 2,
+	KILN__D_RESERVED0 = 3,
+	KILN__D_NAME_OFF = 4,
+	KILN__D_NAME_LEN = 6,
+	KILN__D_LAYOUT_OFF = 8,
+	KILN__D_LAYOUT_LEN = 10,
+	KILN__D_BLOCK_SIZE = 12,
+	KILN__D_QUANT_SCHEME = 16,
+	KILN__D_QUANT_AXIS = 18,
+	KILN__D_GROUP_SIZE = 20,
+	KILN__D_SCALE_INDEX = 24,
+	KILN__D_OUTER_INDEX = 28,
+	KILN__D_BYTE_OFFSET = 32,
+	KILN__D_BYTE_LENGTH = 40,
+	KILN__D_SHAPE = 48,
+	KILN__D_RESERVED1 = 112
+};
+
+/* Little-endian loads and stores through memcpy: no alignment or aliasing assumptions. */
+static inline uint16_t kiln__ld16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] | (p[1] << 8));
+}
+static inline uint32_t kiln__ld32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+static inline uint64_t kiln__ld64(const uint8_t *p)
+{
+	return (uint64_t)kiln__ld32(p) | ((uint64_t)kiln__ld32(p + 4) << 32);
+}
+static inline void kiln__st16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
+static inline void kiln__st32(uint8_t *p, uint32_t v)
+{
+	kiln__st16(p, (uint16_t)v);
+	kiln__st16(p + 2, (uint16_t)(v >> 16));
+}
+static inline void kiln__st64(uint8_t *p, uint64_t v)
+{
+	kiln__st32(p, (uint32_t)v);
+	kiln__st32(p + 4, (uint32_t)(v >> 32));
+}
+
+/* Overflow-checked arithmetic: every size computed from file bytes goes through these. Return
+ * nonzero when the exact result does not fit. */
+static inline int kiln__add_overflows(uint64_t a, uint64_t b, uint64_t *out)
+{
+	return __builtin_add_overflow(a, b, out);
+}
+static inline int kiln__mul_overflows(uint64_t a, uint64_t b, uint64_t *out)
+{
+	return __builtin_mul_overflow(a, b, out);
+}
+/* align64(x); callers guarantee x <= UINT64_MAX - 63. */
+static inline uint64_t kiln__align64(uint64_t x)
+{
+	return (x + 63u) & ~(uint64_t)63u;
+}
+
+/* Fill an error. Safe with err == NULL. Returns code so callers can `return kiln__fail(...)`. */
+int kiln__fail(kiln_error *err, int code, uint32_t tensor, const char *field, uint64_t offset,
+	       const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+int kiln__fail_sys(kiln_error *err, int code, int sys_errno, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+void kiln__clear_error(kiln_error *err);
+
+/* RFC 3629 well-formedness; returns the offset of the first bad byte or SIZE_MAX when valid. */
+size_t kiln__utf8_check(const uint8_t *s, size_t len);
+
+/* Element count of shape[0..rank): 1 for rank 0; 0 when any dimension is 0; nonzero return when
+ * the product (with no zero dimension) does not fit in u64. */
+int kiln__element_count(const uint64_t *shape, unsigned rank, uint64_t *count);
+
+/* ceil(count * bits / 8) with overflow reporting (nonzero when count * bits overflows). */
+int kiln__payload_bytes(uint64_t count, unsigned bits, uint64_t *bytes);
+
+/* Scale-count rule of spec section 6: groups along `axis` in runs of `group` (partial counts). */
+uint64_t kiln__quant_groups(const uint64_t *shape, uint64_t count, unsigned axis, uint32_t group);
+
+/* Nonzero for the float scale dtypes of spec section 4. */
+int kiln__is_scale_dtype(unsigned code);
+
+/* --- the index --------------------------------------------------------------------------- */
+
+#define KILN__SECRET_SIZE 192
+
+struct kiln_dir {
+	const uint8_t *base;    /* block start */
+	uint64_t len;           /* bytes available at base */
+	kiln_dir_info info;
+	kiln_tensor *tensors;   /* tensor_count views */
+	uint32_t *slots;        /* open-addressing name table of tensor indices, KILN_NONE32 empty */
+	uint64_t *hashes;       /* hash of each tensor name, by tensor index */
+	uint64_t slot_mask;     /* table size - 1; 0 when there are no names */
+	uint8_t secret[KILN__SECRET_SIZE]; /* per-directory hash key: names from a file are hostile */
+	kiln_allocator alloc;
+	size_t index_bytes;     /* bytes obtained from alloc for tensors + slots + hashes */
+	void *index_mem;
+	/* how to release the bytes */
+	void *map_addr;
+	size_t map_len;
+	/* Writer's check: only base[0, payload_base) exists, len is the block length to be, and
+	 * data pointers are left NULL. */
+	int head_only;
+};
+
+/* Allocation through the directory's allocator. */
+void *kiln__alloc(const kiln_allocator *a, size_t size);
+void kiln__free(const kiln_allocator *a, void *p, size_t size);
+
+/* The structural pass (spec section 8, header and descriptors and after-descriptors steps).
+ * Reads only base[0, payload_base). Fills dir->info, dir->tensors and the name table, allocating
+ * the index only after the descriptor table is proven to fit in `len`. The caller sets base,
+ * len, alloc and secret first. `exact`: a block shorter than len is FRAME. */
+int kiln__validate_structure(struct kiln_dir *dir, int exact, kiln_error *err);
+
+/* Section 8's payload verification over a validated directory. */
+int kiln__verify_payload(const struct kiln_dir *dir, kiln_error *err);
+
+/* Release the index (not the bytes). */
+void kiln__index_free(struct kiln_dir *dir);
+
+uint64_t kiln__name_hash(const struct kiln_dir *dir, const void *name, size_t len);
+
+#endif

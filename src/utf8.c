@@ -1,0 +1,42 @@
+/* RFC 3629 UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF. */
+#include "internal.h"
+
+size_t kiln__utf8_check(const uint8_t *s, size_t len)
+{
+	size_t i = 0;
+	while (i < len) {
+		uint8_t c = s[i];
+		if (c < 0x80) {
+			i++;
+			continue;
+		}
+		size_t need;
+		uint8_t lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
+		if (c >= 0xC2 && c <= 0xDF) {
+			need = 1;
+		} else if (c >= 0xE0 && c <= 0xEF) {
+			need = 2;
+			if (c == 0xE0)
+				lo = 0xA0; /* overlong below U+0800 */
+			else if (c == 0xED)
+				hi = 0x9F; /* surrogates U+D800..U+DFFF */
+		} else if (c >= 0xF0 && c <= 0xF4) {
+			need = 3;
+			if (c == 0xF0)
+				lo = 0x90; /* overlong below U+10000 */
+			else if (c == 0xF4)
+				hi = 0x8F; /* above U+10FFFF */
+		} else {
+			return i; /* continuation byte, C0/C1 overlong lead, or F5..FF */
+		}
+		if (len - i - 1 < need)
+			return i;
+		if (s[i + 1] < lo || s[i + 1] > hi)
+			return i;
+		for (size_t k = 2; k <= need; k++)
+			if ((s[i + k] & 0xC0) != 0x80)
+				return i;
+		i += need + 1;
+	}
+	return SIZE_MAX;
+}
