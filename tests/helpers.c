@@ -1,0 +1,158 @@
+#include "helpers.h"
+
+#include <criterion/criterion.h>
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+blob hex_decode(const char *text)
+{
+	blob b = {malloc(strlen(text) / 2 + 1), 0};
+	cr_assert_not_null(b.p);
+	int hi = -1;
+	for (const char *s = text; *s; s++) {
+		if (*s == '#') {
+			while (*s && *s != '\n')
+				s++;
+			if (!*s)
+				break;
+			continue;
+		}
+		if (isspace((unsigned char)*s))
+			continue;
+		cr_assert(isxdigit((unsigned char)*s), "bad hex character '%c'", *s);
+		int v = isdigit((unsigned char)*s) ? *s - '0' : (tolower((unsigned char)*s) - 'a' + 10);
+		if (hi < 0) {
+			hi = v;
+		} else {
+			b.p[b.len++] = (uint8_t)(hi << 4 | v);
+			hi = -1;
+		}
+	}
+	cr_assert_eq(hi, -1, "odd number of hex digits");
+	return b;
+}
+
+blob load_golden(const char *name)
+{
+	char path[1024];
+	snprintf(path, sizeof(path), "%s/%s.hex", KILN_GOLDEN_DIR, name);
+	FILE *f = fopen(path, "r");
+	cr_assert_not_null(f, "cannot open %s", path);
+	char *text = NULL;
+	size_t cap = 0;
+	ssize_t n = getdelim(&text, &cap, '\0', f);
+	fclose(f);
+	cr_assert(n > 0, "%s is empty", path);
+	blob b = hex_decode(text);
+	free(text);
+	return b;
+}
+
+blob build(const kiln_tensor_spec *t, uint32_t n)
+{
+	uint64_t len = 0;
+	kiln_error err;
+	int rc = kiln_write_size(t, n, &len, &err);
+	cr_assert_eq(rc, 0, "kiln_write_size: %s: %s", kiln_code_name(rc), err.message);
+	blob b = {malloc(len ? len : 1), 0};
+	cr_assert_not_null(b.p);
+	rc = kiln_write_memory(t, n, b.p, len, &b.len, &err);
+	cr_assert_eq(rc, 0, "kiln_write_memory: %s: %s", kiln_code_name(rc), err.message);
+	cr_assert_eq(b.len, len);
+	return b;
+}
+
+void blob_free(blob *b)
+{
+	free(b->p);
+	b->p = NULL;
+	b->len = 0;
+}
+
+void blob_resize(blob *b, size_t len)
+{
+	b->p = realloc(b->p, len ? len : 1);
+	cr_assert_not_null(b->p);
+	if (len > b->len)
+		memset(b->p + b->len, 0, len - b->len);
+	b->len = len;
+}
+
+void put16(blob *b, size_t off, uint16_t v)
+{
+	cr_assert_leq(off + 2, b->len);
+	b->p[off] = (uint8_t)v;
+	b->p[off + 1] = (uint8_t)(v >> 8);
+}
+
+void put32(blob *b, size_t off, uint32_t v)
+{
+	put16(b, off, (uint16_t)v);
+	put16(b, off + 2, (uint16_t)(v >> 16));
+}
+
+void put64(blob *b, size_t off, uint64_t v)
+{
+	put32(b, off, (uint32_t)v);
+	put32(b, off + 4, (uint32_t)(v >> 32));
+}
+
+uint64_t get64(const blob *b, size_t off)
+{
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | b->p[off + (size_t)i];
+	return v;
+}
+
+char *temp_dir(void)
+{
+	char *path;
+	cr_assert(asprintf(&path, "%s/scratch-XXXXXX", KILN_TEST_TMP) > 0);
+	mkdir(KILN_TEST_TMP, 0777);
+	cr_assert_not_null(mkdtemp(path), "mkdtemp %s", path);
+	return path;
+}
+
+char *write_temp(const void *p, size_t len)
+{
+	char *path;
+	cr_assert(asprintf(&path, "%s/file-XXXXXX", KILN_TEST_TMP) > 0);
+	mkdir(KILN_TEST_TMP, 0777);
+	int fd = mkstemp(path);
+	cr_assert(fd >= 0, "mkstemp %s", path);
+	cr_assert_eq(write(fd, p, len), (ssize_t)len);
+	close(fd);
+	return path;
+}
+
+void expect_reject(const blob *b, int code, uint32_t tensor, const char *field)
+{
+	kiln_error err;
+	int rc = kiln_validate(b->p, b->len, KILN_OPEN_VERIFY_PAYLOAD, &err);
+	cr_assert_eq(rc, code, "expected %s, got %s: %s", kiln_code_name(code), kiln_code_name(rc),
+		     err.message);
+	cr_assert_eq(err.code, code);
+	cr_assert_eq(err.tensor, tensor, "expected tensor %u, got %u: %s", tensor, err.tensor,
+		     err.message);
+	if (field)
+		cr_assert(err.field && strcmp(err.field, field) == 0,
+			  "expected field %s, got %s: %s", field, err.field ? err.field : "(null)",
+			  err.message);
+	cr_assert(err.message[0] != '\0', "empty message");
+	cr_assert_null(strchr(err.message, '\n'), "message is not one line");
+	if (err.offset != KILN_NO_OFFSET)
+		cr_assert_lt(err.offset, b->len > 0 ? b->len : 1, "offset %llu past the block",
+			     (unsigned long long)err.offset);
+}
+
+void expect_valid(const blob *b)
+{
+	kiln_error err;
+	int rc = kiln_validate(b->p, b->len, KILN_OPEN_VERIFY_PAYLOAD, &err);
+	cr_assert_eq(rc, 0, "expected valid, got %s: %s", kiln_code_name(rc), err.message);
+}

@@ -1,0 +1,63 @@
+/* Shared test helpers: hex fixtures, byte patching, temporary files. */
+#ifndef KILN_TEST_HELPERS_H
+#define KILN_TEST_HELPERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln/kiln.h"
+
+/* Offsets from the spec (docs/klnt-v2.md), spelled out here rather than taken from src/. */
+#define H_FLAGS 5
+#define H_COUNT 8
+#define H_NAME_BYTES 12
+#define H_PAYLOAD_BYTES 16
+#define H_DIRECTORY_BYTES 24
+#define D(i) (64u + 128u * (unsigned)(i))
+#define F_DTYPE 0
+#define F_RANK 2
+#define F_NAME_OFF 4
+#define F_NAME_LEN 6
+#define F_LAYOUT_OFF 8
+#define F_LAYOUT_LEN 10
+#define F_BLOCK_SIZE 12
+#define F_SCHEME 16
+#define F_AXIS 18
+#define F_GROUP 20
+#define F_SCALE 24
+#define F_OUTER 28
+#define F_BYTE_OFFSET 32
+#define F_BYTE_LENGTH 40
+#define F_SHAPE 48
+
+typedef struct {
+	uint8_t *p;
+	size_t len;
+} blob;
+
+/* Read golden/<name>.hex (hex pairs, '#' comments). Aborts the test on error. */
+blob load_golden(const char *name);
+/* Parse hex text. */
+blob hex_decode(const char *text);
+/* Encode tensors with kiln_write_memory; asserts success. */
+blob build(const kiln_tensor_spec *t, uint32_t n);
+void blob_free(blob *b);
+/* Resize (new bytes zero). */
+void blob_resize(blob *b, size_t len);
+
+void put16(blob *b, size_t off, uint16_t v);
+void put32(blob *b, size_t off, uint32_t v);
+void put64(blob *b, size_t off, uint64_t v);
+uint64_t get64(const blob *b, size_t off);
+
+/* Write bytes to a fresh file under the test scratch directory; returns a malloc'd path. */
+char *write_temp(const void *p, size_t len);
+/* A fresh scratch directory path (malloc'd), created. */
+char *temp_dir(void);
+
+/* Parse b with flags (plus VERIFY) and assert the result: code, tensor index and field.
+ * field may be NULL to skip the field check. */
+void expect_reject(const blob *b, int code, uint32_t tensor, const char *field);
+void expect_valid(const blob *b);
+
+#endif
