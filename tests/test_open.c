@@ -1,2 +1,198 @@
+/*
+ * What opening costs: the open path reads only the directory (checked with mincore on a sparse
+ * multi-GiB file), and a hostile count is rejected before anything is allocated for it
+ * (checked with a counting allocator).
+ */
 #include <criterion/criterion.h>
-Test(x, placeholder) { cr_assert(1); }
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "helpers.h"
+
+#define PAGE 4096u
+
+/* A directory of `n` small u8 tensors whose last tensor is grown to `big` bytes by patching its
+ * descriptor; the file is extended with ftruncate, so the payload is a hole and costs no disk. */
+static char *sparse_file(uint32_t n, uint64_t big, uint64_t *payload_base, uint64_t *block)
+{
+	kiln_tensor_spec *t = calloc(n, sizeof(*t));
+	static const uint8_t small[64];
+	for (uint32_t i = 0; i < n; i++)
+		t[i] = (kiln_tensor_spec){.dtype = KILN_DT_U8, .rank = 1, .shape = {64}, .data = small};
+	blob b = build(t, n);
+	free(t);
+	uint64_t base = b.len - 64 * (uint64_t)n;
+	put64(&b, D(n - 1) + F_SHAPE, big);
+	put64(&b, D(n - 1) + F_BYTE_LENGTH, big);
+	uint64_t payload = 64 * (uint64_t)(n - 1) + big;
+	put64(&b, H_PAYLOAD_BYTES, payload);
+	char *path = write_temp(b.p, b.len);
+	int fd = open(path, O_RDWR);
+	cr_assert(fd >= 0);
+	cr_assert_eq(ftruncate(fd, (off_t)(base + payload)), 0);
+	/* Written pages must be clean before they can be dropped from the page cache. */
+	cr_assert_eq(fsync(fd), 0);
+	cr_assert_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	close(fd);
+	blob_free(&b);
+	*payload_base = base;
+	*block = base + payload;
+	return path;
+}
+
+/* Resident pages of [from, to) of the directory's mapping. */
+static size_t resident(const kiln_dir *dir, uint64_t from, uint64_t to)
+{
+	kiln_dir_info info;
+	kiln_dir_get_info(dir, &info);
+	from = from / PAGE * PAGE;
+	size_t pages = (size_t)((to - from + PAGE - 1) / PAGE);
+	unsigned char *vec = malloc(pages);
+	cr_assert_eq(mincore((void *)((uintptr_t)info.base + from), (size_t)(to - from), vec), 0);
+	size_t n = 0;
+	for (size_t i = 0; i < pages; i++)
+		n += vec[i] & 1;
+	free(vec);
+	return n;
+}
+
+Test(open, does_not_touch_payload_pages, .timeout = 60)
+{
+	const uint64_t big = 4ull << 30;
+	uint64_t base, block;
+	char *path = sparse_file(300, big, &base, &block);
+	kiln_dir *dir;
+	kiln_error err;
+	cr_assert_eq(kiln_dir_open(path, NULL, &dir, &err), 0, "%s", err.message);
+	cr_assert_eq(kiln_dir_count(dir), 300);
+	cr_assert_eq(kiln_dir_tensor(dir, 299)->byte_length, big);
+
+	uint64_t first_payload_page = (base + PAGE - 1) / PAGE * PAGE;
+	size_t dir_pages = resident(dir, 0, base);
+	size_t payload_pages = resident(dir, first_payload_page, block);
+	cr_assert_gt(dir_pages, 0, "the directory was read, so its pages are resident");
+	cr_assert_eq(payload_pages, 0, "open faulted in %zu payload pages", payload_pages);
+
+	/* The measurement can see a touched page: read one byte in the middle of the payload. */
+	const volatile uint8_t *p = kiln_dir_tensor(dir, 299)->data;
+	(void)p[big / 2];
+	cr_assert_geq(resident(dir, first_payload_page, block), 1);
+
+	kiln_dir_close(dir);
+	unlink(path);
+	free(path);
+}
+
+struct counting {
+	size_t live, peak, calls;
+};
+
+static void *count_alloc(void *ctx, size_t size)
+{
+	struct counting *c = ctx;
+	void *p = malloc(size);
+	if (p) {
+		c->live += size;
+		c->calls++;
+		if (c->live > c->peak)
+			c->peak = c->live;
+	}
+	return p;
+}
+
+static void count_free(void *ctx, void *p, size_t size)
+{
+	struct counting *c = ctx;
+	c->live -= size;
+	free(p);
+}
+
+Test(open, huge_count_in_1kib_allocates_nothing_for_it)
+{
+	blob b = {calloc(1, 1024), 1024};
+	memcpy(b.p, "KLNT\x02\x02", 6);
+	put32(&b, H_COUNT, 4294967295u);
+	put64(&b, H_DIRECTORY_BYTES, 4294967295ull * 128);
+	struct counting c = {0};
+	kiln_allocator a = {count_alloc, count_free, &c};
+	kiln_open_options o = {.allocator = &a};
+	kiln_dir *dir;
+	kiln_error err;
+	cr_assert_eq(kiln_dir_parse(b.p, b.len, &o, &dir, &err), KILN_LIMIT, "%s", err.message);
+	cr_assert_str_eq(err.field, "tensor_count");
+	cr_assert_leq(c.peak, 4096, "peak %zu bytes", c.peak);
+	cr_assert_eq(c.live, 0, "leaked %zu bytes", c.live);
+
+	/* The same through a file. */
+	char *path = write_temp(b.p, b.len);
+	c = (struct counting){0};
+	cr_assert_eq(kiln_dir_open(path, &o, &dir, &err), KILN_LIMIT);
+	cr_assert_leq(c.peak, 4096, "peak %zu bytes", c.peak);
+	cr_assert_eq(c.live, 0);
+	unlink(path);
+	free(path);
+	blob_free(&b);
+}
+
+Test(open, index_is_proportional_to_the_count)
+{
+	/* 1000 named tensors: the index stays within a small multiple of the descriptor bytes. */
+	enum { N = 1000 };
+	kiln_tensor_spec *t = calloc(N, sizeof(*t));
+	char (*names)[16] = calloc(N, 16);
+	for (int i = 0; i < N; i++) {
+		int len = snprintf(names[i], 16, "t%d", i);
+		t[i] = (kiln_tensor_spec){.name = names[i], .name_len = (size_t)len,
+					  .dtype = KILN_DT_U8, .rank = 0, .data = "x"};
+	}
+	blob b = build(t, N);
+	struct counting c = {0};
+	kiln_allocator a = {count_alloc, count_free, &c};
+	kiln_open_options o = {.allocator = &a};
+	kiln_dir *dir;
+	cr_assert_eq(kiln_dir_parse(b.p, b.len, &o, &dir, NULL), 0);
+	cr_assert_leq(c.peak, 2 * 128 * N + 4096, "peak %zu for %d descriptors", c.peak, N);
+	for (int i = 0; i < N; i++)
+		cr_assert_eq(kiln_dir_find_cstr(dir, names[i])->index, (uint32_t)i);
+	kiln_dir_close(dir);
+	cr_assert_eq(c.live, 0);
+	free(names);
+	free(t);
+	blob_free(&b);
+}
+
+static void *failing_alloc(void *ctx, size_t size)
+{
+	size_t *budget = ctx;
+	if (*budget == 0)
+		return NULL;
+	(*budget)--;
+	return malloc(size);
+}
+
+static void plain_free(void *ctx, void *p, size_t size)
+{
+	(void)ctx;
+	(void)size;
+	free(p);
+}
+
+Test(open, out_of_memory_is_nomem)
+{
+	blob b = load_golden("kiln-v2-scales");
+	for (size_t budget = 0; budget < 2; budget++) {
+		size_t left = budget;
+		kiln_allocator a = {failing_alloc, plain_free, &left};
+		kiln_open_options o = {.allocator = &a};
+		kiln_dir *dir = (kiln_dir *)1;
+		kiln_error err;
+		cr_assert_eq(kiln_dir_parse(b.p, b.len, &o, &dir, &err), KILN_NOMEM,
+			     "budget %zu: %s", budget, err.message);
+		cr_assert_null(dir);
+	}
+	blob_free(&b);
+}

@@ -1,0 +1,252 @@
+/*
+ * klnt: the command-line tool over the public kiln API. This file holds the command table, the
+ * top-level options and the error and usage conventions every command follows:
+ *
+ * - errors about a file are one line that starts with the file: "FILE: CLASS: message";
+ * - usage errors are "klnt CMD: problem" plus a hint, with exit status 2;
+ * - every byte that came from a file or the command line is escaped before it reaches a
+ *   terminal, so a hostile name cannot move the cursor or forge a line.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "klnt.h"
+
+static const struct klnt_cmd *const commands[] = {
+	&klnt_cmd_check,
+	&klnt_cmd_inspect,
+	&klnt_cmd_cat,
+	&klnt_cmd_pack,
+};
+
+#define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
+
+static const char main_usage_head[] =
+	"usage: klnt COMMAND [OPTION]... [ARG]...\n"
+	"       klnt --help | --version | help [COMMAND]\n"
+	"\n"
+	"Validate, inspect, extract and build KLNT v2 tensor files.\n"
+	"\n"
+	"Commands:\n";
+
+static const char main_usage_tail[] =
+	"  help      show this text, or a command's with 'klnt help COMMAND'\n"
+	"\n"
+	"Options:\n"
+	"  -h, --help     show this help and exit\n"
+	"  -V, --version  print the version of the kiln library and exit\n"
+	"\n"
+	"Run 'klnt COMMAND --help' for the arguments and options of a command.\n"
+	"\n"
+	"Errors about a file are one line on stderr, \"FILE: CLASS: message\", where CLASS is\n"
+	"FRAME, TYPE, LIMIT or UTF8 for bytes a KLNT v2 reader must reject, and IO when the file\n"
+	"could not be opened, read or written. Control characters and other unsafe bytes from\n"
+	"files and arguments are printed escaped (\\n, \\t, \\\\, \\xNN, \\u{NNNN}).\n"
+	"\n"
+	"Exit status:\n"
+	"  0  success (for check: every file is valid)\n"
+	"  1  a file or an input was rejected: a format error (FRAME, TYPE, LIMIT, UTF8), no such\n"
+	"     tensor, or a raw file whose size does not match its dtype and shape\n"
+	"  2  usage error: unknown command or option, missing or malformed argument\n"
+	"  3  a file could not be opened, read or written (IO), or memory ran out;\n"
+	"     for check, this wins over 1\n";
+
+static void main_usage(FILE *f)
+{
+	fputs(main_usage_head, f);
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		fprintf(f, "  %-8s  %s\n", commands[i]->name, commands[i]->summary);
+	fputs(main_usage_tail, f);
+}
+
+static const struct klnt_cmd *find_command(const char *name)
+{
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		if (strcmp(commands[i]->name, name) == 0)
+			return commands[i];
+	return NULL;
+}
+
+static int main_usage_error(const char *what, const char *arg)
+{
+	fprintf(stderr, "klnt: %s", what);
+	if (arg) {
+		fputs(" '", stderr);
+		klnt_fputs_escaped(stderr, arg);
+		fputc('\'', stderr);
+	}
+	fputs("\ntry 'klnt --help'\n", stderr);
+	return KLNT_EXIT_USAGE;
+}
+
+/* Format a message, then escape all of it: arguments are file names and tensor names. */
+__attribute__((format(printf, 2, 0))) static void escape_vformat(struct klnt_buf *out,
+								  const char *fmt, va_list ap)
+{
+	va_list again;
+	va_copy(again, ap);
+	int n = vsnprintf(NULL, 0, fmt, ap);
+	if (n >= 0) {
+		char *tmp = klnt_xmalloc((size_t)n + 1);
+		vsnprintf(tmp, (size_t)n + 1, fmt, again);
+		klnt_escape(out, tmp, (size_t)n, 0);
+		free(tmp);
+	}
+	va_end(again);
+	klnt_buf_put(out, "", 0); /* never NULL, even for an empty message */
+}
+
+int klnt_usage_error(const struct klnt_cmd *cmd, const char *fmt, ...)
+{
+	struct klnt_buf msg = {0};
+	va_list ap;
+	va_start(ap, fmt);
+	escape_vformat(&msg, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "klnt %s: %s\ntry 'klnt %s --help'\n", cmd->name, msg.p, cmd->name);
+	klnt_buf_free(&msg);
+	return KLNT_EXIT_USAGE;
+}
+
+int klnt_bad_option(const struct klnt_cmd *cmd, int c, char **argv)
+{
+	/*
+	 * getopt_long leaves the culprit in different places: optopt holds a short option's
+	 * letter, while a long option (optopt 0, or the option's value) is only found as the
+	 * argument it consumed. Print the long name without any "=value" part.
+	 */
+	const char *arg = optind > 0 ? argv[optind - 1] : "";
+	int is_long = strncmp(arg, "--", 2) == 0 && (optopt == 0 || c == ':' || strchr(arg, '='));
+	if (is_long) {
+		size_t len = strcspn(arg, "=");
+		if (c == ':')
+			return klnt_usage_error(cmd, "option '%.*s' needs an argument", (int)len, arg);
+		if (optopt)
+			return klnt_usage_error(cmd, "option '%.*s' takes no argument", (int)len, arg);
+		return klnt_usage_error(cmd, "unknown or ambiguous option '%.*s'", (int)len, arg);
+	}
+	if (c == ':')
+		return klnt_usage_error(cmd, "option '-%c' needs an argument", optopt);
+	if (optopt > ' ' && optopt < 0x7F)
+		return klnt_usage_error(cmd, "unknown option '-%c'", optopt);
+	return klnt_usage_error(cmd, "unknown option");
+}
+
+int klnt_help(const struct klnt_cmd *cmd)
+{
+	fputs(cmd->usage, stdout);
+	return KLNT_EXIT_OK;
+}
+
+const char *klnt_class(int code)
+{
+	return kiln_is_format_error(code) ? kiln_code_name(code) : "IO";
+}
+
+int klnt_exit_for(int code)
+{
+	return kiln_is_format_error(code) ? KLNT_EXIT_INVALID : KLNT_EXIT_IO;
+}
+
+void klnt_report(FILE *f, const char *file, int code, const kiln_error *err)
+{
+	const char *msg = err && err->message[0] ? err->message : kiln_strerror(code);
+	/* System errors already start with the path ("x.klnt: cannot open: ..."); the line starts
+	 * with it too, so drop the repeat. */
+	size_t flen = strlen(file);
+	if (strncmp(msg, file, flen) == 0 && msg[flen] == ':' && msg[flen + 1] == ' ')
+		msg += flen + 2;
+	klnt_fputs_escaped(f, file);
+	fprintf(f, ": %s: ", klnt_class(code));
+	klnt_fputs_escaped(f, msg);
+	fputc('\n', f);
+}
+
+void klnt_errorf(const struct klnt_cmd *cmd, const char *fmt, ...)
+{
+	struct klnt_buf msg = {0};
+	va_list ap;
+	va_start(ap, fmt);
+	escape_vformat(&msg, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "klnt %s: %s\n", cmd->name, msg.p);
+	klnt_buf_free(&msg);
+}
+
+int klnt_write_stdout(const void *buf, size_t len)
+{
+	if (fflush(stdout) != 0)
+		return errno ? errno : EIO;
+	const char *p = buf;
+	while (len) {
+		ssize_t w = write(STDOUT_FILENO, p, len);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return errno;
+		}
+		p += w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
+/*
+ * Output that fails to reach stdout must not pass for success: a full disk would otherwise
+ * leave a truncated listing and exit status 0. A reader that went away (EPIPE, as in
+ * `klnt inspect big.klnt | head`) is normal and stays quiet, but still fails the command.
+ */
+static int finish_stdout(int rc)
+{
+	errno = 0;
+	if (fflush(stdout) == 0 && !ferror(stdout))
+		return rc;
+	int e = errno;
+	if (e != EPIPE)
+		fprintf(stderr, "klnt: stdout: write error: %s\n", e ? strerror(e) : "unknown error");
+	return KLNT_EXIT_IO;
+}
+
+int main(int argc, char **argv)
+{
+	/* A closed pipe must come back from write() as EPIPE so that each command can stop
+	 * cleanly with its own status, instead of the process dying by signal mid-line. */
+	signal(SIGPIPE, SIG_IGN);
+	/* Every command reports bad options itself, in the house format. */
+	opterr = 0;
+
+	if (argc < 2)
+		return main_usage_error("no command given", NULL);
+	const char *arg = argv[1];
+	if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+		main_usage(stdout);
+		return finish_stdout(KLNT_EXIT_OK);
+	}
+	if (strcmp(arg, "--version") == 0 || strcmp(arg, "-V") == 0) {
+		puts(kiln_version());
+		return finish_stdout(KLNT_EXIT_OK);
+	}
+	if (strcmp(arg, "help") == 0) {
+		if (argc > 3)
+			return main_usage_error("help takes at most one command, not", argv[3]);
+		if (argc == 2) {
+			main_usage(stdout);
+			return finish_stdout(KLNT_EXIT_OK);
+		}
+		const struct klnt_cmd *cmd = find_command(argv[2]);
+		if (!cmd)
+			return main_usage_error("unknown command", argv[2]);
+		return finish_stdout(klnt_help(cmd));
+	}
+	if (arg[0] == '-')
+		return main_usage_error("unknown option", arg);
+	const struct klnt_cmd *cmd = find_command(arg);
+	if (!cmd)
+		return main_usage_error("unknown command", arg);
+	return finish_stdout(cmd->run(cmd, argc - 1, argv + 1));
+}
