@@ -49,8 +49,8 @@ int kiln__check_options(const kiln_open_options *opts, kiln_error *err)
 	for (size_t i = 0; i < sizeof(opts->reserved) / sizeof(opts->reserved[0]); i++)
 		if (opts->reserved[i])
 			return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "reserved",
-					  KILN_NO_OFFSET, "kiln_open_options.reserved[%zu] is not 0",
-					  i);
+					  KILN_NO_OFFSET,
+					  "kiln_open_options.reserved[%zu] is not 0", i);
 	const kiln_allocator *a = opts->allocator;
 	if (a && (!a->alloc || !a->free))
 		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "allocator", KILN_NO_OFFSET,
@@ -72,7 +72,8 @@ struct kiln_dir *kiln__dir_new(const kiln_open_options *opts, kiln_error *err)
 	dir->alloc = a;
 	/* Names come from untrusted files: a per-directory random key keeps an attacker from
 	 * choosing names that collide in the table. A short read still leaves a usable key. */
-	if (getrandom(dir->secret, sizeof(dir->secret), GRND_NONBLOCK) != (ssize_t)sizeof(dir->secret)) {
+	if (getrandom(dir->secret, sizeof(dir->secret), GRND_NONBLOCK) !=
+	    (ssize_t)sizeof(dir->secret)) {
 		uint64_t x = (uint64_t)(uintptr_t)dir ^ 0x9E3779B97F4A7C15u;
 		for (size_t i = 0; i < sizeof(dir->secret); i++) {
 			x ^= x << 13, x ^= x >> 7, x ^= x << 17;

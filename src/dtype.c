@@ -7,16 +7,16 @@ static const struct {
 	const char *name;
 	unsigned bits;
 } dtypes[] = {
-	[KILN_DT_BOOL] = {"bool", 8},      [KILN_DT_U8] = {"u8", 8},
-	[KILN_DT_I8] = {"i8", 8},          [KILN_DT_U16] = {"u16", 16},
-	[KILN_DT_I16] = {"i16", 16},       [KILN_DT_U32] = {"u32", 32},
-	[KILN_DT_I32] = {"i32", 32},       [KILN_DT_U64] = {"u64", 64},
-	[KILN_DT_I64] = {"i64", 64},       [KILN_DT_F16] = {"f16", 16},
-	[KILN_DT_BF16] = {"bf16", 16},     [KILN_DT_F32] = {"f32", 32},
-	[KILN_DT_F64] = {"f64", 64},       [KILN_DT_F8E4M3] = {"f8e4m3", 8},
-	[KILN_DT_F8E5M2] = {"f8e5m2", 8},  [KILN_DT_E8M0] = {"e8m0", 8},
-	[KILN_DT_E2M1] = {"e2m1", 4},      [KILN_DT_U4] = {"u4", 4},
-	[KILN_DT_I4] = {"i4", 4},
+    [KILN_DT_BOOL] = {"bool", 8},     [KILN_DT_U8] = {"u8", 8},
+    [KILN_DT_I8] = {"i8", 8},         [KILN_DT_U16] = {"u16", 16},
+    [KILN_DT_I16] = {"i16", 16},      [KILN_DT_U32] = {"u32", 32},
+    [KILN_DT_I32] = {"i32", 32},      [KILN_DT_U64] = {"u64", 64},
+    [KILN_DT_I64] = {"i64", 64},      [KILN_DT_F16] = {"f16", 16},
+    [KILN_DT_BF16] = {"bf16", 16},    [KILN_DT_F32] = {"f32", 32},
+    [KILN_DT_F64] = {"f64", 64},      [KILN_DT_F8E4M3] = {"f8e4m3", 8},
+    [KILN_DT_F8E5M2] = {"f8e5m2", 8}, [KILN_DT_E8M0] = {"e8m0", 8},
+    [KILN_DT_E2M1] = {"e2m1", 4},     [KILN_DT_U4] = {"u4", 4},
+    [KILN_DT_I4] = {"i4", 4},
 };
 
 #define NDTYPES (sizeof(dtypes) / sizeof(dtypes[0]))

@@ -15,8 +15,8 @@ unsigned kiln_version_number(void)
 const char *kiln_code_name(int code)
 {
 	switch (code) {
-#define KILN__NAME(name, value, short_name, text)                                                  \
-	case value:                                                                                \
+#define KILN__NAME(name, value, short_name, text) \
+	case value:                               \
 		return short_name;
 		KILN_CODES(KILN__NAME)
 #undef KILN__NAME
@@ -27,8 +27,8 @@ const char *kiln_code_name(int code)
 const char *kiln_strerror(int code)
 {
 	switch (code) {
-#define KILN__TEXT(name, value, short_name, text)                                                  \
-	case value:                                                                                \
+#define KILN__TEXT(name, value, short_name, text) \
+	case value:                               \
 		return text;
 		KILN_CODES(KILN__TEXT)
 #undef KILN__TEXT

@@ -9,8 +9,8 @@
 #include "kiln/kiln.h"
 
 #define KILN__HEADER_SIZE 64u
-#define KILN__DESC_SIZE 128u
-#define KILN__ALIGN 64u
+#define KILN__DESC_SIZE   128u
+#define KILN__ALIGN       64u
 
 /* Field offsets inside a descriptor. */
 enum {
@@ -40,7 +40,8 @@ static inline uint16_t kiln__ld16(const uint8_t *p)
 }
 static inline uint32_t kiln__ld32(const uint8_t *p)
 {
-	return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+	return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) |
+	       ((uint32_t)p[3] << 24);
 }
 static inline uint64_t kiln__ld64(const uint8_t *p)
 {
@@ -82,7 +83,7 @@ static inline uint64_t kiln__align64(uint64_t x)
 int kiln__fail(kiln_error *err, int code, uint32_t tensor, const char *field, uint64_t offset,
 	       const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 int kiln__fail_sys(kiln_error *err, int code, int sys_errno, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
+    __attribute__((format(printf, 4, 5)));
 void kiln__clear_error(kiln_error *err);
 
 /* RFC 3629 well-formedness; returns the offset of the first bad byte or SIZE_MAX when valid. */
@@ -106,16 +107,17 @@ int kiln__is_scale_dtype(unsigned code);
 #define KILN__SECRET_SIZE 192
 
 struct kiln_dir {
-	const uint8_t *base;    /* block start */
-	uint64_t len;           /* bytes available at base */
+	const uint8_t *base; /* block start */
+	uint64_t len;        /* bytes available at base */
 	kiln_dir_info info;
-	kiln_tensor *tensors;   /* tensor_count views */
-	uint32_t *slots;        /* open-addressing name table of tensor indices, KILN_NONE32 empty */
-	uint64_t *hashes;       /* hash of each tensor name, by tensor index */
-	uint64_t slot_mask;     /* table size - 1; 0 when there are no names */
-	uint8_t secret[KILN__SECRET_SIZE]; /* per-directory hash key: names from a file are hostile */
+	kiln_tensor *tensors; /* tensor_count views */
+	uint32_t *slots;      /* open-addressing name table of tensor indices, KILN_NONE32 empty */
+	uint64_t *hashes;     /* hash of each tensor name, by tensor index */
+	uint64_t slot_mask;   /* table size - 1; 0 when there are no names */
+	uint8_t
+	    secret[KILN__SECRET_SIZE]; /* per-directory hash key: names from a file are hostile */
 	kiln_allocator alloc;
-	size_t index_bytes;     /* bytes obtained from alloc for tensors + slots + hashes */
+	size_t index_bytes; /* bytes obtained from alloc for tensors + slots + hashes */
 	void *index_mem;
 	/* how to release the bytes */
 	void *map_addr;

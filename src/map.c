@@ -37,8 +37,9 @@ int kiln_dir_open(const char *path, const kiln_open_options *opts, kiln_dir **ou
 	if (rc)
 		return rc;
 	if (opts && (opts->flags & KILN_OPEN_ALLOW_TRAILING))
-		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "flags", KILN_NO_OFFSET,
-				  "KILN_OPEN_ALLOW_TRAILING applies to buffers; a file is one block");
+		return kiln__fail(
+		    err, KILN_INVAL, KILN_NO_INDEX, "flags", KILN_NO_OFFSET,
+		    "KILN_OPEN_ALLOW_TRAILING applies to buffers; a file is one block");
 
 	/* O_NONBLOCK: opening a FIFO must not hang waiting for a writer; it is refused below. */
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);

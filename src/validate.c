@@ -26,9 +26,9 @@ static int check_header(struct kiln_dir *dir, int exact, kiln_error *err)
 	kiln_dir_info *info = &dir->info;
 
 	if (len < KILN__HEADER_SIZE)
-		return kiln__fail(err, KILN_LIMIT, NOI, "length", 0,
-				  "%" PRIu64 " bytes available; a KLNT v2 block is at least 64 bytes",
-				  len);
+		return kiln__fail(
+		    err, KILN_LIMIT, NOI, "length", 0,
+		    "%" PRIu64 " bytes available; a KLNT v2 block is at least 64 bytes", len);
 	if (memcmp(p, "KLNT", 4) != 0)
 		return kiln__fail(err, KILN_FRAME, NOI, "magic", 0,
 				  "magic is %02x %02x %02x %02x, not \"KLNT\"", p[0], p[1], p[2],
@@ -75,9 +75,8 @@ static int check_header(struct kiln_dir *dir, int exact, kiln_error *err)
 				  payload_base, payload_bytes);
 	if (payload_base > len)
 		return kiln__fail(err, KILN_LIMIT, NOI, "tensor_count", 8,
-				  "%" PRIu32 " descriptors and %" PRIu32
-				  " heap bytes need %" PRIu64 " bytes but only %" PRIu64
-				  " are available",
+				  "%" PRIu32 " descriptors and %" PRIu32 " heap bytes need %" PRIu64
+				  " bytes but only %" PRIu64 " are available",
 				  n, name_bytes, payload_base, len);
 	if (block > len)
 		return kiln__fail(err, KILN_LIMIT, NOI, "payload_bytes", 16,
@@ -123,9 +122,9 @@ static int alloc_index(struct kiln_dir *dir, kiln_error *err)
 	size_t total = views + hashes + table * sizeof(uint32_t);
 	uint8_t *mem = kiln__alloc(&dir->alloc, total);
 	if (!mem)
-		return kiln__fail_sys(err, KILN_NOMEM, 12,
-				      "cannot allocate %zu bytes for the index of %" PRIu64 " tensors",
-				      total, n);
+		return kiln__fail_sys(
+		    err, KILN_NOMEM, 12,
+		    "cannot allocate %zu bytes for the index of %" PRIu64 " tensors", total, n);
 	dir->index_mem = mem;
 	dir->index_bytes = total;
 	dir->tensors = (kiln_tensor *)mem;
@@ -225,20 +224,20 @@ static int check_descriptor(struct kiln_dir *dir, uint32_t i, uint64_t *name_cur
 	unsigned name_len = kiln__ld16(d + KILN__D_NAME_LEN);
 	if (info->flags & KILN_FLAG_NAMES) {
 		if (name_off == KILN_NONE16 || name_len == 0)
-			return kiln__fail(err, KILN_TYPE, i,
-					  name_off == KILN_NONE16 ? "name_off" : "name_len",
-					  doff + (name_off == KILN_NONE16 ? KILN__D_NAME_OFF
-									 : KILN__D_NAME_LEN),
-					  "descriptor %" PRIu32
-					  ": the NAMES flag is set but this tensor has no name "
-					  "(name_off 0x%04x, name_len %u)",
-					  i, name_off, name_len);
+			return kiln__fail(
+			    err, KILN_TYPE, i, name_off == KILN_NONE16 ? "name_off" : "name_len",
+			    doff + (name_off == KILN_NONE16 ? KILN__D_NAME_OFF : KILN__D_NAME_LEN),
+			    "descriptor %" PRIu32
+			    ": the NAMES flag is set but this tensor has no name "
+			    "(name_off 0x%04x, name_len %u)",
+			    i, name_off, name_len);
 		if (name_off != *name_cursor)
-			return kiln__fail(err, KILN_TYPE, i, "name_off", doff + KILN__D_NAME_OFF,
-					  "descriptor %" PRIu32 ": name_off is %u but the name must "
-					  "start at heap offset %" PRIu64 " (names are concatenated in "
-					  "descriptor order)",
-					  i, name_off, *name_cursor);
+			return kiln__fail(
+			    err, KILN_TYPE, i, "name_off", doff + KILN__D_NAME_OFF,
+			    "descriptor %" PRIu32 ": name_off is %u but the name must "
+			    "start at heap offset %" PRIu64 " (names are concatenated in "
+			    "descriptor order)",
+			    i, name_off, *name_cursor);
 		if (*name_cursor + name_len > info->name_bytes)
 			return kiln__fail(err, KILN_TYPE, i, "name_len", doff + KILN__D_NAME_LEN,
 					  "descriptor %" PRIu32 ": name [%u, %" PRIu64
@@ -261,11 +260,12 @@ static int check_descriptor(struct kiln_dir *dir, uint32_t i, uint64_t *name_cur
 					  i, prev);
 		*name_cursor += name_len;
 	} else if (name_off != KILN_NONE16 || name_len != 0) {
-		return kiln__fail(err, KILN_TYPE, i, name_off != KILN_NONE16 ? "name_off" : "name_len",
-				  doff + (name_off != KILN_NONE16 ? KILN__D_NAME_OFF : KILN__D_NAME_LEN),
-				  "descriptor %" PRIu32 ": the NAMES flag is clear but name_off is "
-				  "0x%04x and name_len %u (must be 0xffff and 0)",
-				  i, name_off, name_len);
+		return kiln__fail(
+		    err, KILN_TYPE, i, name_off != KILN_NONE16 ? "name_off" : "name_len",
+		    doff + (name_off != KILN_NONE16 ? KILN__D_NAME_OFF : KILN__D_NAME_LEN),
+		    "descriptor %" PRIu32 ": the NAMES flag is clear but name_off is "
+		    "0x%04x and name_len %u (must be 0xffff and 0)",
+		    i, name_off, name_len);
 	}
 
 	/* 5. opaque layout */
@@ -278,15 +278,16 @@ static int check_descriptor(struct kiln_dir *dir, uint32_t i, uint64_t *name_cur
 			return kiln__fail(err, KILN_TYPE, i,
 					  layout_off == KILN_NONE16 ? "layout_off" : "layout_len",
 					  doff + (layout_off == KILN_NONE16 ? KILN__D_LAYOUT_OFF
-									   : KILN__D_LAYOUT_LEN),
-					  "descriptor %" PRIu32 ": opaque dtype %u needs a layout name "
+									    : KILN__D_LAYOUT_LEN),
+					  "descriptor %" PRIu32
+					  ": opaque dtype %u needs a layout name "
 					  "(layout_off 0x%04x, layout_len %u)",
 					  i, dtype, layout_off, layout_len);
 		if (block_size == 0)
-			return kiln__fail(err, KILN_TYPE, i, "block_size", doff + KILN__D_BLOCK_SIZE,
-					  "descriptor %" PRIu32
-					  ": opaque dtype %u needs a nonzero block_size",
-					  i, dtype);
+			return kiln__fail(
+			    err, KILN_TYPE, i, "block_size", doff + KILN__D_BLOCK_SIZE,
+			    "descriptor %" PRIu32 ": opaque dtype %u needs a nonzero block_size", i,
+			    dtype);
 		if (byte_length % block_size != 0)
 			return kiln__fail(err, KILN_TYPE, i, "byte_length",
 					  doff + KILN__D_BYTE_LENGTH,
@@ -299,14 +300,15 @@ static int check_descriptor(struct kiln_dir *dir, uint32_t i, uint64_t *name_cur
 			return kiln__fail(err, KILN_TYPE, i,
 					  layout_off != KILN_NONE16 ? "layout_off" : "layout_len",
 					  doff + (layout_off != KILN_NONE16 ? KILN__D_LAYOUT_OFF
-									   : KILN__D_LAYOUT_LEN),
-					  "descriptor %" PRIu32 ": a layout name on non-opaque dtype %s",
+									    : KILN__D_LAYOUT_LEN),
+					  "descriptor %" PRIu32
+					  ": a layout name on non-opaque dtype %s",
 					  i, kiln_dtype_name(dtype));
 		if (block_size != 0)
-			return kiln__fail(err, KILN_TYPE, i, "block_size", doff + KILN__D_BLOCK_SIZE,
-					  "descriptor %" PRIu32 ": block_size %" PRIu32
-					  " on non-opaque dtype %s",
-					  i, block_size, kiln_dtype_name(dtype));
+			return kiln__fail(
+			    err, KILN_TYPE, i, "block_size", doff + KILN__D_BLOCK_SIZE,
+			    "descriptor %" PRIu32 ": block_size %" PRIu32 " on non-opaque dtype %s",
+			    i, block_size, kiln_dtype_name(dtype));
 		/* 6. byte length of a non-opaque tensor */
 		uint64_t want;
 		if (kiln__payload_bytes(t->count, bits, &want))
@@ -317,8 +319,8 @@ static int check_descriptor(struct kiln_dir *dir, uint32_t i, uint64_t *name_cur
 		if (byte_length != want)
 			return kiln__fail(err, KILN_TYPE, i, "byte_length",
 					  doff + KILN__D_BYTE_LENGTH,
-					  "descriptor %" PRIu32 ": byte_length is %" PRIu64 " but %" PRIu64
-					  " elements of %s take %" PRIu64 " bytes",
+					  "descriptor %" PRIu32 ": byte_length is %" PRIu64
+					  " but %" PRIu64 " elements of %s take %" PRIu64 " bytes",
 					  i, byte_length, t->count, kiln_dtype_name(dtype), want);
 	}
 
@@ -337,42 +339,50 @@ static int check_descriptor(struct kiln_dir *dir, uint32_t i, uint64_t *name_cur
 		if (axis != KILN_NONE16)
 			return QFAIL("quant_axis", KILN__D_QUANT_AXIS,
 				     "descriptor %" PRIu32 ": quant_axis %u without a scheme "
-				     "(must be 0xffff)", i, axis);
+				     "(must be 0xffff)",
+				     i, axis);
 		if (group != 0)
 			return QFAIL("group_size", KILN__D_GROUP_SIZE,
 				     "descriptor %" PRIu32 ": group_size %" PRIu32
-				     " without a scheme (must be 0)", i, group);
+				     " without a scheme (must be 0)",
+				     i, group);
 		if (scale != KILN_NONE32)
 			return QFAIL("scale_index", KILN__D_SCALE_INDEX,
 				     "descriptor %" PRIu32 ": scale_index %" PRIu32
-				     " without a scheme (must be none)", i, scale);
+				     " without a scheme (must be none)",
+				     i, scale);
 		if (outer != KILN_NONE32)
 			return QFAIL("outer_index", KILN__D_OUTER_INDEX,
 				     "descriptor %" PRIu32 ": outer_index %" PRIu32
-				     " without a scheme (must be none)", i, outer);
+				     " without a scheme (must be none)",
+				     i, outer);
 	} else {
 		if (opaque)
 			return QFAIL("quant_scheme", KILN__D_QUANT_SCHEME,
-				     "descriptor %" PRIu32 ": an opaque tensor cannot be quantized", i);
+				     "descriptor %" PRIu32 ": an opaque tensor cannot be quantized",
+				     i);
 		if (axis >= rank)
 			return QFAIL("quant_axis", KILN__D_QUANT_AXIS,
-				     "descriptor %" PRIu32 ": quant_axis %u is not below rank %u", i,
-				     axis, rank);
+				     "descriptor %" PRIu32 ": quant_axis %u is not below rank %u",
+				     i, axis, rank);
 		if (group == 0)
 			return QFAIL("group_size", KILN__D_GROUP_SIZE,
 				     "descriptor %" PRIu32 ": group_size is 0", i);
 		if (scale >= n || scale == i)
 			return QFAIL("scale_index", KILN__D_SCALE_INDEX,
 				     "descriptor %" PRIu32 ": scale_index %" PRIu32
-				     " is not another tensor (count %" PRIu32 ")", i, scale, n);
+				     " is not another tensor (count %" PRIu32 ")",
+				     i, scale, n);
 		if (scheme == 1 && outer != KILN_NONE32)
 			return QFAIL("outer_index", KILN__D_OUTER_INDEX,
 				     "descriptor %" PRIu32 ": outer_index %" PRIu32
-				     " with scheme 1 (must be none)", i, outer);
+				     " with scheme 1 (must be none)",
+				     i, outer);
 		if (scheme == 2 && (outer >= n || outer == i || outer == scale))
 			return QFAIL("outer_index", KILN__D_OUTER_INDEX,
 				     "descriptor %" PRIu32 ": outer_index %" PRIu32
-				     " is not a third tensor (count %" PRIu32 ", scale %" PRIu32 ")",
+				     " is not a third tensor (count %" PRIu32 ", scale %" PRIu32
+				     ")",
 				     i, outer, n, scale);
 	}
 #undef QFAIL
@@ -422,12 +432,14 @@ static int check_layouts(struct kiln_dir *dir, uint64_t cursor, kiln_error *err)
 		unsigned off = kiln__ld16(d + KILN__D_LAYOUT_OFF);
 		unsigned len = kiln__ld16(d + KILN__D_LAYOUT_LEN);
 		if (off != cursor)
-			return kiln__fail(err, KILN_TYPE, i, "layout_off", doff + KILN__D_LAYOUT_OFF,
+			return kiln__fail(err, KILN_TYPE, i, "layout_off",
+					  doff + KILN__D_LAYOUT_OFF,
 					  "descriptor %" PRIu32 ": layout_off is %u but the layout "
 					  "name must start at heap offset %" PRIu64,
 					  i, off, cursor);
 		if (cursor + len > info->name_bytes)
-			return kiln__fail(err, KILN_TYPE, i, "layout_len", doff + KILN__D_LAYOUT_LEN,
+			return kiln__fail(err, KILN_TYPE, i, "layout_len",
+					  doff + KILN__D_LAYOUT_LEN,
 					  "descriptor %" PRIu32 ": layout name [%u, %" PRIu64
 					  ") ends past the %" PRIu32 "-byte heap",
 					  i, off, cursor + len, info->name_bytes);
@@ -435,7 +447,8 @@ static int check_layouts(struct kiln_dir *dir, uint64_t cursor, kiln_error *err)
 		size_t bad = kiln__utf8_check(s, len);
 		if (bad != SIZE_MAX)
 			return kiln__fail(err, KILN_UTF8, i, "layout", heap + off + bad,
-					  "descriptor %" PRIu32 ": layout name byte %zu (0x%02x) is "
+					  "descriptor %" PRIu32
+					  ": layout name byte %zu (0x%02x) is "
 					  "not well-formed UTF-8",
 					  i, bad, s[bad]);
 		t->layout = (const char *)s;
@@ -444,13 +457,14 @@ static int check_layouts(struct kiln_dir *dir, uint64_t cursor, kiln_error *err)
 	}
 	if (cursor != info->name_bytes)
 		return kiln__fail(err, KILN_TYPE, NOI, "name_bytes", 12,
-				  "the heap is %" PRIu32 " bytes but names and layout names fill %" PRIu64,
+				  "the heap is %" PRIu32
+				  " bytes but names and layout names fill %" PRIu64,
 				  info->name_bytes, cursor);
 	return 0;
 }
 
-static int check_scale(const struct kiln_dir *dir, uint32_t i, uint32_t s, int outer,
-		       uint64_t want, kiln_error *err)
+static int check_scale(const struct kiln_dir *dir, uint32_t i, uint32_t s, int outer, uint64_t want,
+		       kiln_error *err)
 {
 	const kiln_tensor *st = &dir->tensors[s];
 	const char *what = outer ? "outer" : "scale";
@@ -512,7 +526,8 @@ int kiln__validate_structure(struct kiln_dir *dir, int exact, kiln_error *err)
 		const kiln_tensor *t = &dir->tensors[i];
 		if (t->quant_scheme == 0)
 			continue;
-		uint64_t groups = kiln__quant_groups(t->shape, t->count, t->quant_axis, t->group_size);
+		uint64_t groups =
+		    kiln__quant_groups(t->shape, t->count, t->quant_axis, t->group_size);
 		rc = check_scale(dir, i, t->scale_index, 0, groups, err);
 		if (!rc && t->quant_scheme == 2)
 			rc = check_scale(dir, i, t->outer_index, 1, 1, err);
@@ -535,16 +550,17 @@ int kiln__verify_payload(const struct kiln_dir *dir, kiln_error *err)
 		/* Gaps are below 64 bytes by construction (the placement rule). */
 		size_t z = first_nonzero(payload + cursor, (size_t)(t->byte_offset - cursor));
 		if (z != SIZE_MAX)
-			return kiln__fail(err, KILN_TYPE, i, "payload gap",
-					  info->payload_base + cursor + z,
-					  "byte %" PRIu64 " between payloads (before tensor %" PRIu32
-					  ") is 0x%02x, not 0",
-					  info->payload_base + cursor + z, i, payload[cursor + z]);
+			return kiln__fail(
+			    err, KILN_TYPE, i, "payload gap", info->payload_base + cursor + z,
+			    "byte %" PRIu64 " between payloads (before tensor %" PRIu32
+			    ") is 0x%02x, not 0",
+			    info->payload_base + cursor + z, i, payload[cursor + z]);
 		if (kiln_dtype_bits(t->dtype) == 4 && (t->count & 1)) {
 			uint64_t last = t->file_offset + t->byte_length - 1;
 			if (dir->base[last] & 0xF0)
 				return kiln__fail(err, KILN_TYPE, i, "payload padding", last,
-						  "tensor %" PRIu32 ": the unused high nibble of its last "
+						  "tensor %" PRIu32
+						  ": the unused high nibble of its last "
 						  "byte (offset %" PRIu64 ") is 0x%x, not 0",
 						  i, last, dir->base[last] >> 4);
 		}

@@ -16,7 +16,7 @@
 #include "source.h"
 
 #define CHUNK (1u << 20)
-#define NOI KILN_NO_INDEX
+#define NOI   KILN_NO_INDEX
 
 struct plan {
 	uint32_t n;
@@ -37,7 +37,7 @@ static void plan_free(struct plan *p)
 }
 
 /* Errors found before encoding have no block offset yet. */
-#define WFAIL(code, i, field, fmt, ...)                                                             \
+#define WFAIL(code, i, field, fmt, ...) \
 	kiln__fail(err, code, i, field, KILN_NO_OFFSET, "tensor %" PRIu32 ": " fmt, i, __VA_ARGS__)
 
 /* Byte lengths and heap slices: what the descriptors will say. Only rules the encoding itself
@@ -78,14 +78,16 @@ static int plan_sizes(const kiln_tensor_spec *ts, uint32_t n, struct plan *p, ui
 		if (bits && t->rank <= KILN_MAX_RANK) {
 			uint64_t count, want;
 			if (kiln__element_count(t->shape, t->rank, &count))
-				return WFAIL(KILN_LIMIT, i, "shape", "the element count overflows %d bits",
-					     64);
+				return WFAIL(KILN_LIMIT, i, "shape",
+					     "the element count overflows %d bits", 64);
 			if (kiln__payload_bytes(count, bits, &want))
 				return WFAIL(KILN_LIMIT, i, "shape",
-					     "%" PRIu64 " elements of %u bits overflow 64 bits", count, bits);
+					     "%" PRIu64 " elements of %u bits overflow 64 bits",
+					     count, bits);
 			if (len && len != want)
 				return WFAIL(KILN_TYPE, i, "byte_length",
-					     "byte_length %" PRIu64 " given but the shape needs %" PRIu64,
+					     "byte_length %" PRIu64
+					     " given but the shape needs %" PRIu64,
 					     len, want);
 			len = want;
 		}
@@ -162,7 +164,8 @@ static int plan_build(const kiln_tensor_spec *ts, uint32_t n, struct plan *p, ki
 			if (s)
 				memcpy(h + heap_at + cursor, s, len);
 			if (pass)
-				put_slice(d, KILN__D_LAYOUT_OFF, KILN__D_LAYOUT_LEN, s, len, &cursor);
+				put_slice(d, KILN__D_LAYOUT_OFF, KILN__D_LAYOUT_LEN, s, len,
+					  &cursor);
 			else
 				put_slice(d, KILN__D_NAME_OFF, KILN__D_NAME_LEN, s, len, &cursor);
 		}
@@ -178,10 +181,10 @@ static int plan_build(const kiln_tensor_spec *ts, uint32_t n, struct plan *p, ki
 		kiln__st16(d + KILN__D_QUANT_AXIS, q ? t->quant_axis : KILN_NONE16);
 		kiln__st32(d + KILN__D_GROUP_SIZE, q ? t->group_size : 0);
 		kiln__st32(d + KILN__D_SCALE_INDEX, q ? t->scale_index : KILN_NONE32);
-		kiln__st32(d + KILN__D_OUTER_INDEX,
-			   t->quant_scheme == KILN_QUANT_BLOCK ? KILN_NONE32
-			   : q				       ? t->outer_index
-							       : KILN_NONE32);
+		kiln__st32(d + KILN__D_OUTER_INDEX, t->quant_scheme == KILN_QUANT_BLOCK
+							? KILN_NONE32
+						    : q ? t->outer_index
+							: KILN_NONE32);
 		kiln__st64(d + KILN__D_BYTE_OFFSET, p->offsets[i]);
 		kiln__st64(d + KILN__D_BYTE_LENGTH, p->lengths[i]);
 		for (unsigned k = 0; k < KILN_MAX_RANK; k++)
@@ -226,13 +229,15 @@ static int produce(const kiln_tensor_spec *t, uint32_t i, uint64_t off, void *ds
 			return 0;
 		return kiln__fail(err, KILN_INVAL, i, "data", KILN_NO_OFFSET,
 				  "tensor %" PRIu32 ": %zu payload bytes but neither data nor read "
-				  "is set", i, len);
+				  "is set",
+				  i, len);
 	}
 	int e = t->read(t->read_ctx, i, off, dst, len);
 	if (e)
 		return kiln__fail_sys(err, KILN_IO, e,
-				      "tensor %" PRIu32 ": the payload callback failed at offset %" PRIu64
-				      ": %s", i, off, strerror(e));
+				      "tensor %" PRIu32
+				      ": the payload callback failed at offset %" PRIu64 ": %s",
+				      i, off, strerror(e));
 	return 0;
 }
 

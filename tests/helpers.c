@@ -24,7 +24,8 @@ blob hex_decode(const char *text)
 		if (isspace((unsigned char)*s))
 			continue;
 		cr_assert(isxdigit((unsigned char)*s), "bad hex character '%c'", *s);
-		int v = isdigit((unsigned char)*s) ? *s - '0' : (tolower((unsigned char)*s) - 'a' + 10);
+		int v =
+		    isdigit((unsigned char)*s) ? *s - '0' : (tolower((unsigned char)*s) - 'a' + 10);
 		if (hi < 0) {
 			hi = v;
 		} else {

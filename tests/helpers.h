@@ -8,27 +8,27 @@
 #include "kiln/kiln.h"
 
 /* Offsets from the spec (docs/klnt-v2.md), spelled out here rather than taken from src/. */
-#define H_FLAGS 5
-#define H_COUNT 8
-#define H_NAME_BYTES 12
-#define H_PAYLOAD_BYTES 16
+#define H_FLAGS           5
+#define H_COUNT           8
+#define H_NAME_BYTES      12
+#define H_PAYLOAD_BYTES   16
 #define H_DIRECTORY_BYTES 24
-#define D(i) (64u + 128u * (unsigned)(i))
-#define F_DTYPE 0
-#define F_RANK 2
-#define F_NAME_OFF 4
-#define F_NAME_LEN 6
-#define F_LAYOUT_OFF 8
-#define F_LAYOUT_LEN 10
-#define F_BLOCK_SIZE 12
-#define F_SCHEME 16
-#define F_AXIS 18
-#define F_GROUP 20
-#define F_SCALE 24
-#define F_OUTER 28
-#define F_BYTE_OFFSET 32
-#define F_BYTE_LENGTH 40
-#define F_SHAPE 48
+#define D(i)              (64u + 128u * (unsigned)(i))
+#define F_DTYPE           0
+#define F_RANK            2
+#define F_NAME_OFF        4
+#define F_NAME_LEN        6
+#define F_LAYOUT_OFF      8
+#define F_LAYOUT_LEN      10
+#define F_BLOCK_SIZE      12
+#define F_SCHEME          16
+#define F_AXIS            18
+#define F_GROUP           20
+#define F_SCALE           24
+#define F_OUTER           28
+#define F_BYTE_OFFSET     32
+#define F_BYTE_LENGTH     40
+#define F_SHAPE           48
 
 typedef struct {
 	uint8_t *p;

@@ -22,7 +22,8 @@ static void expect_io(const char *path, int want_errno)
 	cr_assert_null(dir);
 	cr_assert_eq(err.sys_errno, want_errno, "%s: errno %d (%s), want %d", path, err.sys_errno,
 		     strerror(err.sys_errno), want_errno);
-	cr_assert_not_null(strstr(err.message, path), "the message names the file: %s", err.message);
+	cr_assert_not_null(strstr(err.message, path), "the message names the file: %s",
+			   err.message);
 	cr_assert(!kiln_is_format_error(rc));
 }
 
@@ -84,8 +85,12 @@ Test(open, unreadable_file)
 
 Test(open, file_and_buffer_agree)
 {
-	kiln_tensor_spec t = {.name = "x", .name_len = 1, .dtype = KILN_DT_F32, .rank = 1,
-			      .shape = {2}, .data = f32_2};
+	kiln_tensor_spec t = {.name = "x",
+			      .name_len = 1,
+			      .dtype = KILN_DT_F32,
+			      .rank = 1,
+			      .shape = {2},
+			      .data = f32_2};
 	blob b = build(&t, 1);
 	char *p = write_temp(b.p, b.len);
 	kiln_dir *dir;
@@ -156,12 +161,19 @@ Test(views, lookup_by_name)
 {
 	/* Names with an embedded NUL and multibyte UTF-8 are found by pointer and length. */
 	kiln_tensor_spec t[4] = {
-		{.name = "blk.0.attn_q.weight", .name_len = 19, .dtype = KILN_DT_F32, .rank = 1,
-		 .shape = {2}, .data = f32_2},
-		{.name = "a\0b", .name_len = 3, .dtype = KILN_DT_U8, .rank = 0, .data = f32_2},
-		{.name = "a", .name_len = 1, .dtype = KILN_DT_U8, .rank = 0, .data = f32_2},
-		{.name = "\xc3\xa9t\xc3\xa9", .name_len = 6, .dtype = KILN_DT_U8, .rank = 0,
-		 .data = f32_2},
+	    {.name = "blk.0.attn_q.weight",
+	     .name_len = 19,
+	     .dtype = KILN_DT_F32,
+	     .rank = 1,
+	     .shape = {2},
+	     .data = f32_2},
+	    {.name = "a\0b", .name_len = 3, .dtype = KILN_DT_U8, .rank = 0, .data = f32_2},
+	    {.name = "a", .name_len = 1, .dtype = KILN_DT_U8, .rank = 0, .data = f32_2},
+	    {.name = "\xc3\xa9t\xc3\xa9",
+	     .name_len = 6,
+	     .dtype = KILN_DT_U8,
+	     .rank = 0,
+	     .data = f32_2},
 	};
 	blob b = build(t, 4);
 	kiln_dir *dir;
@@ -264,11 +276,11 @@ Test(tables, dtypes)
 		unsigned code;
 		const char *name;
 		unsigned bits;
-	} table[] = {{1, "bool", 8},    {2, "u8", 8},      {3, "i8", 8},      {4, "u16", 16},
-		     {5, "i16", 16},    {6, "u32", 32},    {7, "i32", 32},    {8, "u64", 64},
-		     {9, "i64", 64},    {10, "f16", 16},   {11, "bf16", 16},  {12, "f32", 32},
-		     {13, "f64", 64},   {14, "f8e4m3", 8}, {15, "f8e5m2", 8}, {16, "e8m0", 8},
-		     {17, "e2m1", 4},   {18, "u4", 4},     {19, "i4", 4}};
+	} table[] = {{1, "bool", 8},  {2, "u8", 8},      {3, "i8", 8},      {4, "u16", 16},
+		     {5, "i16", 16},  {6, "u32", 32},    {7, "i32", 32},    {8, "u64", 64},
+		     {9, "i64", 64},  {10, "f16", 16},   {11, "bf16", 16},  {12, "f32", 32},
+		     {13, "f64", 64}, {14, "f8e4m3", 8}, {15, "f8e5m2", 8}, {16, "e8m0", 8},
+		     {17, "e2m1", 4}, {18, "u4", 4},     {19, "i4", 4}};
 	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
 		cr_assert_str_eq(kiln_dtype_name(table[i].code), table[i].name);
 		cr_assert_eq(kiln_dtype_bits(table[i].code), table[i].bits);
@@ -288,15 +300,23 @@ Test(tables, dtypes)
 /* UTF-8 well-formedness (RFC 3629) through a tensor name. */
 static int name_verdict(const char *name, size_t len)
 {
-	kiln_tensor_spec t = {.name = name, .name_len = len, .dtype = KILN_DT_U8, .rank = 0,
-			      .data = "x"};
+	kiln_tensor_spec t = {
+	    .name = name, .name_len = len, .dtype = KILN_DT_U8, .rank = 0, .data = "x"};
 	return kiln_write_size(&t, 1, NULL, NULL);
 }
 
 Test(utf8, accepts_well_formed)
 {
-	const char *ok[] = {"a", "\x7f", "\xc2\x80", "\xdf\xbf", "\xe0\xa0\x80", "\xed\x9f\xbf",
-			    "\xee\x80\x80", "\xef\xbf\xbf", "\xf0\x90\x80\x80", "\xf4\x8f\xbf\xbf",
+	const char *ok[] = {"a",
+			    "\x7f",
+			    "\xc2\x80",
+			    "\xdf\xbf",
+			    "\xe0\xa0\x80",
+			    "\xed\x9f\xbf",
+			    "\xee\x80\x80",
+			    "\xef\xbf\xbf",
+			    "\xf0\x90\x80\x80",
+			    "\xf4\x8f\xbf\xbf",
 			    "\xe2\x82\xac"};
 	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
 		cr_assert_eq(name_verdict(ok[i], strlen(ok[i])), 0, "case %zu", i);
@@ -306,25 +326,25 @@ Test(utf8, accepts_well_formed)
 Test(utf8, rejects_ill_formed)
 {
 	const char *bad[] = {
-		"\x80",             /* lone continuation */
-		"\xbf",             /* lone continuation */
-		"\xc0\x80",         /* overlong NUL */
-		"\xc1\xbf",         /* overlong */
-		"\xe0\x80\x80",     /* overlong 3-byte */
-		"\xe0\x9f\xbf",     /* overlong 3-byte */
-		"\xed\xa0\x80",     /* surrogate D800 */
-		"\xed\xbf\xbf",     /* surrogate DFFF */
-		"\xf0\x80\x80\x80", /* overlong 4-byte */
-		"\xf0\x8f\xbf\xbf", /* overlong 4-byte */
-		"\xf4\x90\x80\x80", /* above U+10FFFF */
-		"\xf5\x80\x80\x80", /* F5 lead */
-		"\xff",             /* never valid */
-		"\xc2",             /* truncated */
-		"\xe2\x82",         /* truncated */
-		"\xf0\x90\x80",     /* truncated */
-		"\xc2\x41",         /* bad continuation */
-		"\xe2\x28\xa1",     /* bad continuation */
-		"ok\xf0\x90\x80\x41", /* bad fourth byte */
+	    "\x80",               /* lone continuation */
+	    "\xbf",               /* lone continuation */
+	    "\xc0\x80",           /* overlong NUL */
+	    "\xc1\xbf",           /* overlong */
+	    "\xe0\x80\x80",       /* overlong 3-byte */
+	    "\xe0\x9f\xbf",       /* overlong 3-byte */
+	    "\xed\xa0\x80",       /* surrogate D800 */
+	    "\xed\xbf\xbf",       /* surrogate DFFF */
+	    "\xf0\x80\x80\x80",   /* overlong 4-byte */
+	    "\xf0\x8f\xbf\xbf",   /* overlong 4-byte */
+	    "\xf4\x90\x80\x80",   /* above U+10FFFF */
+	    "\xf5\x80\x80\x80",   /* F5 lead */
+	    "\xff",               /* never valid */
+	    "\xc2",               /* truncated */
+	    "\xe2\x82",           /* truncated */
+	    "\xf0\x90\x80",       /* truncated */
+	    "\xc2\x41",           /* bad continuation */
+	    "\xe2\x28\xa1",       /* bad continuation */
+	    "ok\xf0\x90\x80\x41", /* bad fourth byte */
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		cr_assert_eq(name_verdict(bad[i], strlen(bad[i])), KILN_UTF8, "case %zu", i);

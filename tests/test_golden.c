@@ -43,7 +43,8 @@ Test(golden, manifest_verdicts)
 		kiln_dir *dir = NULL;
 		kiln_open_options o = {.flags = KILN_OPEN_VERIFY_PAYLOAD};
 		rc = kiln_dir_open(path, &o, &dir, &err);
-		cr_assert_eq(rc, want, "%s (file): got %s (%s)", name, kiln_code_name(rc), err.message);
+		cr_assert_eq(rc, want, "%s (file): got %s (%s)", name, kiln_code_name(rc),
+			     err.message);
 		cr_assert_eq(dir == NULL, want != KILN_OK);
 		kiln_dir_close(dir);
 		unlink(path);
@@ -96,7 +97,10 @@ static void reproduce(const char *name, const kiln_tensor_spec *t, uint32_t n)
 	blob_free(&got);
 }
 
-#define R1(n, ...) {.rank = 1, .shape = {n}, __VA_ARGS__}
+#define R1(n, ...)                                   \
+	{                                            \
+		.rank = 1, .shape = {n}, __VA_ARGS__ \
+	}
 
 Test(golden, writer_reproduces_empty)
 {
@@ -111,7 +115,8 @@ Test(golden, writer_reproduces_f32)
 
 Test(golden, writer_reproduces_f16_named)
 {
-	kiln_tensor_spec t[] = {R1(1, .dtype = KILN_DT_F16, .name = "w", .name_len = 1, .data = f16_1)};
+	kiln_tensor_spec t[] = {
+	    R1(1, .dtype = KILN_DT_F16, .name = "w", .name_len = 1, .data = f16_1)};
 	reproduce("kiln-v2-f16-named", t, 1);
 }
 
@@ -149,7 +154,8 @@ Test(golden, writer_reproduces_opaque)
 
 Test(golden, writer_refuses_invalid_cases)
 {
-	kiln_tensor_spec t[] = {R1(32, .dtype = 4096, .block_size = 18, .byte_length = 18, .data = q4k)};
+	kiln_tensor_spec t[] = {
+	    R1(32, .dtype = 4096, .block_size = 18, .byte_length = 18, .data = q4k)};
 	kiln_error err;
 	cr_assert_eq(kiln_write_size(t, 1, NULL, &err), KILN_TYPE);
 	cr_assert_str_eq(err.field, "layout_off");

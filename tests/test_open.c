@@ -22,7 +22,8 @@ static char *sparse_file(uint32_t n, uint64_t big, uint64_t *payload_base, uint6
 	kiln_tensor_spec *t = calloc(n, sizeof(*t));
 	static const uint8_t small[64];
 	for (uint32_t i = 0; i < n; i++)
-		t[i] = (kiln_tensor_spec){.dtype = KILN_DT_U8, .rank = 1, .shape = {64}, .data = small};
+		t[i] = (kiln_tensor_spec){
+		    .dtype = KILN_DT_U8, .rank = 1, .shape = {64}, .data = small};
 	blob b = build(t, n);
 	free(t);
 	uint64_t base = b.len - 64 * (uint64_t)n;
@@ -143,11 +144,14 @@ Test(open, index_is_proportional_to_the_count)
 	/* 1000 named tensors: the index stays within a small multiple of the descriptor bytes. */
 	enum { N = 1000 };
 	kiln_tensor_spec *t = calloc(N, sizeof(*t));
-	char (*names)[16] = calloc(N, 16);
+	char(*names)[16] = calloc(N, 16);
 	for (int i = 0; i < N; i++) {
 		int len = snprintf(names[i], 16, "t%d", i);
-		t[i] = (kiln_tensor_spec){.name = names[i], .name_len = (size_t)len,
-					  .dtype = KILN_DT_U8, .rank = 0, .data = "x"};
+		t[i] = (kiln_tensor_spec){.name = names[i],
+					  .name_len = (size_t)len,
+					  .dtype = KILN_DT_U8,
+					  .rank = 0,
+					  .data = "x"};
 	}
 	blob b = build(t, N);
 	struct counting c = {0};

@@ -27,8 +27,8 @@ static unsigned below(unsigned n)
 	return (unsigned)(rnd() % n);
 }
 
-static const uint16_t scale_dtypes[] = {KILN_DT_F32, KILN_DT_F16, KILN_DT_BF16, KILN_DT_F8E4M3,
-					KILN_DT_F8E5M2, KILN_DT_E8M0};
+static const uint16_t scale_dtypes[] = {KILN_DT_F32,    KILN_DT_F16,    KILN_DT_BF16,
+					KILN_DT_F8E4M3, KILN_DT_F8E5M2, KILN_DT_E8M0};
 static const char *layouts[] = {"Q4_K", "Q8_0", "\xe2\x88\x91-block", "IQ2_XXS"};
 
 struct list {
@@ -105,9 +105,9 @@ static void make_list(struct list *l)
 			t->scale_index = i + 1;
 			set_payload(l, i, count);
 			uint64_t along = t->shape[t->quant_axis];
-			uint64_t groups = count ? (count / along) *
-							  ((along + t->group_size - 1) / t->group_size)
-						: 0;
+			uint64_t groups =
+			    count ? (count / along) * ((along + t->group_size - 1) / t->group_size)
+				  : 0;
 			kiln_tensor_spec *s = &l->t[i + 1];
 			s->dtype = scale_dtypes[below(6)];
 			s->rank = 1;
@@ -150,7 +150,8 @@ static void compare(const struct list *l, const kiln_dir *dir, uint64_t seed)
 		const kiln_tensor_spec *s = &l->t[i];
 		const kiln_tensor *v = kiln_dir_tensor(dir, i);
 		cr_assert_eq(v->index, i);
-		cr_assert_eq(v->dtype, s->dtype, "seed %llu tensor %u", (unsigned long long)seed, i);
+		cr_assert_eq(v->dtype, s->dtype, "seed %llu tensor %u", (unsigned long long)seed,
+			     i);
 		cr_assert_eq(v->rank, s->rank);
 		cr_assert_eq(memcmp(v->shape, s->shape, sizeof(v->shape)), 0);
 		cr_assert_eq(v->name_len, s->name ? s->name_len : 0);
@@ -182,8 +183,8 @@ static void compare(const struct list *l, const kiln_dir *dir, uint64_t seed)
 		}
 		cr_assert_eq(v->byte_offset % 64, 0);
 		cr_assert_eq(v->file_offset % 64, 0);
-		cr_assert_eq(memcmp(v->data, s->data, v->byte_length), 0, "seed %llu tensor %u bytes",
-			     (unsigned long long)seed, i);
+		cr_assert_eq(memcmp(v->data, s->data, v->byte_length), 0,
+			     "seed %llu tensor %u bytes", (unsigned long long)seed, i);
 	}
 }
 

@@ -26,8 +26,18 @@ static blob base_f32(void)
 static blob base_named(void)
 {
 	kiln_tensor_spec t[2] = {
-		{.name = "a", .name_len = 1, .dtype = KILN_DT_F32, .rank = 1, .shape = {1}, .data = f32_data},
-		{.name = "b", .name_len = 1, .dtype = KILN_DT_F32, .rank = 1, .shape = {1}, .data = f32_data},
+	    {.name = "a",
+	     .name_len = 1,
+	     .dtype = KILN_DT_F32,
+	     .rank = 1,
+	     .shape = {1},
+	     .data = f32_data},
+	    {.name = "b",
+	     .name_len = 1,
+	     .dtype = KILN_DT_F32,
+	     .rank = 1,
+	     .shape = {1},
+	     .data = f32_data},
 	};
 	blob b = build(t, 2);
 	expect_valid(&b);
@@ -40,9 +50,15 @@ static const uint8_t opaque_data[36];
 static blob base_opaque(void)
 {
 	kiln_tensor_spec t[2] = {
-		{.dtype = KILN_DT_F32, .rank = 1, .shape = {1}, .data = f32_data},
-		{.dtype = 4096, .rank = 1, .shape = {32}, .layout = "Q4_K", .layout_len = 4,
-		 .block_size = 18, .byte_length = 36, .data = opaque_data},
+	    {.dtype = KILN_DT_F32, .rank = 1, .shape = {1}, .data = f32_data},
+	    {.dtype = 4096,
+	     .rank = 1,
+	     .shape = {32},
+	     .layout = "Q4_K",
+	     .layout_len = 4,
+	     .block_size = 18,
+	     .byte_length = 36,
+	     .data = opaque_data},
 	};
 	blob b = build(t, 2);
 	expect_valid(&b);
@@ -58,10 +74,17 @@ static const uint8_t one_f8 = 0x38;
 static blob base_outer(void)
 {
 	kiln_tensor_spec t[3] = {
-		{.dtype = KILN_DT_E2M1, .rank = 1, .shape = {16}, .quant_scheme = 2, .quant_axis = 0,
-		 .group_size = 16, .scale_index = 1, .outer_index = 2, .data = e2m1_data},
-		{.dtype = KILN_DT_F8E4M3, .rank = 1, .shape = {1}, .data = &one_f8},
-		{.dtype = KILN_DT_F32, .rank = 1, .shape = {1}, .data = f32_data},
+	    {.dtype = KILN_DT_E2M1,
+	     .rank = 1,
+	     .shape = {16},
+	     .quant_scheme = 2,
+	     .quant_axis = 0,
+	     .group_size = 16,
+	     .scale_index = 1,
+	     .outer_index = 2,
+	     .data = e2m1_data},
+	    {.dtype = KILN_DT_F8E4M3, .rank = 1, .shape = {1}, .data = &one_f8},
+	    {.dtype = KILN_DT_F32, .rank = 1, .shape = {1}, .data = f32_data},
 	};
 	blob b = build(t, 3);
 	expect_valid(&b);
@@ -73,8 +96,8 @@ static blob base_pair(void)
 {
 	static const uint8_t a = 0x38, c = 0xc0;
 	kiln_tensor_spec t[2] = {
-		{.dtype = KILN_DT_F8E4M3, .rank = 1, .shape = {1}, .data = &a},
-		{.dtype = KILN_DT_F8E4M3, .rank = 1, .shape = {1}, .data = &c},
+	    {.dtype = KILN_DT_F8E4M3, .rank = 1, .shape = {1}, .data = &a},
+	    {.dtype = KILN_DT_F8E4M3, .rank = 1, .shape = {1}, .data = &c},
 	};
 	blob b = build(t, 2);
 	expect_valid(&b);
@@ -236,7 +259,8 @@ Test(descriptor, every_known_dtype_is_accepted)
 {
 	for (unsigned code = 1; code <= 19; code++) {
 		uint8_t data[16] = {0};
-		kiln_tensor_spec t = {.dtype = (uint16_t)code, .rank = 1, .shape = {2}, .data = data};
+		kiln_tensor_spec t = {
+		    .dtype = (uint16_t)code, .rank = 1, .shape = {2}, .data = data};
 		blob b = build(&t, 1);
 		expect_valid(&b);
 		blob_free(&b);
@@ -280,7 +304,8 @@ Test(descriptor, element_count_overflow_is_limit)
 Test(descriptor, zero_dimension_beats_overflow)
 {
 	/* [2^32, 2^32, 0] has count 0: valid with byte_length 0, not LIMIT. */
-	kiln_tensor_spec t = {.dtype = KILN_DT_F32, .rank = 3, .shape = {1ull << 32, 1ull << 32, 0}};
+	kiln_tensor_spec t = {
+	    .dtype = KILN_DT_F32, .rank = 3, .shape = {1ull << 32, 1ull << 32, 0}};
 	blob b = build(&t, 1);
 	expect_valid(&b);
 	kiln_dir *dir;
@@ -301,7 +326,8 @@ Test(names, flag_set_but_unnamed_is_type)
 Test(names, flag_set_empty_name_is_type)
 {
 	blob b = base_named();
-	put16(&b, D(1) + F_NAME_LEN, 0); /* "b" becomes an extra heap byte; name_len is checked first */
+	put16(&b, D(1) + F_NAME_LEN,
+	      0); /* "b" becomes an extra heap byte; name_len is checked first */
 	expect_reject(&b, KILN_TYPE, 1, "name_len");
 	blob_free(&b);
 }
@@ -542,9 +568,22 @@ Test(placement, offset_not_canonical_is_type)
 static blob base_named_opaque(void)
 {
 	kiln_tensor_spec t[2] = {
-		{.name = "a", .name_len = 1, .dtype = KILN_DT_F32, .rank = 1, .shape = {1}, .data = f32_data},
-		{.name = "b", .name_len = 1, .dtype = 4096, .rank = 1, .shape = {32}, .layout = "Q4_K",
-		 .layout_len = 4, .block_size = 18, .byte_length = 36, .data = opaque_data},
+	    {.name = "a",
+	     .name_len = 1,
+	     .dtype = KILN_DT_F32,
+	     .rank = 1,
+	     .shape = {1},
+	     .data = f32_data},
+	    {.name = "b",
+	     .name_len = 1,
+	     .dtype = 4096,
+	     .rank = 1,
+	     .shape = {32},
+	     .layout = "Q4_K",
+	     .layout_len = 4,
+	     .block_size = 18,
+	     .byte_length = 36,
+	     .data = opaque_data},
 	};
 	blob b = build(t, 2);
 	expect_valid(&b);
@@ -630,14 +669,19 @@ Test(scales, scale_not_float_is_type)
 
 Test(scales, every_float_scale_dtype_is_accepted)
 {
-	const uint16_t ok[] = {KILN_DT_F32, KILN_DT_F16, KILN_DT_BF16, KILN_DT_F8E4M3, KILN_DT_F8E5M2,
-			       KILN_DT_E8M0};
+	const uint16_t ok[] = {KILN_DT_F32,    KILN_DT_F16,    KILN_DT_BF16,
+			       KILN_DT_F8E4M3, KILN_DT_F8E5M2, KILN_DT_E8M0};
 	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
 		uint8_t s[8] = {0};
 		kiln_tensor_spec t[2] = {
-			{.dtype = KILN_DT_I4, .rank = 1, .shape = {4}, .quant_scheme = 1,
-			 .group_size = 4, .scale_index = 1, .data = s},
-			{.dtype = ok[i], .rank = 0, .data = s},
+		    {.dtype = KILN_DT_I4,
+		     .rank = 1,
+		     .shape = {4},
+		     .quant_scheme = 1,
+		     .group_size = 4,
+		     .scale_index = 1,
+		     .data = s},
+		    {.dtype = ok[i], .rank = 0, .data = s},
 		};
 		blob b = build(t, 2);
 		expect_valid(&b);
@@ -675,9 +719,15 @@ Test(scales, multi_axis_group_count)
 	/* shape [3, 10] grouped along axis 1 by 4: 3 rows * ceil(10/4) = 9 scales. */
 	uint8_t d[30] = {0}, s[9 * 2] = {0};
 	kiln_tensor_spec t[2] = {
-		{.dtype = KILN_DT_I8, .rank = 2, .shape = {3, 10}, .quant_scheme = 1, .quant_axis = 1,
-		 .group_size = 4, .scale_index = 1, .data = d},
-		{.dtype = KILN_DT_F16, .rank = 1, .shape = {9}, .data = s},
+	    {.dtype = KILN_DT_I8,
+	     .rank = 2,
+	     .shape = {3, 10},
+	     .quant_scheme = 1,
+	     .quant_axis = 1,
+	     .group_size = 4,
+	     .scale_index = 1,
+	     .data = d},
+	    {.dtype = KILN_DT_F16, .rank = 1, .shape = {9}, .data = s},
 	};
 	blob b = build(t, 2);
 	expect_valid(&b);
@@ -730,8 +780,8 @@ Test(payload, even_4bit_count_uses_both_nibbles)
 Test(order, frame_before_type)
 {
 	blob b = base_f32();
-	b.p[40] = 1;                         /* reserved: FRAME */
-	put64(&b, H_DIRECTORY_BYTES, 5);     /* TYPE */
+	b.p[40] = 1;                     /* reserved: FRAME */
+	put64(&b, H_DIRECTORY_BYTES, 5); /* TYPE */
 	expect_reject(&b, KILN_FRAME, NONE, "reserved");
 	blob_free(&b);
 }
@@ -748,8 +798,8 @@ Test(order, directory_bytes_before_length)
 Test(order, earlier_descriptor_first)
 {
 	blob b = base_named();
-	b.p[D(2) + 1] = 0xC0;                 /* UTF8 in tensor 1 */
-	put64(&b, D(0) + F_BYTE_LENGTH, 3);   /* TYPE in tensor 0 */
+	b.p[D(2) + 1] = 0xC0;               /* UTF8 in tensor 1 */
+	put64(&b, D(0) + F_BYTE_LENGTH, 3); /* TYPE in tensor 0 */
 	expect_reject(&b, KILN_TYPE, 0, "byte_length");
 	blob_free(&b);
 }
@@ -757,10 +807,10 @@ Test(order, earlier_descriptor_first)
 Test(order, field_order_within_descriptor)
 {
 	blob b = base_f32();
-	put16(&b, D(0) + F_SCHEME, 7);        /* step 7 */
-	put64(&b, D(0) + F_BYTE_LENGTH, 3);   /* step 6 */
+	put16(&b, D(0) + F_SCHEME, 7);      /* step 7 */
+	put64(&b, D(0) + F_BYTE_LENGTH, 3); /* step 6 */
 	b.p[D(0) + F_RANK] = 1;
-	put16(&b, D(0) + F_DTYPE, 0);         /* step 2 */
+	put16(&b, D(0) + F_DTYPE, 0); /* step 2 */
 	expect_reject(&b, KILN_TYPE, 0, "dtype");
 	put16(&b, D(0) + F_DTYPE, KILN_DT_F32);
 	expect_reject(&b, KILN_TYPE, 0, "byte_length");
@@ -770,7 +820,7 @@ Test(order, field_order_within_descriptor)
 Test(order, structure_before_payload)
 {
 	blob b = base_pair();
-	b.p[320 + 1] = 1;                 /* payload gap */
+	b.p[320 + 1] = 1; /* payload gap */
 	put64(&b, D(1) + F_BYTE_OFFSET, 1);
 	expect_reject(&b, KILN_TYPE, 1, "byte_offset");
 	blob_free(&b);

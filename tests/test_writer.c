@@ -58,17 +58,24 @@ Test(refuse, heap_slice_at_0xffff_is_limit)
 	char *big = malloc(65534);
 	memset(big, 'n', 65534);
 	kiln_tensor_spec t[3] = {
-		{.name = big, .name_len = 65534, .dtype = KILN_DT_U8, .rank = 0, .data = "x"},
-		{.name = "b", .name_len = 1, .dtype = KILN_DT_U8, .rank = 0, .data = "x"},
-		{.name = "c", .name_len = 1, .dtype = KILN_DT_U8, .rank = 0, .data = "x"},
+	    {.name = big, .name_len = 65534, .dtype = KILN_DT_U8, .rank = 0, .data = "x"},
+	    {.name = "b", .name_len = 1, .dtype = KILN_DT_U8, .rank = 0, .data = "x"},
+	    {.name = "c", .name_len = 1, .dtype = KILN_DT_U8, .rank = 0, .data = "x"},
 	};
 	cr_assert_eq(kiln_write_size(t, 2, NULL, NULL), 0, "a slice at 65534 is fine");
 	expect_refused(t, 3, KILN_LIMIT, 2, "name_off");
 	/* The same for a layout name that would start at 65535. */
 	kiln_tensor_spec u[2] = {
-		{.name = big, .name_len = 65534, .dtype = KILN_DT_U8, .rank = 0, .data = "x"},
-		{.name = "b", .name_len = 1, .dtype = 4096, .rank = 0, .layout = "L", .layout_len = 1,
-		 .block_size = 1, .byte_length = 1, .data = "x"},
+	    {.name = big, .name_len = 65534, .dtype = KILN_DT_U8, .rank = 0, .data = "x"},
+	    {.name = "b",
+	     .name_len = 1,
+	     .dtype = 4096,
+	     .rank = 0,
+	     .layout = "L",
+	     .layout_len = 1,
+	     .block_size = 1,
+	     .byte_length = 1,
+	     .data = "x"},
 	};
 	expect_refused(u, 2, KILN_LIMIT, 1, "layout_off");
 	free(big);
@@ -78,8 +85,8 @@ Test(refuse, name_longer_than_u16_is_limit)
 {
 	char *big = calloc(1, 70000);
 	memset(big, 'a', 70000);
-	kiln_tensor_spec t = {.name = big, .name_len = 65536, .dtype = KILN_DT_U8, .rank = 0,
-			      .data = "x"};
+	kiln_tensor_spec t = {
+	    .name = big, .name_len = 65536, .dtype = KILN_DT_U8, .rank = 0, .data = "x"};
 	expect_refused(&t, 1, KILN_LIMIT, 0, "name_len");
 	t.name_len = 65535; /* longest encodable name, at offset 0 */
 	cr_assert_eq(kiln_write_size(&t, 1, NULL, NULL), 0);
@@ -88,35 +95,41 @@ Test(refuse, name_longer_than_u16_is_limit)
 
 Test(refuse, bad_utf8_name_is_utf8)
 {
-	kiln_tensor_spec t = {.name = "\xed\xa0\x80", .name_len = 3, .dtype = KILN_DT_U8, .rank = 0,
-			      .data = "x"};
+	kiln_tensor_spec t = {
+	    .name = "\xed\xa0\x80", .name_len = 3, .dtype = KILN_DT_U8, .rank = 0, .data = "x"};
 	expect_refused(&t, 1, KILN_UTF8, 0, "name");
-	kiln_tensor_spec o = {.dtype = 5000, .rank = 0, .layout = "\xc0\xaf", .layout_len = 2,
-			      .block_size = 1, .byte_length = 1, .data = "x"};
+	kiln_tensor_spec o = {.dtype = 5000,
+			      .rank = 0,
+			      .layout = "\xc0\xaf",
+			      .layout_len = 2,
+			      .block_size = 1,
+			      .byte_length = 1,
+			      .data = "x"};
 	expect_refused(&o, 1, KILN_UTF8, 0, "layout");
 }
 
 Test(refuse, names_all_or_none)
 {
 	kiln_tensor_spec t[2] = {
-		{.name = "a", .name_len = 1, .dtype = KILN_DT_U8, .rank = 0, .data = "x"},
-		{.dtype = KILN_DT_U8, .rank = 0, .data = "x"},
+	    {.name = "a", .name_len = 1, .dtype = KILN_DT_U8, .rank = 0, .data = "x"},
+	    {.dtype = KILN_DT_U8, .rank = 0, .data = "x"},
 	};
 	expect_refused(t, 2, KILN_TYPE, 1, "name_off");
 	t[1] = t[0];
 	t[0].name = NULL;
 	t[0].name_len = 0;
 	expect_refused(t, 2, KILN_TYPE, 1, "name_off");
-	kiln_tensor_spec e = {.name = "", .name_len = 0, .dtype = KILN_DT_U8, .rank = 0, .data = "x"};
+	kiln_tensor_spec e = {
+	    .name = "", .name_len = 0, .dtype = KILN_DT_U8, .rank = 0, .data = "x"};
 	expect_refused(&e, 1, KILN_TYPE, 0, "name_len");
 }
 
 Test(refuse, duplicate_names_are_type)
 {
 	kiln_tensor_spec t[3] = {
-		{.name = "w", .name_len = 1, .dtype = KILN_DT_U8, .rank = 0, .data = "x"},
-		{.name = "v", .name_len = 1, .dtype = KILN_DT_U8, .rank = 0, .data = "x"},
-		{.name = "w", .name_len = 1, .dtype = KILN_DT_U8, .rank = 0, .data = "x"},
+	    {.name = "w", .name_len = 1, .dtype = KILN_DT_U8, .rank = 0, .data = "x"},
+	    {.name = "v", .name_len = 1, .dtype = KILN_DT_U8, .rank = 0, .data = "x"},
+	    {.name = "w", .name_len = 1, .dtype = KILN_DT_U8, .rank = 0, .data = "x"},
 	};
 	expect_refused(t, 3, KILN_TYPE, 2, "name");
 }
@@ -133,14 +146,15 @@ Test(refuse, dtype_shape_and_length)
 	expect_refused(&t, 1, KILN_LIMIT, 0, "shape");
 	t = (kiln_tensor_spec){.dtype = KILN_DT_F64, .rank = 1, .shape = {1ull << 61}};
 	expect_refused(&t, 1, KILN_LIMIT, 0, "shape");
-	t = (kiln_tensor_spec){.dtype = KILN_DT_F32, .rank = 1, .shape = {2}, .byte_length = 9,
-			       .data = f32_2};
+	t = (kiln_tensor_spec){
+	    .dtype = KILN_DT_F32, .rank = 1, .shape = {2}, .byte_length = 9, .data = f32_2};
 	expect_refused(&t, 1, KILN_TYPE, 0, "byte_length");
 }
 
 Test(refuse, opaque_rules)
 {
-	kiln_tensor_spec t = {.dtype = 4096, .rank = 0, .block_size = 2, .byte_length = 2, .data = "xx"};
+	kiln_tensor_spec t = {
+	    .dtype = 4096, .rank = 0, .block_size = 2, .byte_length = 2, .data = "xx"};
 	expect_refused(&t, 1, KILN_TYPE, 0, "layout_off");
 	t.layout = "L";
 	t.layout_len = 1;
@@ -148,8 +162,8 @@ Test(refuse, opaque_rules)
 	expect_refused(&t, 1, KILN_TYPE, 0, "block_size");
 	t.block_size = 3;
 	expect_refused(&t, 1, KILN_TYPE, 0, "byte_length");
-	kiln_tensor_spec p = {.dtype = KILN_DT_U8, .rank = 0, .layout = "L", .layout_len = 1,
-			      .data = "x"};
+	kiln_tensor_spec p = {
+	    .dtype = KILN_DT_U8, .rank = 0, .layout = "L", .layout_len = 1, .data = "x"};
 	expect_refused(&p, 1, KILN_TYPE, 0, "layout_off");
 	p = (kiln_tensor_spec){.dtype = KILN_DT_U8, .rank = 0, .block_size = 1, .data = "x"};
 	expect_refused(&p, 1, KILN_TYPE, 0, "block_size");
@@ -159,10 +173,15 @@ Test(refuse, quant_rules)
 {
 	uint8_t d[32] = {0};
 	kiln_tensor_spec t[3] = {
-		{.dtype = KILN_DT_I8, .rank = 1, .shape = {8}, .quant_scheme = 1, .group_size = 4,
-		 .scale_index = 1, .data = d},
-		{.dtype = KILN_DT_F16, .rank = 1, .shape = {2}, .data = d},
-		{.dtype = KILN_DT_F32, .rank = 0, .data = d},
+	    {.dtype = KILN_DT_I8,
+	     .rank = 1,
+	     .shape = {8},
+	     .quant_scheme = 1,
+	     .group_size = 4,
+	     .scale_index = 1,
+	     .data = d},
+	    {.dtype = KILN_DT_F16, .rank = 1, .shape = {2}, .data = d},
+	    {.dtype = KILN_DT_F32, .rank = 0, .data = d},
 	};
 	cr_assert_eq(kiln_write_size(t, 3, NULL, NULL), 0);
 	t[0].group_size = 2; /* 4 groups, 2 scales */
@@ -252,10 +271,19 @@ Test(file, streams_payload_in_chunks, .timeout = 120)
 	const uint64_t size = 256ull << 20;
 	struct pattern p = {0};
 	kiln_tensor_spec t[2] = {
-		{.name = "big", .name_len = 3, .dtype = KILN_DT_U8, .rank = 1, .shape = {size},
-		 .read = pattern_read, .read_ctx = &p},
-		{.name = "small", .name_len = 5, .dtype = KILN_DT_F32, .rank = 1, .shape = {2},
-		 .data = f32_2},
+	    {.name = "big",
+	     .name_len = 3,
+	     .dtype = KILN_DT_U8,
+	     .rank = 1,
+	     .shape = {size},
+	     .read = pattern_read,
+	     .read_ctx = &p},
+	    {.name = "small",
+	     .name_len = 5,
+	     .dtype = KILN_DT_F32,
+	     .rank = 1,
+	     .shape = {2},
+	     .data = f32_2},
 	};
 	char *dir = temp_dir(), *path;
 	cr_assert(asprintf(&path, "%s/big.klnt", dir) > 0);
@@ -289,7 +317,10 @@ Test(file, callback_failure_leaves_target_untouched)
 	cr_assert_eq(kiln_write_file(path, &ok, 1, 0, NULL), 0);
 
 	struct pattern p = {.fail_at = 3};
-	kiln_tensor_spec t = {.dtype = KILN_DT_U8, .rank = 1, .shape = {5u << 20}, .read = pattern_read,
+	kiln_tensor_spec t = {.dtype = KILN_DT_U8,
+			      .rank = 1,
+			      .shape = {5u << 20},
+			      .read = pattern_read,
 			      .read_ctx = &p};
 	kiln_error err;
 	cr_assert_eq(kiln_write_file(path, &t, 1, 0, &err), KILN_IO);
@@ -317,15 +348,15 @@ Test(file, rewrite_keeps_an_open_mapping_intact)
 	cr_assert(asprintf(&path, "%s/m.klnt", dir) > 0);
 	static uint8_t old_data[1 << 16], new_data[16];
 	memset(old_data, 0xAB, sizeof(old_data));
-	kiln_tensor_spec a = {.dtype = KILN_DT_U8, .rank = 1, .shape = {sizeof(old_data)},
-			      .data = old_data};
+	kiln_tensor_spec a = {
+	    .dtype = KILN_DT_U8, .rank = 1, .shape = {sizeof(old_data)}, .data = old_data};
 	cr_assert_eq(kiln_write_file(path, &a, 1, 0, NULL), 0);
 	kiln_dir *d;
 	cr_assert_eq(kiln_dir_open(path, NULL, &d, NULL), 0);
 
 	/* Replace it with a much shorter file while the old one is mapped. */
-	kiln_tensor_spec b = {.dtype = KILN_DT_U8, .rank = 1, .shape = {sizeof(new_data)},
-			      .data = new_data};
+	kiln_tensor_spec b = {
+	    .dtype = KILN_DT_U8, .rank = 1, .shape = {sizeof(new_data)}, .data = new_data};
 	cr_assert_eq(kiln_write_file(path, &b, 1, 0, NULL), 0);
 	const uint8_t *p = kiln_dir_tensor(d, 0)->data;
 	for (size_t i = 0; i < sizeof(old_data); i += 512)
@@ -352,9 +383,18 @@ Test(file, unwritable_directory_is_io)
 Test(memory, size_matches_and_is_deterministic)
 {
 	kiln_tensor_spec t[2] = {
-		{.name = "x", .name_len = 1, .dtype = KILN_DT_F32, .rank = 1, .shape = {2}, .data = f32_2},
-		{.name = "y", .name_len = 1, .dtype = KILN_DT_BOOL, .rank = 2, .shape = {3, 1},
-		 .data = "\1\0\1"},
+	    {.name = "x",
+	     .name_len = 1,
+	     .dtype = KILN_DT_F32,
+	     .rank = 1,
+	     .shape = {2},
+	     .data = f32_2},
+	    {.name = "y",
+	     .name_len = 1,
+	     .dtype = KILN_DT_BOOL,
+	     .rank = 2,
+	     .shape = {3, 1},
+	     .data = "\1\0\1"},
 	};
 	blob a = build(t, 2), b = build(t, 2);
 	cr_assert_eq(a.len, b.len);

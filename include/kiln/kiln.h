@@ -18,12 +18,13 @@
 extern "C" {
 #endif
 
-#define KILN_VERSION_MAJOR 0
-#define KILN_VERSION_MINOR 1
-#define KILN_VERSION_PATCH 0
+#define KILN_VERSION_MAJOR  0
+#define KILN_VERSION_MINOR  1
+#define KILN_VERSION_PATCH  0
 #define KILN_VERSION_STRING "0.1.0"
 /* One number that compares in release order: 0.1.0 is 100. */
-#define KILN_VERSION_NUMBER (KILN_VERSION_MAJOR * 10000 + KILN_VERSION_MINOR * 100 + KILN_VERSION_PATCH)
+#define KILN_VERSION_NUMBER \
+	(KILN_VERSION_MAJOR * 10000 + KILN_VERSION_MINOR * 100 + KILN_VERSION_PATCH)
 
 #if defined(KILN_STATIC_DEFINE)
 #define KILN_API
@@ -48,15 +49,15 @@ KILN_API unsigned kiln_version_number(void);
  * ------------------------------------------------------------------------------------------- */
 
 /* X(NAME, value, short name, description) */
-#define KILN_CODES(X)                                                                              \
-	X(OK, 0, "OK", "success")                                                                  \
-	X(FRAME, 1, "FRAME", "not a KLNT v2 block")                                                \
-	X(TYPE, 2, "TYPE", "block fields contradict each other or the format rules")               \
-	X(LIMIT, 3, "LIMIT", "a count or length does not fit in the bytes available")              \
-	X(UTF8, 4, "UTF8", "a name is not well-formed UTF-8")                                      \
-	X(IO, 16, "IO", "a system call failed")                                                    \
-	X(NOMEM, 17, "NOMEM", "out of memory")                                                     \
-	X(INVAL, 18, "INVAL", "invalid argument")                                                  \
+#define KILN_CODES(X)                                                                 \
+	X(OK, 0, "OK", "success")                                                     \
+	X(FRAME, 1, "FRAME", "not a KLNT v2 block")                                   \
+	X(TYPE, 2, "TYPE", "block fields contradict each other or the format rules")  \
+	X(LIMIT, 3, "LIMIT", "a count or length does not fit in the bytes available") \
+	X(UTF8, 4, "UTF8", "a name is not well-formed UTF-8")                         \
+	X(IO, 16, "IO", "a system call failed")                                       \
+	X(NOMEM, 17, "NOMEM", "out of memory")                                        \
+	X(INVAL, 18, "INVAL", "invalid argument")                                     \
 	X(NOTFOUND, 19, "NOTFOUND", "no such tensor")
 
 typedef enum kiln_code {
@@ -72,7 +73,7 @@ KILN_API const char *kiln_strerror(int code);
 /* Nonzero when code is one of the four format classes FRAME, TYPE, LIMIT, UTF8. */
 KILN_API int kiln_is_format_error(int code);
 
-#define KILN_NO_INDEX UINT32_MAX
+#define KILN_NO_INDEX  UINT32_MAX
 #define KILN_NO_OFFSET UINT64_MAX
 
 typedef struct kiln_error {
@@ -123,8 +124,8 @@ KILN_API int kiln_dtype_is_opaque(unsigned code);
 KILN_API unsigned kiln_dtype_from_name(const char *name);
 
 #define KILN_MAX_RANK 8
-#define KILN_NONE16 0xFFFFu
-#define KILN_NONE32 0xFFFFFFFFu
+#define KILN_NONE16   0xFFFFu
+#define KILN_NONE32   0xFFFFFFFFu
 
 enum kiln_quant_scheme { KILN_QUANT_NONE = 0, KILN_QUANT_BLOCK = 1, KILN_QUANT_BLOCK_OUTER = 2 };
 
@@ -140,27 +141,27 @@ typedef struct kiln_dir kiln_dir;
  * Names are NOT NUL-terminated and may contain any valid UTF-8, U+0000 included.
  */
 typedef struct kiln_tensor {
-	uint32_t index;         /* descriptor index */
-	uint16_t dtype;         /* code from the dtype table */
-	uint8_t rank;           /* 0..8 */
+	uint32_t index; /* descriptor index */
+	uint16_t dtype; /* code from the dtype table */
+	uint8_t rank;   /* 0..8 */
 	uint8_t reserved0;
-	const char *name;       /* NULL when unnamed */
-	size_t name_len;        /* 0 when unnamed */
-	const char *layout;     /* opaque layout name; NULL unless opaque */
+	const char *name;   /* NULL when unnamed */
+	size_t name_len;    /* 0 when unnamed */
+	const char *layout; /* opaque layout name; NULL unless opaque */
 	size_t layout_len;
-	uint32_t block_size;    /* opaque block size; 0 unless opaque */
-	uint16_t quant_scheme;  /* enum kiln_quant_scheme */
-	uint16_t quant_axis;    /* KILN_NONE16 when scheme 0 */
-	uint32_t group_size;    /* 0 when scheme 0 */
-	uint32_t scale_index;   /* KILN_NONE32 when scheme 0 */
-	uint32_t outer_index;   /* KILN_NONE32 unless scheme 2 */
+	uint32_t block_size;   /* opaque block size; 0 unless opaque */
+	uint16_t quant_scheme; /* enum kiln_quant_scheme */
+	uint16_t quant_axis;   /* KILN_NONE16 when scheme 0 */
+	uint32_t group_size;   /* 0 when scheme 0 */
+	uint32_t scale_index;  /* KILN_NONE32 when scheme 0 */
+	uint32_t outer_index;  /* KILN_NONE32 unless scheme 2 */
 	uint32_t reserved1;
 	uint64_t shape[KILN_MAX_RANK]; /* slots at and past rank are 0 */
-	uint64_t count;         /* element count: 1 for rank 0, else the product of the shape */
-	const void *data;       /* first payload byte, 64-byte aligned relative to the block start */
-	uint64_t byte_length;   /* payload bytes */
-	uint64_t byte_offset;   /* offset from the start of the payload region */
-	uint64_t file_offset;   /* offset from the start of the block (payload_base + byte_offset) */
+	uint64_t count;       /* element count: 1 for rank 0, else the product of the shape */
+	const void *data;     /* first payload byte, 64-byte aligned relative to the block start */
+	uint64_t byte_length; /* payload bytes */
+	uint64_t byte_offset; /* offset from the start of the payload region */
+	uint64_t file_offset; /* offset from the start of the block (payload_base + byte_offset) */
 } kiln_tensor;
 
 /* Header fields and derived sizes of an open directory. */
@@ -169,23 +170,23 @@ typedef struct kiln_dir_info {
 	uint32_t name_bytes;
 	uint64_t payload_bytes;
 	uint64_t directory_bytes;
-	uint64_t payload_base;  /* align64(64 + directory_bytes) */
-	uint64_t block_length;  /* payload_base + payload_bytes */
+	uint64_t payload_base; /* align64(64 + directory_bytes) */
+	uint64_t block_length; /* payload_base + payload_bytes */
 	uint8_t version;
-	uint8_t flags;          /* header flags byte */
+	uint8_t flags;            /* header flags byte */
 	uint8_t payload_verified; /* 1 once payload verification has passed */
 	uint8_t reserved0;
-	uint32_t source;        /* enum kiln_source the bytes came from */
-	const void *base;       /* first byte of the block */
+	uint32_t source;  /* enum kiln_source the bytes came from */
+	const void *base; /* first byte of the block */
 	uint64_t reserved[6];
 } kiln_dir_info;
 
-#define KILN_FLAG_NAMES 0x01u
+#define KILN_FLAG_NAMES         0x01u
 #define KILN_FLAG_LITTLE_ENDIAN 0x02u
 
 enum kiln_source {
-	KILN_SOURCE_MMAP = 0,   /* read-only shared mapping of the file (default for paths) */
-	KILN_SOURCE_BUFFER = 1  /* the caller's buffer, borrowed */
+	KILN_SOURCE_MMAP = 0,  /* read-only shared mapping of the file (default for paths) */
+	KILN_SOURCE_BUFFER = 1 /* the caller's buffer, borrowed */
 };
 
 /* Open flags (kiln_open_options.flags). */
@@ -211,9 +212,9 @@ typedef struct kiln_allocator {
  */
 typedef struct kiln_open_options {
 	uint32_t size;
-	uint32_t flags;                 /* enum kiln_open_flags */
+	uint32_t flags; /* enum kiln_open_flags */
 	const kiln_allocator *allocator;
-	uint64_t reserved[8];           /* zero */
+	uint64_t reserved[8]; /* zero */
 } kiln_open_options;
 
 /*
@@ -328,8 +329,8 @@ enum kiln_write_flags {
  * the reader would give the block (FRAME/TYPE/LIMIT/UTF8), with the descriptor index and field;
  * INVAL for bad arguments. Payload bytes are not looked at here.
  */
-KILN_API int kiln_write_size(const kiln_tensor_spec *tensors, uint32_t count, uint64_t *block_length,
-			     kiln_error *err);
+KILN_API int kiln_write_size(const kiln_tensor_spec *tensors, uint32_t count,
+			     uint64_t *block_length, kiln_error *err);
 
 /*
  * Write the block into buf[0..cap). On success *written is the block length. LIMIT when cap is
