@@ -147,17 +147,19 @@ int kiln_dir_verify_payload(kiln_dir *dir, kiln_error *err)
 	if (!dir)
 		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
 				  "dir is NULL");
-	if (dir->info.payload_verified)
+	/* Atomic: concurrent readers may verify the same directory; the result is the same. */
+	if (__atomic_load_n(&dir->info.payload_verified, __ATOMIC_ACQUIRE))
 		return 0;
 	int rc = kiln__verify_payload(dir, err);
 	if (!rc)
-		dir->info.payload_verified = 1;
+		__atomic_store_n(&dir->info.payload_verified, 1, __ATOMIC_RELEASE);
 	return rc;
 }
 
 void kiln_dir_get_info(const kiln_dir *dir, kiln_dir_info *info)
 {
 	*info = dir->info;
+	info->payload_verified = __atomic_load_n(&dir->info.payload_verified, __ATOMIC_ACQUIRE);
 }
 
 uint32_t kiln_dir_count(const kiln_dir *dir)

@@ -171,6 +171,16 @@ static int plan_build(const kiln_tensor_spec *ts, uint32_t n, struct plan *p, ki
 		}
 	}
 	for (uint32_t i = 0; i < n; i++) {
+		/* The reader would say the NAMES flag disagrees with the name; the caller never set
+		 * a flag, so say it in their terms (same class and field). */
+		if ((ts[i].name != NULL) != named)
+			return kiln__fail(err, KILN_TYPE, i, "name_off", KILN_NO_OFFSET,
+					  "tensor %" PRIu32 " is %s but tensor 0 is %s: name every "
+					  "tensor or none",
+					  i, named ? "unnamed" : "named",
+					  named ? "named" : "unnamed");
+	}
+	for (uint32_t i = 0; i < n; i++) {
 		const kiln_tensor_spec *t = &ts[i];
 		uint8_t *d = h + KILN__HEADER_SIZE + (uint64_t)i * KILN__DESC_SIZE;
 		kiln__st16(d + KILN__D_DTYPE, t->dtype);
@@ -312,6 +322,23 @@ static int write_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
+/* fsync the directory holding path, so the rename survives a crash. */
+static int sync_dir(const char *path, int dir_len)
+{
+	char *dir = dir_len ? strndup(path, (size_t)dir_len) : strdup(".");
+	if (!dir)
+		return ENOMEM;
+	int e = 0;
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || fsync(fd) != 0)
+		e = errno;
+	if (fd >= 0)
+		close(fd);
+	free(dir);
+	/* Some file systems cannot fsync a directory; the data itself is already synced. */
+	return e == EINVAL || e == EROFS ? 0 : e;
+}
+
 int kiln_write_file(const char *path, const kiln_tensor_spec *tensors, uint32_t count,
 		    uint32_t flags, kiln_error *err)
 {
@@ -328,8 +355,11 @@ int kiln_write_file(const char *path, const kiln_tensor_spec *tensors, uint32_t 
 		return rc;
 	}
 
-	/* Same directory as the target so rename() is atomic; 0666 & ~umask like any new file. */
-	size_t tlen = strlen(path) + 64;
+	/* Same directory as the target so rename() is atomic; a short name of its own so a target
+	 * name near NAME_MAX still works; 0666 & ~umask like any new file. */
+	const char *slash = strrchr(path, '/');
+	int dir_len = slash ? (int)(slash - path) + 1 : 0;
+	size_t tlen = (size_t)dir_len + 64;
 	char *tmp = malloc(tlen);
 	uint8_t *chunk = malloc(CHUNK);
 	int fd = -1;
@@ -339,7 +369,7 @@ int kiln_write_file(const char *path, const kiln_tensor_spec *tensors, uint32_t 
 	}
 	static unsigned serial;
 	for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
-		snprintf(tmp, tlen, "%s.kiln-tmp.%ld.%u", path, (long)getpid(),
+		snprintf(tmp, tlen, "%.*s.kiln-tmp.%ld.%u", dir_len, path, (long)getpid(),
 			 __atomic_fetch_add(&serial, 1, __ATOMIC_RELAXED));
 		fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
 		if (fd < 0 && errno != EEXIST)
@@ -380,6 +410,8 @@ int kiln_write_file(const char *path, const kiln_tensor_spec *tensors, uint32_t 
 		e = errno;
 	if (!e && !rc && rename(tmp, path) != 0)
 		e = errno;
+	if (!e && !rc && !(flags & KILN_WRITE_NO_SYNC))
+		e = sync_dir(path, dir_len);
 	if (e && !rc)
 		rc = kiln__fail_sys(err, KILN_IO, e, "%s: write failed: %s", path, strerror(e));
 	if (rc)

@@ -131,8 +131,30 @@ char *write_temp(const void *p, size_t len)
 	return path;
 }
 
+/* With KILN_DUMP_DIR set, every block a test expects to be rejected is also written there as
+ * CLASS-field-pid-n.klnt, so the CLI test can run `klnt check` over the same single-defect
+ * blocks and compare verdicts. */
+static void dump_block(const blob *b, int code, const char *field)
+{
+	const char *dir = getenv("KILN_DUMP_DIR");
+	if (!dir)
+		return;
+	static unsigned serial;
+	char path[1024];
+	snprintf(path, sizeof(path), "%s/%s-%s-%ld-%u.klnt", dir, kiln_code_name(code),
+		 field ? field : "any", (long)getpid(), serial++);
+	for (char *c = path + strlen(dir) + 1; *c; c++)
+		if (*c == ' ')
+			*c = '_';
+	FILE *f = fopen(path, "wb");
+	cr_assert_not_null(f, "cannot write %s", path);
+	cr_assert_eq(fwrite(b->p, 1, b->len, f), b->len);
+	fclose(f);
+}
+
 void expect_reject(const blob *b, int code, uint32_t tensor, const char *field)
 {
+	dump_block(b, code, field);
 	kiln_error err;
 	int rc = kiln_validate(b->p, b->len, KILN_OPEN_VERIFY_PAYLOAD, &err);
 	cr_assert_eq(rc, code, "expected %s, got %s: %s", kiln_code_name(code), kiln_code_name(rc),

@@ -18,43 +18,43 @@
 #include "klnt.h"
 
 static const struct klnt_cmd *const commands[] = {
-	&klnt_cmd_check,
-	&klnt_cmd_inspect,
-	&klnt_cmd_cat,
-	&klnt_cmd_pack,
+    &klnt_cmd_check,
+    &klnt_cmd_inspect,
+    &klnt_cmd_cat,
+    &klnt_cmd_pack,
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
-static const char main_usage_head[] =
-	"usage: klnt COMMAND [OPTION]... [ARG]...\n"
-	"       klnt --help | --version | help [COMMAND]\n"
-	"\n"
-	"Validate, inspect, extract and build KLNT v2 tensor files.\n"
-	"\n"
-	"Commands:\n";
+static const char main_usage_head[] = "usage: klnt COMMAND [OPTION]... [ARG]...\n"
+				      "       klnt --help | --version | help [COMMAND]\n"
+				      "\n"
+				      "Validate, inspect, extract and build KLNT v2 tensor files.\n"
+				      "\n"
+				      "Commands:\n";
 
 static const char main_usage_tail[] =
-	"  help      show this text, or a command's with 'klnt help COMMAND'\n"
-	"\n"
-	"Options:\n"
-	"  -h, --help     show this help and exit\n"
-	"  -V, --version  print the version of the kiln library and exit\n"
-	"\n"
-	"Run 'klnt COMMAND --help' for the arguments and options of a command.\n"
-	"\n"
-	"Errors about a file are one line on stderr, \"FILE: CLASS: message\", where CLASS is\n"
-	"FRAME, TYPE, LIMIT or UTF8 for bytes a KLNT v2 reader must reject, and IO when the file\n"
-	"could not be opened, read or written. Control characters and other unsafe bytes from\n"
-	"files and arguments are printed escaped (\\n, \\t, \\\\, \\xNN, \\u{NNNN}).\n"
-	"\n"
-	"Exit status:\n"
-	"  0  success (for check: every file is valid)\n"
-	"  1  a file or an input was rejected: a format error (FRAME, TYPE, LIMIT, UTF8), no such\n"
-	"     tensor, or a raw file whose size does not match its dtype and shape\n"
-	"  2  usage error: unknown command or option, missing or malformed argument\n"
-	"  3  a file could not be opened, read or written (IO), or memory ran out;\n"
-	"     for check, this wins over 1\n";
+    "  help      show this text, or a command's with 'klnt help COMMAND'\n"
+    "\n"
+    "Options:\n"
+    "  -h, --help     show this help and exit\n"
+    "  -V, --version  print the version of the kiln library and exit\n"
+    "\n"
+    "Run 'klnt COMMAND --help' for the arguments and options of a command.\n"
+    "\n"
+    "Errors about a file are one line, \"FILE: CLASS: message\", on stderr (for check, on\n"
+    "stdout with the other verdicts). CLASS is FRAME, TYPE, LIMIT or UTF8 for bytes a KLNT v2\n"
+    "reader must reject, and IO when the file could not be opened, read or written. Control\n"
+    "characters and other unsafe bytes from files and arguments are printed escaped (\\n,\n"
+    "\\t, \\\\, \\xNN, \\u{NNNN}).\n"
+    "\n"
+    "Exit status:\n"
+    "  0  success (for check: every file is valid)\n"
+    "  1  a file or an input was rejected: a format error (FRAME, TYPE, LIMIT, UTF8), no such\n"
+    "     tensor, or a raw file whose size does not match its dtype and shape\n"
+    "  2  usage error: unknown command or option, missing or malformed argument\n"
+    "  3  a file could not be opened, read or written (IO), or memory ran out;\n"
+    "     for check, this wins over 1\n";
 
 static void main_usage(FILE *f)
 {
@@ -86,7 +86,7 @@ static int main_usage_error(const char *what, const char *arg)
 
 /* Format a message, then escape all of it: arguments are file names and tensor names. */
 __attribute__((format(printf, 2, 0))) static void escape_vformat(struct klnt_buf *out,
-								  const char *fmt, va_list ap)
+								 const char *fmt, va_list ap)
 {
 	va_list again;
 	va_copy(again, ap);
@@ -125,9 +125,11 @@ int klnt_bad_option(const struct klnt_cmd *cmd, int c, char **argv)
 	if (is_long) {
 		size_t len = strcspn(arg, "=");
 		if (c == ':')
-			return klnt_usage_error(cmd, "option '%.*s' needs an argument", (int)len, arg);
+			return klnt_usage_error(cmd, "option '%.*s' needs an argument", (int)len,
+						arg);
 		if (optopt)
-			return klnt_usage_error(cmd, "option '%.*s' takes no argument", (int)len, arg);
+			return klnt_usage_error(cmd, "option '%.*s' takes no argument", (int)len,
+						arg);
 		return klnt_usage_error(cmd, "unknown or ambiguous option '%.*s'", (int)len, arg);
 	}
 	if (c == ':')
@@ -180,8 +182,9 @@ void klnt_errorf(const struct klnt_cmd *cmd, const char *fmt, ...)
 
 int klnt_write_stdout(const void *buf, size_t len)
 {
-	if (fflush(stdout) != 0)
-		return errno ? errno : EIO;
+	int e = klnt_flush_stdout();
+	if (e)
+		return e;
 	const char *p = buf;
 	while (len) {
 		ssize_t w = write(STDOUT_FILENO, p, len);
@@ -196,6 +199,20 @@ int klnt_write_stdout(const void *buf, size_t len)
 	return 0;
 }
 
+/* errno of the first failed flush of stdout: by the time main() looks, the stream only
+ * remembers that something failed, not what. */
+static int stdout_errno;
+
+int klnt_flush_stdout(void)
+{
+	errno = 0;
+	if (fflush(stdout) == 0)
+		return 0;
+	if (!stdout_errno)
+		stdout_errno = errno ? errno : EIO;
+	return stdout_errno;
+}
+
 /*
  * Output that fails to reach stdout must not pass for success: a full disk would otherwise
  * leave a truncated listing and exit status 0. A reader that went away (EPIPE, as in
@@ -203,12 +220,13 @@ int klnt_write_stdout(const void *buf, size_t len)
  */
 static int finish_stdout(int rc)
 {
-	errno = 0;
-	if (fflush(stdout) == 0 && !ferror(stdout))
+	int e = klnt_flush_stdout();
+	if (!e && !ferror(stdout))
 		return rc;
-	int e = errno;
+	if (!e)
+		e = stdout_errno ? stdout_errno : EIO;
 	if (e != EPIPE)
-		fprintf(stderr, "klnt: stdout: write error: %s\n", e ? strerror(e) : "unknown error");
+		fprintf(stderr, "klnt: stdout: write error: %s\n", strerror(e));
 	return KLNT_EXIT_IO;
 }
 

@@ -37,7 +37,7 @@ extern const struct klnt_cmd klnt_cmd_pack;
 
 /* Print "klnt CMD: <message>" and the --help hint to stderr; returns KLNT_EXIT_USAGE. */
 int klnt_usage_error(const struct klnt_cmd *cmd, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+    __attribute__((format(printf, 2, 3)));
 
 /* Report the option getopt_long just refused (it returned c, '?' or ':'); returns
  * KLNT_EXIT_USAGE. Needs opterr = 0 and an optstring starting with ':'. */
@@ -60,7 +60,11 @@ void klnt_report(FILE *f, const char *file, int code, const kiln_error *err);
 
 /* Print "klnt CMD: <message>" to stderr. Callers name the file in the message. */
 void klnt_errorf(const struct klnt_cmd *cmd, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+    __attribute__((format(printf, 2, 3)));
+
+/* fflush(stdout), remembering the errno of the first failure for the final report. Returns 0
+ * or an errno value. */
+int klnt_flush_stdout(void);
 
 /* Write all of buf to stdout's descriptor, retrying partial writes and EINTR. Returns 0 or an
  * errno value. Flushes the stdio buffer first so output stays in order. */
@@ -78,7 +82,8 @@ struct klnt_buf {
 
 void klnt_buf_put(struct klnt_buf *b, const void *s, size_t len);
 void klnt_buf_puts(struct klnt_buf *b, const char *s);
-void klnt_buf_printf(struct klnt_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void klnt_buf_printf(struct klnt_buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 void klnt_buf_reset(struct klnt_buf *b);
 void klnt_buf_free(struct klnt_buf *b);
 

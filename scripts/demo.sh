@@ -1,0 +1,40 @@
+#!/bin/sh
+# The main job on a generated default input: set up, build, write a small model file with
+# `klnt pack`, then check, inspect and read it back, and check the golden cases.
+set -eu
+cd "$(dirname "$0")/.."
+scripts/setup-debian.sh
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$(nproc)" >/dev/null
+
+work=build/demo
+rm -rf "$work" && mkdir -p "$work"
+# Raw payloads: an f16 embedding, a 4-bit weight with e8m0 block scales and an f32 outer scale,
+# and an opaque foreign block. Deterministic bytes so the demo prints the same every time.
+seq 0 2047 | LC_ALL=C awk '{printf "%c%c", $1 % 250 + 1, 60}' >"$work/embed.raw" # f16 [64, 32]
+head -c 2048 /dev/zero | tr '\0' '\041' >"$work/w4.raw"                           # e2m1 [64, 64]
+head -c 128 /dev/zero | tr '\0' '\177' >"$work/w4.scale.raw"                      # e8m0 [64, 2]
+printf '\000\000\200\077' >"$work/w4.outer.raw"                                 # f32 [] = 1.0
+head -c 144 /dev/zero | tr '\0' '\001' >"$work/q4k.raw"                           # 8 blocks of 18
+
+run() { # print the command, then run it
+	printf '\n$ %s\n' "$*"
+	"$@"
+}
+run build/klnt pack "$work/model.klnt" \
+	--tensor token_embd.weight:f16:64,32:"$work/embed.raw" \
+	--tensor blk.0.ffn_up.weight:e2m1:64,64:"$work/w4.raw" \
+	--quant 2:1:32:@blk.0.ffn_up.scale:@blk.0.ffn_up.outer \
+	--tensor blk.0.ffn_up.scale:e8m0:64,2:"$work/w4.scale.raw" \
+	--tensor blk.0.ffn_up.outer:f32::"$work/w4.outer.raw" \
+	--tensor blk.0.attn_q.weight:opaque:4096:256:"$work/q4k.raw" --layout Q4_K:18
+run build/klnt check "$work/model.klnt"
+run build/klnt inspect "$work/model.klnt"
+printf '\n$ build/klnt cat %s blk.0.ffn_up.outer | od -An -tf4\n' "$work/model.klnt"
+build/klnt cat "$work/model.klnt" blk.0.ffn_up.outer | od -An -tf4
+for f in golden/*.hex; do
+	name=$(basename "$f" .hex)
+	sed 's/#.*//' "$f" | xxd -r -p >"$work/$name.klnt"
+done
+printf '\n$ build/klnt check %s/kiln-v2-*.klnt   # the golden cases; two are invalid on purpose\n' "$work"
+build/klnt check "$work"/kiln-v2-*.klnt || [ $? -eq 1 ]

@@ -1,0 +1,20 @@
+#!/bin/sh
+# Install the Debian 12 packages kiln needs to build, test and run. Skips apt entirely when
+# everything is already there, so repeated runs are quick and need no network.
+set -eu
+
+PACKAGES="build-essential cmake pkg-config clang clang-format xxd \
+libcriterion-dev libxxhash-dev libjson-c-dev"
+
+missing=""
+for p in $PACKAGES; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+		missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+echo "setup: installing$missing" >&2
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null

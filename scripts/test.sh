@@ -1,0 +1,25 @@
+#!/bin/sh
+# Every test: set up, build with gcc (warnings are errors) and run the suites, then build with
+# clang under AddressSanitizer + UndefinedBehaviorSanitizer and run them again, then check
+# formatting. Exits non-zero on the first failure.
+set -eu
+cd "$(dirname "$0")/.."
+scripts/setup-debian.sh
+jobs=$(nproc)
+
+echo "== gcc, -Werror"
+CC=gcc cmake -S . -B build -DKILN_WERROR=ON >/dev/null
+cmake --build build -j"$jobs"
+(cd build && ctest --output-on-failure)
+
+echo "== clang, ASan + UBSan, -Werror"
+CC=clang cmake -S . -B build-asan -DKILN_WERROR=ON -DKILN_SANITIZE=ON \
+	-DCMAKE_BUILD_TYPE=Debug >/dev/null
+cmake --build build-asan -j"$jobs"
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure)
+
+echo "== format"
+files=$(git ls-files '*.c' '*.h' 2>/dev/null || find include src tests tools -name '*.[ch]')
+clang-format --dry-run --Werror $files
+echo "all tests passed"

@@ -1,0 +1,118 @@
+#!/bin/sh
+# The klnt tool end to end: golden verdicts, every single-defect block of the rules suite through
+# `klnt check`, inspect/cat/pack, I/O errors and exit codes.
+# usage: cli_test.sh KLNT TEST_RULES SOURCE_DIR SCRATCH_DIR
+set -u
+KLNT=$1 RULES=$2 SRC=$3 TMP=$4
+rm -rf "$TMP" && mkdir -p "$TMP/defects" || exit 1
+pass=0 fail=0
+
+ok() { pass=$((pass + 1)); }
+bad() {
+	fail=$((fail + 1))
+	echo "FAIL: $*"
+}
+# expect STATUS COMMAND...: run, keep stdout in $TMP/out, compare the exit status
+expect() {
+	want=$1
+	shift
+	"$@" >"$TMP/out" 2>"$TMP/err"
+	got=$?
+	if [ "$got" -eq "$want" ]; then ok; else bad "exit $got, want $want: $*"; fi
+}
+has() { # has FILE TEXT
+	if grep -qF -- "$2" "$1"; then ok; else bad "'$2' not in $(cat "$1")"; fi
+}
+unhex() { sed 's/#.*//' "$SRC/golden/$1.hex" | xxd -r -p >"$TMP/$1.klnt"; }
+
+# 1. golden cases: one line per file, the manifest's verdict
+grep -v '^#' "$SRC/golden/MANIFEST" | while read -r name len result; do
+	unhex "$name"
+	size=$(wc -c <"$TMP/$name.klnt")
+	[ "$size" -eq "$len" ] || echo "FAIL: $name is $size bytes, manifest says $len"
+	if [ "$result" = valid ]; then want="$TMP/$name.klnt: ok" code=0; else
+		want="$TMP/$name.klnt: $result: " code=1
+	fi
+	"$KLNT" check "$TMP/$name.klnt" >"$TMP/out"
+	got=$?
+	case "$(cat "$TMP/out")" in "$want"*) ;; *) echo "FAIL: $name: $(cat "$TMP/out")" ;; esac
+	[ "$got" -eq "$code" ] || echo "FAIL: $name: exit $got, want $code"
+done >"$TMP/golden.log"
+if [ -s "$TMP/golden.log" ]; then bad "golden: $(cat "$TMP/golden.log")"; else ok; fi
+
+# 2. every single-defect block of the rules suite gets its class from klnt check
+KILN_DUMP_DIR="$TMP/defects" "$RULES" >/dev/null 2>&1 || bad "test_rules failed"
+n=0
+for f in "$TMP"/defects/*.klnt; do
+	class=$(basename "$f" | cut -d- -f1)
+	line=$("$KLNT" check "$f")
+	status=$?
+	case "$line" in
+	"$f: $class: "*) [ $status -eq 1 ] && ok || bad "$f: exit $status" ;;
+	*) bad "$f: want $class, got: $line" ;;
+	esac
+	n=$((n + 1))
+done
+[ "$n" -ge 100 ] && ok || bad "only $n defect blocks were dumped"
+
+# 3. several files: one line each, exit 1 when any is invalid
+expect 1 "$KLNT" check "$TMP/kiln-v2-f32.klnt" "$TMP/kiln-v2-empty-name-flag.klnt"
+[ "$(wc -l <"$TMP/out")" -eq 2 ] && ok || bad "two files, not two lines"
+expect 0 "$KLNT" check "$TMP/kiln-v2-f32.klnt" "$TMP/kiln-v2-opaque.klnt"
+
+# 4. I/O and usage errors
+expect 3 "$KLNT" check "$TMP/missing.klnt"
+has "$TMP/out" "$TMP/missing.klnt: IO: "
+expect 3 "$KLNT" check "$TMP"
+has "$TMP/out" "$TMP: IO: "
+: >"$TMP/empty.klnt"
+expect 1 "$KLNT" check "$TMP/empty.klnt"
+has "$TMP/out" "$TMP/empty.klnt: LIMIT: "
+expect 3 "$KLNT" check "$TMP/missing.klnt" "$TMP/empty.klnt"
+expect 2 "$KLNT" check
+expect 2 "$KLNT" frobnicate
+expect 2 "$KLNT" inspect --no-such-option x
+for cmd in check inspect cat pack; do
+	expect 0 "$KLNT" "$cmd" --help
+	has "$TMP/out" "usage"
+done
+
+# 5. inspect
+expect 0 "$KLNT" inspect "$TMP/kiln-v2-scales-outer.klnt"
+has "$TMP/out" "block+outer axis=0 group=16 scale=#1 outer=#2"
+has "$TMP/out" "payload_base     448"
+expect 0 "$KLNT" inspect --json "$TMP/kiln-v2-opaque.klnt"
+has "$TMP/out" '"layout": "Q4_K"'
+has "$TMP/out" '"block_size": 18'
+expect 0 "$KLNT" inspect --json "$TMP/kiln-v2-f16-named.klnt"
+has "$TMP/out" '"name": "w"'
+
+# 6. cat: the raw bytes
+expect 0 "$KLNT" cat "$TMP/kiln-v2-f32.klnt" '#0'
+[ "$(od -An -tx1 "$TMP/out" | tr -d ' \n')" = 0000803f000000c0 ] && ok || bad "cat bytes"
+expect 0 "$KLNT" cat "$TMP/kiln-v2-f16-named.klnt" w
+[ "$(od -An -tx1 "$TMP/out" | tr -d ' \n')" = 003c ] && ok || bad "cat by name"
+expect 1 "$KLNT" cat "$TMP/kiln-v2-f16-named.klnt" nosuch
+
+# 7. pack reproduces golden cases byte for byte
+printf '\000\000\200\077\000\000\000\300' >"$TMP/f32.raw"
+expect 0 "$KLNT" pack "$TMP/p-f32.klnt" --tensor ":f32:2:$TMP/f32.raw"
+cmp -s "$TMP/p-f32.klnt" "$TMP/kiln-v2-f32.klnt" && ok || bad "pack f32 differs from golden"
+printf '\000\074' >"$TMP/f16.raw"
+expect 0 "$KLNT" pack "$TMP/p-f16.klnt" --tensor "w:f16:1:$TMP/f16.raw"
+cmp -s "$TMP/p-f16.klnt" "$TMP/kiln-v2-f16-named.klnt" && ok || bad "pack f16-named differs"
+printf '\020\062\124\166\230\272\334\376' >"$TMP/e2m1.raw"
+printf '\070' >"$TMP/f8.raw"
+printf '\000\000\200\077' >"$TMP/one.raw"
+expect 0 "$KLNT" pack "$TMP/p-so.klnt" --tensor ":e2m1:16:$TMP/e2m1.raw" --quant 2:0:16:1:2 \
+	--tensor ":f8e4m3:1:$TMP/f8.raw" --tensor ":f32:1:$TMP/one.raw"
+cmp -s "$TMP/p-so.klnt" "$TMP/kiln-v2-scales-outer.klnt" && ok || bad "pack scales-outer differs"
+head -c 18 /dev/zero >"$TMP/q.raw"
+expect 1 "$KLNT" pack "$TMP/p-bad.klnt" --tensor ":opaque:4096:32:$TMP/q.raw"
+has "$TMP/err" "TYPE"
+[ ! -e "$TMP/p-bad.klnt" ] && ok || bad "a refused pack left a file"
+expect 1 "$KLNT" pack "$TMP/p-bad.klnt" --tensor ":f32:3:$TMP/f32.raw"
+expect 3 "$KLNT" pack "$TMP/p-bad.klnt" --tensor ":f32:2:$TMP/missing.raw"
+
+echo "cli: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,369 @@
+/*
+ * klnt inspect: the header and the tensor table, as aligned text or as one JSON object.
+ * Only the structure is validated: opening must not fault in payload pages of a large file.
+ */
+#define _GNU_SOURCE
+#include <getopt.h>
+#include <inttypes.h>
+#include <json-c/json.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "klnt.h"
+
+static const char usage[] =
+    "usage: klnt inspect [--json] FILE\n"
+    "\n"
+    "Print the header fields and a table of the tensors of FILE. Only the structure is\n"
+    "validated (header, descriptors, name heap, pad); payload bytes are not read. Use\n"
+    "'klnt check' to certify a file.\n"
+    "\n"
+    "Table columns:\n"
+    "  index   descriptor index, as used by 'klnt cat FILE #INDEX'\n"
+    "  dtype   dtype name; opaque(CODE) for a foreign layout code 4096..32767\n"
+    "  shape   dimensions, [] for a scalar\n"
+    "  bytes   byte_length of the payload\n"
+    "  offset  offset of the payload from the start of the file\n"
+    "  quant   '-', or 'block axis=A group=G scale=#S' (scheme 1), or\n"
+    "          'block+outer axis=A group=G scale=#S outer=#O' (scheme 2)\n"
+    "  layout  '-', or the opaque layout name and block size, e.g. 'Q4_K bs=18'\n"
+    "  name    the name in double quotes, or - (no quotes) for an unnamed tensor\n"
+    "\n"
+    "Names and layout names are printed with control characters and other unsafe bytes\n"
+    "escaped (\\n, \\t, \\\\, \\\", \\xNN, \\u{NNNN}); other UTF-8 is printed as is.\n"
+    "\n"
+    "Options:\n"
+    "  -j, --json  print one JSON object instead: \"file\", \"header\", \"tensors\" (one\n"
+    "              object per tensor; \"name\" is null when unnamed, \"quant\" null for\n"
+    "              none, \"layout\" and \"block_size\" null unless opaque) and \"totals\"\n"
+    "  -h, --help  show this help and exit\n"
+    "\n"
+    "Exit status: 0 ok; 1 the file was rejected (FRAME, TYPE, LIMIT, UTF8); 2 usage error;\n"
+    "3 the file could not be opened or read. Errors go to stderr as \"FILE: CLASS: message\".\n";
+
+static const char *scheme_name(unsigned scheme)
+{
+	return scheme == KILN_QUANT_BLOCK ? "block" : "block+outer";
+}
+
+/* Sums for the totals; the element count can overflow (an opaque tensor's shape is not tied
+ * to its bytes), which is reported rather than wrapped. */
+struct totals {
+	uint64_t tensor_bytes;
+	uint64_t elements;
+	int elements_overflow;
+};
+
+static void add_totals(struct totals *tot, const kiln_tensor *t)
+{
+	tot->tensor_bytes += t->byte_length; /* the payload region bounds the sum */
+	if (__builtin_add_overflow(tot->elements, t->count, &tot->elements))
+		tot->elements_overflow = 1;
+}
+
+/* --- text ----------------------------------------------------------------------------------- */
+
+enum { C_INDEX, C_DTYPE, C_SHAPE, C_BYTES, C_OFFSET, C_QUANT, C_LAYOUT, C_NAME, NCOLS };
+
+static const char *const col_title[NCOLS] = {"index",  "dtype", "shape",  "bytes",
+					     "offset", "quant", "layout", "name"};
+static const int col_right[NCOLS] = {[C_INDEX] = 1, [C_BYTES] = 1, [C_OFFSET] = 1};
+
+static void fill_row(struct klnt_buf *cell, const kiln_tensor *t)
+{
+	for (int c = 0; c < NCOLS; c++)
+		klnt_buf_reset(&cell[c]);
+	klnt_buf_printf(&cell[C_INDEX], "%" PRIu32, t->index);
+	klnt_dtype_text(&cell[C_DTYPE], t->dtype);
+	klnt_shape_text(&cell[C_SHAPE], t->shape, t->rank);
+	klnt_buf_printf(&cell[C_BYTES], "%" PRIu64, t->byte_length);
+	klnt_buf_printf(&cell[C_OFFSET], "%" PRIu64, t->file_offset);
+	if (t->quant_scheme == KILN_QUANT_NONE) {
+		klnt_buf_puts(&cell[C_QUANT], "-");
+	} else {
+		klnt_buf_printf(&cell[C_QUANT], "%s axis=%u group=%" PRIu32 " scale=#%" PRIu32,
+				scheme_name(t->quant_scheme), t->quant_axis, t->group_size,
+				t->scale_index);
+		if (t->quant_scheme == KILN_QUANT_BLOCK_OUTER)
+			klnt_buf_printf(&cell[C_QUANT], " outer=#%" PRIu32, t->outer_index);
+	}
+	if (t->layout) {
+		klnt_escape(&cell[C_LAYOUT], t->layout, t->layout_len, 0);
+		klnt_buf_printf(&cell[C_LAYOUT], " bs=%" PRIu32, t->block_size);
+	} else {
+		klnt_buf_puts(&cell[C_LAYOUT], "-");
+	}
+	/* Quoted, so that a tensor literally named "-" cannot pass for an unnamed one. */
+	if (t->name)
+		klnt_escape(&cell[C_NAME], t->name, t->name_len, 1);
+	else
+		klnt_buf_puts(&cell[C_NAME], "-");
+}
+
+static void print_row(const struct klnt_buf *cell, const size_t *width)
+{
+	/* The name goes last and unpadded: names are unbounded and would stretch every row. */
+	for (int c = 0; c < NCOLS; c++) {
+		size_t w = klnt_text_width(cell[c].p, cell[c].len);
+		size_t pad = c == C_NAME || w >= width[c] ? 0 : width[c] - w;
+		if (col_right[c])
+			printf("%*s", (int)pad, "");
+		fputs(cell[c].p, stdout);
+		if (c == C_NAME)
+			break;
+		printf("%*s  ", col_right[c] ? 0 : (int)pad, "");
+	}
+	putchar('\n');
+}
+
+static void print_flags(unsigned flags)
+{
+	printf("flags            0x%02x (", flags);
+	const char *sep = "";
+	if (flags & KILN_FLAG_NAMES) {
+		fputs("NAMES", stdout);
+		sep = "|";
+	}
+	if (flags & KILN_FLAG_LITTLE_ENDIAN)
+		printf("%sLITTLE_ENDIAN", sep);
+	puts(")");
+}
+
+static void inspect_text(const char *path, const kiln_dir *dir)
+{
+	kiln_dir_info info;
+	kiln_dir_get_info(dir, &info);
+	fputs("file             ", stdout);
+	klnt_fputs_escaped(stdout, path);
+	printf("\nversion          %u\n", info.version);
+	print_flags(info.flags);
+	printf("tensor_count     %" PRIu32 "\n", info.tensor_count);
+	printf("name_bytes       %" PRIu32 "\n", info.name_bytes);
+	printf("directory_bytes  %" PRIu64 "\n", info.directory_bytes);
+	printf("payload_base     %" PRIu64 "\n", info.payload_base);
+	printf("payload_bytes    %" PRIu64 "\n", info.payload_bytes);
+	printf("block_length     %" PRIu64 "\n", info.block_length);
+
+	uint32_t n = kiln_dir_count(dir);
+	struct totals tot = {0};
+	if (n) {
+		/* Two passes, measuring then printing, so no row has to be kept: a directory may
+		 * hold millions of tensors. */
+		struct klnt_buf cell[NCOLS] = {{0}};
+		size_t width[NCOLS];
+		for (int c = 0; c < NCOLS; c++) {
+			width[c] = strlen(col_title[c]);
+			klnt_buf_puts(&cell[c], col_title[c]);
+		}
+		for (uint32_t i = 0; i < n; i++) {
+			fill_row(cell, kiln_dir_tensor(dir, i));
+			for (int c = 0; c < C_NAME; c++) {
+				size_t w = klnt_text_width(cell[c].p, cell[c].len);
+				if (w > width[c])
+					width[c] = w;
+			}
+		}
+		putchar('\n');
+		for (int c = 0; c < NCOLS; c++) {
+			klnt_buf_reset(&cell[c]);
+			klnt_buf_puts(&cell[c], col_title[c]);
+		}
+		print_row(cell, width);
+		for (uint32_t i = 0; i < n; i++) {
+			const kiln_tensor *t = kiln_dir_tensor(dir, i);
+			fill_row(cell, t);
+			print_row(cell, width);
+			add_totals(&tot, t);
+		}
+		for (int c = 0; c < NCOLS; c++)
+			klnt_buf_free(&cell[c]);
+	}
+	printf("\n%" PRIu32 " tensor%s, %" PRIu64 " tensor bytes + %" PRIu64 " gap bytes = %" PRIu64
+	       " payload bytes, ",
+	       n, n == 1 ? "" : "s", tot.tensor_bytes, info.payload_bytes - tot.tensor_bytes,
+	       info.payload_bytes);
+	if (tot.elements_overflow)
+		puts("more than 2^64-1 elements");
+	else
+		printf("%" PRIu64 " element%s\n", tot.elements, tot.elements == 1 ? "" : "s");
+}
+
+/* --- JSON ----------------------------------------------------------------------------------- */
+
+/* json-c returns NULL when memory runs out; a NULL value would silently print as null. */
+static json_object *jnew(json_object *o)
+{
+	if (!o) {
+		fputs("klnt: out of memory\n", stderr);
+		exit(KLNT_EXIT_IO);
+	}
+	return o;
+}
+
+static json_object *jstr(const char *s, size_t len)
+{
+	/* Names may hold U+0000, so never the NUL-terminated constructor for them. */
+	return jnew(json_object_new_string_len(s, (int)len));
+}
+
+static json_object *ju64(uint64_t v)
+{
+	return jnew(json_object_new_uint64(v));
+}
+
+static void jset(json_object *obj, const char *key, json_object *val)
+{
+	if (json_object_object_add(obj, key, val) != 0) {
+		fputs("klnt: out of memory\n", stderr);
+		exit(KLNT_EXIT_IO);
+	}
+}
+
+static void jpush(json_object *arr, json_object *val)
+{
+	if (json_object_array_add(arr, val) != 0) {
+		fputs("klnt: out of memory\n", stderr);
+		exit(KLNT_EXIT_IO);
+	}
+}
+
+static json_object *json_header(const kiln_dir_info *info)
+{
+	json_object *h = jnew(json_object_new_object());
+	jset(h, "version", ju64(info->version));
+	jset(h, "flags", ju64(info->flags));
+	json_object *names = jnew(json_object_new_array());
+	if (info->flags & KILN_FLAG_NAMES)
+		jpush(names, jstr("NAMES", 5));
+	if (info->flags & KILN_FLAG_LITTLE_ENDIAN)
+		jpush(names, jstr("LITTLE_ENDIAN", 13));
+	jset(h, "flag_names", names);
+	jset(h, "tensor_count", ju64(info->tensor_count));
+	jset(h, "name_bytes", ju64(info->name_bytes));
+	jset(h, "directory_bytes", ju64(info->directory_bytes));
+	jset(h, "payload_base", ju64(info->payload_base));
+	jset(h, "payload_bytes", ju64(info->payload_bytes));
+	jset(h, "block_length", ju64(info->block_length));
+	return h;
+}
+
+static json_object *json_tensor(const kiln_tensor *t)
+{
+	json_object *o = jnew(json_object_new_object());
+	jset(o, "index", ju64(t->index));
+	jset(o, "name", t->name ? jstr(t->name, t->name_len) : NULL);
+	const char *dtype = kiln_dtype_name(t->dtype);
+	jset(o, "dtype", dtype ? jstr(dtype, strlen(dtype)) : NULL);
+	jset(o, "dtype_code", ju64(t->dtype));
+	jset(o, "rank", ju64(t->rank));
+	json_object *shape = jnew(json_object_new_array());
+	for (unsigned k = 0; k < t->rank; k++)
+		jpush(shape, ju64(t->shape[k]));
+	jset(o, "shape", shape);
+	jset(o, "count", ju64(t->count));
+	jset(o, "byte_length", ju64(t->byte_length));
+	jset(o, "byte_offset", ju64(t->byte_offset));
+	jset(o, "file_offset", ju64(t->file_offset));
+	json_object *q = NULL;
+	if (t->quant_scheme != KILN_QUANT_NONE) {
+		const char *scheme = scheme_name(t->quant_scheme);
+		q = jnew(json_object_new_object());
+		jset(q, "scheme", jstr(scheme, strlen(scheme)));
+		jset(q, "axis", ju64(t->quant_axis));
+		jset(q, "group_size", ju64(t->group_size));
+		jset(q, "scale_index", ju64(t->scale_index));
+		jset(q, "outer_index",
+		     t->quant_scheme == KILN_QUANT_BLOCK_OUTER ? ju64(t->outer_index) : NULL);
+	}
+	jset(o, "quant", q);
+	jset(o, "layout", t->layout ? jstr(t->layout, t->layout_len) : NULL);
+	jset(o, "block_size", t->layout ? ju64(t->block_size) : NULL);
+	return o;
+}
+
+static void inspect_json(const char *path, const kiln_dir *dir)
+{
+	kiln_dir_info info;
+	kiln_dir_get_info(dir, &info);
+	json_object *root = jnew(json_object_new_object());
+	/* A path is any bytes; JSON must be UTF-8. */
+	char *file = klnt_utf8_sanitize(path);
+	jset(root, "file", jstr(file, strlen(file)));
+	free(file);
+	jset(root, "header", json_header(&info));
+
+	json_object *tensors = jnew(json_object_new_array());
+	struct totals tot = {0};
+	uint32_t n = kiln_dir_count(dir);
+	for (uint32_t i = 0; i < n; i++) {
+		const kiln_tensor *t = kiln_dir_tensor(dir, i);
+		jpush(tensors, json_tensor(t));
+		add_totals(&tot, t);
+	}
+	jset(root, "tensors", tensors);
+
+	json_object *totals = jnew(json_object_new_object());
+	jset(totals, "tensors", ju64(n));
+	jset(totals, "tensor_bytes", ju64(tot.tensor_bytes));
+	jset(totals, "gap_bytes", ju64(info.payload_bytes - tot.tensor_bytes));
+	jset(totals, "payload_bytes", ju64(info.payload_bytes));
+	jset(totals, "elements", tot.elements_overflow ? NULL : ju64(tot.elements));
+	jset(root, "totals", totals);
+
+	int jflags =
+	    JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_NOSLASHESCAPE;
+	const char *text = json_object_to_json_string_ext(root, jflags);
+	if (!text) {
+		fputs("klnt: out of memory\n", stderr);
+		exit(KLNT_EXIT_IO);
+	}
+	puts(text);
+	json_object_put(root);
+}
+
+static int run(const struct klnt_cmd *cmd, int argc, char **argv)
+{
+	static const struct option longopts[] = {
+	    {"json", no_argument, NULL, 'j'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
+	};
+	int json = 0, c;
+	while ((c = getopt_long(argc, argv, ":jh", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'j':
+			json = 1;
+			break;
+		case 'h':
+			return klnt_help(cmd);
+		default:
+			return klnt_bad_option(cmd, c, argv);
+		}
+	}
+	if (optind >= argc)
+		return klnt_usage_error(cmd, "no file given");
+	if (argc - optind > 1)
+		return klnt_usage_error(cmd, "one file at a time; '%s' is extra", argv[optind + 1]);
+	const char *path = argv[optind];
+
+	kiln_error err;
+	kiln_dir *dir;
+	int rc = kiln_dir_open(path, NULL, &dir, &err);
+	if (rc) {
+		klnt_report(stderr, path, rc, &err);
+		return klnt_exit_for(rc);
+	}
+	if (json)
+		inspect_json(path, dir);
+	else
+		inspect_text(path, dir);
+	kiln_dir_close(dir);
+	return KLNT_EXIT_OK;
+}
+
+const struct klnt_cmd klnt_cmd_inspect = {
+    .name = "inspect",
+    .summary = "print the header and the tensor table (text or JSON)",
+    .usage = usage,
+    .run = run,
+};
