@@ -4,7 +4,7 @@
 set -eu
 
 PACKAGES="build-essential cmake pkg-config clang clang-format xxd \
-libcriterion-dev libxxhash-dev libjson-c-dev"
+libcriterion-dev libxxhash-dev libjson-c-dev libbenchmark-dev"
 
 missing=""
 for p in $PACKAGES; do

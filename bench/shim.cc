@@ -1,0 +1,87 @@
+// The only C++ in kiln: register C benchmark bodies with Google Benchmark and forward state.
+#include <benchmark/benchmark.h>
+
+#include "shim.h"
+
+struct kb_state {
+	benchmark::State *s;
+	uint64_t bytes_per_iter;
+};
+
+namespace {
+
+void finish(benchmark::State &s, const kb_state &st)
+{
+	if (st.bytes_per_iter)
+		s.SetBytesProcessed(static_cast<int64_t>(st.bytes_per_iter) * s.iterations());
+}
+
+void run(benchmark::State &s, kb_body body, void *arg)
+{
+	kb_state st{&s, 0};
+	// Batches of up to 64 iterations: one C call per batch, not per iteration.
+	const benchmark::IterationCount batch = std::min<benchmark::IterationCount>(64, s.max_iterations);
+	while (s.KeepRunningBatch(batch))
+		body(&st, static_cast<uint64_t>(batch), arg);
+	finish(s, st);
+}
+
+} // namespace
+
+extern "C" {
+
+void kb_register(const char *name, kb_body body, void *arg)
+{
+	benchmark::RegisterBenchmark(name, run, body, arg);
+}
+
+void kb_register_fixed(const char *name, kb_body body, void *arg, uint64_t iters,
+		       int repetitions)
+{
+	benchmark::RegisterBenchmark(name, [=](benchmark::State &s) {
+		kb_state st{&s, 0};
+		for (auto _ : s)
+			body(&st, 1, arg);
+		finish(s, st);
+	})
+		->Iterations(static_cast<benchmark::IterationCount>(iters))
+		->Repetitions(repetitions)
+		->ReportAggregatesOnly(repetitions > 1);
+}
+
+void kb_pause(kb_state *st)
+{
+	st->s->PauseTiming();
+}
+
+void kb_resume(kb_state *st)
+{
+	st->s->ResumeTiming();
+}
+
+void kb_set_bytes_per_iter(kb_state *st, uint64_t bytes)
+{
+	st->bytes_per_iter = bytes;
+}
+
+void kb_counter(kb_state *st, const char *name, double value, int per_iter)
+{
+	st->s->counters[name] = benchmark::Counter(
+		value, per_iter ? benchmark::Counter::kAvgIterations : benchmark::Counter::kDefaults);
+}
+
+void kb_skip(kb_state *st, const char *message)
+{
+	st->s->SkipWithError(message);
+}
+
+int kb_main(int argc, char **argv)
+{
+	benchmark::Initialize(&argc, argv);
+	if (benchmark::ReportUnrecognizedArguments(argc, argv))
+		return 2;
+	benchmark::RunSpecifiedBenchmarks();
+	benchmark::Shutdown();
+	return 0;
+}
+}
