@@ -103,7 +103,8 @@ char *kbu_tensors_file(uint32_t count, uint64_t payload, uint64_t sparse_total, 
 	free(t);
 	if (nmade == 0)
 		atexit(cleanup);
-	if (nmade < 64)
-		made[nmade++] = strdup(path);
+	if (nmade == 64)
+		die("too many benchmark files", NULL);
+	made[nmade++] = path; /* owned here, freed at exit */
 	return path;
 }

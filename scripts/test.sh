@@ -8,12 +8,12 @@ scripts/setup-debian.sh
 jobs=$(nproc)
 
 echo "== gcc, -Werror"
-CC=gcc cmake -S . -B build -DKILN_WERROR=ON >/dev/null
+CC=gcc CXX=g++ cmake -S . -B build -DKILN_WERROR=ON >/dev/null
 cmake --build build -j"$jobs"
 (cd build && ctest --output-on-failure)
 
 echo "== clang, ASan + UBSan, -Werror"
-CC=clang cmake -S . -B build-asan -DKILN_WERROR=ON -DKILN_SANITIZE=ON \
+CC=clang CXX=clang++ cmake -S . -B build-asan -DKILN_WERROR=ON -DKILN_SANITIZE=ON \
 	-DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build build-asan -j"$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
