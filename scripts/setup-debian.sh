@@ -3,7 +3,7 @@
 # everything is already there, so repeated runs are quick and need no network.
 set -eu
 
-PACKAGES="build-essential cmake pkg-config clang clang-format xxd \
+PACKAGES="build-essential cmake pkg-config clang clang-format xxd liburing-dev \
 libcriterion-dev libxxhash-dev libjson-c-dev libbenchmark-dev"
 
 missing=""

@@ -2,38 +2,24 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 #include <sys/random.h>
 #include <xxhash.h>
 
 #include "internal.h"
 #include "source.h"
 
-/* Indexes this large come from their own mapping with transparent huge pages: the index of a
- * few hundred thousand tensors is tens of MiB of freshly touched memory, and first-touch faults
- * on 4 KiB pages cost more than the validation itself. */
-#define HUGE_INDEX (2u << 20)
-
+/* Large indexes (hundreds of thousands of tensors) get huge pages through kiln__owned_alloc:
+ * first-touch faults on fresh 4 KiB pages cost more than the validation itself. */
 static void *default_alloc(void *ctx, size_t size)
 {
 	(void)ctx;
-	if (size < HUGE_INDEX)
-		return malloc(size);
-	size_t len = (size + HUGE_INDEX - 1) & ~(size_t)(HUGE_INDEX - 1);
-	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (p == MAP_FAILED)
-		return NULL;
-	madvise(p, len, MADV_HUGEPAGE);
-	return p;
+	return kiln__owned_alloc(size);
 }
 
 static void default_free(void *ctx, void *ptr, size_t size)
 {
 	(void)ctx;
-	if (size < HUGE_INDEX)
-		free(ptr);
-	else
-		munmap(ptr, (size + HUGE_INDEX - 1) & ~(size_t)(HUGE_INDEX - 1));
+	kiln__owned_free(ptr, size);
 }
 
 void *kiln__alloc(const kiln_allocator *a, size_t size)
@@ -59,9 +45,21 @@ int kiln__check_options(const kiln_open_options *opts, kiln_error *err)
 		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "size", KILN_NO_OFFSET,
 				  "kiln_open_options.size %u is smaller than this version's %zu",
 				  opts->size, sizeof(*opts));
-	if (opts->flags & ~(uint32_t)(KILN_OPEN_VERIFY_PAYLOAD | KILN_OPEN_ALLOW_TRAILING))
+	const uint32_t known = KILN_OPEN_VERIFY_PAYLOAD | KILN_OPEN_ALLOW_TRAILING |
+			       KILN_OPEN_POPULATE | KILN_OPEN_LOCK | KILN_OPEN_HUGEPAGE |
+			       KILN_OPEN_DIRECT;
+	if (opts->flags & ~known)
 		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "flags", KILN_NO_OFFSET,
-				  "unknown open flags 0x%x", opts->flags);
+				  "unknown open flags 0x%x", opts->flags & ~known);
+	if (opts->source > KILN_SOURCE_URING)
+		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "source", KILN_NO_OFFSET,
+				  "unknown source %u", opts->source);
+	if (opts->advice > KILN_ADVICE_WILLNEED)
+		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "advice", KILN_NO_OFFSET,
+				  "unknown advice %u", opts->advice);
+	if (opts->queue_depth > 4096)
+		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "queue_depth", KILN_NO_OFFSET,
+				  "queue_depth %u is above 4096", opts->queue_depth);
 	for (size_t i = 0; i < sizeof(opts->reserved) / sizeof(opts->reserved[0]); i++)
 		if (opts->reserved[i])
 			return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "reserved",
@@ -86,6 +84,7 @@ struct kiln_dir *kiln__dir_new(const kiln_open_options *opts, kiln_error *err)
 	}
 	memset(dir, 0, sizeof(*dir));
 	dir->alloc = a;
+	dir->fd = -1;
 	/* Names come from untrusted files: a per-directory random key keeps an attacker from
 	 * choosing names that collide in the table. A short read still leaves a usable key. */
 	if (getrandom(dir->secret, sizeof(dir->secret), GRND_NONBLOCK) !=
@@ -111,6 +110,7 @@ void kiln_dir_close(kiln_dir *dir)
 {
 	if (!dir)
 		return;
+	kiln__pins_release(dir);
 	kiln__index_free(dir);
 	kiln__source_release(dir);
 	kiln_allocator a = dir->alloc;
@@ -170,6 +170,12 @@ int kiln_dir_verify_payload(kiln_dir *dir, kiln_error *err)
 	if (!rc)
 		__atomic_store_n(&dir->info.payload_verified, 1, __ATOMIC_RELEASE);
 	return rc;
+}
+
+const char *kiln_source_name(unsigned source)
+{
+	static const char *const names[] = {"mmap", "buffer", "read", "uring"};
+	return source < sizeof(names) / sizeof(names[0]) ? names[source] : NULL;
 }
 
 void kiln_dir_get_info(const kiln_dir *dir, kiln_dir_info *info)

@@ -120,8 +120,13 @@ struct kiln_dir {
 	size_t index_bytes; /* bytes obtained from alloc for tensors + slots + hashes */
 	void *index_mem;
 	/* how to release the bytes */
-	void *map_addr;
+	void *map_addr; /* MMAP: the file mapping */
 	size_t map_len;
+	void *owned; /* READ/URING: the block in owned memory (kiln__owned_alloc) */
+	size_t owned_len;
+	int fd; /* the file (-1 for BUFFER): copies and streams read it with pread */
+	struct kiln__pin *pins; /* live pins, kiln__pin records */
+	uint32_t npins, pins_cap;
 	/* Writer's check: only base[0, payload_base) exists, len is the block length to be, and
 	 * data pointers are left NULL. */
 	int head_only;
@@ -144,5 +149,17 @@ int kiln__verify_payload(const struct kiln_dir *dir, kiln_error *err);
 void kiln__index_free(struct kiln_dir *dir);
 
 uint64_t kiln__name_hash(const struct kiln_dir *dir, const void *name, size_t len);
+
+/* Header checks only (spec section 8, header steps 1-6): reads base[0, min(len, 64)). Fills
+ * dir->info. Used before anything is allocated for a file read into owned memory. */
+int kiln__check_header(struct kiln_dir *dir, int exact, kiln_error *err);
+
+/* Page-aligned owned memory; blocks of 2 MiB and more get their own mapping with transparent
+ * huge pages, because first touch of fresh 4 KiB pages is slow on VMs. */
+void *kiln__owned_alloc(size_t size);
+void kiln__owned_free(void *p, size_t size);
+
+/* Unpin everything still pinned (calling the unpin hooks); used by close. */
+void kiln__pins_release(struct kiln_dir *dir);
 
 #endif

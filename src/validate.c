@@ -19,7 +19,7 @@ static size_t first_nonzero(const uint8_t *p, size_t n)
 
 uint64_t kiln__name_hash(const struct kiln_dir *dir, const void *name, size_t len);
 
-static int check_header(struct kiln_dir *dir, int exact, kiln_error *err)
+int kiln__check_header(struct kiln_dir *dir, int exact, kiln_error *err)
 {
 	const uint8_t *p = dir->base;
 	uint64_t len = dir->len;
@@ -491,7 +491,7 @@ static int check_scale(const struct kiln_dir *dir, uint32_t i, uint32_t s, int o
 
 int kiln__validate_structure(struct kiln_dir *dir, int exact, kiln_error *err)
 {
-	int rc = check_header(dir, exact, err);
+	int rc = kiln__check_header(dir, exact, err);
 	if (rc)
 		return rc;
 	rc = alloc_index(dir, err);

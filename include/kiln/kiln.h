@@ -58,7 +58,10 @@ KILN_API unsigned kiln_version_number(void);
 	X(IO, 16, "IO", "a system call failed")                                       \
 	X(NOMEM, 17, "NOMEM", "out of memory")                                        \
 	X(INVAL, 18, "INVAL", "invalid argument")                                     \
-	X(NOTFOUND, 19, "NOTFOUND", "no such tensor")
+	X(NOTFOUND, 19, "NOTFOUND", "no such tensor")                                 \
+	X(BUSY, 20, "BUSY", "the directory still has pinned ranges")                  \
+	X(CANCELED, 21, "CANCELED", "a callback stopped the operation")               \
+	X(UNSUPPORTED, 22, "UNSUPPORTED", "not available for this source or system")
 
 typedef enum kiln_code {
 #define KILN__ENUM(name, value, short_name, text) KILN_##name = value,
@@ -164,7 +167,7 @@ typedef struct kiln_tensor {
 	uint64_t file_offset; /* offset from the start of the block (payload_base + byte_offset) */
 } kiln_tensor;
 
-/* Header fields and derived sizes of an open directory. */
+/* Header fields, derived sizes, and how the bytes were loaded. */
 typedef struct kiln_dir_info {
 	uint32_t tensor_count;
 	uint32_t name_bytes;
@@ -175,19 +178,36 @@ typedef struct kiln_dir_info {
 	uint8_t version;
 	uint8_t flags;            /* header flags byte */
 	uint8_t payload_verified; /* 1 once payload verification has passed */
-	uint8_t reserved0;
-	uint32_t source;  /* enum kiln_source the bytes came from */
-	const void *base; /* first byte of the block */
-	uint64_t reserved[6];
+	uint8_t direct;           /* 1 when the block was read with O_DIRECT */
+	uint32_t source;          /* enum kiln_source the bytes came from */
+	const void *base;         /* first byte of the block */
+	/* Why a requested mode was not used (errno values, 0 when nothing fell back):
+	 * direct_fallback: O_DIRECT was asked for but refused (EINVAL from the file system, or
+	 * no direct I/O alignment), so buffered reads were used; uring_fallback: io_uring was
+	 * asked for but unavailable (ENOSYS, EPERM in containers), so pread was used;
+	 * advice_errno: a madvise hint the kernel refused (the mapping works without it). */
+	int32_t direct_fallback;
+	int32_t uring_fallback;
+	int32_t advice_errno;
+	uint32_t dio_align; /* file offset alignment used for O_DIRECT, 0 when not direct */
+	uint32_t pinned;    /* ranges currently pinned with kiln_tensor_pin() */
+	uint32_t reserved1;
+	uint64_t reserved[2];
 } kiln_dir_info;
 
 #define KILN_FLAG_NAMES         0x01u
 #define KILN_FLAG_LITTLE_ENDIAN 0x02u
 
+/* Where the bytes of a directory live. */
 enum kiln_source {
-	KILN_SOURCE_MMAP = 0,  /* read-only shared mapping of the file (default for paths) */
-	KILN_SOURCE_BUFFER = 1 /* the caller's buffer, borrowed */
+	KILN_SOURCE_MMAP = 0,   /* read-only shared mapping of the file (default for paths) */
+	KILN_SOURCE_BUFFER = 1, /* the caller's buffer, borrowed (kiln_dir_parse) */
+	KILN_SOURCE_READ = 2,   /* the whole block read into owned memory with pread */
+	KILN_SOURCE_URING = 3   /* the whole block read into owned memory with io_uring */
 };
+
+/* Name of a source ("mmap", "buffer", "read", "uring"), or NULL. */
+KILN_API const char *kiln_source_name(unsigned source);
 
 /* Open flags (kiln_open_options.flags). */
 enum kiln_open_flags {
@@ -196,7 +216,27 @@ enum kiln_open_flags {
 	KILN_OPEN_VERIFY_PAYLOAD = 1u << 0,
 	/* Buffers only: the block may be followed by other bytes. Without it a buffer, like a file,
 	 * must be exactly one block (a longer one is FRAME). */
-	KILN_OPEN_ALLOW_TRAILING = 1u << 1
+	KILN_OPEN_ALLOW_TRAILING = 1u << 1,
+	/* mmap: fault the whole file in at open (MAP_POPULATE). */
+	KILN_OPEN_POPULATE = 1u << 2,
+	/* mmap: lock the mapping in memory (mlock). Fails with IO/ENOMEM or EPERM, with the
+	 * RLIMIT_MEMLOCK limit in the message, when the limit is too small. */
+	KILN_OPEN_LOCK = 1u << 3,
+	/* mmap: ask for transparent huge pages for the mapping (MADV_HUGEPAGE); only file systems
+	 * with large folios honour it for file mappings. Refusal is reported in advice_errno. */
+	KILN_OPEN_HUGEPAGE = 1u << 4,
+	/* read/uring: bypass the page cache with O_DIRECT, aligned as statx(STATX_DIOALIGN) says
+	 * (else the device's logical block size). Falls back to buffered reads when the file system
+	 * refuses, and says so in kiln_dir_info.direct_fallback. */
+	KILN_OPEN_DIRECT = 1u << 5
+};
+
+/* Access advice for a mapping (kiln_open_options.advice), applied after validation. */
+enum kiln_advice {
+	KILN_ADVICE_NORMAL = 0,
+	KILN_ADVICE_SEQUENTIAL = 1,
+	KILN_ADVICE_RANDOM = 2,
+	KILN_ADVICE_WILLNEED = 3 /* start reading the whole file in the background */
 };
 
 /* Memory for the index; all three NULL (the default) means malloc/free. */
@@ -212,16 +252,24 @@ typedef struct kiln_allocator {
  */
 typedef struct kiln_open_options {
 	uint32_t size;
-	uint32_t flags; /* enum kiln_open_flags */
+	uint32_t flags;  /* enum kiln_open_flags */
+	uint32_t source; /* enum kiln_source for kiln_dir_open: MMAP (default), READ or URING */
+	uint32_t advice; /* enum kiln_advice, for MMAP */
 	const kiln_allocator *allocator;
-	uint64_t reserved[8]; /* zero */
+	uint32_t chunk_size;  /* READ/URING: bytes per read request; 0 means 4 MiB */
+	uint32_t queue_depth; /* URING: requests in flight; 0 means 32 */
+	uint64_t reserved[6]; /* zero */
 } kiln_open_options;
 
 /*
- * Open the file at `path` with a read-only mapping and validate its structure (header,
- * descriptors, name heap, pad) in one pass. Only the first payload_base bytes are read; payload
- * pages are not touched unless KILN_OPEN_VERIFY_PAYLOAD is set. The file must be exactly one
- * block.
+ * Open the file at `path` and validate its structure (header, descriptors, name heap, pad) in
+ * one pass. The file must be exactly one block.
+ *
+ * With the default MMAP source the file is mapped read-only and only the first payload_base
+ * bytes are read; payload pages are not touched unless KILN_OPEN_VERIFY_PAYLOAD, POPULATE, LOCK
+ * or WILLNEED ask for it. With READ or URING the header and directory are read and validated
+ * first, then the whole block is read into owned, page-aligned memory (so a rejected file costs
+ * no payload I/O); every data pointer is then 64-byte aligned in memory, whatever the source.
  *
  * Returns 0 and sets *out, or a kiln_code with *out set to NULL: FRAME/TYPE/LIMIT/UTF8 for a
  * file whose bytes are rejected (an empty or short file is LIMIT), IO when the file cannot be
@@ -243,8 +291,16 @@ KILN_API int kiln_dir_open(const char *path, const kiln_open_options *opts, kiln
 KILN_API int kiln_dir_parse(const void *buf, size_t len, const kiln_open_options *opts,
 			    kiln_dir **out, kiln_error *err);
 
-/* Release the directory, its index and its mapping. NULL is accepted. */
+/*
+ * Release the directory, its index and its mapping or owned memory. NULL is accepted. Ranges
+ * still pinned are unpinned first (their unpin hooks are called), so no registration ever
+ * outlives the memory; use kiln_dir_try_close() to be told instead.
+ */
 KILN_API void kiln_dir_close(kiln_dir *dir);
+
+/* Close unless ranges are still pinned: then return BUSY, with the count in the message, and
+ * leave the directory open. Returns 0 after closing. */
+KILN_API int kiln_dir_try_close(kiln_dir *dir, kiln_error *err);
 
 /*
  * Payload verification (spec section 9): every byte between payloads is zero and the unused high
@@ -277,6 +333,148 @@ KILN_API const kiln_tensor *kiln_tensor_outer(const kiln_dir *dir, const kiln_te
  * kiln_open_options. Returns 0 or the class; *err has the detail.
  */
 KILN_API int kiln_validate(const void *buf, size_t len, uint32_t flags, kiln_error *err);
+
+/* ---------------------------------------------------------------------------------------------
+ * Loading: hints, owned copies, streaming reads, pinning
+ * ------------------------------------------------------------------------------------------- */
+
+enum kiln_hint {
+	KILN_HINT_WILLNEED = 0, /* start reading the pages in the background (prefetch a layer) */
+	KILN_HINT_DONTNEED = 1, /* drop this mapping's pages; they are re-read on the next touch */
+	KILN_HINT_COLD = 2,     /* MADV_COLD: reclaim these pages first under memory pressure */
+	KILN_HINT_PAGEOUT = 3   /* MADV_PAGEOUT: reclaim them now */
+};
+
+/*
+ * Apply a hint to the pages of `count` tensors (indices in `tensors`), rounded out to whole
+ * pages: WILLNEED rounds outwards so every byte is covered; the releasing hints round inwards so
+ * a neighbour's pages sharing a page are not dropped. Only for the MMAP source (owned and
+ * borrowed memory is the caller's business): UNSUPPORTED otherwise. Returns 0, INVAL for a bad
+ * index or hint, UNSUPPORTED when the kernel lacks the hint (EINVAL from madvise), IO otherwise.
+ */
+KILN_API int kiln_tensor_hint(kiln_dir *dir, const uint32_t *tensors, uint32_t count, unsigned hint,
+			      kiln_error *err);
+
+/*
+ * Copy tensor `index` into dst[0, cap). Works for every source. For the MMAP source the bytes
+ * are read from the file with pread, not through the mapping, so a file truncated after open
+ * gives IO (sys_errno EIO, "the file ended at ...") instead of SIGBUS. Returns 0, INVAL when
+ * cap < byte_length or the index is bad, IO.
+ */
+KILN_API int kiln_tensor_copy(kiln_dir *dir, uint32_t index, void *dst, size_t cap,
+			      kiln_error *err);
+
+/*
+ * Copy tensor `index` into new memory aligned to `alignment` (a power of two >= 64; 0 means 64).
+ * *out receives the memory (free it with kiln_free()); at least one byte is allocated for an
+ * empty tensor. Same errors as kiln_tensor_copy(), plus NOMEM.
+ */
+KILN_API int kiln_tensor_dup(kiln_dir *dir, uint32_t index, size_t alignment, void **out,
+			     kiln_error *err);
+
+/* Free memory returned by kiln_tensor_dup(). NULL is accepted. */
+KILN_API void kiln_free(void *ptr);
+
+/* One landed chunk of a streaming read. */
+typedef struct kiln_chunk {
+	uint32_t tensor;  /* tensor index */
+	uint32_t buffer;  /* staging buffer index (staging mode), else 0 */
+	uint64_t offset;  /* offset of the chunk within the tensor's payload */
+	uint64_t length;  /* bytes */
+	const void *data; /* where the bytes landed */
+} kiln_chunk;
+
+/* Called once per landed chunk, in no particular order across tensors. Return 0 to go on,
+ * nonzero to stop: the stream waits for the reads in flight and returns CANCELED. */
+typedef int (*kiln_chunk_fn)(void *ctx, const kiln_chunk *chunk);
+
+/* Staging mode: called before staging buffer `buffer` is filled again, so an asynchronous copy
+ * started from it (e.g. to a device) can be waited for. Return nonzero to stop (CANCELED). */
+typedef int (*kiln_reuse_fn)(void *ctx, uint32_t buffer);
+
+enum kiln_stream_engine {
+	KILN_ENGINE_AUTO = 0,  /* io_uring, falling back to pread when unavailable */
+	KILN_ENGINE_URING = 1, /* io_uring; still falls back, and says so in the result */
+	KILN_ENGINE_PREAD = 2  /* plain pread, one request at a time */
+};
+
+enum kiln_stream_flags {
+	/* Read with O_DIRECT: aligned reads into internal bounce buffers (or straight into the
+	 * caller's memory when offset, length and address are aligned). Falls back to buffered
+	 * reads when refused, and says so in the result. */
+	KILN_STREAM_DIRECT = 1u << 0
+};
+
+typedef struct kiln_stream_options {
+	uint32_t size;          /* 0 or sizeof(kiln_stream_options) */
+	uint32_t flags;         /* enum kiln_stream_flags */
+	uint32_t engine;        /* enum kiln_stream_engine */
+	uint32_t chunk_size;    /* bytes per request; 0 means 4 MiB (staging: the buffer size) */
+	uint32_t queue_depth;   /* requests in flight; 0 means 32 (staging: at most the buffers) */
+	uint32_t staging_count; /* staging mode: number of buffers in `staging` */
+	void *const *staging;   /* staging mode: caller's buffers (e.g. pinned host memory) */
+	size_t staging_size;    /* staging mode: bytes in each buffer */
+	kiln_chunk_fn on_chunk; /* optional in direct mode, required in staging mode */
+	kiln_reuse_fn before_reuse; /* staging mode, optional */
+	void *ctx;                  /* passed to both callbacks */
+	uint64_t reserved[4];
+} kiln_stream_options;
+
+typedef struct kiln_stream_result {
+	uint64_t bytes;          /* payload bytes landed */
+	uint64_t chunks;         /* chunks landed (callback calls) */
+	uint64_t retries;        /* requests re-issued after EINTR, EAGAIN or a short read */
+	uint32_t engine;         /* enum kiln_stream_engine actually used (URING or PREAD) */
+	uint32_t direct;         /* 1 when O_DIRECT was used */
+	int32_t uring_fallback;  /* errno that made io_uring unavailable, else 0 */
+	int32_t direct_fallback; /* errno that made O_DIRECT unavailable, else 0 */
+} kiln_stream_result;
+
+/*
+ * Read the payloads of `count` tensors (indices in `tensors`; NULL means all, in order) from the
+ * directory's file into caller memory, in chunks with up to queue_depth reads in flight.
+ *
+ * Direct mode (`dests` not NULL): dests[i] receives the whole payload of tensors[i] (it must hold
+ * byte_length bytes; any alignment). on_chunk, when set, is called as each chunk lands so a copy
+ * to a device can start while later chunks are read.
+ * Staging mode (`dests` NULL, opts->staging set): chunks of at most staging_size bytes land in
+ * the caller's staging buffers in rotation; on_chunk must consume each one (or start an
+ * asynchronous copy that before_reuse waits for). Needs staging_count >= 1.
+ *
+ * Works for the MMAP, READ and URING sources (from the file) and for BUFFER (memcpy, reported as
+ * PREAD). EINTR, EAGAIN and short reads are retried; a file that ends early is IO (EIO). On any
+ * failure every read in flight is waited for before returning, so no buffer is written after the
+ * call returns. Returns 0, INVAL, CANCELED, NOMEM or IO; *result (optional) is filled either way.
+ */
+KILN_API int kiln_stream(kiln_dir *dir, const uint32_t *tensors, uint32_t count, void *const *dests,
+			 const kiln_stream_options *opts, kiln_stream_result *result,
+			 kiln_error *err);
+
+/* Called with each pinned range: the place for cudaHostRegister(ptr, len, read-only). A nonzero
+ * return fails the pin (IO with that value as sys_errno when it looks like an errno). */
+typedef int (*kiln_pin_fn)(void *ctx, void *ptr, size_t len);
+/* Called with the same range when it is unpinned. */
+typedef void (*kiln_unpin_fn)(void *ctx, void *ptr, size_t len);
+
+typedef struct kiln_pin_hooks {
+	kiln_pin_fn pin;
+	kiln_unpin_fn unpin;
+	void *ctx;
+} kiln_pin_hooks;
+
+/*
+ * Pin the page-aligned range covering tensor `index` in memory (mlock), then call hooks->pin
+ * (optional) with it. Pins nest: each pin needs one kiln_tensor_unpin(). Works for the MMAP
+ * source (file pages, read only) and owned READ/URING memory; UNSUPPORTED for BUFFER. When
+ * mlock fails (RLIMIT_MEMLOCK too small: ENOMEM or EPERM) the error is IO with the errno and a
+ * message giving the limit and the bytes asked for. Returns 0, INVAL, UNSUPPORTED, NOMEM, IO.
+ */
+KILN_API int kiln_tensor_pin(kiln_dir *dir, uint32_t index, const kiln_pin_hooks *hooks,
+			     kiln_error *err);
+
+/* Undo one kiln_tensor_pin() of `index`: call the unpin hook given at pin time, then munlock.
+ * Returns 0, or INVAL when the tensor is not pinned. */
+KILN_API int kiln_tensor_unpin(kiln_dir *dir, uint32_t index, kiln_error *err);
 
 /* ---------------------------------------------------------------------------------------------
  * Writer: the canonical layout

@@ -1,0 +1,472 @@
+/*
+ * The chunked read engine: ranges of a file split into chunks (aligned to absolute file offsets,
+ * so O_DIRECT needs a bounce buffer only for a range's first and last chunk), read with io_uring
+ * (up to qd in flight) or pread (one at a time), into the caller's memory or a ring of staging
+ * buffers. EINTR, EAGAIN and short reads are retried; EINVAL under O_DIRECT switches to buffered
+ * reads; a file that ends early is EIO. On any stop every read in flight is reaped before return,
+ * so nothing writes into caller memory afterwards.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <liburing.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include "io.h"
+#include "sys.h"
+
+#define PAGE 4096u
+
+struct slot {
+	int busy;
+	uint64_t off; /* the chunk: file offset, length, destination */
+	uint64_t len;
+	uint8_t *dst;
+	uint32_t tensor;
+	uint64_t tensor_off;
+	uint32_t buffer; /* staging buffer, or UINT32_MAX */
+	uint64_t slack;  /* writable bytes past dst + len */
+	/* the read issued for it */
+	int fd;
+	int is_direct;
+	uint8_t *rbuf;
+	uint64_t roff;
+	uint64_t rlen;
+	uint64_t done;
+	uint8_t *bounce; /* chunk + 2 * alignment, page aligned; NULL unless direct */
+};
+
+struct run {
+	struct kiln__io *io;
+	const struct kiln__range *ranges;
+	size_t n;
+	size_t next_range; /* chunk generator */
+	uint64_t next_pos;
+	int dfd;       /* O_DIRECT descriptor, -1 when not direct */
+	int direct_ok; /* cleared when the file system refuses a direct read */
+	uint32_t A;    /* O_DIRECT file offset alignment */
+	uint32_t MA;   /* O_DIRECT memory alignment */
+	struct slot *slots;
+	uint32_t nslots;
+	uint32_t next_buffer;
+	uint8_t *buffer_used; /* staging: has been filled before (before_reuse is due) */
+	uint8_t *buffer_busy;
+	int stop; /* a kiln_code once something failed or a callback said stop */
+	kiln_error *err;
+};
+
+int kiln__pread_full(int fd, void *dst, size_t len, uint64_t off, kiln_error *err)
+{
+	uint8_t *p = dst;
+	size_t done = 0;
+	while (done < len) {
+		ssize_t r = kiln__sys.pread(fd, p + done, len - done, (off_t)(off + done));
+		if (r < 0) {
+			if (errno == EINTR || errno == EAGAIN)
+				continue;
+			int e = errno;
+			return kiln__fail_sys(err, KILN_IO, e,
+					      "read of %zu bytes at offset %" PRIu64 " failed: %s",
+					      len - done, off + done, strerror(e));
+		}
+		if (r == 0)
+			return kiln__fail_sys(err, KILN_IO, EIO,
+					      "the file ended at offset %" PRIu64
+					      ", %zu bytes short "
+					      "(truncated after open?)",
+					      off + done, len - done);
+		done += (size_t)r;
+	}
+	return 0;
+}
+
+static int next_chunk(struct run *r, struct slot *s)
+{
+	while (r->next_range < r->n && r->next_pos >= r->ranges[r->next_range].len) {
+		r->next_range++;
+		r->next_pos = 0;
+	}
+	if (r->next_range >= r->n)
+		return 0;
+	const struct kiln__range *g = &r->ranges[r->next_range];
+	uint64_t abs = g->off + r->next_pos;
+	uint64_t end = g->off + g->len;
+	uint64_t chunk = r->io->staging ? r->io->staging_size : r->io->chunk;
+	uint64_t bound = (abs / chunk + 1) * chunk; /* boundaries at absolute multiples */
+	if (r->io->staging)
+		bound = abs + chunk; /* a staging buffer holds exactly one chunk */
+	if (bound < end)
+		end = bound;
+	s->off = abs;
+	s->len = end - abs;
+	s->tensor = g->tensor;
+	s->tensor_off = g->tensor_off + r->next_pos;
+	s->dst = g->dst ? g->dst + r->next_pos : NULL;
+	s->slack = (end == g->off + g->len) ? g->slack : 0;
+	s->buffer = UINT32_MAX;
+	r->next_pos += s->len;
+	return 1;
+}
+
+/* Choose how to read the slot's chunk: in place or through the bounce buffer, direct or not. */
+static void plan(struct run *r, struct slot *s)
+{
+	s->done = 0;
+	s->is_direct = r->dfd >= 0 && r->direct_ok;
+	if (s->is_direct) {
+		uint64_t A = r->A;
+		uint64_t roff = s->off / A * A;
+		uint64_t rend = (s->off + s->len + A - 1) / A * A;
+		int in_place = roff == s->off && (uintptr_t)s->dst % r->MA == 0 &&
+			       rend - s->off <= s->len + s->slack;
+		s->fd = r->dfd;
+		s->roff = roff;
+		s->rlen = rend - roff;
+		s->rbuf = in_place ? s->dst : s->bounce;
+		return;
+	}
+	s->fd = r->io->fd;
+	s->roff = s->off;
+	s->rlen = s->len;
+	s->rbuf = s->dst;
+}
+
+/* Bytes of the read that must land: up to the chunk's end (reading past EOF is fine only for
+ * the alignment tail). */
+static uint64_t needed(const struct slot *s)
+{
+	return s->off + s->len - s->roff;
+}
+
+static int stop_with(struct run *r, int code)
+{
+	if (!r->stop)
+		r->stop = code;
+	return code;
+}
+
+/* A chunk is complete: copy out of the bounce buffer, count it, tell the caller. */
+static void land(struct run *r, struct slot *s)
+{
+	if (s->rbuf != s->dst)
+		memcpy(s->dst, s->rbuf + (s->off - s->roff), s->len);
+	r->io->res.bytes += s->len;
+	r->io->res.chunks++;
+	if (r->io->on_chunk && !r->stop) {
+		kiln_chunk c = {.tensor = s->tensor,
+				.buffer = s->buffer == UINT32_MAX ? 0 : s->buffer,
+				.offset = s->tensor_off,
+				.length = s->len,
+				.data = s->dst};
+		if (r->io->on_chunk(r->io->ctx, &c) != 0) {
+			kiln__fail(r->err, KILN_CANCELED, s->tensor, NULL, KILN_NO_OFFSET,
+				   "the chunk callback stopped the stream at tensor %" PRIu32
+				   " offset %" PRIu64,
+				   s->tensor, s->tensor_off);
+			stop_with(r, KILN_CANCELED);
+		}
+	}
+	if (s->buffer != UINT32_MAX)
+		r->buffer_busy[s->buffer] = 0;
+	s->busy = 0;
+}
+
+/*
+ * Digest one read result for a slot. Returns 1 when the slot must be (re)issued, 0 when it is
+ * finished (landed or failed).
+ */
+static int complete(struct run *r, struct slot *s, ssize_t res)
+{
+	if (r->stop) {
+		s->busy = 0;
+		if (s->buffer != UINT32_MAX)
+			r->buffer_busy[s->buffer] = 0;
+		return 0;
+	}
+	if (res == -EINTR || res == -EAGAIN) {
+		r->io->res.retries++;
+		return 1;
+	}
+	if (res == -EINVAL && s->is_direct) {
+		/* The file system refused this direct read: buffered from here on. Reads already in
+		 * flight finish on the direct descriptor, which stays open until the end. */
+		r->io->res.direct_fallback = EINVAL;
+		r->io->res.direct = 0;
+		r->direct_ok = 0;
+		plan(r, s);
+		r->io->res.retries++;
+		return 1;
+	}
+	if (res < 0) {
+		kiln__fail_sys(r->err, KILN_IO, (int)-res,
+			       "read of %" PRIu64 " bytes at offset %" PRIu64 " failed: %s",
+			       s->rlen - s->done, s->roff + s->done, strerror((int)-res));
+		stop_with(r, KILN_IO);
+		s->busy = 0;
+		if (s->buffer != UINT32_MAX)
+			r->buffer_busy[s->buffer] = 0;
+		return 0;
+	}
+	s->done += (uint64_t)res;
+	if (s->done >= needed(s)) {
+		land(r, s);
+		return 0;
+	}
+	if (res == 0) {
+		kiln__fail_sys(r->err, KILN_IO, EIO,
+			       "the file ended at offset %" PRIu64 ", %" PRIu64
+			       " bytes short (truncated after open?)",
+			       s->roff + s->done, needed(s) - s->done);
+		stop_with(r, KILN_IO);
+		s->busy = 0;
+		if (s->buffer != UINT32_MAX)
+			r->buffer_busy[s->buffer] = 0;
+		return 0;
+	}
+	/* Short read: ask for the rest. An unaligned remainder cannot be read directly. */
+	r->io->res.retries++;
+	if (s->is_direct && (s->roff + s->done) % r->A != 0) {
+		s->fd = r->io->fd;
+		s->is_direct = 0;
+	}
+	return 1;
+}
+
+/* Staging: take the next buffer in rotation, waiting for the caller to release it. */
+static int take_buffer(struct run *r, struct slot *s)
+{
+	uint32_t b = r->next_buffer;
+	if (r->buffer_busy[b])
+		return 0; /* still in flight: wait for completions first */
+	if (r->buffer_used[b] && r->io->before_reuse && r->io->before_reuse(r->io->ctx, b) != 0) {
+		kiln__fail(r->err, KILN_CANCELED, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
+			   "before_reuse stopped the stream at staging buffer %" PRIu32, b);
+		stop_with(r, KILN_CANCELED);
+		return 0;
+	}
+	r->buffer_used[b] = 1;
+	r->buffer_busy[b] = 1;
+	r->next_buffer = (b + 1) % r->io->nstaging;
+	s->buffer = b;
+	s->dst = r->io->staging[b];
+	s->slack = 0;
+	return 1;
+}
+
+/* Fill a free slot with the next chunk; 0 when there is none (or the stream stopped). */
+static int start(struct run *r, struct slot *s)
+{
+	if (r->stop)
+		return 0;
+	if (r->io->staging && r->buffer_busy[r->next_buffer])
+		return 0;
+	if (!next_chunk(r, s))
+		return 0;
+	if (r->io->staging && !take_buffer(r, s))
+		return 0;
+	s->busy = 1;
+	plan(r, s);
+	return 1;
+}
+
+static ssize_t do_pread(struct slot *s)
+{
+	ssize_t n = kiln__sys.pread(s->fd, s->rbuf + s->done, (size_t)(s->rlen - s->done),
+				    (off_t)(s->roff + s->done));
+	return n < 0 ? -errno : n;
+}
+
+static void run_pread(struct run *r)
+{
+	struct slot *s = &r->slots[0];
+	while (start(r, s))
+		while (complete(r, s, do_pread(s)))
+			;
+}
+
+static void run_memory(struct run *r)
+{
+	struct slot *s = &r->slots[0];
+	while (start(r, s)) {
+		memcpy(s->rbuf, r->io->mem + s->roff, (size_t)s->rlen);
+		complete(r, s, (ssize_t)s->rlen);
+	}
+}
+
+static void queue(struct io_uring *ring, struct slot *s)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+	/* The ring has qd entries and at most qd slots are busy, so an SQE is always free. */
+	io_uring_prep_read(sqe, s->fd, s->rbuf + s->done, (unsigned)(s->rlen - s->done),
+			   s->roff + s->done);
+	io_uring_sqe_set_data(sqe, s);
+}
+
+/* Returns 0, or -errno when io_uring cannot be set up (the caller falls back to pread). */
+static int run_uring(struct run *r)
+{
+	struct io_uring ring;
+	int rc = kiln__sys.uring_init(r->nslots, &ring);
+	if (rc < 0)
+		return rc;
+	uint32_t inflight = 0;
+	for (;;) {
+		for (uint32_t i = 0; i < r->nslots && !r->stop; i++) {
+			struct slot *s = &r->slots[i];
+			if (s->busy || !start(r, s))
+				continue;
+			queue(&ring, s);
+			inflight++;
+		}
+		if (inflight == 0)
+			break;
+		int sub = io_uring_submit(&ring);
+		if (sub < 0 && sub != -EINTR && sub != -EAGAIN && sub != -EBUSY) {
+			/* Nothing new reached the kernel: what was queued is dropped at exit. */
+			kiln__fail_sys(r->err, KILN_IO, -sub, "io_uring_submit failed: %s",
+				       strerror(-sub));
+			stop_with(r, KILN_IO);
+		}
+		struct io_uring_cqe *cqe;
+		int w = io_uring_wait_cqe(&ring, &cqe);
+		if (w == -EINTR || w == -EAGAIN)
+			continue;
+		if (w < 0) {
+			if (sub < 0)
+				break; /* nothing in flight in the kernel */
+			kiln__fail_sys(r->err, KILN_IO, -w, "io_uring_wait_cqe failed: %s",
+				       strerror(-w));
+			stop_with(r, KILN_IO);
+			continue;
+		}
+		struct slot *s = io_uring_cqe_get_data(cqe);
+		int res = kiln__sys.uring_result(cqe->res, s->fd, s->roff + s->done,
+						 (size_t)(s->rlen - s->done));
+		io_uring_cqe_seen(&ring, cqe);
+		inflight--;
+		if (complete(r, s, res)) {
+			queue(&ring, s);
+			inflight++;
+		}
+	}
+	io_uring_queue_exit(&ring);
+	return 0;
+}
+
+/* O_DIRECT alignment: statx(STATX_DIOALIGN), else the device's logical block size, else 4096.
+ * Returns 0, or an errno when the file does not support direct I/O. */
+static int dio_alignment(int fd, uint32_t *off_align, uint32_t *mem_align)
+{
+	struct statx stx;
+	if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) == 0 &&
+	    (stx.stx_mask & STATX_DIOALIGN)) {
+		if (stx.stx_dio_offset_align == 0)
+			return EINVAL; /* the file system says: no direct I/O for this file */
+		*off_align = stx.stx_dio_offset_align;
+		*mem_align = stx.stx_dio_mem_align ? stx.stx_dio_mem_align : 512;
+		return 0;
+	}
+	struct stat st;
+	uint32_t bs = 0;
+	if (fstat(fd, &st) == 0) {
+		char path[96];
+		snprintf(path, sizeof(path), "/sys/dev/block/%u:%u/queue/logical_block_size",
+			 major(st.st_dev), minor(st.st_dev));
+		FILE *f = fopen(path, "r");
+		if (f) {
+			if (fscanf(f, "%u", &bs) != 1)
+				bs = 0;
+			fclose(f);
+		}
+	}
+	*off_align = bs && (bs & (bs - 1)) == 0 && bs <= 65536 ? bs : PAGE;
+	*mem_align = *off_align;
+	return 0;
+}
+
+static void open_direct(struct run *r)
+{
+	struct kiln__io *io = r->io;
+	uint32_t A = 0, MA = 0;
+	int e = dio_alignment(io->fd, &A, &MA);
+	if (e) {
+		io->res.direct_fallback = e;
+		return;
+	}
+	/* Reopen the same open file, not the path: the path may name a newer file by now. */
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", io->fd);
+	int dfd = kiln__sys.open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	if (dfd < 0) {
+		io->res.direct_fallback = errno;
+		return;
+	}
+	r->dfd = dfd;
+	r->direct_ok = 1;
+	r->A = A;
+	r->MA = MA;
+	io->dio_align = A;
+	io->res.direct = 1;
+	/* Chunks must start on aligned boundaries to be read in place. */
+	if (io->chunk % A)
+		io->chunk = (io->chunk / A + 1) * A;
+}
+
+int kiln__io_run(struct kiln__io *io, const struct kiln__range *ranges, size_t n, kiln_error *err)
+{
+	memset(&io->res, 0, sizeof(io->res));
+	struct run r = {.io = io, .ranges = ranges, .n = n, .dfd = -1, .err = err};
+	int rc = 0;
+	if (io->direct && !io->mem)
+		open_direct(&r);
+	int engine = io->mem ? KILN_ENGINE_PREAD : io->engine;
+	r.nslots = engine == KILN_ENGINE_PREAD ? 1 : io->qd;
+	if (io->staging && r.nslots > io->nstaging)
+		r.nslots = io->nstaging;
+	r.slots = calloc(r.nslots, sizeof(*r.slots));
+	if (io->staging) {
+		r.buffer_used = calloc(io->nstaging, 1);
+		r.buffer_busy = calloc(io->nstaging, 1);
+	}
+	int nomem = !r.slots || (io->staging && (!r.buffer_used || !r.buffer_busy));
+	uint64_t chunk = io->staging ? io->staging_size : io->chunk;
+	for (uint32_t i = 0; i < r.nslots && !nomem && r.dfd >= 0; i++) {
+		r.slots[i].bounce = kiln__owned_alloc((size_t)chunk + 2u * r.A);
+		nomem = !r.slots[i].bounce;
+	}
+	if (nomem) {
+		rc = kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "cannot allocate %u read slots",
+				    r.nslots);
+		goto out;
+	}
+
+	if (io->mem) {
+		run_memory(&r);
+	} else if (engine == KILN_ENGINE_PREAD) {
+		run_pread(&r);
+	} else {
+		int e = run_uring(&r);
+		if (e < 0) {
+			io->res.uring_fallback = -e;
+			engine = KILN_ENGINE_PREAD;
+			run_pread(&r);
+		}
+	}
+	io->res.engine = engine == KILN_ENGINE_PREAD ? KILN_ENGINE_PREAD : KILN_ENGINE_URING;
+	rc = r.stop;
+out:
+	for (uint32_t i = 0; r.slots && i < r.nslots; i++)
+		if (r.slots[i].bounce)
+			kiln__owned_free(r.slots[i].bounce, (size_t)chunk + 2u * r.A);
+	free(r.slots);
+	free(r.buffer_used);
+	free(r.buffer_busy);
+	if (r.dfd >= 0)
+		close(r.dfd);
+	return rc;
+}

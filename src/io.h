@@ -1,0 +1,42 @@
+/* The chunked read engine behind the READ/URING sources and kiln_stream (src/io.c). */
+#ifndef KILN_IO_H
+#define KILN_IO_H
+
+#include "internal.h"
+
+/* One range of the file to land in memory. */
+struct kiln__range {
+	uint64_t off;    /* file offset */
+	uint64_t len;    /* bytes */
+	uint8_t *dst;    /* destination, NULL in staging mode */
+	uint64_t slack;  /* bytes writable past dst + len (lets O_DIRECT read a tail in place) */
+	uint32_t tensor; /* reported in chunks */
+	uint64_t tensor_off; /* offset of this range within the tensor */
+};
+
+struct kiln__io {
+	int fd;     /* buffered descriptor */
+	int direct; /* try O_DIRECT (reopened through /proc/self/fd) */
+	uint64_t file_size;
+	uint32_t chunk;     /* bytes per request */
+	uint32_t qd;        /* requests in flight (uring) */
+	int engine;         /* KILN_ENGINE_* */
+	const uint8_t *mem; /* memory engine: read from here instead of fd (BUFFER source) */
+	/* staging mode */
+	void *const *staging;
+	uint32_t nstaging;
+	size_t staging_size;
+	kiln_chunk_fn on_chunk;
+	kiln_reuse_fn before_reuse;
+	void *ctx;
+	kiln_stream_result res; /* filled by kiln__io_run */
+	uint32_t dio_align;     /* alignment used for O_DIRECT */
+};
+
+int kiln__io_run(struct kiln__io *io, const struct kiln__range *ranges, size_t n, kiln_error *err);
+
+/* pread the whole of [off, off + len) into dst, retrying EINTR/EAGAIN and short reads; a file
+ * that ends first is IO/EIO. */
+int kiln__pread_full(int fd, void *dst, size_t len, uint64_t off, kiln_error *err);
+
+#endif

@@ -1,0 +1,143 @@
+/*
+ * Pinning tensors for DMA: mlock the page range covering a tensor, then the caller's hook (for
+ * example cudaHostRegister with read-only registration). Pins are counted per tensor; mlock is
+ * not counted by the kernel, so unpinning one range re-locks what other live pins still cover.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+
+#include "source.h"
+#include "sys.h"
+
+#define PAGE 4096u
+
+struct kiln__pin {
+	uint32_t tensor;
+	uint32_t count;
+	uint8_t *ptr;
+	size_t len;
+	kiln_pin_hooks hooks;
+};
+
+static struct kiln__pin *find(kiln_dir *dir, uint32_t index)
+{
+	for (uint32_t i = 0; i < dir->npins; i++)
+		if (dir->pins[i].tensor == index)
+			return &dir->pins[i];
+	return NULL;
+}
+
+int kiln_tensor_pin(kiln_dir *dir, uint32_t index, const kiln_pin_hooks *hooks, kiln_error *err)
+{
+	kiln__clear_error(err);
+	if (!dir)
+		return kiln__fail(err, KILN_INVAL, index, NULL, KILN_NO_OFFSET, "dir is NULL");
+	const kiln_tensor *t = kiln_dir_tensor(dir, index);
+	if (!t)
+		return kiln__fail(err, KILN_INVAL, index, NULL, KILN_NO_OFFSET,
+				  "tensor index %" PRIu32 " is out of range", index);
+	if (dir->info.source == KILN_SOURCE_BUFFER)
+		return kiln__fail(err, KILN_UNSUPPORTED, index, NULL, KILN_NO_OFFSET,
+				  "a borrowed buffer is the caller's to pin");
+	struct kiln__pin *p = find(dir, index);
+	if (p) {
+		p->count++;
+		dir->info.pinned++;
+		return 0;
+	}
+	if (dir->npins == dir->pins_cap) {
+		uint32_t cap = dir->pins_cap ? dir->pins_cap * 2 : 8;
+		struct kiln__pin *n = realloc(dir->pins, cap * sizeof(*n));
+		if (!n)
+			return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+		dir->pins = n;
+		dir->pins_cap = cap;
+	}
+	uintptr_t a = (uintptr_t)t->data / PAGE * PAGE;
+	uintptr_t b = ((uintptr_t)t->data + (uintptr_t)t->byte_length + PAGE - 1) / PAGE * PAGE;
+	struct kiln__pin pin = {.tensor = index, .count = 1, .ptr = (uint8_t *)a, .len = b - a};
+	if (hooks)
+		pin.hooks = *hooks;
+	if (pin.len) {
+		if (kiln__sys.mlock(pin.ptr, pin.len) != 0) {
+			int rc = kiln__mlock_fail(err, errno, pin.len);
+			if (err)
+				err->tensor = index;
+			return rc;
+		}
+		if (pin.hooks.pin) {
+			int e = pin.hooks.pin(pin.hooks.ctx, pin.ptr, pin.len);
+			if (e) {
+				munlock(pin.ptr, pin.len);
+				return kiln__fail_sys(
+				    err, KILN_IO, e > 0 ? e : EIO,
+				    "the pin hook failed (%d) for tensor %" PRIu32, e, index);
+			}
+		}
+	}
+	dir->pins[dir->npins++] = pin;
+	dir->info.pinned++;
+	return 0;
+}
+
+static void unpin_range(kiln_dir *dir, struct kiln__pin *p)
+{
+	if (!p->len)
+		return;
+	if (p->hooks.unpin)
+		p->hooks.unpin(p->hooks.ctx, p->ptr, p->len);
+	munlock(p->ptr, p->len);
+	/* Pages shared with another live pin must stay locked. */
+	for (uint32_t i = 0; i < dir->npins; i++) {
+		struct kiln__pin *o = &dir->pins[i];
+		if (o == p || !o->len)
+			continue;
+		uint8_t *a = o->ptr > p->ptr ? o->ptr : p->ptr;
+		uint8_t *b = o->ptr + o->len < p->ptr + p->len ? o->ptr + o->len : p->ptr + p->len;
+		if (a < b)
+			mlock(a, (size_t)(b - a));
+	}
+}
+
+int kiln_tensor_unpin(kiln_dir *dir, uint32_t index, kiln_error *err)
+{
+	kiln__clear_error(err);
+	struct kiln__pin *p = dir ? find(dir, index) : NULL;
+	if (!p)
+		return kiln__fail(err, KILN_INVAL, index, NULL, KILN_NO_OFFSET,
+				  "tensor %" PRIu32 " is not pinned", index);
+	dir->info.pinned--;
+	if (--p->count)
+		return 0;
+	unpin_range(dir, p);
+	*p = dir->pins[--dir->npins];
+	return 0;
+}
+
+void kiln__pins_release(struct kiln_dir *dir)
+{
+	while (dir->npins) {
+		struct kiln__pin *p = &dir->pins[dir->npins - 1];
+		unpin_range(dir, p);
+		dir->npins--;
+	}
+	free(dir->pins);
+	dir->pins = NULL;
+	dir->pins_cap = 0;
+	dir->info.pinned = 0;
+}
+
+int kiln_dir_try_close(kiln_dir *dir, kiln_error *err)
+{
+	kiln__clear_error(err);
+	if (dir && dir->info.pinned)
+		return kiln__fail(err, KILN_BUSY, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
+				  "%" PRIu32 " pinned range(s) are still registered; unpin them "
+				  "first",
+				  dir->info.pinned);
+	kiln_dir_close(dir);
+	return 0;
+}

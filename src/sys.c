@@ -1,0 +1,41 @@
+#define _GNU_SOURCE
+#include "sys.h"
+
+#include <fcntl.h>
+#include <liburing.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+static int sys_open(const char *path, int flags)
+{
+	return open(path, flags);
+}
+
+static int sys_uring_init(unsigned entries, void *ring)
+{
+	return io_uring_queue_init(entries, ring, 0);
+}
+
+static int sys_uring_result(int res, int fd, uint64_t off, size_t len)
+{
+	(void)fd;
+	(void)off;
+	(void)len;
+	return res;
+}
+
+const struct kiln__sys kiln__sys_default = {
+    .open = sys_open,
+    .pread = pread,
+    .mlock = mlock,
+    .uring_init = sys_uring_init,
+    .uring_result = sys_uring_result,
+};
+
+struct kiln__sys kiln__sys = {
+    .open = sys_open,
+    .pread = pread,
+    .mlock = mlock,
+    .uring_init = sys_uring_init,
+    .uring_result = sys_uring_result,
+};

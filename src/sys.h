@@ -1,0 +1,27 @@
+/*
+ * The system calls the loading paths make, behind one table so tests can inject faults (short
+ * reads, EINTR, EIO on the Nth request, O_DIRECT or io_uring refused, mlock refused) without
+ * special kernels or privileges. Production code never changes it.
+ */
+#ifndef KILN_SYS_H
+#define KILN_SYS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct kiln__sys {
+	int (*open)(const char *path, int flags);
+	ssize_t (*pread)(int fd, void *buf, size_t len, off_t off);
+	int (*mlock)(const void *addr, size_t len);
+	/* io_uring_queue_init: 0 or -errno. `ring` is a struct io_uring. */
+	int (*uring_init)(unsigned entries, void *ring);
+	/* Sees every io_uring completion before kiln does and may rewrite its result. */
+	int (*uring_result)(int res, int fd, uint64_t off, size_t len);
+};
+
+/* The table in use; tests replace entries and restore kiln__sys_default. */
+extern struct kiln__sys kiln__sys;
+extern const struct kiln__sys kiln__sys_default;
+
+#endif

@@ -1,0 +1,759 @@
+/*
+ * Loading: every source (mmap, read, uring, with and without O_DIRECT) yields the same bytes;
+ * owned copies survive a truncated file; streaming into destinations and staging rings; hints;
+ * pinning; and the failure paths through an injected system-call layer (src/sys.h): short reads,
+ * EINTR/EAGAIN, EIO on the third request, O_DIRECT refused, io_uring unavailable, mlock refused.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "sys.h"
+
+#define NT 6
+static uint8_t *data[NT];
+static kiln_tensor_spec spec[NT];
+static char *path;
+
+/* Sizes chosen to straddle pages, chunks and O_DIRECT blocks: an empty tensor, odd lengths, and
+ * one of several MiB so a 64 KiB chunk size makes dozens of requests. */
+static const uint64_t sizes[NT] = {3, 0, 4097, 65536 + 100, 3u << 20, 777};
+
+static void make_file(void)
+{
+	uint64_t x = 42;
+	for (int i = 0; i < NT; i++) {
+		data[i] = malloc(sizes[i] ? sizes[i] : 1);
+		for (uint64_t k = 0; k < sizes[i]; k++) {
+			x = x * 6364136223846793005ull + 1442695040888963407ull;
+			data[i][k] = (uint8_t)(x >> 56);
+		}
+		static char names[NT][8];
+		snprintf(names[i], sizeof(names[i]), "t%d", i);
+		spec[i] = (kiln_tensor_spec){.name = names[i],
+					     .name_len = strlen(names[i]),
+					     .dtype = KILN_DT_U8,
+					     .rank = 1,
+					     .shape = {sizes[i]},
+					     .data = data[i]};
+	}
+	char *dir = temp_dir();
+	cr_assert(asprintf(&path, "%s/load.klnt", dir) > 0);
+	free(dir);
+	kiln_error err;
+	cr_assert_eq(kiln_write_file(path, spec, NT, 0, &err), 0, "%s", err.message);
+}
+
+static void drop_file(void)
+{
+	kiln__sys = kiln__sys_default;
+	unlink(path);
+	free(path);
+	for (int i = 0; i < NT; i++)
+		free(data[i]);
+}
+
+TestSuite(load, .init = make_file, .fini = drop_file);
+TestSuite(faults, .init = make_file, .fini = drop_file);
+
+static kiln_dir *open_with(unsigned source, uint32_t flags, uint32_t chunk, uint32_t qd)
+{
+	kiln_open_options o = {
+	    .source = source, .flags = flags, .chunk_size = chunk, .queue_depth = qd};
+	kiln_dir *dir;
+	kiln_error err;
+	int rc = kiln_dir_open(path, &o, &dir, &err);
+	cr_assert_eq(rc, 0, "%s: %s: %s", kiln_source_name(source), kiln_code_name(rc),
+		     err.message);
+	return dir;
+}
+
+static void expect_same_bytes(kiln_dir *dir, const char *what)
+{
+	cr_assert_eq(kiln_dir_count(dir), NT);
+	for (uint32_t i = 0; i < NT; i++) {
+		const kiln_tensor *t = kiln_dir_tensor(dir, i);
+		cr_assert_eq(t->byte_length, sizes[i]);
+		cr_assert_eq((uintptr_t)t->data % 64, 0, "%s: tensor %u not 64-byte aligned", what,
+			     i);
+		cr_assert_eq(memcmp(t->data, data[i], sizes[i]), 0, "%s: tensor %u differs", what,
+			     i);
+	}
+	kiln_error err;
+	cr_assert_eq(kiln_dir_verify_payload(dir, &err), 0, "%s: %s", what, err.message);
+}
+
+Test(load, every_source_gives_the_same_bytes)
+{
+	static const struct {
+		unsigned source;
+		uint32_t flags;
+		const char *name;
+	} modes[] = {
+	    {KILN_SOURCE_MMAP, 0, "mmap"},
+	    {KILN_SOURCE_MMAP, KILN_OPEN_POPULATE, "mmap+populate"},
+	    {KILN_SOURCE_READ, 0, "read"},
+	    {KILN_SOURCE_URING, 0, "uring"},
+	    {KILN_SOURCE_READ, KILN_OPEN_DIRECT, "read+direct"},
+	    {KILN_SOURCE_URING, KILN_OPEN_DIRECT, "uring+direct"},
+	};
+	const uint32_t chunks[] = {0, 65536, 1000};
+	for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
+		for (size_t c = 0; c < 3; c++) {
+			kiln_dir *dir = open_with(modes[m].source, modes[m].flags, chunks[c], 4);
+			kiln_dir_info info;
+			kiln_dir_get_info(dir, &info);
+			cr_assert_eq(info.source, modes[m].source);
+			if (modes[m].source != KILN_SOURCE_MMAP)
+				cr_assert_eq((uintptr_t)info.base % 4096, 0,
+					     "owned memory is page aligned");
+			if (modes[m].flags & KILN_OPEN_DIRECT) {
+				/* ext4 (the build tree) supports O_DIRECT: it must really be used.
+				 */
+				cr_assert_eq(info.direct, 1, "%s: fell back (%d)", modes[m].name,
+					     info.direct_fallback);
+				cr_assert_gt(info.dio_align, 0);
+			}
+			expect_same_bytes(dir, modes[m].name);
+			kiln_dir_close(dir);
+		}
+	}
+}
+
+Test(load, golden_cases_through_every_source)
+{
+	const char *cases[] = {"kiln-v2-empty",   "kiln-v2-f32",    "kiln-v2-f16-named",
+			       "kiln-v2-f8-pair", "kiln-v2-scales", "kiln-v2-scales-outer",
+			       "kiln-v2-opaque"};
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		blob b = load_golden(cases[c]);
+		char *p = write_temp(b.p, b.len);
+		for (unsigned src = 0; src <= 3; src++) {
+			if (src == KILN_SOURCE_BUFFER)
+				continue;
+			for (int direct = 0; direct < 2; direct++) {
+				kiln_open_options o = {.source = src,
+						       .flags =
+							   KILN_OPEN_VERIFY_PAYLOAD |
+							   (direct && src ? KILN_OPEN_DIRECT : 0)};
+				kiln_dir *dir;
+				kiln_error err;
+				cr_assert_eq(kiln_dir_open(p, &o, &dir, &err), 0, "%s %s: %s",
+					     cases[c], kiln_source_name(src), err.message);
+				kiln_dir_info info;
+				kiln_dir_get_info(dir, &info);
+				cr_assert_eq(memcmp(info.base, b.p, b.len), 0, "%s via %s",
+					     cases[c], kiln_source_name(src));
+				kiln_dir_close(dir);
+			}
+		}
+		unlink(p);
+		free(p);
+		blob_free(&b);
+	}
+}
+
+Test(load, rejected_file_reads_no_payload)
+{
+	/* A bad directory is refused before the block is allocated or the payload read. */
+	blob b = load_golden("kiln-v2-opaque-no-layout");
+	char *p = write_temp(b.p, b.len);
+	for (unsigned src = KILN_SOURCE_READ; src <= KILN_SOURCE_URING; src++) {
+		kiln_open_options o = {.source = src};
+		kiln_dir *dir;
+		kiln_error err;
+		cr_assert_eq(kiln_dir_open(p, &o, &dir, &err), KILN_TYPE);
+		cr_assert_null(dir);
+	}
+	unlink(p);
+	free(p);
+	blob_free(&b);
+}
+
+/* --- owned copies ---------------------------------------------------------------------------- */
+
+Test(load, copies_from_every_source)
+{
+	for (unsigned src = 0; src <= 3; src++) {
+		if (src == KILN_SOURCE_BUFFER)
+			continue;
+		kiln_dir *dir = open_with(src, 0, 0, 0);
+		for (uint32_t i = 0; i < NT; i++) {
+			uint8_t *buf = malloc(sizes[i] + 1);
+			kiln_error err;
+			cr_assert_eq(kiln_tensor_copy(dir, i, buf, sizes[i], &err), 0, "%s",
+				     err.message);
+			cr_assert_eq(memcmp(buf, data[i], sizes[i]), 0);
+			if (sizes[i])
+				cr_assert_eq(kiln_tensor_copy(dir, i, buf, sizes[i] - 1, &err),
+					     KILN_INVAL);
+			free(buf);
+			void *d;
+			cr_assert_eq(kiln_tensor_dup(dir, i, 4096, &d, &err), 0, "%s", err.message);
+			cr_assert_eq((uintptr_t)d % 4096, 0);
+			cr_assert_eq(memcmp(d, data[i], sizes[i]), 0);
+			kiln_free(d);
+		}
+		void *d;
+		kiln_error err;
+		cr_assert_eq(kiln_tensor_dup(dir, 0, 100, &d, &err), KILN_INVAL);
+		cr_assert_eq(kiln_tensor_dup(dir, 0, 32, &d, &err), KILN_INVAL);
+		cr_assert_eq(kiln_tensor_dup(dir, NT, 64, &d, &err), KILN_INVAL);
+		kiln_dir_close(dir);
+	}
+}
+
+Test(load, copy_after_truncation_is_an_error_not_a_crash)
+{
+	kiln_dir *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
+	kiln_dir_info info;
+	kiln_dir_get_info(dir, &info);
+	/* Someone truncates the file under the mapping. */
+	cr_assert_eq(truncate(path, (off_t)info.payload_base), 0);
+	const kiln_tensor *big = kiln_dir_find_cstr(dir, "t4");
+	uint8_t *buf = malloc(big->byte_length);
+	kiln_error err;
+	cr_assert_eq(kiln_tensor_copy(dir, big->index, buf, big->byte_length, &err), KILN_IO);
+	cr_assert_eq(err.sys_errno, EIO);
+	cr_assert_not_null(strstr(err.message, "ended"), "%s", err.message);
+	void *d = (void *)1;
+	cr_assert_eq(kiln_tensor_dup(dir, big->index, 64, &d, &err), KILN_IO);
+	cr_assert_null(d);
+	void *dests[NT];
+	for (int i = 0; i < NT; i++)
+		dests[i] = malloc(sizes[i] + 1);
+	cr_assert_eq(kiln_stream(dir, NULL, 0, dests, NULL, NULL, &err), KILN_IO);
+	for (int i = 0; i < NT; i++)
+		free(dests[i]);
+	free(buf);
+	kiln_dir_close(dir);
+}
+
+/* --- streaming ------------------------------------------------------------------------------- */
+
+struct landing {
+	uint64_t seen[NT]; /* bytes seen per tensor */
+	uint64_t chunks;
+	uint8_t *device[NT]; /* staging mode: the "device" copy */
+	uint32_t reuse_calls;
+	uint64_t cancel_after;
+	int bad;
+};
+
+static int on_chunk(void *ctx, const kiln_chunk *c)
+{
+	struct landing *l = ctx;
+	if (c->tensor >= NT || c->offset + c->length > sizes[c->tensor])
+		l->bad = 1;
+	else if (l->device[c->tensor])
+		memcpy(l->device[c->tensor] + c->offset, c->data, c->length);
+	else if (memcmp(c->data, data[c->tensor] + c->offset, c->length) != 0)
+		l->bad = 1; /* direct mode: the bytes must already be in place */
+	l->seen[c->tensor < NT ? c->tensor : 0] += c->length;
+	l->chunks++;
+	return l->cancel_after && l->chunks >= l->cancel_after;
+}
+
+static int before_reuse(void *ctx, uint32_t buffer)
+{
+	(void)buffer;
+	((struct landing *)ctx)->reuse_calls++;
+	return 0;
+}
+
+Test(load, stream_into_destinations)
+{
+	for (unsigned src = 0; src <= 3; src++) {
+		if (src == KILN_SOURCE_BUFFER)
+			continue;
+		for (unsigned engine = KILN_ENGINE_AUTO; engine <= KILN_ENGINE_PREAD; engine++) {
+			for (int direct = 0; direct < 2; direct++) {
+				kiln_dir *dir = open_with(src, 0, 0, 0);
+				void *dests[NT];
+				uint8_t *raw[NT];
+				for (int i = 0; i < NT; i++) {
+					raw[i] = malloc(sizes[i] + 2);
+					dests[i] = raw[i] + 1; /* deliberately unaligned */
+				}
+				struct landing l = {0};
+				kiln_stream_options o = {.engine = engine,
+							 .chunk_size = 65536,
+							 .queue_depth = 8,
+							 .on_chunk = on_chunk,
+							 .ctx = &l,
+							 .flags = direct ? KILN_STREAM_DIRECT : 0};
+				kiln_stream_result res;
+				kiln_error err;
+				cr_assert_eq(kiln_stream(dir, NULL, 0, dests, &o, &res, &err), 0,
+					     "%s", err.message);
+				cr_assert_eq(l.bad, 0);
+				for (int i = 0; i < NT; i++) {
+					cr_assert_eq(l.seen[i], sizes[i]);
+					cr_assert_eq(memcmp(dests[i], data[i], sizes[i]), 0);
+					free(raw[i]);
+				}
+				cr_assert_eq(res.chunks, l.chunks);
+				cr_assert_gt(res.chunks, 48, "3 MiB in 64 KiB chunks");
+				cr_assert_eq(res.engine, engine == KILN_ENGINE_PREAD
+							     ? KILN_ENGINE_PREAD
+							     : KILN_ENGINE_URING);
+				cr_assert_eq(res.direct, (uint32_t)direct);
+				kiln_dir_close(dir);
+			}
+		}
+	}
+}
+
+Test(load, stream_a_subset_through_a_staging_ring)
+{
+	kiln_dir *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
+	enum { NB = 3, BS = 256 * 1024 };
+	void *ring[NB];
+	for (int i = 0; i < NB; i++)
+		ring[i] = aligned_alloc(4096, BS); /* as pinned host memory would be */
+	for (int direct = 0; direct < 2; direct++) {
+		struct landing l = {0};
+		const uint32_t pick[] = {4, 2, 0};
+		for (int k = 0; k < 3; k++)
+			l.device[pick[k]] = calloc(1, sizes[pick[k]] + 1);
+		kiln_stream_options o = {.staging = ring,
+					 .staging_count = NB,
+					 .staging_size = BS,
+					 .on_chunk = on_chunk,
+					 .before_reuse = before_reuse,
+					 .ctx = &l,
+					 .flags = direct ? KILN_STREAM_DIRECT : 0};
+		kiln_stream_result res;
+		kiln_error err;
+		cr_assert_eq(kiln_stream(dir, pick, 3, NULL, &o, &res, &err), 0, "%s", err.message);
+		for (int k = 0; k < 3; k++) {
+			uint32_t i = pick[k];
+			cr_assert_eq(memcmp(l.device[i], data[i], sizes[i]), 0, "tensor %u", i);
+			free(l.device[i]);
+		}
+		cr_assert_eq(l.seen[1], 0);
+		cr_assert_eq(l.seen[3], 0);
+		/* 3 MiB through 256 KiB buffers: 12+ chunks, so buffers were reused. */
+		cr_assert_geq(l.reuse_calls, res.chunks - NB);
+		cr_assert_eq(res.direct, (uint32_t)direct);
+	}
+	for (int i = 0; i < NB; i++)
+		free(ring[i]);
+	kiln_dir_close(dir);
+}
+
+Test(load, stream_cancel_stops_cleanly)
+{
+	kiln_dir *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
+	void *dests[NT];
+	for (int i = 0; i < NT; i++)
+		dests[i] = malloc(sizes[i] + 1);
+	struct landing l = {.cancel_after = 5};
+	kiln_stream_options o = {.chunk_size = 65536, .on_chunk = on_chunk, .ctx = &l};
+	kiln_stream_result res;
+	kiln_error err;
+	cr_assert_eq(kiln_stream(dir, NULL, 0, dests, &o, &res, &err), KILN_CANCELED);
+	cr_assert_eq(l.chunks, 5, "no callback after the one that said stop");
+	for (int i = 0; i < NT; i++)
+		free(dests[i]);
+	kiln_dir_close(dir);
+}
+
+Test(load, stream_from_a_borrowed_buffer)
+{
+	blob b = build(spec, NT);
+	kiln_dir *dir;
+	cr_assert_eq(kiln_dir_parse(b.p, b.len, NULL, &dir, NULL), 0);
+	void *dests[NT];
+	for (int i = 0; i < NT; i++)
+		dests[i] = malloc(sizes[i] + 1);
+	kiln_error err;
+	cr_assert_eq(kiln_stream(dir, NULL, 0, dests, NULL, NULL, &err), 0, "%s", err.message);
+	for (int i = 0; i < NT; i++) {
+		cr_assert_eq(memcmp(dests[i], data[i], sizes[i]), 0);
+		free(dests[i]);
+	}
+	kiln_dir_close(dir);
+	blob_free(&b);
+}
+
+Test(load, stream_argument_errors)
+{
+	kiln_dir *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
+	kiln_error err;
+	cr_assert_eq(kiln_stream(dir, NULL, 0, NULL, NULL, NULL, &err), KILN_INVAL);
+	uint32_t bad = NT;
+	void *d = malloc(8);
+	cr_assert_eq(kiln_stream(dir, &bad, 1, &d, NULL, NULL, &err), KILN_INVAL);
+	kiln_stream_options o = {.engine = 9};
+	uint32_t zero = 0;
+	cr_assert_eq(kiln_stream(dir, &zero, 1, &d, &o, NULL, &err), KILN_INVAL);
+	free(d);
+	kiln_dir_close(dir);
+}
+
+/* --- hints ----------------------------------------------------------------------------------- */
+
+static size_t resident_pages(const void *p, size_t len)
+{
+	uintptr_t a = (uintptr_t)p / 4096 * 4096;
+	size_t n = ((uintptr_t)p + len - a + 4095) / 4096;
+	unsigned char *v = malloc(n);
+	cr_assert_eq(mincore((void *)a, n * 4096, v), 0);
+	size_t r = 0;
+	for (size_t i = 0; i < n; i++)
+		r += v[i] & 1;
+	free(v);
+	return r;
+}
+
+Test(load, willneed_and_pageout_hints)
+{
+	int fd = open(path, O_RDONLY);
+	cr_assert_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	close(fd);
+	kiln_dir *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
+	const kiln_tensor *big = kiln_dir_find_cstr(dir, "t4");
+	uintptr_t first = (uintptr_t)big->data / 4096;
+	size_t pages = ((uintptr_t)big->data + big->byte_length + 4095) / 4096 - first;
+	cr_assert_lt(resident_pages(big->data, big->byte_length), pages / 2, "evicted first");
+	uint32_t idx = big->index;
+	kiln_error err;
+	cr_assert_eq(kiln_tensor_hint(dir, &idx, 1, KILN_HINT_WILLNEED, &err), 0, "%s",
+		     err.message);
+	for (int tries = 0; tries < 200 && resident_pages(big->data, big->byte_length) < pages;
+	     tries++)
+		usleep(5000); /* readahead is asynchronous */
+	cr_assert_eq(resident_pages(big->data, big->byte_length), pages, "%zu of %zu resident",
+		     resident_pages(big->data, big->byte_length), pages);
+	cr_assert_eq(kiln_tensor_hint(dir, &idx, 1, KILN_HINT_PAGEOUT, &err), 0, "%s", err.message);
+	cr_assert_eq(kiln_tensor_hint(dir, &idx, 1, KILN_HINT_DONTNEED, &err), 0);
+	cr_assert_eq(kiln_tensor_hint(dir, &idx, 1, KILN_HINT_COLD, &err), 0);
+	cr_assert_eq(kiln_tensor_hint(dir, &idx, 1, 17, &err), KILN_INVAL);
+	uint32_t bad = NT;
+	cr_assert_eq(kiln_tensor_hint(dir, &bad, 1, KILN_HINT_WILLNEED, &err), KILN_INVAL);
+	kiln_dir_close(dir);
+
+	dir = open_with(KILN_SOURCE_READ, 0, 0, 0);
+	cr_assert_eq(kiln_tensor_hint(dir, &idx, 1, KILN_HINT_WILLNEED, &err), KILN_UNSUPPORTED);
+	kiln_dir_close(dir);
+}
+
+/* --- pinning --------------------------------------------------------------------------------- */
+
+struct pins {
+	int pinned, unpinned;
+	size_t bytes;
+	int fail;
+};
+
+static int pin_hook(void *ctx, void *p, size_t len)
+{
+	struct pins *s = ctx;
+	cr_assert_eq((uintptr_t)p % 4096, 0);
+	cr_assert_eq(len % 4096, 0);
+	if (s->fail)
+		return EPERM;
+	s->pinned++;
+	s->bytes += len;
+	return 0;
+}
+
+static void unpin_hook(void *ctx, void *p, size_t len)
+{
+	(void)p;
+	(void)len;
+	((struct pins *)ctx)->unpinned++;
+}
+
+Test(load, pin_unpin_and_close)
+{
+	for (unsigned src = 0; src <= 3; src++) {
+		if (src == KILN_SOURCE_BUFFER)
+			continue;
+		kiln_dir *dir = open_with(src, 0, 0, 0);
+		struct pins s = {0};
+		kiln_pin_hooks h = {pin_hook, unpin_hook, &s};
+		kiln_error err;
+		cr_assert_eq(kiln_tensor_pin(dir, 2, &h, &err), 0, "%s", err.message);
+		cr_assert_eq(kiln_tensor_pin(dir, 2, &h, &err), 0); /* nested */
+		cr_assert_eq(kiln_tensor_pin(dir, 3, &h, &err), 0);
+		cr_assert_eq(s.pinned, 2, "a nested pin does not register twice");
+		kiln_dir_info info;
+		kiln_dir_get_info(dir, &info);
+		cr_assert_eq(info.pinned, 3);
+		cr_assert_eq(kiln_dir_try_close(dir, &err), KILN_BUSY);
+		cr_assert_not_null(strstr(err.message, "3 pinned"), "%s", err.message);
+		cr_assert_eq(kiln_tensor_unpin(dir, 2, &err), 0);
+		cr_assert_eq(s.unpinned, 0);
+		cr_assert_eq(kiln_tensor_unpin(dir, 2, &err), 0);
+		cr_assert_eq(s.unpinned, 1);
+		cr_assert_eq(kiln_tensor_unpin(dir, 2, &err), KILN_INVAL);
+		/* tensor 3 stays pinned: close unpins it through the hook */
+		kiln_dir_close(dir);
+		cr_assert_eq(s.unpinned, 2);
+
+		dir = open_with(src, 0, 0, 0);
+		s = (struct pins){.fail = 1};
+		cr_assert_eq(kiln_tensor_pin(dir, 4, &h, &err), KILN_IO);
+		cr_assert_eq(err.sys_errno, EPERM);
+		cr_assert_eq(kiln_dir_try_close(dir, &err), 0,
+			     "a failed pin leaves nothing pinned");
+	}
+	blob b = build(spec, NT);
+	kiln_dir *dir;
+	cr_assert_eq(kiln_dir_parse(b.p, b.len, NULL, &dir, NULL), 0);
+	cr_assert_eq(kiln_tensor_pin(dir, 0, NULL, NULL), KILN_UNSUPPORTED);
+	kiln_dir_close(dir);
+	blob_free(&b);
+}
+
+/* --- fault injection ------------------------------------------------------------------------- */
+
+static int calls, fail_at, fail_errno, short_max;
+
+static ssize_t fake_pread(int fd, void *buf, size_t len, off_t off)
+{
+	calls++;
+	if (fail_at && calls == fail_at) {
+		errno = fail_errno;
+		return -1;
+	}
+	if (short_max && len > (size_t)short_max)
+		len = (size_t)short_max;
+	return pread(fd, buf, len, off);
+}
+
+static int fake_result(int res, int fd, uint64_t off, size_t len)
+{
+	(void)fd;
+	(void)off;
+	(void)len;
+	calls++;
+	if (fail_at && calls == fail_at)
+		return -fail_errno;
+	if (short_max && res > short_max)
+		return short_max; /* the kernel wrote more; kiln asks again for the rest */
+	return res;
+}
+
+static void reset_faults(void)
+{
+	kiln__sys = kiln__sys_default;
+	calls = fail_at = fail_errno = short_max = 0;
+}
+
+Test(faults, short_reads_are_completed)
+{
+	for (unsigned src = KILN_SOURCE_READ; src <= KILN_SOURCE_URING; src++) {
+		reset_faults();
+		kiln__sys.pread = fake_pread;
+		kiln__sys.uring_result = fake_result;
+		short_max = 1000;
+		kiln_dir *dir = open_with(src, 0, 65536, 4);
+		expect_same_bytes(dir, kiln_source_name(src));
+		kiln_dir_close(dir);
+		cr_assert_gt(calls, 3000, "3 MiB in reads of at most 1000 bytes");
+	}
+	reset_faults();
+}
+
+static int interrupt_every_other(int res, int fd, uint64_t off, size_t len)
+{
+	(void)fd;
+	(void)off;
+	(void)len;
+	return (calls++ % 2) ? res : (calls % 4 ? -EINTR : -EAGAIN);
+}
+
+static ssize_t pread_interrupted(int fd, void *buf, size_t len, off_t off)
+{
+	if (calls++ % 2 == 0) {
+		errno = calls % 4 ? EINTR : EAGAIN;
+		return -1;
+	}
+	return pread(fd, buf, len, off);
+}
+
+Test(faults, eintr_and_eagain_are_retried)
+{
+	for (unsigned src = KILN_SOURCE_READ; src <= KILN_SOURCE_URING; src++) {
+		reset_faults();
+		kiln__sys.pread = pread_interrupted;
+		kiln__sys.uring_result = interrupt_every_other;
+		kiln_dir *dir = open_with(src, 0, 65536, 4);
+		expect_same_bytes(dir, kiln_source_name(src));
+		kiln_dir_close(dir);
+	}
+	reset_faults();
+	kiln_dir *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
+	kiln__sys.uring_result = interrupt_every_other;
+	void *dests[NT];
+	for (int i = 0; i < NT; i++)
+		dests[i] = malloc(sizes[i] + 1);
+	kiln_stream_result res;
+	kiln_stream_options o = {.chunk_size = 65536};
+	cr_assert_eq(kiln_stream(dir, NULL, 0, dests, &o, &res, NULL), 0);
+	cr_assert_gt(res.retries, 10);
+	for (int i = 0; i < NT; i++) {
+		cr_assert_eq(memcmp(dests[i], data[i], sizes[i]), 0);
+		free(dests[i]);
+	}
+	reset_faults();
+	kiln_dir_close(dir);
+}
+
+Test(faults, eio_on_the_third_chunk)
+{
+	/* Open reads the header and the directory with two preads; the payload is the rest. */
+	for (unsigned src = KILN_SOURCE_READ; src <= KILN_SOURCE_URING; src++) {
+		reset_faults();
+		kiln__sys.pread = fake_pread;
+		kiln__sys.uring_result = fake_result;
+		fail_errno = EIO;
+		fail_at = src == KILN_SOURCE_READ ? 2 + 3 : 3;
+		kiln_open_options o = {.source = src, .chunk_size = 65536, .queue_depth = 4};
+		kiln_dir *dir = (kiln_dir *)1;
+		kiln_error err;
+		cr_assert_eq(kiln_dir_open(path, &o, &dir, &err), KILN_IO, "%s",
+			     kiln_source_name(src));
+		cr_assert_eq(err.sys_errno, EIO);
+		cr_assert_null(dir, "nothing is left half-open");
+	}
+	/* And in a stream, with chunks in flight: all are reaped before it returns. */
+	reset_faults();
+	kiln_dir *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
+	kiln__sys.uring_result = fake_result;
+	fail_at = 3;
+	fail_errno = EIO;
+	void *dests[NT];
+	for (int i = 0; i < NT; i++)
+		dests[i] = malloc(sizes[i] + 1);
+	struct landing l = {0};
+	kiln_stream_options o = {
+	    .chunk_size = 65536, .queue_depth = 8, .on_chunk = on_chunk, .ctx = &l};
+	kiln_error err;
+	cr_assert_eq(kiln_stream(dir, NULL, 0, dests, &o, NULL, &err), KILN_IO);
+	cr_assert_eq(err.sys_errno, EIO);
+	cr_assert_lt(l.chunks, 3, "no chunk is delivered after the failure");
+	for (int i = 0; i < NT; i++)
+		free(dests[i]);
+	reset_faults();
+	kiln_dir_close(dir);
+}
+
+static int refuse_direct(const char *p, int flags)
+{
+	if (flags & O_DIRECT) {
+		errno = EINVAL;
+		return -1;
+	}
+	return open(p, flags);
+}
+
+static int refuse_direct_reads(int res, int fd, uint64_t off, size_t len)
+{
+	(void)off;
+	(void)len;
+	return (fcntl(fd, F_GETFL) & O_DIRECT) ? -EINVAL : res;
+}
+
+Test(faults, odirect_refused_falls_back)
+{
+	for (unsigned src = KILN_SOURCE_READ; src <= KILN_SOURCE_URING; src++) {
+		reset_faults();
+		kiln__sys.open = refuse_direct;
+		kiln_dir *dir = open_with(src, KILN_OPEN_DIRECT, 0, 0);
+		kiln_dir_info info;
+		kiln_dir_get_info(dir, &info);
+		cr_assert_eq(info.direct, 0);
+		cr_assert_eq(info.direct_fallback, EINVAL, "the fallback is reported");
+		expect_same_bytes(dir, kiln_source_name(src));
+		kiln_dir_close(dir);
+	}
+	/* Refused at the first read instead of at open (some file systems do that). */
+	reset_faults();
+	kiln__sys.uring_result = refuse_direct_reads;
+	kiln_dir *dir = open_with(KILN_SOURCE_URING, KILN_OPEN_DIRECT, 65536, 4);
+	kiln_dir_info info;
+	kiln_dir_get_info(dir, &info);
+	cr_assert_eq(info.direct, 0);
+	cr_assert_eq(info.direct_fallback, EINVAL);
+	expect_same_bytes(dir, "uring, direct refused mid-way");
+	kiln_dir_close(dir);
+	reset_faults();
+}
+
+static int no_uring_errno;
+
+static int no_uring(unsigned entries, void *ring)
+{
+	(void)entries;
+	(void)ring;
+	return -no_uring_errno;
+}
+
+Test(faults, io_uring_unavailable_falls_back_to_pread)
+{
+	const int errs[] = {ENOSYS, EPERM};
+	for (int k = 0; k < 2; k++) {
+		reset_faults();
+		no_uring_errno = errs[k];
+		kiln__sys.uring_init = no_uring;
+		kiln_dir *dir = open_with(KILN_SOURCE_URING, 0, 0, 0);
+		kiln_dir_info info;
+		kiln_dir_get_info(dir, &info);
+		cr_assert_eq(info.uring_fallback, errs[k]);
+		expect_same_bytes(dir, "uring unavailable");
+		void *dests[NT];
+		for (int i = 0; i < NT; i++)
+			dests[i] = malloc(sizes[i] + 1);
+		kiln_stream_result res;
+		cr_assert_eq(kiln_stream(dir, NULL, 0, dests, NULL, &res, NULL), 0);
+		cr_assert_eq(res.engine, KILN_ENGINE_PREAD);
+		cr_assert_eq(res.uring_fallback, errs[k]);
+		for (int i = 0; i < NT; i++)
+			free(dests[i]);
+		kiln_dir_close(dir);
+	}
+	reset_faults();
+}
+
+static int refuse_mlock(const void *addr, size_t len)
+{
+	(void)addr;
+	(void)len;
+	errno = ENOMEM;
+	return -1;
+}
+
+Test(faults, mlock_refused_says_the_limit)
+{
+	reset_faults();
+	kiln__sys.mlock = refuse_mlock;
+	kiln_open_options o = {.flags = KILN_OPEN_LOCK};
+	kiln_dir *dir = (kiln_dir *)1;
+	kiln_error err;
+	cr_assert_eq(kiln_dir_open(path, &o, &dir, &err), KILN_IO);
+	cr_assert_eq(err.sys_errno, ENOMEM);
+	cr_assert_not_null(strstr(err.message, "RLIMIT_MEMLOCK"), "%s", err.message);
+	cr_assert_null(dir);
+	dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
+	cr_assert_eq(kiln_tensor_pin(dir, 4, NULL, &err), KILN_IO);
+	cr_assert_not_null(strstr(err.message, "RLIMIT_MEMLOCK"), "%s", err.message);
+	kiln_dir_info info;
+	kiln_dir_get_info(dir, &info);
+	cr_assert_eq(info.pinned, 0);
+	reset_faults();
+	cr_assert_eq(kiln_dir_try_close(dir, &err), 0);
+	/* With the real mlock it works (the 3 MiB tensor fits the default 8 MiB limit). */
+	o = (kiln_open_options){.flags = KILN_OPEN_LOCK};
+	cr_assert_eq(kiln_dir_open(path, &o, &dir, &err), 0, "%s", err.message);
+	kiln_dir_close(dir);
+}
