@@ -93,6 +93,14 @@ expect 0 "$KLNT" cat "$TMP/kiln-v2-f32.klnt" '#0'
 expect 0 "$KLNT" cat "$TMP/kiln-v2-f16-named.klnt" w
 [ "$(od -An -tx1 "$TMP/out" | tr -d ' \n')" = 003c ] && ok || bad "cat by name"
 expect 1 "$KLNT" cat "$TMP/kiln-v2-f16-named.klnt" nosuch
+# every source gives the same bytes
+for src in "mmap" "read" "uring" "read --direct" "uring --direct"; do
+	# shellcheck disable=SC2086
+	expect 0 "$KLNT" cat --source $src "$TMP/kiln-v2-scales-outer.klnt" '#2'
+	[ "$(od -An -tx1 "$TMP/out" | tr -d ' \n')" = 0000803f ] && ok || bad "cat --source $src"
+done
+expect 2 "$KLNT" cat --source mmap --direct "$TMP/kiln-v2-f32.klnt" '#0'
+expect 2 "$KLNT" cat --source tape "$TMP/kiln-v2-f32.klnt" '#0'
 
 # 7. pack reproduces golden cases byte for byte
 printf '\000\000\200\077\000\000\000\300' >"$TMP/f32.raw"
