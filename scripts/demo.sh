@@ -1,6 +1,7 @@
 #!/bin/sh
-# The main job on a generated default input: set up, build, write a small model file with
-# `klnt pack`, then check, inspect and read it back, and check the golden cases.
+# The main job on a generated default input: set up, build, generate a 256 MiB model file with
+# `klnt gen`, validate and inspect it, time cold and warm loads with `klnt bench`; then build a
+# small file by hand with `klnt pack`, read a tensor back, and check the golden cases.
 set -eu
 cd "$(dirname "$0")/.."
 scripts/setup-debian.sh
@@ -9,6 +10,18 @@ cmake --build build -j"$(nproc)" >/dev/null
 
 work=build/demo
 rm -rf "$work" && mkdir -p "$work"
+trap 'rm -f "$work/model-256M.klnt"' EXIT
+run() { # print the command, then run it
+	printf '\n$ %s\n' "$*"
+	"$@"
+}
+
+run build/klnt gen "$work/model-256M.klnt" --tensors 300 --bytes 256M
+run build/klnt check "$work/model-256M.klnt"
+printf '\n$ build/klnt inspect %s | head -16\n' "$work/model-256M.klnt"
+build/klnt inspect "$work/model-256M.klnt" | head -16
+run build/klnt bench "$work/model-256M.klnt" --repeat 5
+
 # Raw payloads: an f16 embedding, a 4-bit weight with e8m0 block scales and an f32 outer scale,
 # and an opaque foreign block. Deterministic bytes so the demo prints the same every time.
 seq 0 2047 | LC_ALL=C awk '{printf "%c%c", $1 % 250 + 1, 60}' >"$work/embed.raw" # f16 [64, 32]
@@ -17,10 +30,6 @@ head -c 128 /dev/zero | tr '\0' '\177' >"$work/w4.scale.raw"                    
 printf '\000\000\200\077' >"$work/w4.outer.raw"                                 # f32 [] = 1.0
 head -c 144 /dev/zero | tr '\0' '\001' >"$work/q4k.raw"                           # 8 blocks of 18
 
-run() { # print the command, then run it
-	printf '\n$ %s\n' "$*"
-	"$@"
-}
 run build/klnt pack "$work/model.klnt" \
 	--tensor token_embd.weight:f16:64,32:"$work/embed.raw" \
 	--tensor blk.0.ffn_up.weight:e2m1:64,64:"$work/w4.raw" \

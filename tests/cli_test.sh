@@ -122,5 +122,27 @@ has "$TMP/err" "TYPE"
 expect 1 "$KLNT" pack "$TMP/p-bad.klnt" --tensor ":f32:3:$TMP/f32.raw"
 expect 3 "$KLNT" pack "$TMP/p-bad.klnt" --tensor ":f32:2:$TMP/missing.raw"
 
+# 8. gen and bench
+expect 0 "$KLNT" gen "$TMP/gen.klnt" --tensors 40 --bytes 2M --no-sync
+expect 0 "$KLNT" check "$TMP/gen.klnt"
+expect 0 "$KLNT" inspect "$TMP/gen.klnt"
+has "$TMP/out" "blk.4.ffn_up.weight"
+has "$TMP/out" "block axis=1 group=32"
+"$KLNT" gen "$TMP/gen2.klnt" --tensors 40 --bytes 2M --no-sync
+cmp -s "$TMP/gen.klnt" "$TMP/gen2.klnt" && ok || bad "gen is not deterministic"
+expect 1 "$KLNT" gen "$TMP/gen3.klnt" --tensors 20000 --bytes 1M
+has "$TMP/err" "LIMIT"
+expect 0 "$KLNT" gen "$TMP/gen3.klnt" --tensors 20000 --bytes 1M --unnamed --no-sync
+expect 2 "$KLNT" gen "$TMP/gen4.klnt" --tensors 10
+expect 0 "$KLNT" bench "$TMP/gen.klnt" --repeat 1
+for src in open mmap populate read uring read-direct uring-direct stream plain; do
+	has "$TMP/out" "warm   $src "
+	has "$TMP/out" "cold   $src "
+done
+expect 0 "$KLNT" bench "$TMP/gen.klnt" --warm --source read --repeat 2
+[ "$(grep -c '^warm' "$TMP/out")" -eq 2 ] && ok || bad "bench --source read: read and plain only"
+expect 1 "$KLNT" bench "$TMP/kiln-v2-opaque-no-layout.klnt"
+expect 2 "$KLNT" bench "$TMP/gen.klnt" --source tape
+
 echo "cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -32,6 +32,8 @@ extern const struct klnt_cmd klnt_cmd_check;
 extern const struct klnt_cmd klnt_cmd_inspect;
 extern const struct klnt_cmd klnt_cmd_cat;
 extern const struct klnt_cmd klnt_cmd_pack;
+extern const struct klnt_cmd klnt_cmd_gen;
+extern const struct klnt_cmd klnt_cmd_bench;
 
 /* --- command-line handling (klnt.c) ------------------------------------------------------ */
 
