@@ -217,6 +217,27 @@ Test(roundtrip, random_lists, .timeout = 120)
 			cr_assert_eq(memcmp(info.base, b.p, b.len), 0, "file and memory differ");
 			compare(&l, dir, seed);
 			kiln_dir_close(dir);
+			/* Every loading source gives the same bytes. */
+			static const uint32_t src[][2] = {
+			    {KILN_SOURCE_READ, 0},
+			    {KILN_SOURCE_URING, 0},
+			    {KILN_SOURCE_READ, KILN_OPEN_DIRECT},
+			    {KILN_SOURCE_URING, KILN_OPEN_DIRECT},
+			};
+			for (size_t k = 0; k < sizeof(src) / sizeof(src[0]); k++) {
+				kiln_open_options so = {.source = src[k][0],
+							.flags =
+							    src[k][1] | KILN_OPEN_VERIFY_PAYLOAD,
+							.chunk_size = 4096};
+				cr_assert_eq(kiln_dir_open(path, &so, &dir, &err), 0, "%s",
+					     err.message);
+				kiln_dir_get_info(dir, &info);
+				cr_assert_eq(memcmp(info.base, b.p, b.len), 0,
+					     "seed %llu source %s", (unsigned long long)seed,
+					     kiln_source_name(src[k][0]));
+				compare(&l, dir, seed);
+				kiln_dir_close(dir);
+			}
 			unlink(path);
 			rmdir(tmp);
 			free(path);
