@@ -57,6 +57,9 @@ int kiln__check_options(const kiln_open_options *opts, kiln_error *err)
 	if (opts->advice > KILN_ADVICE_WILLNEED)
 		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "advice", KILN_NO_OFFSET,
 				  "unknown advice %u", opts->advice);
+	if (opts->chunk_size > (1u << 30))
+		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "chunk_size", KILN_NO_OFFSET,
+				  "chunk_size %u is above 1 GiB", opts->chunk_size);
 	if (opts->queue_depth > 4096)
 		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "queue_depth", KILN_NO_OFFSET,
 				  "queue_depth %u is above 4096", opts->queue_depth);

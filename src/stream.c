@@ -30,6 +30,9 @@ int kiln_stream(kiln_dir *dir, const uint32_t *tensors, uint32_t count, void *co
 	if (o.flags & ~(uint32_t)KILN_STREAM_DIRECT || o.engine > KILN_ENGINE_PREAD)
 		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "flags", KILN_NO_OFFSET,
 				  "unknown stream flags 0x%x or engine %u", o.flags, o.engine);
+	if (o.chunk_size > (1u << 30) || o.staging_size > (1u << 30) || o.queue_depth > 4096)
+		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "chunk_size", KILN_NO_OFFSET,
+				  "chunk and staging sizes are at most 1 GiB, queue_depth 4096");
 	for (size_t i = 0; i < sizeof(o.reserved) / sizeof(o.reserved[0]); i++)
 		if (o.reserved[i])
 			return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "reserved",

@@ -5,8 +5,9 @@
  * descriptors, a name heap, zero padding to a 64-byte boundary, and the payloads, each placed at
  * the next multiple of 64 in descriptor order.
  *
- * Thread safety: a kiln_dir is immutable after open; any number of threads may read views and
- * look up names concurrently. Closing must not race with any other use of the same directory.
+ * Thread safety: a kiln_dir is immutable after open; any number of threads may read views, look
+ * up names, copy, hint, stream and verify concurrently. Pinning, unpinning and closing change
+ * the directory and must not race with any other use of it.
  */
 #ifndef KILN_KILN_H
 #define KILN_KILN_H
@@ -256,7 +257,7 @@ typedef struct kiln_open_options {
 	uint32_t source; /* enum kiln_source for kiln_dir_open: MMAP (default), READ or URING */
 	uint32_t advice; /* enum kiln_advice, for MMAP */
 	const kiln_allocator *allocator;
-	uint32_t chunk_size;  /* READ/URING: bytes per read request; 0 means 4 MiB */
+	uint32_t chunk_size;  /* READ/URING: bytes per read request; 0 means 4 MiB, at most 1 GiB */
 	uint32_t queue_depth; /* URING: requests in flight; 0 means 32 */
 	uint64_t reserved[6]; /* zero */
 } kiln_open_options;
