@@ -1,0 +1,52 @@
+/*
+ * kiln_cuda: the optional CUDA adapter. Built only when CMake finds the CUDA toolkit; link
+ * kiln::kiln_cuda. Uses only the public kiln API underneath.
+ */
+#ifndef KILN_KILN_CUDA_H
+#define KILN_KILN_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln/kiln.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * Fill *hooks with pin hooks for kiln_tensor_pin() that register each pinned range with
+ * cudaHostRegister(cudaHostRegisterReadOnly) (mapped file pages are read only), and unregister
+ * it on unpin. A registration failure fails the pin with IO and the CUDA error in the message.
+ */
+KILN_API void kiln_cuda_pin_hooks(kiln_pin_hooks *hooks);
+
+typedef struct kiln_cuda_load_options {
+	uint32_t size;          /* 0 or sizeof(kiln_cuda_load_options) */
+	uint32_t flags;         /* KILN_STREAM_DIRECT to read with O_DIRECT */
+	uint32_t staging_count; /* pinned staging buffers; 0 means 4 */
+	uint32_t reserved0;
+	size_t staging_size; /* bytes per staging buffer; 0 means 8 MiB */
+	void *stream;        /* a cudaStream_t to copy on; NULL: kiln creates one */
+	uint64_t reserved[4];
+} kiln_cuda_load_options;
+
+/*
+ * Copy the payloads of `count` tensors (NULL: all) into device memory: device_dests[i] must hold
+ * tensors[i]'s byte_length bytes (cudaMalloc'd by the caller). The file is read with
+ * kiln_stream() into a ring of pinned staging buffers (cudaHostAlloc); each landed chunk is
+ * copied with cudaMemcpyAsync and an event, and a buffer is refilled only after its event, so the
+ * copy of one chunk overlaps the read of the next. Returns when every copy has completed.
+ *
+ * Returns 0; UNSUPPORTED when there is no usable CUDA device (the message has the CUDA error);
+ * IO when a CUDA call fails (the message names it); or what kiln_stream() returns.
+ */
+KILN_API int kiln_cuda_load(kiln_dir *dir, const uint32_t *tensors, uint32_t count,
+			    void *const *device_dests, const kiln_cuda_load_options *opts,
+			    kiln_stream_result *result, kiln_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

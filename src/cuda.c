@@ -1,0 +1,180 @@
+/*
+ * The CUDA adapter: pin hooks that register host ranges read-only, and a loader that streams
+ * tensors to device memory through pinned staging buffers, one event per buffer so reads and
+ * copies overlap. Public kiln API only.
+ */
+#include <cuda_runtime_api.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kiln/kiln_cuda.h"
+
+static int fail(kiln_error *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(kiln_error *err, int code, const char *fmt, ...)
+{
+	if (!err)
+		return code;
+	memset(err, 0, sizeof(*err));
+	err->code = code;
+	err->tensor = KILN_NO_INDEX;
+	err->offset = KILN_NO_OFFSET;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err->message, sizeof(err->message), fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+static int pin(void *ctx, void *ptr, size_t len)
+{
+	(void)ctx;
+	cudaError_t e = cudaHostRegister(ptr, len, cudaHostRegisterReadOnly);
+	return e == cudaSuccess ? 0 : (int)e + 1000; /* not an errno: kiln reports it as such */
+}
+
+static void unpin(void *ctx, void *ptr, size_t len)
+{
+	(void)ctx;
+	(void)len;
+	cudaHostUnregister(ptr);
+}
+
+void kiln_cuda_pin_hooks(kiln_pin_hooks *hooks)
+{
+	hooks->pin = pin;
+	hooks->unpin = unpin;
+	hooks->ctx = NULL;
+}
+
+struct load {
+	cudaStream_t stream;
+	cudaEvent_t *events;
+	void *const *dests;     /* device destinations, by position in the tensor list */
+	const uint32_t *pos_of; /* tensor index -> position, for the chunk callback */
+	cudaError_t error;
+	const char *call;
+};
+
+static int on_chunk(void *ctx, const kiln_chunk *c)
+{
+	struct load *l = ctx;
+	char *dst = (char *)l->dests[l->pos_of[c->tensor]] + c->offset;
+	cudaError_t e = cudaMemcpyAsync(dst, c->data, c->length, cudaMemcpyHostToDevice, l->stream);
+	if (e == cudaSuccess)
+		e = cudaEventRecord(l->events[c->buffer], l->stream);
+	if (e != cudaSuccess) {
+		l->error = e;
+		l->call = "cudaMemcpyAsync";
+		return 1;
+	}
+	return 0;
+}
+
+static int before_reuse(void *ctx, uint32_t buffer)
+{
+	struct load *l = ctx;
+	cudaError_t e = cudaEventSynchronize(l->events[buffer]);
+	if (e != cudaSuccess) {
+		l->error = e;
+		l->call = "cudaEventSynchronize";
+		return 1;
+	}
+	return 0;
+}
+
+int kiln_cuda_load(kiln_dir *dir, const uint32_t *tensors, uint32_t count,
+		   void *const *device_dests, const kiln_cuda_load_options *opts,
+		   kiln_stream_result *result, kiln_error *err)
+{
+	kiln_cuda_load_options o = {0};
+	if (opts)
+		o = *opts;
+	if (!dir || !device_dests)
+		return fail(err, KILN_INVAL, "dir and device_dests are required");
+	uint32_t nb = o.staging_count ? o.staging_count : 4;
+	size_t bs = o.staging_size ? o.staging_size : (size_t)8 << 20;
+	int devices = 0;
+	cudaError_t e = cudaGetDeviceCount(&devices);
+	if (e != cudaSuccess || devices == 0)
+		return fail(err, KILN_UNSUPPORTED, "no CUDA device: %s",
+			    e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+
+	uint32_t n = tensors ? count : kiln_dir_count(dir);
+	uint32_t *pos_of = calloc(kiln_dir_count(dir) ? kiln_dir_count(dir) : 1, sizeof(*pos_of));
+	void **ring = calloc(nb, sizeof(*ring));
+	cudaEvent_t *events = calloc(nb, sizeof(*events));
+	struct load l = {
+	    .stream = o.stream, .events = events, .dests = device_dests, .pos_of = pos_of};
+	int rc = 0, own_stream = 0;
+	uint32_t made = 0;
+	if (!pos_of || !ring || !events) {
+		rc = fail(err, KILN_NOMEM, "out of memory");
+		goto out;
+	}
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t i = tensors ? tensors[k] : k;
+		if (i >= kiln_dir_count(dir)) {
+			rc = fail(err, KILN_INVAL, "tensor index %u is out of range", i);
+			goto out;
+		}
+		pos_of[i] = k;
+	}
+	if (!l.stream) {
+		if ((e = cudaStreamCreateWithFlags(&l.stream, cudaStreamNonBlocking)) !=
+		    cudaSuccess) {
+			l.call = "cudaStreamCreate";
+			goto cuda_fail;
+		}
+		own_stream = 1;
+	}
+	for (; made < nb; made++) {
+		if ((e = cudaHostAlloc(&ring[made], bs, cudaHostAllocDefault)) != cudaSuccess) {
+			l.call = "cudaHostAlloc";
+			goto cuda_fail;
+		}
+		if ((e = cudaEventCreateWithFlags(&events[made], cudaEventDisableTiming)) !=
+		    cudaSuccess) {
+			cudaFreeHost(ring[made]);
+			l.call = "cudaEventCreate";
+			goto cuda_fail;
+		}
+	}
+	kiln_stream_options so = {.size = sizeof(so),
+				  .flags = o.flags,
+				  .staging = ring,
+				  .staging_count = nb,
+				  .staging_size = bs,
+				  .queue_depth = nb,
+				  .on_chunk = on_chunk,
+				  .before_reuse = before_reuse,
+				  .ctx = &l};
+	rc = kiln_stream(dir, tensors, count, NULL, &so, result, err);
+	/* Every copy must be finished before the staging memory goes away. */
+	e = cudaStreamSynchronize(l.stream);
+	if (rc == KILN_CANCELED && l.error != cudaSuccess) {
+		e = l.error;
+		goto cuda_fail;
+	}
+	if (!rc && e != cudaSuccess) {
+		l.call = "cudaStreamSynchronize";
+		goto cuda_fail;
+	}
+	goto out;
+cuda_fail:
+	rc = fail(err, KILN_IO, "%s failed: %s", l.call, cudaGetErrorString(e));
+out:
+	for (uint32_t b = 0; b < made; b++) {
+		cudaEventDestroy(events[b]);
+		cudaFreeHost(ring[b]);
+	}
+	if (own_stream)
+		cudaStreamDestroy(l.stream);
+	free(ring);
+	free(events);
+	free(pos_of);
+	return rc;
+}

@@ -1,0 +1,124 @@
+/* The CUDA adapter. Built only with the CUDA toolkit; each test skips, saying why, where no
+ * CUDA device is usable. */
+#include <criterion/criterion.h>
+#include <cuda_runtime_api.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "kiln/kiln_cuda.h"
+
+static void need_device(void)
+{
+	int n = 0;
+	cudaError_t e = cudaGetDeviceCount(&n);
+	if (e != cudaSuccess || n == 0)
+		cr_skip_test("no CUDA device here (%s): the adapter is built but not exercised",
+			     e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+}
+
+static char *model(uint64_t **sizes_out, uint8_t ***data_out)
+{
+	enum { N = 4 };
+	static uint64_t sizes[N] = {5, 3u << 20, 0, 100000};
+	static uint8_t *data[N];
+	kiln_tensor_spec t[N];
+	for (int i = 0; i < N; i++) {
+		data[i] = malloc(sizes[i] + 1);
+		for (uint64_t k = 0; k < sizes[i]; k++)
+			data[i][k] = (uint8_t)(k * 31 + (uint64_t)i);
+		t[i] = (kiln_tensor_spec){
+		    .dtype = KILN_DT_U8, .rank = 1, .shape = {sizes[i]}, .data = data[i]};
+	}
+	blob b = build(t, N);
+	char *p = write_temp(b.p, b.len);
+	blob_free(&b);
+	*sizes_out = sizes;
+	*data_out = data;
+	return p;
+}
+
+Test(cuda, no_device_is_unsupported_not_a_crash)
+{
+	int n = 0;
+	if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0)
+		cr_skip_test("a CUDA device is present; this test is for machines without one");
+	uint64_t *sizes;
+	uint8_t **data;
+	char *p = model(&sizes, &data);
+	kiln_dir *dir;
+	cr_assert_eq(kiln_dir_open(p, NULL, &dir, NULL), 0);
+	void *dests[4] = {0};
+	kiln_error err;
+	cr_assert_eq(kiln_cuda_load(dir, NULL, 0, dests, NULL, NULL, &err), KILN_UNSUPPORTED);
+	cr_assert_not_null(strstr(err.message, "no CUDA device"), "%s", err.message);
+	kiln_dir_close(dir);
+	unlink(p);
+	free(p);
+}
+
+Test(cuda, load_to_device_matches_the_file)
+{
+	need_device();
+	uint64_t *sizes;
+	uint8_t **data;
+	char *p = model(&sizes, &data);
+	for (unsigned src = 0; src <= KILN_SOURCE_URING; src++) {
+		if (src == KILN_SOURCE_BUFFER)
+			continue;
+		kiln_open_options o = {.source = src};
+		kiln_dir *dir;
+		cr_assert_eq(kiln_dir_open(p, &o, &dir, NULL), 0);
+		void *dev[4];
+		for (int i = 0; i < 4; i++)
+			cr_assert_eq(cudaMalloc(&dev[i], sizes[i] + 1), cudaSuccess);
+		kiln_cuda_load_options lo = {.staging_count = 3, .staging_size = 256 * 1024};
+		kiln_stream_result res;
+		kiln_error err;
+		cr_assert_eq(kiln_cuda_load(dir, NULL, 0, dev, &lo, &res, &err), 0, "%s",
+			     err.message);
+		cr_assert_gt(res.chunks, 12);
+		for (int i = 0; i < 4; i++) {
+			uint8_t *back = malloc(sizes[i] + 1);
+			cr_assert_eq(cudaMemcpy(back, dev[i], sizes[i], cudaMemcpyDeviceToHost),
+				     cudaSuccess);
+			cr_assert_eq(memcmp(back, data[i], sizes[i]), 0, "tensor %d via %s", i,
+				     kiln_source_name(src));
+			free(back);
+			cudaFree(dev[i]);
+		}
+		kiln_dir_close(dir);
+	}
+	unlink(p);
+	free(p);
+}
+
+Test(cuda, pin_hooks_register_read_only)
+{
+	need_device();
+	uint64_t *sizes;
+	uint8_t **data;
+	char *p = model(&sizes, &data);
+	kiln_dir *dir;
+	cr_assert_eq(kiln_dir_open(p, NULL, &dir, NULL), 0);
+	kiln_pin_hooks h;
+	kiln_cuda_pin_hooks(&h);
+	kiln_error err;
+	cr_assert_eq(kiln_tensor_pin(dir, 1, &h, &err), 0, "%s", err.message);
+	const kiln_tensor *t = kiln_dir_tensor(dir, 1);
+	/* A registered host range can be the source of a device copy. */
+	void *dev;
+	cr_assert_eq(cudaMalloc(&dev, t->byte_length), cudaSuccess);
+	cr_assert_eq(cudaMemcpy(dev, t->data, t->byte_length, cudaMemcpyHostToDevice), cudaSuccess);
+	uint8_t *back = malloc(t->byte_length);
+	cr_assert_eq(cudaMemcpy(back, dev, t->byte_length, cudaMemcpyDeviceToHost), cudaSuccess);
+	cr_assert_eq(memcmp(back, data[1], t->byte_length), 0);
+	free(back);
+	cudaFree(dev);
+	cr_assert_eq(kiln_tensor_unpin(dir, 1, &err), 0);
+	cr_assert_eq(kiln_dir_try_close(dir, &err), 0);
+	unlink(p);
+	free(p);
+}
