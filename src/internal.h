@@ -130,6 +130,12 @@ struct kiln_dir {
 	/* Writer's check: only base[0, payload_base) exists, len is the block length to be, and
 	 * data pointers are left NULL. */
 	int head_only;
+	/* MMAP: start reading the directory ahead of validation, a window at a time, so a cold open
+	 * is a few large reads rather than one synchronous fault per page; bounded so a hostile
+	 * header claiming a huge directory costs at most one window past the first bad byte. */
+	void (*prefetch)(struct kiln_dir *dir, uint64_t from, uint64_t to);
+	uint64_t prefetched;
+	int borrowed_block; /* READ/URING into the caller's buffer: not freed at close */
 };
 
 /* Allocation through the directory's allocator. */

@@ -489,6 +489,21 @@ static int check_scale(const struct kiln_dir *dir, uint32_t i, uint32_t s, int o
 	return 0;
 }
 
+#define PREFETCH_WINDOW (4u << 20)
+
+/* Keep the directory's reads a window ahead of the validator's cursor. */
+static void prefetch_ahead(struct kiln_dir *dir, uint64_t pos)
+{
+	uint64_t end = dir->info.payload_base;
+	if (!dir->prefetch || dir->prefetched >= end || pos + PREFETCH_WINDOW / 2 < dir->prefetched)
+		return;
+	uint64_t to = pos + PREFETCH_WINDOW < end ? pos + PREFETCH_WINDOW : end;
+	if (to <= dir->prefetched)
+		return;
+	dir->prefetch(dir, dir->prefetched, to);
+	dir->prefetched = to;
+}
+
 int kiln__validate_structure(struct kiln_dir *dir, int exact, kiln_error *err)
 {
 	int rc = kiln__check_header(dir, exact, err);
@@ -500,11 +515,14 @@ int kiln__validate_structure(struct kiln_dir *dir, int exact, kiln_error *err)
 
 	const kiln_dir_info *info = &dir->info;
 	uint64_t name_cursor = 0, place_cursor = 0;
+	prefetch_ahead(dir, 0);
 	for (uint32_t i = 0; i < info->tensor_count; i++) {
+		prefetch_ahead(dir, KILN__HEADER_SIZE + (uint64_t)i * KILN__DESC_SIZE);
 		rc = check_descriptor(dir, i, &name_cursor, &place_cursor, err);
 		if (rc)
 			goto fail;
 	}
+	prefetch_ahead(dir, KILN__HEADER_SIZE + (uint64_t)info->tensor_count * KILN__DESC_SIZE);
 	rc = check_layouts(dir, name_cursor, err);
 	if (rc)
 		goto fail;

@@ -214,11 +214,13 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 		return KLNT_EXIT_IO;
 	}
 	struct gen_ctx g = {.seed = seed, .t = t};
-	for (uint64_t i = 0; i < n; i++) {
+	uint64_t names_total = 0, layouts = 0; /* heap bytes so far */
+	/* Names first: layout names go after all of them in the heap. */
+	for (uint64_t i = 0; i < n && names; i++) {
 		enum kind k = kinds[i];
 		kiln_tensor_spec *s = &t[i];
 		uint64_t layer_no = i ? (i - 1) / per_layer : 0;
-		if (names) {
+		{ /* the layer's slot decides the name */
 			static const char *const at[] = {"attn_norm.weight",   "attn_qkv.weight",
 							 "attn_output.weight", "ffn_up.weight",
 							 "ffn_up.scale",       "ffn_down.weight",
@@ -237,7 +239,12 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 				len = snprintf(nm, 40, "blk.%" PRIu64 ".%s", layer_no, at[pos]);
 			s->name = nm;
 			s->name_len = (size_t)len;
+			names_total += (uint64_t)len;
 		}
+	}
+	for (uint64_t i = 0; i < n; i++) {
+		enum kind k = kinds[i];
+		kiln_tensor_spec *s = &t[i];
 		uint64_t rows = is_big(k) ? budget / row_bytes(k) : 0;
 		if (is_big(k) && rows == 0)
 			rows = 1;
@@ -273,11 +280,21 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 			s->shape[1] = HIDDEN / 32;
 			break;
 		case K_DOWN:
-			s->dtype = 4097;
-			s->layout = "Q4_K";
-			s->layout_len = 4;
-			s->block_size = 144;
-			s->byte_length = rows * row_bytes(k);
+			/* Layout names share the heap's 16-bit offsets with the tensor names: once
+			 * they would not fit, the remaining ffn_down weights are plain f16. */
+			if (names_total + layouts + 4 <= 0xFFFF) {
+				s->dtype = 4097;
+				s->layout = "Q4_K";
+				s->layout_len = 4;
+				s->block_size = 144;
+				s->byte_length = rows * row_bytes(k);
+				layouts += 4;
+			} else {
+				s->dtype = KILN_DT_F16;
+				s->shape[0] = rows * row_bytes(K_DOWN) / row_bytes(K_QKV);
+				if (s->shape[0] == 0)
+					s->shape[0] = 1;
+			}
 			break;
 		case K_NKINDS:
 			break;
