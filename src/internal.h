@@ -135,7 +135,6 @@ struct kiln_dir {
 	 * header claiming a huge directory costs at most one window past the first bad byte. */
 	void (*prefetch)(struct kiln_dir *dir, uint64_t from, uint64_t to);
 	uint64_t prefetched;
-	int borrowed_block; /* READ/URING into the caller's buffer: not freed at close */
 };
 
 /* Allocation through the directory's allocator. */

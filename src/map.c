@@ -172,6 +172,9 @@ int kiln_dir_open(const char *path, const kiln_open_options *opts, kiln_dir **ou
 		return kiln__fail(
 		    err, KILN_INVAL, KILN_NO_INDEX, "flags", KILN_NO_OFFSET,
 		    "KILN_OPEN_ALLOW_TRAILING applies to buffers; a file is one block");
+	if (opts && opts->buffer && source == KILN_SOURCE_MMAP)
+		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "buffer", KILN_NO_OFFSET,
+				  "a load buffer needs the read or uring source");
 	if (source == KILN_SOURCE_BUFFER || source > KILN_SOURCE_URING)
 		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "source", KILN_NO_OFFSET,
 				  "source %u cannot open a path (use mmap, read or uring)", source);

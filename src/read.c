@@ -59,19 +59,34 @@ int kiln__read_source(struct kiln_dir *dir, const kiln_open_options *opts, const
 	if (rc)
 		return rc;
 
-	/* The header proved block_length == file length, so this is the file's real size. Room
-	 * for an aligned O_DIRECT tail read in place: up to 64 KiB past the end. */
+	/* The header proved block_length == file length, so this is the file's real size. */
 	uint64_t block = dir->info.block_length;
-	size_t cap = (size_t)((block + 65535) & ~(uint64_t)65535);
-	dir->owned = kiln__owned_alloc(cap);
-	if (!dir->owned)
-		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM,
-				      "cannot allocate %" PRIu64 " bytes for the block", block);
-	dir->owned_len = cap;
-	dir->base = dir->owned;
+	size_t cap;
+	uint8_t *mem;
+	if (opts && opts->buffer) {
+		if ((uintptr_t)opts->buffer % 64 || opts->buffer_size < block)
+			return kiln__fail(
+			    err, KILN_INVAL, KILN_NO_INDEX, "buffer", KILN_NO_OFFSET,
+			    "the load buffer must be 64-byte aligned and hold the %" PRIu64
+			    "-byte block (it is %zu bytes at %p)",
+			    block, opts->buffer_size, opts->buffer);
+		cap = opts->buffer_size;
+		mem = opts->buffer; /* borrowed: dir->owned stays NULL, so close leaves it alone */
+	} else {
+		/* Room for an aligned O_DIRECT tail read in place: up to 64 KiB past the end. */
+		cap = (size_t)((block + 65535) & ~(uint64_t)65535);
+		mem = kiln__owned_alloc(cap);
+		if (!mem)
+			return kiln__fail_sys(err, KILN_NOMEM, ENOMEM,
+					      "cannot allocate %" PRIu64 " bytes for the block",
+					      block);
+		dir->owned = mem;
+		dir->owned_len = cap;
+	}
+	dir->base = mem;
 
 	uint64_t pb = dir->info.payload_base;
-	rc = kiln__pread_full(dir->fd, dir->owned, (size_t)pb, 0, err);
+	rc = kiln__pread_full(dir->fd, mem, (size_t)pb, 0, err);
 	if (!rc)
 		rc = kiln__validate_structure(dir, 1, err);
 	if (rc || block == pb)
@@ -87,7 +102,7 @@ int kiln__read_source(struct kiln_dir *dir, const kiln_open_options *opts, const
 	};
 	struct kiln__range payload = {.off = pb,
 				      .len = block - pb,
-				      .dst = (uint8_t *)dir->owned + pb,
+				      .dst = mem + pb,
 				      .slack = cap - block,
 				      .tensor = KILN_NO_INDEX};
 	rc = kiln__io_run(&io, &payload, 1, err);

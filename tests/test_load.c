@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "helpers.h"
@@ -157,6 +158,42 @@ Test(load, golden_cases_through_every_source)
 		free(p);
 		blob_free(&b);
 	}
+}
+
+Test(load, into_a_reused_caller_buffer)
+{
+	struct stat st;
+	cr_assert_eq(stat(path, &st), 0);
+	size_t cap = (size_t)st.st_size + 8192;
+	uint8_t *buf = aligned_alloc(4096, cap);
+	for (unsigned src = KILN_SOURCE_READ; src <= KILN_SOURCE_URING; src++) {
+		for (int round = 0; round < 2; round++) { /* the same memory, twice */
+			memset(buf, 0xEE, cap);
+			kiln_open_options o = {.source = src,
+					       .buffer = buf,
+					       .buffer_size = cap,
+					       .flags = round ? KILN_OPEN_DIRECT : 0};
+			kiln_dir *dir;
+			kiln_error err;
+			cr_assert_eq(kiln_dir_open(path, &o, &dir, &err), 0, "%s", err.message);
+			kiln_dir_info info;
+			kiln_dir_get_info(dir, &info);
+			cr_assert_eq(info.base, buf);
+			expect_same_bytes(dir, "caller buffer");
+			kiln_dir_close(dir); /* must not free buf */
+		}
+	}
+	kiln_open_options o = {.source = KILN_SOURCE_READ, .buffer = buf + 8, .buffer_size = cap};
+	kiln_dir *dir;
+	kiln_error err;
+	cr_assert_eq(kiln_dir_open(path, &o, &dir, &err), KILN_INVAL, "not 64-byte aligned");
+	o = (kiln_open_options){
+	    .source = KILN_SOURCE_URING, .buffer = buf, .buffer_size = (size_t)st.st_size - 1};
+	cr_assert_eq(kiln_dir_open(path, &o, &dir, &err), KILN_INVAL, "too small");
+	cr_assert_str_eq(err.field, "buffer");
+	o = (kiln_open_options){.buffer = buf, .buffer_size = cap};
+	cr_assert_eq(kiln_dir_open(path, &o, &dir, &err), KILN_INVAL, "mmap has no load buffer");
+	free(buf);
 }
 
 Test(load, rejected_file_reads_no_payload)

@@ -30,6 +30,8 @@ static const char usage[] =
     "  uring         KILN_SOURCE_URING: the same with io_uring (4 MiB chunks, 32 in flight)\n"
     "  read-direct   read with O_DIRECT\n"
     "  uring-direct  uring with O_DIRECT\n"
+    "  read-reuse    read into one caller buffer reused across runs (kiln_open_options.buffer)\n"
+    "  uring-reuse   uring into one reused caller buffer\n"
     "  stream        kiln_stream of every tensor through 4 reused 4 MiB staging buffers\n"
     "  plain         the baseline: read() into one reused 4 MiB buffer, no kiln\n"
     "\n"
@@ -40,8 +42,9 @@ static const char usage[] =
     "  -r, --repeat N    runs per measurement (default 5); the first warm run is not counted\n"
     "  -h, --help        show this help and exit\n"
     "\n"
-    "Owned loads (read, uring) write into freshly allocated memory each run, so they include\n"
-    "first-touch page faults; stream and plain reuse their buffers. In a VM the host may keep\n"
+    "read and uring write into freshly allocated memory each run, so they include first-touch\n"
+    "page faults; the -reuse rows, stream and plain reuse their buffers. In a VM the host may "
+    "keep\n"
     "pages the guest dropped, so cold numbers can be better than a real cold disk.\n"
     "Progress goes to stderr when it is a terminal.\n";
 
@@ -53,13 +56,16 @@ enum src {
 	S_URING,
 	S_READ_D,
 	S_URING_D,
+	S_READ_R,
+	S_URING_R,
 	S_STREAM,
 	S_PLAIN,
 	NSRC
 };
 
 static const char *const src_name[NSRC] = {
-    "open", "mmap", "populate", "read", "uring", "read-direct", "uring-direct", "stream", "plain",
+    "open",         "mmap",       "populate",    "read",   "uring", "read-direct",
+    "uring-direct", "read-reuse", "uring-reuse", "stream", "plain",
 };
 
 static double now(void)
@@ -119,7 +125,8 @@ static int nothing(void *ctx, const kiln_chunk *c)
 }
 
 /* One timed run; returns seconds, or a negative value with the error reported. */
-static double run_once(const char *path, enum src s, uint8_t *plain_buf, void **ring)
+static double run_once(const char *path, enum src s, uint8_t *plain_buf, void **ring,
+		       void *block_buf, size_t block_cap)
 {
 	double t0 = now();
 	if (s == S_PLAIN) {
@@ -149,6 +156,12 @@ static double run_once(const char *path, enum src s, uint8_t *plain_buf, void **
 		o.flags = KILN_OPEN_DIRECT; /* fall through */
 	case S_URING:
 		o.source = KILN_SOURCE_URING;
+		break;
+	case S_READ_R:
+	case S_URING_R:
+		o.source = s == S_READ_R ? KILN_SOURCE_READ : KILN_SOURCE_URING;
+		o.buffer = block_buf;
+		o.buffer_size = block_cap;
 		break;
 	default:
 		break;
@@ -263,11 +276,21 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 		memset(ring[i], 0, 4u << 20);
 	}
 	double *t = klnt_xmalloc(repeat * sizeof(double));
+	/* One block-sized buffer, touched once, for the -reuse rows. */
+	size_t block_cap = ((size_t)info.block_length + 4095) & ~(size_t)4095;
+	void *block_buf = NULL;
+	if ((want[S_READ_R] || want[S_URING_R]) && posix_memalign(&block_buf, 4096, block_cap))
+		block_buf = NULL;
+	if (block_buf)
+		memset(block_buf, 0, block_cap);
+	else
+		want[S_READ_R] = want[S_URING_R] = 0;
 	struct result res[2][NSRC] = {{{0}}};
 	int tty = isatty(STDERR_FILENO), failed = 0;
 	/* plain first in each mode: the ratios need it. */
-	static const enum src order[NSRC] = {S_PLAIN, S_OPEN,   S_MMAP,    S_POPULATE, S_READ,
-					     S_URING, S_READ_D, S_URING_D, S_STREAM};
+	static const enum src order[NSRC] = {S_PLAIN,  S_OPEN,    S_MMAP,   S_POPULATE,
+					     S_READ,   S_URING,   S_READ_D, S_URING_D,
+					     S_READ_R, S_URING_R, S_STREAM};
 	for (int mode = 0; mode < 2; mode++) {
 		int is_cold = mode == 1;
 		if ((is_cold && !cold) || (!is_cold && !warm))
@@ -277,7 +300,8 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 			if (!want[s])
 				continue;
 			struct result *r = &res[mode][s];
-			if (!is_cold && run_once(path, s, plain_buf, ring) < 0) { /* warm-up */
+			if (!is_cold && run_once(path, s, plain_buf, ring, block_buf, block_cap) <
+					    0) { /* warm-up */
 				failed = 1;
 				continue;
 			}
@@ -293,7 +317,7 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 					if (left > r->residual)
 						r->residual = left;
 				}
-				t[i] = run_once(path, s, plain_buf, ring);
+				t[i] = run_once(path, s, plain_buf, ring, block_buf, block_cap);
 				if (t[i] < 0)
 					r->ok = 0, failed = 1;
 			}
@@ -340,6 +364,7 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 		       "eviction (mincore)\n",
 		       worst * 100);
 	free(t);
+	free(block_buf);
 	free(plain_buf);
 	for (int i = 0; i < 4; i++)
 		free(ring[i]);

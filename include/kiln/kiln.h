@@ -259,7 +259,13 @@ typedef struct kiln_open_options {
 	const kiln_allocator *allocator;
 	uint32_t chunk_size;  /* READ/URING: bytes per read request; 0 means 4 MiB, at most 1 GiB */
 	uint32_t queue_depth; /* URING: requests in flight; 0 means 32 */
-	uint64_t reserved[6]; /* zero */
+	/* READ/URING: load the block into this caller memory instead of fresh owned memory, so a
+	 * runtime can reuse one buffer (fresh memory costs a page fault and a zeroing per page).
+	 * 64-byte aligned (page aligned lets O_DIRECT read in place), at least the file's size;
+	 * borrowed: kiln never frees it, and it must outlive the directory. NULL: owned memory. */
+	void *buffer;
+	size_t buffer_size;
+	uint64_t reserved[4]; /* zero */
 } kiln_open_options;
 
 /*
