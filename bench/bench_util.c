@@ -1,10 +1,14 @@
 #define _GNU_SOURCE
 #include "bench_util.h"
 
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kiln/kiln.h"
@@ -20,6 +24,16 @@ static void cleanup(void)
 	}
 	const char *dir = getenv("KILN_BENCH_DIR");
 	rmdir(dir ? dir : "bench-files");
+}
+
+/* Interrupted (Ctrl-C, a timeout): remove the files, which may be large, then die as asked. Only
+ * async-signal-safe calls here. */
+static void on_signal(int sig)
+{
+	for (int i = 0; i < nmade; i++)
+		unlink(made[i]);
+	signal(sig, SIG_DFL);
+	raise(sig);
 }
 
 static void die(const char *what, const kiln_error *err)
@@ -46,12 +60,31 @@ static void put_le64(FILE *f, uint64_t at, uint64_t v)
 		die("patching a benchmark file", NULL);
 }
 
-char *kbu_tensors_file(uint32_t count, uint64_t payload, uint64_t sparse_total, int named)
+/* Remember a file for removal at exit; the path is owned here from now on. */
+static void track(char *path)
+{
+	if (nmade == 0) {
+		atexit(cleanup);
+		signal(SIGINT, on_signal);
+		signal(SIGTERM, on_signal);
+	}
+	if (nmade == 64)
+		die("too many benchmark files", NULL);
+	made[nmade++] = path;
+}
+
+static const char *bench_dir(void)
 {
 	const char *dir = getenv("KILN_BENCH_DIR");
 	if (!dir)
 		dir = "bench-files";
 	mkdir(dir, 0777);
+	return dir;
+}
+
+char *kbu_tensors_file(uint32_t count, uint64_t payload, uint64_t sparse_total, int named)
+{
+	const char *dir = bench_dir();
 	char *path;
 	if (asprintf(&path, "%s/open-%u-%d-%llu-%llu-%ld.klnt", dir, count, named,
 		     (unsigned long long)payload, (unsigned long long)sparse_total,
@@ -101,10 +134,231 @@ char *kbu_tensors_file(uint32_t count, uint64_t payload, uint64_t sparse_total, 
 	}
 	free(names);
 	free(t);
-	if (nmade == 0)
-		atexit(cleanup);
-	if (nmade == 64)
-		die("too many benchmark files", NULL);
-	made[nmade++] = path; /* owned here, freed at exit */
+	track(path);
 	return path;
+}
+
+/* splitmix64's finaliser: a bijection, so distinct inputs give distinct words. */
+static uint64_t mix(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+/* Eight payload bytes, none of them zero. */
+static uint64_t word(uint64_t key, uint64_t w)
+{
+	return mix(key + w) | 0x0101010101010101ull;
+}
+
+static uint64_t tensor_key(uint64_t seed, uint32_t tensor)
+{
+	return mix(seed ^ ((uint64_t)tensor << 32));
+}
+
+uint8_t kbu_byte(uint64_t seed, uint32_t tensor, uint64_t offset)
+{
+	uint64_t v = word(tensor_key(seed, tensor), offset >> 3);
+	uint8_t b[8];
+	memcpy(b, &v, 8);
+	return b[offset & 7];
+}
+
+void kbu_fill(uint64_t seed, uint32_t tensor, uint64_t offset, void *buf, size_t len)
+{
+	uint8_t *p = buf;
+	uint64_t key = tensor_key(seed, tensor);
+	for (; len && (offset & 7); len--)
+		*p++ = kbu_byte(seed, tensor, offset++);
+	for (; len >= 8; len -= 8, offset += 8, p += 8) {
+		uint64_t v = word(key, offset >> 3);
+		memcpy(p, &v, 8);
+	}
+	for (; len; len--)
+		*p++ = kbu_byte(seed, tensor, offset++);
+}
+
+static int random_fill(void *ctx, uint32_t t, uint64_t off, void *buf, size_t len)
+{
+	kbu_fill(*(const uint64_t *)ctx, t, off, buf, len);
+	return 0;
+}
+
+char *kbu_random_file(uint32_t count, uint64_t block_max, uint64_t seed)
+{
+	const char *dir = bench_dir();
+	char *path;
+	if (count == 0 || asprintf(&path, "%s/load-%u-%llu-%ld.klnt", dir, count,
+				   (unsigned long long)block_max, (long)getpid()) < 0)
+		die("kbu_random_file", NULL);
+	kiln_tensor_spec *t = calloc(count, sizeof(*t));
+	char *names = malloc((size_t)count * 24);
+	double *weight = calloc(count, sizeof(*weight));
+	if (!t || !names || !weight)
+		die("out of memory", NULL);
+	/* Sizes are multiples of 64, so payloads follow each other without gaps. Large tensors
+	 * get a provisional 64 bytes until the directory's size is known. */
+	uint64_t avg = block_max / count, r = mix(seed ^ 0x5eedull), small_max = avg / 64 / 32;
+	double wsum = 0;
+	uint32_t nlarge = 0, last_large = 0;
+	for (uint32_t i = 0; i < count; i++) {
+		char *n = names + (size_t)i * 24;
+		int len = snprintf(n, 24, "blk.%u.w", i);
+		r = mix(r);
+		uint64_t size = 64;
+		if (i % 5 == 4) {
+			size = 64 * (1 + r % (small_max ? small_max : 1));
+		} else {
+			weight[i] = 0.75 + 0.5 * (double)(r >> 11) / (double)(1ull << 53);
+			wsum += weight[i];
+			nlarge++;
+			last_large = i;
+		}
+		t[i] = (kiln_tensor_spec){.name = n,
+					  .name_len = (size_t)len,
+					  .dtype = KILN_DT_U8,
+					  .rank = 1,
+					  .shape = {size},
+					  .read = random_fill,
+					  .read_ctx = &seed};
+	}
+	kiln_error err;
+	uint64_t block;
+	if (kiln_write_size(t, count, &block, &err))
+		die("kiln_write_size", &err);
+	uint64_t fixed = block - 64ull * nlarge; /* directory, pad and the small tensors */
+	if (nlarge && block_max > fixed + 64ull * nlarge) {
+		uint64_t budget = block_max - fixed, left = budget;
+		for (uint32_t i = 0; i < count; i++) {
+			if (weight[i] == 0)
+				continue;
+			uint64_t size = (uint64_t)((double)budget * weight[i] / wsum) / 64 * 64;
+			if (size < 64)
+				size = 64;
+			if (i == last_large || size > left)
+				size = left / 64 * 64;
+			t[i].shape[0] = size;
+			left -= size;
+		}
+	}
+	if (kiln_write_size(t, count, &block, &err))
+		die("kiln_write_size", &err);
+	if (block > block_max)
+		die("kbu_random_file: the directory alone exceeds the size asked for", NULL);
+	if (kiln_write_file(path, t, count, 0, &err))
+		die(path, &err);
+	free(weight);
+	free(names);
+	free(t);
+	track(path);
+	return path;
+}
+
+long kbu_resident(const char *path, long *total)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	struct stat st;
+	if (fstat(fd, &st) != 0) {
+		close(fd);
+		return -1;
+	}
+	long ps = sysconf(_SC_PAGESIZE);
+	size_t len = (size_t)st.st_size, pages = (len + (size_t)ps - 1) / (size_t)ps;
+	if (total)
+		*total = (long)pages;
+	if (len == 0) {
+		close(fd);
+		return 0;
+	}
+	/* Mapping faults nothing in; mincore only looks at the page cache. */
+	void *m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	unsigned char *vec = malloc(pages);
+	long resident = -1;
+	if (m != MAP_FAILED && vec && mincore(m, len, vec) == 0) {
+		resident = 0;
+		for (size_t i = 0; i < pages; i++)
+			resident += vec[i] & 1;
+	}
+	free(vec);
+	if (m != MAP_FAILED)
+		munmap(m, len);
+	return resident;
+}
+
+long kbu_evict(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	long left = -1;
+	if (fsync(fd) == 0) {
+		/* DONTNEED skips pages that are locked or under writeback at that instant; a
+		 * retry after a short pause catches them. */
+		for (int tries = 0; tries < 5; tries++) {
+			if (posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) != 0)
+				break;
+			left = kbu_resident(path, NULL);
+			if (left <= 0)
+				break;
+			usleep(1000u << tries);
+		}
+	}
+	close(fd);
+	return left;
+}
+
+long kbu_warm(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	size_t len = 4u << 20;
+	void *buf = malloc(len);
+	ssize_t n = 0;
+	while (buf && (n = read(fd, buf, len)) > 0)
+		;
+	free(buf);
+	close(fd);
+	long total, resident = kbu_resident(path, &total);
+	return !buf || n < 0 || resident < 0 ? -1 : total - resident;
+}
+
+#define HUGE_PAGE (2ul << 20)
+
+void *kbu_map(size_t len, int huge, int touch)
+{
+	size_t rl = (len + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
+	uint8_t *raw =
+	    mmap(NULL, rl + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (raw == MAP_FAILED)
+		die("mmap of benchmark memory failed", NULL);
+	/* Trim to a 2 MiB boundary so huge pages can back all of it. */
+	uint8_t *p = (uint8_t *)(((uintptr_t)raw + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+	if (p > raw)
+		munmap(raw, (size_t)(p - raw));
+	munmap(p + rl, (size_t)(raw + HUGE_PAGE - p));
+	if (huge)
+		madvise(p, rl, MADV_HUGEPAGE);
+	if (touch)
+		for (size_t i = 0; i < rl; i += 4096)
+			p[i] = 0x5a;
+	return p;
+}
+
+void kbu_unmap(void *p, size_t len)
+{
+	if (p)
+		munmap(p, (len + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1));
+}
+
+double kbu_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }

@@ -1,7 +1,8 @@
-/* Files for benchmarks: generated on demand, removed at exit. */
+/* Files, memory and page-cache control for benchmarks. Files are removed at exit. */
 #ifndef KILN_BENCH_UTIL_H
 #define KILN_BENCH_UTIL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /*
@@ -11,5 +12,43 @@
  * as a hole (ftruncate), costing no disk. Returns a malloc'd path; exits on failure.
  */
 char *kbu_tensors_file(uint32_t count, uint64_t payload, uint64_t sparse_total, int named);
+
+/*
+ * A file of `count` named u8 tensors ("blk.N.w") of varied sizes (every fifth one small, like a
+ * norm vector; the others within +-25% of each other), the block at most `block_max` bytes and
+ * within a few KiB of it. Payload byte k of tensor t is kbu_byte(seed, t, k): pseudo-random and
+ * never zero, so no file system or memory path can shortcut zero pages. Written with fsync.
+ * Returns a malloc'd path, removed at exit; exits on failure.
+ */
+char *kbu_random_file(uint32_t count, uint64_t block_max, uint64_t seed);
+/* The payload generator of kbu_random_file(): bytes [offset, offset + len) of tensor `tensor`. */
+void kbu_fill(uint64_t seed, uint32_t tensor, uint64_t offset, void *buf, size_t len);
+uint8_t kbu_byte(uint64_t seed, uint32_t tensor, uint64_t offset);
+
+/*
+ * Page-cache residency of a file, by mincore() on a temporary read-only mapping: returns the
+ * resident page count and sets *total (when not NULL) to the file's page count; -1 on error.
+ */
+long kbu_resident(const char *path, long *total);
+/*
+ * Drop a file's pages from the page cache: fsync (so no page is dirty), then
+ * posix_fadvise(POSIX_FADV_DONTNEED), retried a few times while pages remain. Returns the pages
+ * still resident after that (checked with mincore), or -1 on error. The file must not be mapped
+ * by anyone: mapped pages are not dropped.
+ */
+long kbu_evict(const char *path);
+/* Read the whole file so it is cached. Returns the pages still not resident (0: all warm), or -1.
+ */
+long kbu_warm(const char *path);
+
+/*
+ * `len` bytes of anonymous memory at a 2 MiB boundary, with MADV_HUGEPAGE when `huge`, and every
+ * page written (first touch paid here) when `touch`. Exits on failure. Free with kbu_unmap().
+ */
+void *kbu_map(size_t len, int huge, int touch);
+void kbu_unmap(void *p, size_t len);
+
+/* CLOCK_MONOTONIC in seconds. */
+double kbu_now(void);
 
 #endif

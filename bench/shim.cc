@@ -1,11 +1,18 @@
 // The only C++ in kiln: register C benchmark bodies with Google Benchmark and forward state.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "shim.h"
 
 struct kb_state {
 	benchmark::State *s;
 	uint64_t bytes_per_iter;
+	std::string label;
+	double run_seconds[KB_SLOTS]; // kb_account totals for this run
+	double run_bytes[KB_SLOTS];
 };
 
 namespace {
@@ -14,11 +21,13 @@ void finish(benchmark::State &s, const kb_state &st)
 {
 	if (st.bytes_per_iter)
 		s.SetBytesProcessed(static_cast<int64_t>(st.bytes_per_iter) * s.iterations());
+	if (!st.label.empty())
+		s.SetLabel(st.label);
 }
 
 void run(benchmark::State &s, kb_body body, void *arg)
 {
-	kb_state st{&s, 0};
+	kb_state st{&s, 0, {}, {}, {}};
 	// Batches of up to 64 iterations: one C call per batch, not per iteration.
 	const benchmark::IterationCount batch = std::min<benchmark::IterationCount>(64, s.max_iterations);
 	while (s.KeepRunningBatch(batch))
@@ -39,14 +48,21 @@ void kb_register_fixed(const char *name, kb_body body, void *arg, uint64_t iters
 		       int repetitions)
 {
 	benchmark::RegisterBenchmark(name, [=](benchmark::State &s) {
-		kb_state st{&s, 0};
+		kb_state st{&s, 0, {}, {}, {}};
 		for (auto _ : s)
 			body(&st, 1, arg);
 		finish(s, st);
 	})
 		->Iterations(static_cast<benchmark::IterationCount>(iters))
+		->UseRealTime()
 		->Repetitions(repetitions)
-		->ReportAggregatesOnly(repetitions > 1);
+		->ReportAggregatesOnly(repetitions > 1)
+		->ComputeStatistics("min", [](const std::vector<double> &v) {
+			return *std::min_element(v.begin(), v.end());
+		})
+		->ComputeStatistics("max", [](const std::vector<double> &v) {
+			return *std::max_element(v.begin(), v.end());
+		});
 }
 
 void kb_pause(kb_state *st)
@@ -68,6 +84,26 @@ void kb_counter(kb_state *st, const char *name, double value, int per_iter)
 {
 	st->s->counters[name] = benchmark::Counter(
 		value, per_iter ? benchmark::Counter::kAvgIterations : benchmark::Counter::kDefaults);
+}
+
+void kb_label(kb_state *st, const char *label)
+{
+	st->label = label ? label : "";
+}
+
+void kb_account(kb_state *st, int slot, double seconds, double bytes)
+{
+	if (slot < 0 || slot >= KB_SLOTS)
+		return;
+	st->run_seconds[slot] += seconds;
+	st->run_bytes[slot] += bytes;
+}
+
+double kb_run_rate(const kb_state *st, int slot)
+{
+	if (slot < 0 || slot >= KB_SLOTS || st->run_seconds[slot] <= 0)
+		return 0;
+	return st->run_bytes[slot] / st->run_seconds[slot];
 }
 
 void kb_skip(kb_state *st, const char *message)
