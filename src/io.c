@@ -49,8 +49,9 @@ struct run {
 	uint64_t next_pos;
 	int dfd;       /* O_DIRECT descriptor, -1 when not direct */
 	int direct_ok; /* cleared when the file system refuses a direct read */
-	uint32_t A;    /* O_DIRECT file offset alignment */
-	uint32_t MA;   /* O_DIRECT memory alignment */
+	size_t bounce_size;
+	uint32_t A;  /* O_DIRECT file offset alignment */
+	uint32_t MA; /* O_DIRECT memory alignment */
 	struct slot *slots;
 	uint32_t nslots;
 	uint32_t next_buffer;
@@ -97,9 +98,9 @@ static int next_chunk(struct run *r, struct slot *s)
 	uint64_t abs = g->off + r->next_pos;
 	uint64_t end = g->off + g->len;
 	uint64_t chunk = r->io->staging ? r->io->staging_size : r->io->chunk;
-	uint64_t bound = (abs / chunk + 1) * chunk; /* boundaries at absolute multiples */
-	if (r->io->staging)
-		bound = abs + chunk; /* a staging buffer holds exactly one chunk */
+	/* Boundaries at absolute multiples of the chunk (a staging buffer's size in staging mode),
+	 * so with O_DIRECT only a range's first and last chunk can need the bounce buffer. */
+	uint64_t bound = (abs / chunk + 1) * chunk;
 	if (bound < end)
 		end = bound;
 	s->off = abs;
@@ -124,11 +125,17 @@ static void plan(struct run *r, struct slot *s)
 		uint64_t rend = (s->off + s->len + A - 1) / A * A;
 		int in_place = roff == s->off && (uintptr_t)s->dst % r->MA == 0 &&
 			       rend - s->off <= s->len + s->slack;
-		s->fd = r->dfd;
-		s->roff = roff;
-		s->rlen = rend - roff;
-		s->rbuf = in_place ? s->dst : s->bounce;
-		return;
+		/* Bounce buffers are made on first need: aligned ranges never use one. */
+		if (!in_place && !s->bounce)
+			s->bounce = kiln__owned_alloc(r->bounce_size);
+		if (in_place || s->bounce) {
+			s->fd = r->dfd;
+			s->roff = roff;
+			s->rlen = rend - roff;
+			s->rbuf = in_place ? s->dst : s->bounce;
+			return;
+		}
+		s->is_direct = 0; /* no memory for a bounce buffer: this chunk is read buffered */
 	}
 	s->fd = r->io->fd;
 	s->roff = s->off;
@@ -254,7 +261,7 @@ static int take_buffer(struct run *r, struct slot *s)
 	r->next_buffer = (b + 1) % r->io->nstaging;
 	s->buffer = b;
 	s->dst = r->io->staging[b];
-	s->slack = 0;
+	s->slack = r->io->staging_size - s->len; /* the rest of the buffer may take a tail read */
 	return 1;
 }
 
@@ -435,10 +442,7 @@ int kiln__io_run(struct kiln__io *io, const struct kiln__range *ranges, size_t n
 	}
 	int nomem = !r.slots || (io->staging && (!r.buffer_used || !r.buffer_busy));
 	uint64_t chunk = io->staging ? io->staging_size : io->chunk;
-	for (uint32_t i = 0; i < r.nslots && !nomem && r.dfd >= 0; i++) {
-		r.slots[i].bounce = kiln__owned_alloc((size_t)chunk + 2u * r.A);
-		nomem = !r.slots[i].bounce;
-	}
+	r.bounce_size = (size_t)chunk + 2u * r.A;
 	if (nomem) {
 		rc = kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "cannot allocate %u read slots",
 				    r.nslots);
@@ -462,7 +466,7 @@ int kiln__io_run(struct kiln__io *io, const struct kiln__range *ranges, size_t n
 out:
 	for (uint32_t i = 0; r.slots && i < r.nslots; i++)
 		if (r.slots[i].bounce)
-			kiln__owned_free(r.slots[i].bounce, (size_t)chunk + 2u * r.A);
+			kiln__owned_free(r.slots[i].bounce, r.bounce_size);
 	free(r.slots);
 	free(r.buffer_used);
 	free(r.buffer_busy);
