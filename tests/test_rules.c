@@ -519,6 +519,20 @@ Test(quant, scheme_1_2_fields)
 	blob_free(&b);
 }
 
+Test(quant, scale_index_is_checked_with_its_descriptor)
+{
+	/* A bad scale_index is step 7 of its own descriptor, so it wins over a step-1 defect in a
+	 * later descriptor; the scale cross-check after the loop would report it too late. */
+	const uint32_t bad[] = {3, 0};
+	for (size_t k = 0; k < 2; k++) {
+		blob b = base_outer();
+		put32(&b, D(0) + F_SCALE, bad[k]);
+		b.p[D(1) + 3] = 1; /* reserved byte of descriptor 1 */
+		expect_reject(&b, KILN_TYPE, 0, "scale_index");
+		blob_free(&b);
+	}
+}
+
 Test(quant, opaque_cannot_be_quantized)
 {
 	blob b = base_opaque();
