@@ -3,7 +3,8 @@
 # everything is already there, so repeated runs are quick and need no network.
 set -eu
 
-PACKAGES="build-essential cmake pkg-config clang clang-format xxd liburing-dev \
+# libclang-rt-14-dev holds clang's sanitizer and libFuzzer runtimes; clang only recommends it.
+PACKAGES="build-essential cmake pkg-config clang libclang-rt-14-dev clang-format xxd liburing-dev \
 libcriterion-dev libxxhash-dev libjson-c-dev libbenchmark-dev"
 
 missing=""

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Every test: set up, build with gcc (warnings are errors) and run the suites, then build with
-# clang under AddressSanitizer + UndefinedBehaviorSanitizer and run them again, then check
-# formatting. Exits non-zero on the first failure.
+# clang under AddressSanitizer + UndefinedBehaviorSanitizer and run them again, then run each
+# libFuzzer target for a minute (KILN_FUZZ_SECONDS), then check formatting. Exits non-zero on
+# the first failure.
 set -eu
 cd "$(dirname "$0")/.."
 scripts/setup-debian.sh
@@ -18,6 +19,12 @@ CC=clang CXX=clang++ cmake -S . -B build-asan -DKILN_WERROR=ON -DKILN_SANITIZE=O
 cmake --build build-asan -j"$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure)
+
+echo "== clang, libFuzzer: ${KILN_FUZZ_SECONDS:-60} s per target"
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -DKILN_FUZZ=ON -DKILN_WERROR=ON \
+	-DKILN_BUILD_TESTS=OFF -DKILN_BUILD_TOOLS=OFF -DKILN_BUILD_BENCH=OFF -DKILN_CUDA=OFF >/dev/null
+cmake --build build-fuzz -j"$jobs"
+fuzz/run.sh build-fuzz "${KILN_FUZZ_SECONDS:-60}"
 
 echo "== format"
 files=$(git ls-files '*.c' '*.h' 2>/dev/null || find include src tests tools -name '*.[ch]')

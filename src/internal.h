@@ -114,6 +114,7 @@ struct kiln_dir {
 	uint32_t *slots;      /* open-addressing name table of tensor indices, KILN_NONE32 empty */
 	uint64_t *hashes;     /* hash of each tensor name, by tensor index */
 	uint64_t slot_mask;   /* table size - 1; 0 when there are no names */
+	uint64_t probes;      /* slots visited while inserting names: tests check it stays linear */
 	uint8_t
 	    secret[KILN__SECRET_SIZE]; /* per-directory hash key: names from a file are hostile */
 	kiln_allocator alloc;

@@ -158,6 +158,7 @@ static uint32_t name_insert(struct kiln_dir *dir, uint32_t i, const char *name, 
 	dir->hashes[i] = h;
 	for (uint64_t s = h & dir->slot_mask;; s = (s + 1) & dir->slot_mask) {
 		uint32_t j = dir->slots[s];
+		dir->probes++;
 		if (j == KILN_NONE32) {
 			dir->slots[s] = i;
 			return KILN_NO_INDEX;

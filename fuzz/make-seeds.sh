@@ -1,0 +1,36 @@
+#!/bin/sh
+# Seed inputs for the fuzz targets: the golden cases (hex -> binary) and every single-defect
+# block of the rules suite (tests/helpers.c writes them to $KILN_DUMP_DIR), plus a few decoded
+# tensor lists for the round-trip and lookup targets. The committed corpus in fuzz/corpus/ is
+# these seeds plus what the long runs found, minimized to a set that keeps every covered edge
+# (-merge=1 -use_counters=0), with the golden cases kept for parse; this script is how to start
+# over.
+#
+# usage: fuzz/make-seeds.sh BUILD_DIR OUT_DIR   (BUILD_DIR holds tests/test_rules)
+set -eu
+build=$1
+out=$2
+src=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$out/parse" "$out/roundtrip" "$out/lookup"
+
+for f in "$src"/golden/*.hex; do
+	sed 's/#.*//' "$f" | xxd -r -p >"$out/parse/golden-$(basename "$f" .hex)"
+done
+dump=$(mktemp -d)
+KILN_DUMP_DIR=$dump "$build/tests/test_rules" --jobs 1 >/dev/null 2>&1
+for f in "$dump"/*; do
+	cp "$f" "$out/parse/rules-$(basename "$f" .klnt)"
+done
+rm -rf "$dump"
+
+# Round trip: byte 0 is the tensor count (mod 9) and flags; then per tensor a selector, dtype,
+# rank, dims, and so on (see decode() in fuzz_roundtrip.c).
+printf '\001\000\013\001\002\007' >"$out/roundtrip/f32-2"
+printf '\021\000\011\001\001\001w\003' >"$out/roundtrip/f16-named"
+printf '\002\100\020\001\040\001\000\000\001\000\000\017\001\001\000\005' \
+	>"$out/roundtrip/e2m1-scale"
+printf '\001\005\000\000\001\040\004Q4_K\022\002\011' >"$out/roundtrip/opaque"
+# Lookup: byte 0 is the mode (2: prefix + counter), then names or a prefix and a count.
+printf '\000\003\001a\002bc\003def\001a\002bc\001z' >"$out/lookup/three"
+printf '\002\020blk.0.ffn_up.wei\364\001\001x' >"$out/lookup/prefix-500"
+printf '\006\004blk.\320\007' >"$out/lookup/duplicate-counter"

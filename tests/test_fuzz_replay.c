@@ -1,0 +1,103 @@
+/*
+ * Replay of the fuzz corpus without libFuzzer: every file of fuzz/corpus/<target>/ and of
+ * tests/regressions/<target>/ (the reproducers of fixed crashes) goes through the same target
+ * function libFuzzer runs (fuzz/fuzz_<target>.c), so every build, gcc included, checks them. A
+ * broken invariant aborts; the handler below names the file first.
+ */
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fuzz.h"
+
+static char current[1024];
+
+static void name_the_file(int sig)
+{
+	static const char msg[] = "crashed while replaying ";
+	(void)!write(2, msg, sizeof(msg) - 1);
+	(void)!write(2, current, strlen(current));
+	(void)!write(2, "\n", 1);
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+static int by_name(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Run every regular file in dir through fn; returns how many ran (0 when dir is missing). */
+static size_t replay_dir(const char *dir, int (*fn)(const uint8_t *, size_t))
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return 0;
+	char **names = NULL;
+	size_t n = 0, cap = 0;
+	for (struct dirent *e; (e = readdir(d));) {
+		if (e->d_name[0] == '.' || !strcmp(e->d_name, "README.md"))
+			continue;
+		if (n == cap) {
+			cap = cap ? 2 * cap : 256;
+			names = realloc(names, cap * sizeof(*names));
+			cr_assert_not_null(names);
+		}
+		names[n++] = strdup(e->d_name);
+	}
+	closedir(d);
+	qsort(names, n, sizeof(*names), by_name); /* a stable order for a failing run */
+	signal(SIGABRT, name_the_file);
+	signal(SIGSEGV, name_the_file);
+	signal(SIGBUS, name_the_file);
+	for (size_t i = 0; i < n; i++) {
+		snprintf(current, sizeof(current), "%s/%s", dir, names[i]);
+		FILE *f = fopen(current, "rb");
+		cr_assert_not_null(f, "cannot open %s", current);
+		fseek(f, 0, SEEK_END);
+		long len = ftell(f);
+		rewind(f);
+		cr_assert_geq(len, 0);
+		/* An exact-size copy, as libFuzzer gives it, so a read past the end is caught. */
+		uint8_t *buf = malloc(len ? (size_t)len : 1);
+		cr_assert_not_null(buf);
+		cr_assert_eq(fread(buf, 1, (size_t)len, f), (size_t)len);
+		fclose(f);
+		cr_assert_eq(fn(buf, (size_t)len), 0, "%s", current);
+		free(buf);
+		free(names[i]);
+	}
+	free(names);
+	return n;
+}
+
+static void replay(const char *target, int (*fn)(const uint8_t *, size_t))
+{
+	char dir[512];
+	snprintf(dir, sizeof(dir), "%s/%s", KILN_FUZZ_CORPUS, target);
+	size_t corpus = replay_dir(dir, fn);
+	cr_assert_gt(corpus, 0, "no corpus in %s", dir);
+	snprintf(dir, sizeof(dir), "%s/%s", KILN_REGRESSIONS, target);
+	size_t regressions = replay_dir(dir, fn);
+	cr_log_info("%s: %zu corpus files, %zu regressions", target, corpus, regressions);
+}
+
+Test(replay, parse)
+{
+	replay("parse", kiln_fuzz_parse);
+}
+
+Test(replay, roundtrip)
+{
+	replay("roundtrip", kiln_fuzz_roundtrip);
+}
+
+Test(replay, lookup)
+{
+	replay("lookup", kiln_fuzz_lookup);
+}
