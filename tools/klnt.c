@@ -18,12 +18,8 @@
 #include "klnt.h"
 
 static const struct klnt_cmd *const commands[] = {
-    &klnt_cmd_check,
-    &klnt_cmd_inspect,
-    &klnt_cmd_cat,
-    &klnt_cmd_pack,
-    &klnt_cmd_gen,
-    &klnt_cmd_bench,
+    &klnt_cmd_check, &klnt_cmd_inspect, &klnt_cmd_cat,
+    &klnt_cmd_pack,  &klnt_cmd_gen,     &klnt_cmd_bench,
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
