@@ -179,3 +179,25 @@ void expect_valid(const blob *b)
 	int rc = kiln_validate(b->p, b->len, KILN_OPEN_VERIFY_PAYLOAD, &err);
 	cr_assert_eq(rc, 0, "expected valid, got %s: %s", kiln_code_name(rc), err.message);
 }
+
+void *count_alloc(void *ctx, size_t size)
+{
+	struct counting *c = ctx;
+	if (c->cap && size > c->cap)
+		return NULL;
+	void *p = malloc(size);
+	if (p) {
+		c->live += size;
+		c->calls++;
+		if (c->live > c->peak)
+			c->peak = c->live;
+	}
+	return p;
+}
+
+void count_free(void *ctx, void *p, size_t size)
+{
+	struct counting *c = ctx;
+	c->live -= size;
+	free(p);
+}

@@ -55,6 +55,14 @@ char *write_temp(const void *p, size_t len);
 /* A fresh scratch directory path (malloc'd), created. */
 char *temp_dir(void);
 
+/* A kiln_allocator context that counts the index memory: live and peak bytes, calls; requests
+ * above `cap` (when nonzero) fail. Use as {count_alloc, count_free, &counting}. */
+struct counting {
+	size_t live, peak, calls, cap;
+};
+void *count_alloc(void *ctx, size_t size);
+void count_free(void *ctx, void *p, size_t size);
+
 /* Parse b with flags (plus VERIFY) and assert the result: code, tensor index and field.
  * field may be NULL to skip the field check. */
 void expect_reject(const blob *b, int code, uint32_t tensor, const char *field);

@@ -48,32 +48,6 @@ static long peak_rss_kib(void)
 
 /* --- a counting allocator (the test_open.c pattern), with an optional cap ------------------- */
 
-struct counting {
-	size_t live, peak, calls, cap; /* cap: refuse larger requests; 0 for none */
-};
-
-static void *count_alloc(void *ctx, size_t size)
-{
-	struct counting *c = ctx;
-	if (c->cap && size > c->cap)
-		return NULL;
-	void *p = malloc(size);
-	if (p) {
-		c->live += size;
-		c->calls++;
-		if (c->live > c->peak)
-			c->peak = c->live;
-	}
-	return p;
-}
-
-static void count_free(void *ctx, void *p, size_t size)
-{
-	struct counting *c = ctx;
-	c->live -= size;
-	free(p);
-}
-
 /* Descriptors the bytes can hold: the header's count once 64 + 128 * count fits in len, else 0
  * (a count that does not fit is refused before anything is allocated for it). */
 static uint64_t proven_count(const uint8_t *p, uint64_t len)

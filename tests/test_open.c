@@ -88,30 +88,6 @@ Test(open, does_not_touch_payload_pages, .timeout = 60)
 	free(path);
 }
 
-struct counting {
-	size_t live, peak, calls;
-};
-
-static void *count_alloc(void *ctx, size_t size)
-{
-	struct counting *c = ctx;
-	void *p = malloc(size);
-	if (p) {
-		c->live += size;
-		c->calls++;
-		if (c->live > c->peak)
-			c->peak = c->live;
-	}
-	return p;
-}
-
-static void count_free(void *ctx, void *p, size_t size)
-{
-	struct counting *c = ctx;
-	c->live -= size;
-	free(p);
-}
-
 Test(open, huge_count_in_1kib_allocates_nothing_for_it)
 {
 	blob b = {calloc(1, 1024), 1024};
