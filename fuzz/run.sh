@@ -2,9 +2,9 @@
 # Run the libFuzzer targets one after another, each for SECONDS, starting from a copy of the
 # committed corpus (fuzz/corpus/<target>/) so the tree is not modified. Exits non-zero on the
 # first crash, leak or timeout and leaves the reproducer under WORK/<target>-crash-* (WORK is
-# printed). New inputs stay in WORK/<target>/; to keep them, minimize into a new directory and
-# replace the committed corpus with it (for parse, keep the golden-* files):
-#   build-fuzz/fuzz/fuzz_parse -merge=1 -use_counters=0 NEW fuzz/corpus/parse WORK/parse
+# printed). Set KILN_FUZZ_WORK to keep the working corpus (WORK/<target>/) after a clean run;
+# to keep what adds coverage, merge it into the committed corpus:
+#   build-fuzz/fuzz/fuzz_parse -merge=1 -use_counters=0 fuzz/corpus/parse WORK/parse
 #
 # usage: fuzz/run.sh BUILD_DIR SECONDS [TARGET...]   (targets: parse roundtrip lookup)
 # Build first: CC=clang cmake -S . -B build-fuzz -DKILN_FUZZ=ON && cmake --build build-fuzz
@@ -14,7 +14,11 @@ seconds=$2
 shift 2
 targets=${*:-parse roundtrip lookup}
 src=$(cd "$(dirname "$0")" && pwd)
-work=${KILN_FUZZ_WORK:-$(mktemp -d "${TMPDIR:-/tmp}/kiln-fuzz.XXXXXX")}
+work=${KILN_FUZZ_WORK:-}
+if [ -z "$work" ]; then
+	work=$(mktemp -d "${TMPDIR:-/tmp}/kiln-fuzz.XXXXXX")
+	cleanup=1 # a scratch directory of our own: removed when every target passes
+fi
 echo "fuzz: working corpus and logs in $work"
 for t in $targets; do
 	mkdir -p "$work/$t"
@@ -27,6 +31,8 @@ for t in $targets; do
 		echo "fuzz: $t failed; reproducer: $(ls "$work/$t"-* 2>/dev/null | head -n 1)" >&2
 		exit 1
 	fi
-	grep -E '^(#[0-9]+ +DONE|stat::number_of_executed_units|stat::peak_rss_mb)' \
+	grep -E '^(#[0-9]+[[:space:]]+DONE|stat::number_of_executed_units|stat::peak_rss_mb)' \
 		"$work/$t.log" | sed "s/^/fuzz: $t: /"
 done
+[ "${cleanup:-0}" = 1 ] && rm -rf "$work"
+exit 0
