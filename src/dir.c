@@ -13,7 +13,8 @@
 static void *default_alloc(void *ctx, size_t size)
 {
 	(void)ctx;
-	return kiln__owned_alloc(size);
+	/* Small ones (the handle, most indexes) need no page alignment: plain malloc. */
+	return size < (2u << 20) ? malloc(size) : kiln__owned_alloc(size);
 }
 
 static void default_free(void *ctx, void *ptr, size_t size)
