@@ -13,20 +13,6 @@
 
 static const uint8_t f32_2[8] = {0x00, 0x00, 0x80, 0x3f, 0x00, 0x00, 0x00, 0xc0};
 
-static void expect_io(const char *path, int want_errno)
-{
-	kiln_dir *dir = (kiln_dir *)1;
-	kiln_error err;
-	int rc = kiln_dir_open(path, NULL, &dir, &err);
-	cr_assert_eq(rc, KILN_IO, "%s: got %s: %s", path, kiln_code_name(rc), err.message);
-	cr_assert_null(dir);
-	cr_assert_eq(err.sys_errno, want_errno, "%s: errno %d (%s), want %d", path, err.sys_errno,
-		     strerror(err.sys_errno), want_errno);
-	cr_assert_not_null(strstr(err.message, path), "the message names the file: %s",
-			   err.message);
-	cr_assert(!kiln_is_format_error(rc));
-}
-
 Test(open, missing_file)
 {
 	expect_io(KILN_TEST_TMP "/does/not/exist.klnt", ENOENT);

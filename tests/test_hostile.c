@@ -695,17 +695,6 @@ Test(truncated, at_every_region_boundary)
 
 /* --- paths that are not regular files (test_api.c has a directory, a FIFO, /dev/null) -------- */
 
-static void expect_io(const char *path, int want_errno)
-{
-	kiln_dir *dir = (kiln_dir *)1;
-	kiln_error err;
-	int rc = kiln_dir_open(path, NULL, &dir, &err);
-	cr_assert_eq(rc, KILN_IO, "%s: got %s: %s", path, kiln_code_name(rc), err.message);
-	cr_assert_null(dir);
-	cr_assert_eq(err.sys_errno, want_errno, "%s: errno %d (%s), want %d", path, err.sys_errno,
-		     strerror(err.sys_errno), want_errno);
-}
-
 Test(paths, mappable_character_device)
 {
 	/* /dev/zero would map as endless zero pages; it is refused before mmap. */
