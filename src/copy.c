@@ -10,7 +10,7 @@
 
 #define PAGE 4096u
 
-static const kiln_tensor *tensor_or_fail(kiln_dir *dir, uint32_t index, kiln_error *err)
+const kiln_tensor *kiln__tensor_or_fail(kiln_dir *dir, uint32_t index, kiln_error *err)
 {
 	if (!dir) {
 		kiln__fail(err, KILN_INVAL, index, NULL, KILN_NO_OFFSET, "dir is NULL");
@@ -27,7 +27,7 @@ static const kiln_tensor *tensor_or_fail(kiln_dir *dir, uint32_t index, kiln_err
 int kiln_tensor_copy(kiln_dir *dir, uint32_t index, void *dst, size_t cap, kiln_error *err)
 {
 	kiln__clear_error(err);
-	const kiln_tensor *t = tensor_or_fail(dir, index, err);
+	const kiln_tensor *t = kiln__tensor_or_fail(dir, index, err);
 	if (!t)
 		return KILN_INVAL;
 	if (cap < t->byte_length || (!dst && t->byte_length))
@@ -59,7 +59,7 @@ int kiln_tensor_dup(kiln_dir *dir, uint32_t index, size_t alignment, void **out,
 	if (alignment < 64 || (alignment & (alignment - 1)))
 		return kiln__fail(err, KILN_INVAL, index, NULL, KILN_NO_OFFSET,
 				  "alignment %zu is not a power of two of at least 64", alignment);
-	const kiln_tensor *t = tensor_or_fail(dir, index, err);
+	const kiln_tensor *t = kiln__tensor_or_fail(dir, index, err);
 	if (!t)
 		return KILN_INVAL;
 	size_t len = (size_t)t->byte_length;
@@ -105,7 +105,7 @@ int kiln_tensor_hint(kiln_dir *dir, const uint32_t *tensors, uint32_t count, uns
 				  "hints apply to mapped files; this directory's source is %s",
 				  kiln_source_name(dir->info.source));
 	for (uint32_t k = 0; k < count; k++) {
-		const kiln_tensor *t = tensor_or_fail(dir, tensors[k], err);
+		const kiln_tensor *t = kiln__tensor_or_fail(dir, tensors[k], err);
 		if (!t)
 			return KILN_INVAL;
 		uintptr_t a = (uintptr_t)t->data, b = a + (uintptr_t)t->byte_length;

@@ -165,6 +165,9 @@ int kiln__check_header(struct kiln_dir *dir, int exact, kiln_error *err);
 void *kiln__owned_alloc(size_t size);
 void kiln__owned_free(void *p, size_t size);
 
+/* The view of tensor `index`, or NULL with INVAL in *err (NULL dir, index out of range). */
+const kiln_tensor *kiln__tensor_or_fail(kiln_dir *dir, uint32_t index, kiln_error *err);
+
 /* Unpin everything still pinned (calling the unpin hooks); used by close. */
 void kiln__pins_release(struct kiln_dir *dir);
 

@@ -33,12 +33,9 @@ static struct kiln__pin *find(kiln_dir *dir, uint32_t index)
 int kiln_tensor_pin(kiln_dir *dir, uint32_t index, const kiln_pin_hooks *hooks, kiln_error *err)
 {
 	kiln__clear_error(err);
-	if (!dir)
-		return kiln__fail(err, KILN_INVAL, index, NULL, KILN_NO_OFFSET, "dir is NULL");
-	const kiln_tensor *t = kiln_dir_tensor(dir, index);
+	const kiln_tensor *t = kiln__tensor_or_fail(dir, index, err);
 	if (!t)
-		return kiln__fail(err, KILN_INVAL, index, NULL, KILN_NO_OFFSET,
-				  "tensor index %" PRIu32 " is out of range", index);
+		return KILN_INVAL;
 	if (dir->info.source == KILN_SOURCE_BUFFER)
 		return kiln__fail(err, KILN_UNSUPPORTED, index, NULL, KILN_NO_OFFSET,
 				  "a borrowed buffer is the caller's to pin");
