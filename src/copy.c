@@ -10,20 +10,6 @@
 
 #define PAGE 4096u
 
-const kiln_tensor *kiln__tensor_or_fail(kiln_dir *dir, uint32_t index, kiln_error *err)
-{
-	if (!dir) {
-		kiln__fail(err, KILN_INVAL, index, NULL, KILN_NO_OFFSET, "dir is NULL");
-		return NULL;
-	}
-	const kiln_tensor *t = kiln_dir_tensor(dir, index);
-	if (!t)
-		kiln__fail(err, KILN_INVAL, index, NULL, KILN_NO_OFFSET,
-			   "tensor index %" PRIu32 " is out of range (count %" PRIu32 ")", index,
-			   dir->info.tensor_count);
-	return t;
-}
-
 int kiln_tensor_copy(kiln_dir *dir, uint32_t index, void *dst, size_t cap, kiln_error *err)
 {
 	kiln__clear_error(err);

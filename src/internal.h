@@ -102,14 +102,34 @@ uint64_t kiln__quant_groups(const uint64_t *shape, uint64_t count, unsigned axis
 /* Nonzero for the float scale dtypes of spec section 4. */
 int kiln__is_scale_dtype(unsigned code);
 
-/* --- the index --------------------------------------------------------------------------- */
+/* --- defaults and limits: one home each ------------------------------------------------ */
+
+#define KILN__CHUNK_DEFAULT (4u << 20) /* bytes per read request */
+#define KILN__QD_DEFAULT    32u        /* requests in flight */
+#define KILN__CHUNK_MAX     (1u << 30) /* request lengths must fit io_uring's 32-bit length */
+#define KILN__QD_MAX        4096u
+/* Owned allocations from this size up get a mapping of their own with transparent huge pages. */
+#define KILN__HUGE_MIN      ((size_t)2 << 20)
+/* Bytes of a mapped file's directory read ahead of the validator at a time: a cold open is a few
+ * large reads, and a header claiming a huge directory costs at most one window past the first
+ * bad byte. */
+#define KILN__HEAD_WINDOW   ((uint64_t)4 << 20)
+
+/* --- the directory ----------------------------------------------------------------------- */
 
 #define KILN__SECRET_SIZE 192
 
 struct kiln_dir {
-	const uint8_t *base; /* block start */
-	uint64_t len;        /* bytes available at base */
+	/* The directory bytes [0, payload_base): validation reads only these, and names point into
+	 * them. A private copy for mapped files, so a file that shrinks during open cannot fault;
+	 * the block itself for owned memory and borrowed buffers. */
+	const uint8_t *head;
+	/* The block's first byte: data pointers point into it. NULL when only the directory exists
+	 * (the writer's check), and data pointers are then NULL. */
+	const uint8_t *base;
+	uint64_t len; /* bytes available: the file's or buffer's length */
 	kiln_dir_info info;
+	int verified;         /* payload verification passed; atomic, see kiln_dir_verify_payload */
 	kiln_tensor *tensors; /* tensor_count views */
 	uint32_t *slots;      /* open-addressing name table of tensor indices, KILN_NONE32 empty */
 	uint64_t *hashes;     /* hash of each tensor name, by tensor index */
@@ -120,7 +140,14 @@ struct kiln_dir {
 	kiln_allocator alloc;
 	size_t index_bytes; /* bytes obtained from alloc for tensors + slots + hashes */
 	void *index_mem;
+	/* Make head[off, off + len) hold the block's bytes before the validator reads them (NULL
+	 * when head already holds everything). Requests stay inside one of two regions, the
+	 * descriptor table and the heap with the pad, each filled in order up to filled[]. */
+	int (*fill)(struct kiln_dir *dir, uint64_t off, uint64_t len, kiln_error *err);
+	uint64_t filled[2];
 	/* how to release the bytes */
+	void *head_copy; /* MMAP: the private copy of the directory, from alloc */
+	size_t head_copy_len;
 	void *map_addr; /* MMAP: the file mapping */
 	size_t map_len;
 	void *owned; /* READ/URING: the block in owned memory (kiln__owned_alloc) */
@@ -128,45 +155,64 @@ struct kiln_dir {
 	int fd; /* the file (-1 for BUFFER): copies and streams read it with pread */
 	struct kiln__pin *pins; /* live pins, kiln__pin records */
 	uint32_t npins, pins_cap;
-	/* Writer's check: only base[0, payload_base) exists, len is the block length to be, and
-	 * data pointers are left NULL. */
-	int head_only;
-	/* MMAP: start reading the directory ahead of validation, a window at a time, so a cold open
-	 * is a few large reads rather than one synchronous fault per page; bounded so a hostile
-	 * header claiming a huge directory costs at most one window past the first bad byte. */
-	void (*prefetch)(struct kiln_dir *dir, uint64_t from, uint64_t to);
-	uint64_t prefetched;
 };
 
-/* Allocation through the directory's allocator. */
+/* --- owned memory (src/mem.c) ------------------------------------------------------------ */
+
+/* The system's page size (sysconf), cached: 4 KiB on x86-64, up to 64 KiB on arm64. */
+size_t kiln__page_size(void);
+
+/* Page-aligned owned memory; blocks of KILN__HUGE_MIN and more get their own mapping with
+ * transparent huge pages, because first touch of fresh 4 KiB pages is slow on VMs. */
+void *kiln__owned_alloc(size_t size);
+void kiln__owned_free(void *p, size_t size);
+
+/* malloc for small blocks, kiln__owned_alloc from KILN__HUGE_MIN up. */
+extern const kiln_allocator kiln__default_allocator;
+
+/* Allocation through a directory's allocator. */
 void *kiln__alloc(const kiln_allocator *a, size_t size);
 void kiln__free(const kiln_allocator *a, void *p, size_t size);
 
-/* The structural pass (spec section 8, header and descriptors and after-descriptors steps).
- * Reads only base[0, payload_base). Fills dir->info, dir->tensors and the name table, allocating
- * the index only after the descriptor table is proven to fit in `len`. The caller sets base,
- * len, alloc and secret first. `exact`: a block shorter than len is FRAME. */
+/* IO error for a failed mlock, with the RLIMIT_MEMLOCK limit in the message. */
+int kiln__mlock_fail(kiln_error *err, int e, size_t len);
+
+/* --- validation (src/validate.c) --------------------------------------------------------- */
+
+/* Header checks only (spec section 8, header steps 1-6): reads head[0, min(len, 64)). Fills
+ * dir->info. Used before anything is allocated for a file. */
+int kiln__check_header(struct kiln_dir *dir, int exact, kiln_error *err);
+
+/* The structural pass (spec section 8, header, descriptor and after-descriptor steps). Reads
+ * only head[0, payload_base), through dir->fill when set. Fills dir->info, dir->tensors and the
+ * name table, allocating the index only after the descriptor table is proven to fit in `len`.
+ * The caller sets head, base, len, alloc and secret first. `exact`: a block shorter than len is
+ * FRAME. */
 int kiln__validate_structure(struct kiln_dir *dir, int exact, kiln_error *err);
 
-/* Section 8's payload verification over a validated directory. */
-int kiln__verify_payload(const struct kiln_dir *dir, kiln_error *err);
+/* Copy block bytes [off, off + len) into buf (len <= 64): 0 or an IO error. */
+typedef int (*kiln__read_fn)(const struct kiln_dir *dir, uint64_t off, void *buf, size_t len,
+			     kiln_error *err);
+
+/* Section 8's payload verification over a validated directory: reads the gaps between payloads
+ * and the last byte of each odd-count 4-bit tensor through `read`, nothing else. */
+int kiln__verify_payload(const struct kiln_dir *dir, kiln__read_fn read, kiln_error *err);
+
+/* --- the index (src/dir.c) --------------------------------------------------------------- */
+
+uint64_t kiln__name_hash(const struct kiln_dir *dir, const void *name, size_t len);
 
 /* Release the index (not the bytes). */
 void kiln__index_free(struct kiln_dir *dir);
 
-uint64_t kiln__name_hash(const struct kiln_dir *dir, const void *name, size_t len);
-
-/* Header checks only (spec section 8, header steps 1-6): reads base[0, min(len, 64)). Fills
- * dir->info. Used before anything is allocated for a file read into owned memory. */
-int kiln__check_header(struct kiln_dir *dir, int exact, kiln_error *err);
-
-/* Page-aligned owned memory; blocks of 2 MiB and more get their own mapping with transparent
- * huge pages, because first touch of fresh 4 KiB pages is slow on VMs. */
-void *kiln__owned_alloc(size_t size);
-void kiln__owned_free(void *p, size_t size);
-
 /* The view of tensor `index`, or NULL with INVAL in *err (NULL dir, index out of range). */
-const kiln_tensor *kiln__tensor_or_fail(kiln_dir *dir, uint32_t index, kiln_error *err);
+const kiln_tensor *kiln__tensor_or_fail(const kiln_dir *dir, uint32_t index, kiln_error *err);
+
+/* --- the lifecycle (src/open.c), for the writer's check of an encoded directory ---------- */
+
+struct kiln_dir *kiln__dir_new(const kiln_open_options *opts, kiln_error *err);
+
+/* --- uses of an open directory ----------------------------------------------------------- */
 
 /* Unpin everything still pinned (calling the unpin hooks); used by close. */
 void kiln__pins_release(struct kiln_dir *dir);

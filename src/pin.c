@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
-#include "source.h"
+#include "internal.h"
 #include "sys.h"
 
 #define PAGE 4096u
@@ -125,16 +125,4 @@ void kiln__pins_release(struct kiln_dir *dir)
 	dir->pins = NULL;
 	dir->pins_cap = 0;
 	dir->info.pinned = 0;
-}
-
-int kiln_dir_try_close(kiln_dir *dir, kiln_error *err)
-{
-	kiln__clear_error(err);
-	if (dir && dir->info.pinned)
-		return kiln__fail(err, KILN_BUSY, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
-				  "%" PRIu32 " pinned range(s) are still registered; unpin them "
-				  "first",
-				  dir->info.pinned);
-	kiln_dir_close(dir);
-	return 0;
 }

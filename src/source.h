@@ -1,21 +1,27 @@
-/* How the bytes of a directory arrive and are released (src/map.c). */
+/*
+ * How the bytes of a file arrive and are released: the MMAP source (src/map.c) and the
+ * READ/URING sources (src/read.c). A source knows the block's length and payload_base and
+ * nothing else of the format: the lifecycle (src/open.c) validates the directory between a
+ * source's attach and finish steps.
+ */
 #ifndef KILN_SOURCE_H
 #define KILN_SOURCE_H
 
 #include "internal.h"
 
-int kiln__check_options(const kiln_open_options *opts, kiln_error *err);
-struct kiln_dir *kiln__dir_new(const kiln_open_options *opts, kiln_error *err);
-/* Validate dir->base[0, dir->len) and, when asked, its payload. */
-int kiln__dir_load(struct kiln_dir *dir, const kiln_open_options *opts, int exact, kiln_error *err);
-/* Unmap or free what the source attached to dir, close its file; safe when nothing is. */
-void kiln__source_release(struct kiln_dir *dir);
-/* Open a regular file read-only; -1 with *err filled otherwise. */
-int kiln__open_file(const char *path, uint64_t *size, kiln_error *err);
-/* The READ/URING sources: header, directory, then the block into owned memory. */
-int kiln__read_source(struct kiln_dir *dir, const kiln_open_options *opts, const char *path,
-		      kiln_error *err);
-/* IO error for a failed mlock, with the RLIMIT_MEMLOCK limit in the message. */
-int kiln__mlock_fail(kiln_error *err, int e, size_t len);
+/* MMAP: map the file's dir->len bytes read-only and set dir->base. Touches no page. */
+int kiln__map_attach(struct kiln_dir *dir, const char *path, kiln_error *err);
+/* MMAP, once the directory is valid: the caller's advice, huge pages, then lock or populate. */
+int kiln__map_finish(struct kiln_dir *dir, const kiln_open_options *opts, kiln_error *err);
+/* Unmap; safe when nothing is mapped. */
+void kiln__map_release(struct kiln_dir *dir);
+
+/* READ/URING: memory for the whole block (owned, or the caller's load buffer); sets dir->base
+ * and dir->head to it, so the directory is read and validated in place. */
+int kiln__read_attach(struct kiln_dir *dir, const kiln_open_options *opts, kiln_error *err);
+/* READ/URING, once the directory is valid: the payload region into the block memory. */
+int kiln__read_payload(struct kiln_dir *dir, const kiln_open_options *opts, kiln_error *err);
+/* Free owned block memory; safe when there is none (a borrowed buffer is left alone). */
+void kiln__read_release(struct kiln_dir *dir);
 
 #endif

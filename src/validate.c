@@ -17,11 +17,16 @@ static size_t first_nonzero(const uint8_t *p, size_t n)
 	return SIZE_MAX;
 }
 
-uint64_t kiln__name_hash(const struct kiln_dir *dir, const void *name, size_t len);
+/* Make head[off, off + len) readable (dir->fill reads it from the file for mapped and owned
+ * sources; a buffer holds everything already). */
+static int need(struct kiln_dir *dir, uint64_t off, uint64_t len, kiln_error *err)
+{
+	return dir->fill ? dir->fill(dir, off, len, err) : 0;
+}
 
 int kiln__check_header(struct kiln_dir *dir, int exact, kiln_error *err)
 {
-	const uint8_t *p = dir->base;
+	const uint8_t *p = dir->head;
 	uint64_t len = dir->len;
 	kiln_dir_info *info = &dir->info;
 
@@ -100,7 +105,7 @@ int kiln__check_header(struct kiln_dir *dir, int exact, kiln_error *err)
 	info->block_length = block;
 	info->version = p[4];
 	info->flags = flags;
-	info->base = p;
+	info->base = dir->base;
 	return 0;
 }
 
@@ -174,7 +179,10 @@ static int check_descriptor(struct kiln_dir *dir, uint32_t i, uint64_t *name_cur
 {
 	const kiln_dir_info *info = &dir->info;
 	uint64_t doff = KILN__HEADER_SIZE + (uint64_t)i * KILN__DESC_SIZE;
-	const uint8_t *d = dir->base + doff;
+	int rc = need(dir, doff, KILN__DESC_SIZE, err);
+	if (rc)
+		return rc;
+	const uint8_t *d = dir->head + doff;
 	uint64_t heap = KILN__HEADER_SIZE + (uint64_t)info->tensor_count * KILN__DESC_SIZE;
 	kiln_tensor *t = &dir->tensors[i];
 	memset(t, 0, sizeof(*t));
@@ -244,7 +252,10 @@ static int check_descriptor(struct kiln_dir *dir, uint32_t i, uint64_t *name_cur
 					  "descriptor %" PRIu32 ": name [%u, %" PRIu64
 					  ") ends past the %" PRIu32 "-byte heap",
 					  i, name_off, *name_cursor + name_len, info->name_bytes);
-		const uint8_t *name = dir->base + heap + name_off;
+		rc = need(dir, heap + name_off, name_len, err);
+		if (rc)
+			return rc;
+		const uint8_t *name = dir->head + heap + name_off;
 		size_t bad = kiln__utf8_check(name, name_len);
 		if (bad != SIZE_MAX)
 			return kiln__fail(err, KILN_UTF8, i, "name", heap + name_off + bad,
@@ -416,7 +427,7 @@ static int check_descriptor(struct kiln_dir *dir, uint32_t i, uint64_t *name_cur
 	t->byte_offset = byte_offset;
 	t->byte_length = byte_length;
 	t->file_offset = info->payload_base + byte_offset;
-	t->data = dir->head_only ? NULL : dir->base + t->file_offset;
+	t->data = dir->base ? dir->base + t->file_offset : NULL;
 	return 0;
 }
 
@@ -429,7 +440,7 @@ static int check_layouts(struct kiln_dir *dir, uint64_t cursor, kiln_error *err)
 		if (!kiln_dtype_is_opaque(t->dtype))
 			continue;
 		uint64_t doff = KILN__HEADER_SIZE + (uint64_t)i * KILN__DESC_SIZE;
-		const uint8_t *d = dir->base + doff;
+		const uint8_t *d = dir->head + doff;
 		unsigned off = kiln__ld16(d + KILN__D_LAYOUT_OFF);
 		unsigned len = kiln__ld16(d + KILN__D_LAYOUT_LEN);
 		if (off != cursor)
@@ -444,7 +455,10 @@ static int check_layouts(struct kiln_dir *dir, uint64_t cursor, kiln_error *err)
 					  "descriptor %" PRIu32 ": layout name [%u, %" PRIu64
 					  ") ends past the %" PRIu32 "-byte heap",
 					  i, off, cursor + len, info->name_bytes);
-		const uint8_t *s = dir->base + heap + off;
+		int rc = need(dir, heap + off, len, err);
+		if (rc)
+			return rc;
+		const uint8_t *s = dir->head + heap + off;
 		size_t bad = kiln__utf8_check(s, len);
 		if (bad != SIZE_MAX)
 			return kiln__fail(err, KILN_UTF8, i, "layout", heap + off + bad,
@@ -490,21 +504,6 @@ static int check_scale(const struct kiln_dir *dir, uint32_t i, uint32_t s, int o
 	return 0;
 }
 
-#define PREFETCH_WINDOW (4u << 20)
-
-/* Keep the directory's reads a window ahead of the validator's cursor. */
-static void prefetch_ahead(struct kiln_dir *dir, uint64_t pos)
-{
-	uint64_t end = dir->info.payload_base;
-	if (!dir->prefetch || dir->prefetched >= end || pos + PREFETCH_WINDOW / 2 < dir->prefetched)
-		return;
-	uint64_t to = pos + PREFETCH_WINDOW < end ? pos + PREFETCH_WINDOW : end;
-	if (to <= dir->prefetched)
-		return;
-	dir->prefetch(dir, dir->prefetched, to);
-	dir->prefetched = to;
-}
-
 int kiln__validate_structure(struct kiln_dir *dir, int exact, kiln_error *err)
 {
 	int rc = kiln__check_header(dir, exact, err);
@@ -516,14 +515,11 @@ int kiln__validate_structure(struct kiln_dir *dir, int exact, kiln_error *err)
 
 	const kiln_dir_info *info = &dir->info;
 	uint64_t name_cursor = 0, place_cursor = 0;
-	prefetch_ahead(dir, 0);
 	for (uint32_t i = 0; i < info->tensor_count; i++) {
-		prefetch_ahead(dir, KILN__HEADER_SIZE + (uint64_t)i * KILN__DESC_SIZE);
 		rc = check_descriptor(dir, i, &name_cursor, &place_cursor, err);
 		if (rc)
 			goto fail;
 	}
-	prefetch_ahead(dir, KILN__HEADER_SIZE + (uint64_t)info->tensor_count * KILN__DESC_SIZE);
 	rc = check_layouts(dir, name_cursor, err);
 	if (rc)
 		goto fail;
@@ -534,11 +530,14 @@ int kiln__validate_structure(struct kiln_dir *dir, int exact, kiln_error *err)
 		goto fail;
 	}
 	uint64_t pad = KILN__HEADER_SIZE + info->directory_bytes;
-	size_t z = first_nonzero(dir->base + pad, (size_t)(info->payload_base - pad));
+	rc = need(dir, pad, info->payload_base - pad, err);
+	if (rc)
+		goto fail;
+	size_t z = first_nonzero(dir->head + pad, (size_t)(info->payload_base - pad));
 	if (z != SIZE_MAX) {
 		rc = kiln__fail(err, KILN_TYPE, NOI, "pad", pad + z,
 				"pad byte at offset %" PRIu64 " is 0x%02x, not 0", pad + z,
-				dir->base[pad + z]);
+				dir->head[pad + z]);
 		goto fail;
 	}
 	for (uint32_t i = 0; i < info->tensor_count; i++) {
@@ -559,29 +558,37 @@ fail:
 	return rc;
 }
 
-int kiln__verify_payload(const struct kiln_dir *dir, kiln_error *err)
+int kiln__verify_payload(const struct kiln_dir *dir, kiln__read_fn read, kiln_error *err)
 {
 	const kiln_dir_info *info = &dir->info;
-	const uint8_t *payload = dir->base + info->payload_base;
 	uint64_t cursor = 0;
+	uint8_t buf[KILN__ALIGN];
 	for (uint32_t i = 0; i < info->tensor_count; i++) {
 		const kiln_tensor *t = &dir->tensors[i];
 		/* Gaps are below 64 bytes by construction (the placement rule). */
-		size_t z = first_nonzero(payload + cursor, (size_t)(t->byte_offset - cursor));
+		uint64_t at = info->payload_base + cursor;
+		size_t gap = (size_t)(t->byte_offset - cursor);
+		int rc = gap ? read(dir, at, buf, gap, err) : 0;
+		if (rc)
+			return rc;
+		size_t z = first_nonzero(buf, gap);
 		if (z != SIZE_MAX)
-			return kiln__fail(
-			    err, KILN_TYPE, i, "payload gap", info->payload_base + cursor + z,
-			    "byte %" PRIu64 " between payloads (before tensor %" PRIu32
-			    ") is 0x%02x, not 0",
-			    info->payload_base + cursor + z, i, payload[cursor + z]);
+			return kiln__fail(err, KILN_TYPE, i, "payload gap", at + z,
+					  "byte %" PRIu64
+					  " between payloads (before tensor %" PRIu32
+					  ") is 0x%02x, not 0",
+					  at + z, i, buf[z]);
 		if (kiln_dtype_bits(t->dtype) == 4 && (t->count & 1)) {
 			uint64_t last = t->file_offset + t->byte_length - 1;
-			if (dir->base[last] & 0xF0)
+			rc = read(dir, last, buf, 1, err);
+			if (rc)
+				return rc;
+			if (buf[0] & 0xF0)
 				return kiln__fail(err, KILN_TYPE, i, "payload padding", last,
 						  "tensor %" PRIu32
 						  ": the unused high nibble of its last "
 						  "byte (offset %" PRIu64 ") is 0x%x, not 0",
-						  i, last, dir->base[last] >> 4);
+						  i, last, buf[0] >> 4);
 		}
 		cursor = t->byte_offset + t->byte_length;
 	}

@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "source.h"
+#include "internal.h"
 
 #define CHUNK (1u << 20)
 #define NOI   KILN_NO_INDEX
@@ -205,9 +205,8 @@ static int plan_build(const kiln_tensor_spec *ts, uint32_t n, struct plan *p, ki
 	struct kiln_dir *dir = kiln__dir_new(NULL, err);
 	if (!dir)
 		return KILN_NOMEM;
-	dir->base = p->head;
+	dir->head = p->head; /* only the directory exists: base stays NULL, so do data pointers */
 	dir->len = p->block;
-	dir->head_only = 1;
 	rc = kiln__validate_structure(dir, 1, err);
 	kiln_dir_close(dir); /* error offsets are those of the block that would be written */
 	return rc;

@@ -283,9 +283,15 @@ typedef struct kiln_open_options {
  * opened, stat'ed or mapped, or is not a regular file (sys_errno says why: ENOENT, EACCES,
  * EISDIR, ...), NOMEM, INVAL for a NULL argument or nonzero reserved option.
  *
+ * The directory is read with pread into memory of the directory's own (a private copy of the
+ * first payload_base bytes for MMAP, the block memory for READ/URING) and validated there, so a
+ * file that shrinks or changes during open gives IO or a format error, never SIGBUS; payload
+ * verification reads through pread too. Names point into that memory.
+ *
  * The directory keeps the mapping; views and data pointers live until kiln_dir_close(). If the
- * file is truncated by someone else while mapped, touching the lost pages raises SIGBUS, as with
- * any mapping; kiln writes files by rename so its own writer never does that.
+ * file is truncated by someone else while mapped, touching the lost payload pages through a data
+ * pointer raises SIGBUS, as with any mapping (kiln_tensor_copy() and kiln_stream() read with
+ * pread and report IO instead); kiln writes files by rename so its own writer never does that.
  */
 KILN_API int kiln_dir_open(const char *path, const kiln_open_options *opts, kiln_dir **out,
 			   kiln_error *err);
@@ -314,7 +320,7 @@ KILN_API int kiln_dir_try_close(kiln_dir *dir, kiln_error *err);
  * nibble of an odd-count 4-bit tensor is zero. Reads the whole payload region. Returns 0 or TYPE
  * (with the tensor and offset of the first bad byte). Idempotent.
  */
-KILN_API int kiln_dir_verify_payload(kiln_dir *dir, kiln_error *err);
+KILN_API int kiln_dir_verify_payload(const kiln_dir *dir, kiln_error *err);
 
 /* Fill *info with the header fields and derived sizes. */
 KILN_API void kiln_dir_get_info(const kiln_dir *dir, kiln_dir_info *info);

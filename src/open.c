@@ -1,0 +1,366 @@
+/*
+ * The lifecycle of a directory, on top of everything else in src/: options, open (a file through
+ * a source) and parse (a caller's buffer), payload verification, close and try_close.
+ *
+ * Opening a file: read and check the 64-byte header, get memory for the directory (a private
+ * copy for the MMAP source, the block's own memory for READ/URING), validate the directory from
+ * that memory while filling it from the file a window ahead of the validator, and only then let
+ * the source finish (advice and populate for a mapping, the payload reads for owned memory).
+ * The validator never reads a mapping, so a file that shrinks during open gives IO, not SIGBUS.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io.h"
+#include "source.h"
+#include "sys.h"
+
+static int check_options(const kiln_open_options *opts, kiln_error *err)
+{
+	if (!opts)
+		return 0;
+	if (opts->size != 0 && opts->size < sizeof(*opts))
+		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "size", KILN_NO_OFFSET,
+				  "kiln_open_options.size %u is smaller than this version's %zu",
+				  opts->size, sizeof(*opts));
+	const uint32_t known = KILN_OPEN_VERIFY_PAYLOAD | KILN_OPEN_ALLOW_TRAILING |
+			       KILN_OPEN_POPULATE | KILN_OPEN_LOCK | KILN_OPEN_HUGEPAGE |
+			       KILN_OPEN_DIRECT;
+	if (opts->flags & ~known)
+		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "flags", KILN_NO_OFFSET,
+				  "unknown open flags 0x%x", opts->flags & ~known);
+	if (opts->source > KILN_SOURCE_URING)
+		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "source", KILN_NO_OFFSET,
+				  "unknown source %u", opts->source);
+	if (opts->advice > KILN_ADVICE_WILLNEED)
+		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "advice", KILN_NO_OFFSET,
+				  "unknown advice %u", opts->advice);
+	if (opts->chunk_size > KILN__CHUNK_MAX)
+		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "chunk_size", KILN_NO_OFFSET,
+				  "chunk_size %u is above 1 GiB", opts->chunk_size);
+	if (opts->queue_depth > KILN__QD_MAX)
+		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "queue_depth", KILN_NO_OFFSET,
+				  "queue_depth %u is above %u", opts->queue_depth, KILN__QD_MAX);
+	for (size_t i = 0; i < sizeof(opts->reserved) / sizeof(opts->reserved[0]); i++)
+		if (opts->reserved[i])
+			return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "reserved",
+					  KILN_NO_OFFSET,
+					  "kiln_open_options.reserved[%zu] is not 0", i);
+	const kiln_allocator *a = opts->allocator;
+	if (a && (!a->alloc || !a->free))
+		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "allocator", KILN_NO_OFFSET,
+				  "an allocator needs both alloc and free");
+	return 0;
+}
+
+struct kiln_dir *kiln__dir_new(const kiln_open_options *opts, kiln_error *err)
+{
+	kiln_allocator a = kiln__default_allocator;
+	if (opts && opts->allocator)
+		a = *opts->allocator;
+	struct kiln_dir *dir = a.alloc(a.ctx, sizeof(*dir));
+	if (!dir) {
+		kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "cannot allocate a directory handle");
+		return NULL;
+	}
+	memset(dir, 0, sizeof(*dir));
+	dir->alloc = a;
+	dir->fd = -1;
+	/* Names come from untrusted files: a per-directory random key keeps an attacker from
+	 * choosing names that collide in the table. A short read still leaves a usable key. */
+	if (getrandom(dir->secret, sizeof(dir->secret), GRND_NONBLOCK) !=
+	    (ssize_t)sizeof(dir->secret)) {
+		uint64_t x = (uint64_t)(uintptr_t)dir ^ 0x9E3779B97F4A7C15u;
+		for (size_t i = 0; i < sizeof(dir->secret); i++) {
+			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+			dir->secret[i] ^= (uint8_t)x;
+		}
+	}
+	return dir;
+}
+
+void kiln_dir_close(kiln_dir *dir)
+{
+	if (!dir)
+		return;
+	/* Registrations first: no pin hook may outlive the memory it registered. */
+	kiln__pins_release(dir);
+	kiln__index_free(dir);
+	kiln__map_release(dir);
+	kiln__read_release(dir);
+	if (dir->head_copy)
+		kiln__free(&dir->alloc, dir->head_copy, dir->head_copy_len);
+	if (dir->fd >= 0)
+		close(dir->fd);
+	kiln_allocator a = dir->alloc;
+	a.free(a.ctx, dir, sizeof(*dir));
+}
+
+int kiln_dir_try_close(kiln_dir *dir, kiln_error *err)
+{
+	kiln__clear_error(err);
+	if (dir && dir->info.pinned)
+		return kiln__fail(err, KILN_BUSY, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
+				  "%" PRIu32 " pinned range(s) are still registered; unpin them "
+				  "first",
+				  dir->info.pinned);
+	kiln_dir_close(dir);
+	return 0;
+}
+
+/* Verification reads a file through pread, never a mapping: a file truncated under an open
+ * directory gives IO, not SIGBUS. Owned and borrowed memory is read in place. */
+static int read_block(const struct kiln_dir *dir, uint64_t off, void *buf, size_t len,
+		      kiln_error *err)
+{
+	if (dir->info.source == KILN_SOURCE_MMAP)
+		return kiln__pread_full(dir->fd, buf, len, off, err);
+	memcpy(buf, dir->base + off, len);
+	return 0;
+}
+
+int kiln_dir_verify_payload(const kiln_dir *dir, kiln_error *err)
+{
+	kiln__clear_error(err);
+	if (!dir)
+		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
+				  "dir is NULL");
+	/* A cached result, not a change to the directory: threads verifying at once compute the
+	 * same answer, and the flag is only ever read and written atomically. */
+	int *verified = (int *)&dir->verified;
+	if (__atomic_load_n(verified, __ATOMIC_ACQUIRE))
+		return 0;
+	int rc = kiln__verify_payload(dir, read_block, err);
+	if (!rc)
+		__atomic_store_n(verified, 1, __ATOMIC_RELEASE);
+	return rc;
+}
+
+static int finish_open(struct kiln_dir *dir, const kiln_open_options *opts, kiln_error *err)
+{
+	if (opts && (opts->flags & KILN_OPEN_VERIFY_PAYLOAD))
+		return kiln_dir_verify_payload(dir, err);
+	return 0;
+}
+
+int kiln_dir_parse(const void *buf, size_t len, const kiln_open_options *opts, kiln_dir **out,
+		   kiln_error *err)
+{
+	kiln__clear_error(err);
+	if (!out)
+		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
+				  "out is NULL");
+	*out = NULL;
+	if (!buf && len)
+		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
+				  "buf is NULL with a nonzero length");
+	int rc = check_options(opts, err);
+	if (rc)
+		return rc;
+	struct kiln_dir *dir = kiln__dir_new(opts, err);
+	if (!dir)
+		return KILN_NOMEM;
+	static const uint8_t empty[1];
+	dir->base = buf ? buf : empty;
+	dir->head = dir->base;
+	dir->len = len;
+	dir->info.source = KILN_SOURCE_BUFFER;
+	int exact = !(opts && (opts->flags & KILN_OPEN_ALLOW_TRAILING));
+	rc = kiln__validate_structure(dir, exact, err);
+	if (!rc)
+		rc = finish_open(dir, opts, err);
+	if (rc) {
+		kiln_dir_close(dir);
+		return rc;
+	}
+	*out = dir;
+	return 0;
+}
+
+int kiln_validate(const void *buf, size_t len, uint32_t flags, kiln_error *err)
+{
+	kiln_open_options o = {.size = sizeof(o), .flags = flags};
+	kiln_dir *dir;
+	int rc = kiln_dir_parse(buf, len, &o, &dir, err);
+	kiln_dir_close(dir);
+	return rc;
+}
+
+static int sys_fail(kiln_error *err, const char *path, const char *what, int e)
+{
+	return kiln__fail_sys(err, e == ENOMEM ? KILN_NOMEM : KILN_IO, e, "%s: %s: %s", path, what,
+			      strerror(e));
+}
+
+/* Open `path` read-only and check it is a regular file. Returns the descriptor or -1. */
+static int open_file(const char *path, uint64_t *size, kiln_error *err)
+{
+	/* O_NONBLOCK: opening a FIFO must not hang waiting for a writer; it is refused below. */
+	int fd = kiln__sys.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0) {
+		sys_fail(err, path, "cannot open", errno);
+		return -1;
+	}
+	struct stat st;
+	if (fstat(fd, &st) != 0) {
+		sys_fail(err, path, "cannot stat", errno);
+		close(fd);
+		return -1;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		int e = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
+		close(fd);
+		kiln__fail_sys(err, KILN_IO, e, "%s: not a regular file (%s)", path,
+			       S_ISDIR(st.st_mode)    ? "a directory"
+			       : S_ISFIFO(st.st_mode) ? "a FIFO"
+			       : S_ISCHR(st.st_mode)  ? "a character device"
+			       : S_ISBLK(st.st_mode)  ? "a block device"
+			       : S_ISSOCK(st.st_mode) ? "a socket"
+						      : "not a file");
+		return -1;
+	}
+	if ((uint64_t)st.st_size > SIZE_MAX) {
+		close(fd);
+		kiln__fail_sys(err, KILN_IO, EFBIG, "%s: too large to map", path);
+		return -1;
+	}
+	/* Regular files ignore O_NONBLOCK for reads, but keep the descriptor plain. */
+	fcntl(fd, F_SETFL, 0);
+	*size = (uint64_t)st.st_size;
+	return fd;
+}
+
+/* dir->fill for files: pread into head, in order within each region (the descriptor table; the
+ * heap and pad), a window at a time. */
+static int fill_from_file(struct kiln_dir *dir, uint64_t off, uint64_t len, kiln_error *err)
+{
+	uint64_t heap = KILN__HEADER_SIZE + (uint64_t)dir->info.tensor_count * KILN__DESC_SIZE;
+	int r = off >= heap;
+	uint64_t end = r ? dir->info.payload_base : heap;
+	uint64_t from = dir->filled[r], want = off + len;
+	if (want <= from)
+		return 0;
+	uint64_t to = want - from < KILN__HEAD_WINDOW ? from + KILN__HEAD_WINDOW : want;
+	if (to > end)
+		to = end;
+	int rc =
+	    kiln__pread_full(dir->fd, (uint8_t *)dir->head + from, (size_t)(to - from), from, err);
+	if (!rc)
+		dir->filled[r] = to;
+	return rc;
+}
+
+/* The header into a buffer of our own, checked; then memory for the directory from the source
+ * (or a private copy for a mapping), starting with that header. */
+static int read_directory(struct kiln_dir *dir, const kiln_open_options *opts, const char *path,
+			  kiln_error *err)
+{
+	uint8_t header[KILN__HEADER_SIZE];
+	size_t hlen = dir->len < sizeof(header) ? (size_t)dir->len : sizeof(header);
+	int rc = kiln__pread_full(dir->fd, header, hlen, 0, err);
+	if (rc)
+		return rc;
+	dir->head = header;
+	rc = kiln__check_header(dir, 1, err);
+	dir->head = NULL;
+	if (rc)
+		return rc;
+
+	/* payload_base <= the file's length is proven: the copy is backed by real bytes. */
+	uint64_t pb = dir->info.payload_base;
+	if (dir->info.source == KILN_SOURCE_MMAP) {
+		dir->head_copy = kiln__alloc(&dir->alloc, (size_t)pb);
+		if (!dir->head_copy)
+			return kiln__fail_sys(
+			    err, KILN_NOMEM, ENOMEM,
+			    "cannot allocate %" PRIu64 " bytes for a copy of the directory", pb);
+		dir->head_copy_len = (size_t)pb;
+		dir->head = dir->head_copy;
+		rc = kiln__map_attach(dir, path, err);
+	} else {
+		rc = kiln__read_attach(dir, opts, err);
+	}
+	if (rc)
+		return rc;
+	memcpy((uint8_t *)dir->head, header, sizeof(header));
+	dir->fill = fill_from_file;
+	dir->filled[0] = KILN__HEADER_SIZE;
+	dir->filled[1] = KILN__HEADER_SIZE + (uint64_t)dir->info.tensor_count * KILN__DESC_SIZE;
+	return kiln__validate_structure(dir, 1, err);
+}
+
+static int load_file(struct kiln_dir *dir, const kiln_open_options *opts, const char *path,
+		     kiln_error *err)
+{
+	if (dir->info.source != KILN_SOURCE_MMAP) {
+		int rc = read_directory(dir, opts, path, err);
+		return rc ? rc : kiln__read_payload(dir, opts, err);
+	}
+	/* The kernel's read-ahead would pull payload pages in behind the directory reads, and the
+	 * mapping's open reads only what it validates. A hint, taken back before the caller's
+	 * advice and populate. */
+	int quiet = !posix_fadvise(dir->fd, 0, 0, POSIX_FADV_RANDOM);
+	int rc = read_directory(dir, opts, path, err);
+	if (quiet)
+		posix_fadvise(dir->fd, 0, 0, POSIX_FADV_NORMAL);
+	return rc ? rc : kiln__map_finish(dir, opts, err);
+}
+
+int kiln_dir_open(const char *path, const kiln_open_options *opts, kiln_dir **out, kiln_error *err)
+{
+	kiln__clear_error(err);
+	if (!out)
+		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
+				  "out is NULL");
+	*out = NULL;
+	if (!path)
+		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
+				  "path is NULL");
+	int rc = check_options(opts, err);
+	if (rc)
+		return rc;
+	unsigned source = opts ? opts->source : KILN_SOURCE_MMAP;
+	if (opts && (opts->flags & KILN_OPEN_ALLOW_TRAILING))
+		return kiln__fail(
+		    err, KILN_INVAL, KILN_NO_INDEX, "flags", KILN_NO_OFFSET,
+		    "KILN_OPEN_ALLOW_TRAILING applies to buffers; a file is one block");
+	if (opts && opts->buffer && source == KILN_SOURCE_MMAP)
+		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "buffer", KILN_NO_OFFSET,
+				  "a load buffer needs the read or uring source");
+	if (source == KILN_SOURCE_BUFFER)
+		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "source", KILN_NO_OFFSET,
+				  "source %u cannot open a path (use mmap, read or uring)", source);
+
+	uint64_t size;
+	int fd = open_file(path, &size, err);
+	if (fd < 0)
+		return err ? err->code : KILN_IO;
+	struct kiln_dir *dir = kiln__dir_new(opts, err);
+	if (!dir) {
+		close(fd);
+		return KILN_NOMEM;
+	}
+	dir->fd = fd;
+	dir->len = size;
+	dir->info.source = source;
+	rc = load_file(dir, opts, path, err);
+	if (!rc)
+		rc = finish_open(dir, opts, err);
+	if (rc) {
+		kiln_dir_close(dir);
+		return rc;
+	}
+	*out = dir;
+	return 0;
+}
+
+const char *kiln_source_name(unsigned source)
+{
+	static const char *const names[] = {"mmap", "buffer", "read", "uring"};
+	return source < sizeof(names) / sizeof(names[0]) ? names[source] : NULL;
+}
