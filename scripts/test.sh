@@ -1,6 +1,7 @@
 #!/bin/sh
 # Every test: set up, build with gcc (warnings are errors) and run the suites, then build with
-# clang under AddressSanitizer + UndefinedBehaviorSanitizer and run them again, then run each
+# clang under AddressSanitizer + UndefinedBehaviorSanitizer and run them again, then the
+# concurrency suite under ThreadSanitizer, then run each
 # libFuzzer target for a minute (KILN_FUZZ_SECONDS), then check formatting. Exits non-zero on
 # the first failure.
 set -eu
@@ -19,6 +20,12 @@ CC=clang CXX=clang++ cmake -S . -B build-asan -DKILN_WERROR=ON -DKILN_SANITIZE=O
 cmake --build build-asan -j"$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure)
+
+echo "== clang, ThreadSanitizer: the concurrency suite"
+CC=clang CXX=clang++ cmake -S . -B build-tsan -DKILN_TSAN=ON -DKILN_WERROR=ON -DCMAKE_BUILD_TYPE=Debug \
+	-DKILN_BUILD_TOOLS=OFF -DKILN_BUILD_BENCH=OFF -DKILN_CUDA=OFF >/dev/null
+cmake --build build-tsan -j"$jobs" --target test_threads
+TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp" build-tsan/tests/test_threads
 
 echo "== clang, libFuzzer: ${KILN_FUZZ_SECONDS:-60} s per target"
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -DKILN_FUZZ=ON -DKILN_WERROR=ON \

@@ -8,9 +8,7 @@
 
 #include "io.h"
 
-#define PAGE 4096u
-
-int kiln_tensor_copy(kiln_dir *dir, uint32_t index, void *dst, size_t cap, kiln_error *err)
+int kiln_tensor_copy(const kiln_dir *dir, uint32_t index, void *dst, size_t cap, kiln_error *err)
 {
 	kiln__clear_error(err);
 	const kiln_tensor *t = kiln__tensor_or_fail(dir, index, err);
@@ -34,7 +32,7 @@ int kiln_tensor_copy(kiln_dir *dir, uint32_t index, void *dst, size_t cap, kiln_
 	return 0;
 }
 
-int kiln_tensor_dup(kiln_dir *dir, uint32_t index, size_t alignment, void **out, kiln_error *err)
+int kiln_tensor_dup(const kiln_dir *dir, uint32_t index, size_t alignment, void **out, kiln_error *err)
 {
 	kiln__clear_error(err);
 	if (!out)
@@ -70,7 +68,7 @@ void kiln_free(void *ptr)
 	free(ptr);
 }
 
-int kiln_tensor_hint(kiln_dir *dir, const uint32_t *tensors, uint32_t count, unsigned hint,
+int kiln_tensor_hint(const kiln_dir *dir, const uint32_t *tensors, uint32_t count, unsigned hint,
 		     kiln_error *err)
 {
 	kiln__clear_error(err);
@@ -94,14 +92,15 @@ int kiln_tensor_hint(kiln_dir *dir, const uint32_t *tensors, uint32_t count, uns
 		const kiln_tensor *t = kiln__tensor_or_fail(dir, tensors[k], err);
 		if (!t)
 			return KILN_INVAL;
+		uintptr_t page = kiln__page_size();
 		uintptr_t a = (uintptr_t)t->data, b = a + (uintptr_t)t->byte_length;
 		/* Prefetch covers every byte; releasing must not drop a neighbour's shared page. */
 		if (hint == KILN_HINT_WILLNEED) {
-			a = a / PAGE * PAGE;
-			b = (b + PAGE - 1) / PAGE * PAGE;
+			a = a / page * page;
+			b = (b + page - 1) / page * page;
 		} else {
-			a = (a + PAGE - 1) / PAGE * PAGE;
-			b = b / PAGE * PAGE;
+			a = (a + page - 1) / page * page;
+			b = b / page * page;
 		}
 		if (b <= a)
 			continue;

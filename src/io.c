@@ -32,8 +32,6 @@
 #define MARK_DEFINED(p, n) ((void)0)
 #endif
 
-#define PAGE 4096u
-
 struct slot {
 	int busy;
 	uint64_t off; /* the chunk: file offset, length, destination */
@@ -379,7 +377,7 @@ static int run_uring(struct run *r)
 	return 0;
 }
 
-/* O_DIRECT alignment: statx(STATX_DIOALIGN), else the device's logical block size, else 4096.
+/* O_DIRECT alignment: statx(STATX_DIOALIGN), else the device's logical block size, else a page.
  * Returns 0, or an errno when the file does not support direct I/O. */
 static int dio_alignment(int fd, uint32_t *off_align, uint32_t *mem_align)
 {
@@ -405,7 +403,7 @@ static int dio_alignment(int fd, uint32_t *off_align, uint32_t *mem_align)
 			fclose(f);
 		}
 	}
-	*off_align = bs && (bs & (bs - 1)) == 0 && bs <= 65536 ? bs : PAGE;
+	*off_align = bs && (bs & (bs - 1)) == 0 && bs <= 65536 ? bs : (uint32_t)kiln__page_size();
 	*mem_align = *off_align;
 	return 0;
 }

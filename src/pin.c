@@ -12,8 +12,6 @@
 #include "internal.h"
 #include "sys.h"
 
-#define PAGE 4096u
-
 struct kiln__pin {
 	uint32_t tensor;
 	uint32_t count;
@@ -53,8 +51,9 @@ int kiln_tensor_pin(kiln_dir *dir, uint32_t index, const kiln_pin_hooks *hooks, 
 		dir->pins = n;
 		dir->pins_cap = cap;
 	}
-	uintptr_t a = (uintptr_t)t->data / PAGE * PAGE;
-	uintptr_t b = ((uintptr_t)t->data + (uintptr_t)t->byte_length + PAGE - 1) / PAGE * PAGE;
+	uintptr_t page = kiln__page_size();
+	uintptr_t a = (uintptr_t)t->data / page * page;
+	uintptr_t b = ((uintptr_t)t->data + (uintptr_t)t->byte_length + page - 1) / page * page;
 	struct kiln__pin pin = {.tensor = index, .count = 1, .ptr = (uint8_t *)a, .len = b - a};
 	if (hooks)
 		pin.hooks = *hooks;

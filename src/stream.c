@@ -5,7 +5,7 @@
 
 #include "io.h"
 
-int kiln_stream(kiln_dir *dir, const uint32_t *tensors, uint32_t count, void *const *dests,
+int kiln_stream(const kiln_dir *dir, const uint32_t *tensors, uint32_t count, void *const *dests,
 		const kiln_stream_options *opts, kiln_stream_result *result, kiln_error *err)
 {
 	kiln__clear_error(err);

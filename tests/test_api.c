@@ -130,6 +130,50 @@ Test(args, null_and_bad_arguments_are_inval)
 	cr_assert_eq(kiln_validate(x, 64, 0, NULL), KILN_FRAME);
 }
 
+/* The header's NULL policy, function by function: a NULL directory is INVAL for what returns a
+ * code, NULL for views, 0 for the count, zeroes for info; nothing crashes. */
+Test(args, null_directory_policy)
+{
+	kiln_error err;
+	uint32_t idx = 0;
+	uint8_t buf[8];
+	void *dup = (void *)1;
+	cr_assert_eq(kiln_dir_count(NULL), 0);
+	cr_assert_null(kiln_dir_tensor(NULL, 0));
+	cr_assert_null(kiln_dir_find(NULL, "a", 1));
+	cr_assert_null(kiln_dir_find_cstr(NULL, "a"));
+	cr_assert_null(kiln_tensor_scale(NULL, NULL));
+	cr_assert_null(kiln_tensor_outer(NULL, NULL));
+	kiln_dir_info info;
+	memset(&info, 0xAB, sizeof(info));
+	kiln_dir_get_info(NULL, &info);
+	cr_assert_eq(info.tensor_count, 0);
+	cr_assert_null(info.base);
+	kiln_dir_get_info(NULL, NULL);
+	cr_assert_eq(kiln_dir_verify_payload(NULL, &err), KILN_INVAL);
+	cr_assert_eq(kiln_tensor_copy(NULL, 0, buf, sizeof(buf), &err), KILN_INVAL);
+	cr_assert_eq(kiln_tensor_dup(NULL, 0, 0, &dup, &err), KILN_INVAL);
+	cr_assert_null(dup);
+	cr_assert_eq(kiln_tensor_hint(NULL, &idx, 1, KILN_HINT_WILLNEED, &err), KILN_INVAL);
+	cr_assert_eq(kiln_stream(NULL, &idx, 1, NULL, NULL, NULL, &err), KILN_INVAL);
+	cr_assert_eq(kiln_tensor_pin(NULL, 0, NULL, &err), KILN_INVAL);
+	cr_assert_eq(kiln_tensor_unpin(NULL, 0, &err), KILN_INVAL);
+	cr_assert_eq(kiln_dir_try_close(NULL, &err), 0);
+	kiln_dir_close(NULL);
+
+	/* And required pointers on a real directory. */
+	blob b = load_golden("kiln-v2-f32");
+	kiln_dir *dir;
+	cr_assert_eq(kiln_dir_parse(b.p, b.len, NULL, &dir, &err), 0);
+	cr_assert_null(kiln_tensor_scale(dir, NULL));
+	cr_assert_eq(kiln_tensor_copy(dir, 0, NULL, 8, &err), KILN_INVAL);
+	cr_assert_eq(kiln_tensor_dup(dir, 0, 0, NULL, &err), KILN_INVAL);
+	cr_assert_eq(kiln_tensor_hint(dir, NULL, 1, KILN_HINT_WILLNEED, &err), KILN_INVAL);
+	cr_assert_eq(kiln_stream(dir, &idx, 1, NULL, NULL, NULL, &err), KILN_INVAL);
+	kiln_dir_close(dir);
+	blob_free(&b);
+}
+
 Test(args, error_struct_is_reset_on_success)
 {
 	kiln_error err;

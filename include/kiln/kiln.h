@@ -6,8 +6,15 @@
  * the next multiple of 64 in descriptor order.
  *
  * Thread safety: a kiln_dir is immutable after open; any number of threads may read views, look
- * up names, copy, hint, stream and verify concurrently. Pinning, unpinning and closing change
- * the directory and must not race with any other use of it.
+ * up names, copy, hint, stream and verify concurrently: exactly the functions that take a
+ * `const kiln_dir *`. Pinning, unpinning and closing take a `kiln_dir *` because they change the
+ * directory; they must not race with any other use of it.
+ *
+ * NULL: every function accepts a NULL kiln_dir. Those that return a code return KILN_INVAL (and
+ * kiln_dir_close / kiln_dir_try_close do nothing), those that return a view return NULL,
+ * kiln_dir_count() returns 0 and kiln_dir_get_info() zeroes *info. `err` may be NULL anywhere:
+ * the code is still returned. Other pointer arguments are required unless their documentation
+ * says what NULL means; a NULL where one is required is KILN_INVAL, never a crash.
  */
 #ifndef KILN_KILN_H
 #define KILN_KILN_H
@@ -322,7 +329,8 @@ KILN_API int kiln_dir_try_close(kiln_dir *dir, kiln_error *err);
  */
 KILN_API int kiln_dir_verify_payload(const kiln_dir *dir, kiln_error *err);
 
-/* Fill *info with the header fields and derived sizes. */
+/* Fill *info with the header fields and derived sizes (zeroes for a NULL dir; NULL info is
+ * ignored). */
 KILN_API void kiln_dir_get_info(const kiln_dir *dir, kiln_dir_info *info);
 
 /* Number of tensors. */
@@ -365,7 +373,7 @@ enum kiln_hint {
  * borrowed memory is the caller's business): UNSUPPORTED otherwise. Returns 0, INVAL for a bad
  * index or hint, UNSUPPORTED when the kernel lacks the hint (EINVAL from madvise), IO otherwise.
  */
-KILN_API int kiln_tensor_hint(kiln_dir *dir, const uint32_t *tensors, uint32_t count, unsigned hint,
+KILN_API int kiln_tensor_hint(const kiln_dir *dir, const uint32_t *tensors, uint32_t count, unsigned hint,
 			      kiln_error *err);
 
 /*
@@ -374,7 +382,7 @@ KILN_API int kiln_tensor_hint(kiln_dir *dir, const uint32_t *tensors, uint32_t c
  * gives IO (sys_errno EIO, "the file ended at ...") instead of SIGBUS. Returns 0, INVAL when
  * cap < byte_length or the index is bad, IO.
  */
-KILN_API int kiln_tensor_copy(kiln_dir *dir, uint32_t index, void *dst, size_t cap,
+KILN_API int kiln_tensor_copy(const kiln_dir *dir, uint32_t index, void *dst, size_t cap,
 			      kiln_error *err);
 
 /*
@@ -382,7 +390,7 @@ KILN_API int kiln_tensor_copy(kiln_dir *dir, uint32_t index, void *dst, size_t c
  * *out receives the memory (free it with kiln_free()); at least one byte is allocated for an
  * empty tensor. Same errors as kiln_tensor_copy(), plus NOMEM.
  */
-KILN_API int kiln_tensor_dup(kiln_dir *dir, uint32_t index, size_t alignment, void **out,
+KILN_API int kiln_tensor_dup(const kiln_dir *dir, uint32_t index, size_t alignment, void **out,
 			     kiln_error *err);
 
 /* Free memory returned by kiln_tensor_dup(). NULL is accepted. */
@@ -459,7 +467,8 @@ typedef struct kiln_stream_result {
  * failure every read in flight is waited for before returning, so no buffer is written after the
  * call returns. Returns 0, INVAL, CANCELED, NOMEM or IO; *result (optional) is filled either way.
  */
-KILN_API int kiln_stream(kiln_dir *dir, const uint32_t *tensors, uint32_t count, void *const *dests,
+KILN_API int kiln_stream(const kiln_dir *dir, const uint32_t *tensors, uint32_t count,
+			 void *const *dests,
 			 const kiln_stream_options *opts, kiln_stream_result *result,
 			 kiln_error *err);
 

@@ -1,0 +1,207 @@
+/*
+ * The header's concurrency promise: every function that takes a `const kiln_dir *` may run on
+ * one directory from many threads at once. Each source gets several threads that look up,
+ * read info, verify, copy, stream and hint at the same time, and check every byte. This suite
+ * is also built with ThreadSanitizer by scripts/test.sh, which is what finds a data race (a
+ * plain read of a field another thread writes) that a normal build would never notice.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kiln/kiln.h"
+
+#define NT      24
+#define THREADS 4
+#define ROUNDS  8
+
+static uint8_t *data[NT];
+static kiln_tensor_spec spec[NT];
+static char names[NT][16];
+static char path[4096];
+static int failures;
+
+#define EXPECT(cond, ...)                                      \
+	do {                                                   \
+		if (!(cond)) {                                 \
+			fprintf(stderr, "FAIL: " __VA_ARGS__); \
+			fputc('\n', stderr);                   \
+			failures++;                            \
+			return;                                \
+		}                                              \
+	} while (0)
+
+/* Mixed sizes, and odd-count 4-bit tensors so verification reads their last byte. */
+static void make_file(void)
+{
+	uint64_t x = 7;
+	for (int i = 0; i < NT; i++) {
+		int nibbles = i % 4 == 3;
+		uint64_t count = nibbles ? 2 * (uint64_t)i + 1 : 1000 * (uint64_t)i + 5;
+		uint64_t len = nibbles ? (count + 1) / 2 : count;
+		data[i] = malloc(len);
+		for (uint64_t k = 0; k < len; k++) {
+			x = x * 6364136223846793005ull + 1442695040888963407ull;
+			data[i][k] = (uint8_t)(x >> 56);
+		}
+		if (nibbles)
+			data[i][len - 1] &= 0x0F; /* the unused high nibble is zero */
+		snprintf(names[i], sizeof(names[i]), "layer.%d", i);
+		spec[i] = (kiln_tensor_spec){.name = names[i],
+					     .name_len = strlen(names[i]),
+					     .dtype = nibbles ? KILN_DT_U4 : KILN_DT_U8,
+					     .rank = 1,
+					     .shape = {count},
+					     .data = data[i]};
+	}
+	mkdir(KILN_TEST_TMP, 0777);
+	snprintf(path, sizeof(path), "%s/threads.%ld.klnt", KILN_TEST_TMP, (long)getpid());
+	kiln_error err;
+	if (kiln_write_file(path, spec, NT, KILN_WRITE_NO_SYNC, &err) != 0) {
+		fprintf(stderr, "%s: %s\n", path, err.message);
+		exit(1);
+	}
+}
+
+static void drop_file(void)
+{
+	unlink(path);
+	for (int i = 0; i < NT; i++)
+		free(data[i]);
+}
+
+struct worker {
+	const kiln_dir *dir;
+	int id;
+	int failed; /* the first failure, reported by the main thread */
+	char why[512];
+};
+
+#define CHECK(w, cond, ...)                                                \
+	do {                                                               \
+		if (!(cond) && !(w)->failed) {                             \
+			(w)->failed = 1;                                   \
+			snprintf((w)->why, sizeof((w)->why), __VA_ARGS__); \
+		}                                                          \
+	} while (0)
+
+static void *work(void *arg)
+{
+	struct worker *w = arg;
+	const kiln_dir *dir = w->dir;
+	kiln_error err;
+	kiln_dir_info info;
+	void *dests[NT];
+	for (int i = 0; i < NT; i++)
+		dests[i] = malloc(kiln_dir_tensor(dir, (uint32_t)i)->byte_length + 1);
+	for (int round = 0; round < ROUNDS && !w->failed; round++) {
+		kiln_dir_get_info(dir, &info);
+		CHECK(w, info.tensor_count == NT, "info.tensor_count %u", info.tensor_count);
+		/* Half the threads verify while the others read the flag. */
+		if ((w->id + round) % 2 == 0)
+			CHECK(w, kiln_dir_verify_payload(dir, &err) == 0, "verify: %s",
+			      err.message);
+		for (int i = 0; i < NT; i++) {
+			const kiln_tensor *t = kiln_dir_find_cstr(dir, names[i]);
+			CHECK(w, t && t->index == (uint32_t)i, "find %s", names[i]);
+		}
+		int i = (w->id * 7 + round) % NT;
+		const kiln_tensor *t = kiln_dir_tensor(dir, (uint32_t)i);
+		void *copy = NULL;
+		CHECK(w, kiln_tensor_dup(dir, (uint32_t)i, 0, &copy, &err) == 0, "dup: %s",
+		      err.message);
+		CHECK(w, copy && memcmp(copy, data[i], t->byte_length) == 0, "dup %d bytes", i);
+		kiln_free(copy);
+		kiln_stream_options so = {.chunk_size = 4096, .queue_depth = 4};
+		kiln_stream_result res;
+		CHECK(w, kiln_stream(dir, NULL, NT, dests, &so, &res, &err) == 0, "stream: %s",
+		      err.message);
+		for (int k = 0; k < NT; k++)
+			CHECK(w,
+			      memcmp(dests[k], data[k],
+				     kiln_dir_tensor(dir, (uint32_t)k)->byte_length) == 0,
+			      "stream %d bytes", k);
+		if (info.source == KILN_SOURCE_MMAP) {
+			uint32_t idx = (uint32_t)i;
+			CHECK(w, kiln_tensor_hint(dir, &idx, 1, KILN_HINT_WILLNEED, &err) == 0,
+			      "hint: %s", err.message);
+		}
+	}
+	for (int i = 0; i < NT; i++)
+		free(dests[i]);
+	return NULL;
+}
+
+static void run_threads(const kiln_dir *dir, const char *what)
+{
+	pthread_t th[THREADS];
+	struct worker w[THREADS];
+	for (int k = 0; k < THREADS; k++) {
+		w[k] = (struct worker){.dir = dir, .id = k};
+		EXPECT(pthread_create(&th[k], NULL, work, &w[k]) == 0, "%s: pthread_create", what);
+	}
+	for (int k = 0; k < THREADS; k++)
+		pthread_join(th[k], NULL);
+	for (int k = 0; k < THREADS; k++)
+		EXPECT(!w[k].failed, "%s, thread %d: %s", what, k, w[k].why);
+	kiln_dir_info info;
+	kiln_dir_get_info(dir, &info);
+	EXPECT(info.payload_verified == 1, "%s: verification was not recorded", what);
+}
+
+static void open_and_run(unsigned source)
+{
+	kiln_open_options o = {.source = source};
+	kiln_dir *dir;
+	kiln_error err;
+	EXPECT(kiln_dir_open(path, &o, &dir, &err) == 0, "%s", err.message);
+	run_threads(dir, kiln_source_name(source));
+	kiln_dir_close(dir);
+}
+
+static void borrowed_buffer(void)
+{
+	FILE *f = fopen(path, "rb");
+	EXPECT(f, "%s: %s", path, strerror(errno));
+	fseek(f, 0, SEEK_END);
+	long len = ftell(f);
+	rewind(f);
+	uint8_t *buf = aligned_alloc(64, ((size_t)len + 63) / 64 * 64);
+	size_t got = fread(buf, 1, (size_t)len, f);
+	fclose(f);
+	kiln_dir *dir = NULL;
+	kiln_error err;
+	if (got == (size_t)len && kiln_dir_parse(buf, (size_t)len, NULL, &dir, &err) == 0)
+		run_threads(dir, "buffer");
+	else
+		fprintf(stderr, "FAIL: buffer: %s\n",
+			got == (size_t)len ? err.message : "short read"),
+		    failures++;
+	kiln_dir_close(dir);
+	free(buf);
+}
+
+int main(void)
+{
+	make_file();
+	static const unsigned sources[] = {KILN_SOURCE_MMAP, KILN_SOURCE_READ, KILN_SOURCE_URING};
+	int cases = 0;
+	for (size_t k = 0; k < sizeof(sources) / sizeof(sources[0]); k++, cases++) {
+		int before = failures;
+		open_and_run(sources[k]);
+		printf("threads: %s source: %s\n", kiln_source_name(sources[k]),
+		       failures > before ? "FAIL" : "ok");
+	}
+	int before = failures;
+	borrowed_buffer();
+	cases++;
+	printf("threads: buffer source: %s\n", failures > before ? "FAIL" : "ok");
+	drop_file();
+	printf("threads: %d passed, %d failed\n", cases - failures, failures);
+	return failures ? 1 : 0;
+}
