@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Directory lifetime, lookup and the parse-a-buffer entry point. */
 #define _GNU_SOURCE
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kiln_dir_open: the file, then the MMAP source (a read-only shared mapping) or the READ/URING
  * sources (src/read.c). */
 #define _GNU_SOURCE

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Pinning tensors for DMA: mlock the page range covering a tensor, then the caller's hook (for
  * example cudaHostRegister with read-only registration). Pins are counted per tensor; mlock is

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The READ and URING sources: read the header and validate it, read the directory and validate
  * it, and only then allocate the block and read the payload, so a rejected file costs neither a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* How the bytes of a directory arrive and are released (src/map.c). */
 #ifndef KILN_SOURCE_H
 #define KILN_SOURCE_H

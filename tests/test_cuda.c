@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The CUDA adapter (adapters/cuda/). Built only with the CUDA toolkit; the device tests skip,
  * saying why, where no CUDA device is usable, and the no-device tests skip where one is. */
 #include <criterion/criterion.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Loading: every source (mmap, read, uring, with and without O_DIRECT) yields the same bytes;
  * owned copies survive a truncated file; streaming into destinations and staging rings; hints;

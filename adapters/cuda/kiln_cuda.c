@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kiln_cuda, the CUDA adapter: pin hooks that register host ranges read-only, and a loader that
  * streams tensors to device memory through pinned staging buffers, one event per buffer so reads

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kiln: a validating, zero-copy reader and canonical writer for KLNT v2 tensor directories.
  *

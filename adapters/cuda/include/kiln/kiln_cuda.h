@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kiln_cuda: the optional CUDA adapter (adapters/cuda/). Built and installed only where CMake
  * finds the CUDA toolkit; link kiln::kiln_cuda (find_package(kiln COMPONENTS cuda)). A static
