@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Loading a whole file, every way kiln offers, cold and warm, against baselines measured in the
  * same process (docs/benchmarks.md has the results and what each row means).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Warm open: kiln_dir_open + structural validation + close, on files in the page cache.
  * - by tensor count (1 .. 300,000, tiny payloads): cost should grow linearly with the count;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Files, memory and page-cache control for benchmarks. Files are removed at exit. */
 #ifndef KILN_BENCH_UTIL_H
 #define KILN_BENCH_UTIL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 // The only C++ in kiln: register C benchmark bodies with Google Benchmark and forward state.
 #include <benchmark/benchmark.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The C side of the Google Benchmark shim. Benchmark bodies are C; bench/shim.cc registers them
  * and forwards state calls. A body runs a whole batch of iterations per call, so there is no

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Fuzz targets, one per entry point. Each body is a plain function so the same code runs under
  * libFuzzer (fuzz/<target>.c built with KILN_LIBFUZZER, see fuzz/CMakeLists.txt) and in the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Fuzz target: name lookup. The input chooses a list of names (raw bytes, or a prefix with a
  * counter for many names at once) and a list of queries. The target predicts the verdict on the

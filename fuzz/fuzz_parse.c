@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Fuzz target: the bytes are a block. Parse them with and without payload verification and
  * trailing bytes, and check that the verdicts agree with each other; on a valid result use

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Fuzz target: writer -> reader. The input decodes into a short list of kiln_tensor_spec (any
  * dtype code, rank, shape, names, layouts, quantization fields, lengths). When the writer accepts

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Owned copies of a tensor and page-cache hints for tensors. */
 #define _GNU_SOURCE
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The index of an open directory: views by position, lookup by name, info. No lifecycle here:
  * the validator fills the index (src/validate.c) and src/open.c creates and releases it. */
 #include <inttypes.h>

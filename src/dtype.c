@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The dtype table of spec section 4 and the element arithmetic built on it. */
 #include <string.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Private helpers shared by the library's source files. Never installed. */
 #ifndef KILN_INTERNAL_H
 #define KILN_INTERNAL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The chunked read engine: ranges of a file split into chunks (aligned to absolute file offsets,
  * so O_DIRECT needs a bounce buffer only for a range's first and last chunk), read with io_uring

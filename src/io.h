@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The chunked read engine behind the READ/URING sources and kiln_stream (src/io.c). */
 #ifndef KILN_IO_H
 #define KILN_IO_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The MMAP source: a read-only shared mapping of the file, then the caller's advice, huge pages,
  * and lock or populate. Nothing here reads the mapping during open: the directory is validated

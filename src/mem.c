@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Owned memory and its reporting: the page size, page-aligned blocks (transparent huge pages from
  * KILN__HUGE_MIN up), the default index allocator, and the message for a refused mlock. Every

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The lifecycle of a directory, on top of everything else in src/: options, open (a file through
  * a source) and parse (a caller's buffer), payload verification, close and try_close.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Pinning tensors for DMA: mlock the page range covering a tensor, then the caller's hook (for
  * example cudaHostRegister with read-only registration). Pins are counted per tensor; mlock is
@@ -6,6 +7,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 
@@ -65,12 +67,23 @@ int kiln_tensor_pin(kiln_dir *dir, uint32_t index, const kiln_pin_hooks *hooks, 
 			return rc;
 		}
 		if (pin.hooks.pin) {
-			int e = pin.hooks.pin(pin.hooks.ctx, pin.ptr, pin.len);
+			/* The hook reports into its own zeroed struct: the caller's err may be
+			 * NULL, and the hook must not be able to fake kiln's other fields. */
+			kiln_error why = {0};
+			int e = pin.hooks.pin(pin.hooks.ctx, pin.ptr, pin.len, &why);
 			if (e) {
 				munlock(pin.ptr, pin.len);
-				return kiln__fail_sys(
-				    err, KILN_IO, e > 0 ? e : EIO,
-				    "the pin hook failed (%d) for tensor %" PRIu32, e, index);
+				why.message[sizeof(why.message) - 1] = '\0';
+				if (!why.message[0])
+					snprintf(why.message, sizeof(why.message), "it returned %d",
+						 e);
+				int rc = kiln__fail_sys(
+				    err, KILN_IO, why.sys_errno > 0 ? why.sys_errno : 0,
+				    "the pin hook failed for tensor %" PRIu32 ": %s", index,
+				    why.message);
+				if (err)
+					err->tensor = index;
+				return rc;
 			}
 		}
 	}

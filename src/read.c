@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The READ and URING sources: memory for the whole block, owned (page aligned, huge pages for
  * large blocks) or the caller's load buffer, and after the directory has been read into it and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * How the bytes of a file arrive and are released: the MMAP source (src/map.c) and the
  * READ/URING sources (src/read.c). A source knows the block's length and payload_base and

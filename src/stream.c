@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* kiln_stream: payloads of chosen tensors into caller memory or a ring of staging buffers. */
 #include <errno.h>
 #include <inttypes.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The system calls the loading paths make, behind one table so tests can inject faults (short
  * reads, EINTR, EIO on the Nth request, O_DIRECT or io_uring refused, mlock refused) without

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* RFC 3629 UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF. */
 #include "internal.h"
 

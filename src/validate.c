@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The structural pass of spec section 8: header, then each descriptor, then the heap, placement,
  * pad and scale cross-checks. Pure: reads base[0, payload_base) and nothing else, no I/O.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The canonical writer (spec section 7): header, descriptors, heap (names then layout names),
  * zero pad, then payloads at the next multiple of 64 in descriptor order. The encoded header and

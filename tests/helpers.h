@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Shared test helpers: hex fixtures, byte patching, temporary files. */
 #ifndef KILN_TEST_HELPERS_H
 #define KILN_TEST_HELPERS_H

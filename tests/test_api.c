@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* API errors and the public surface: files that cannot be read, bad arguments, options,
  * lookup, views, alignment, the error and dtype tables. */
 #include <criterion/criterion.h>

@@ -1,5 +1,6 @@
-/* The CUDA adapter. Built only with the CUDA toolkit; each test skips, saying why, where no
- * CUDA device is usable. */
+/* SPDX-License-Identifier: MIT */
+/* The CUDA adapter (adapters/cuda/). Built only with the CUDA toolkit; the device tests skip,
+ * saying why, where no CUDA device is usable, and the no-device tests skip where one is. */
 #include <criterion/criterion.h>
 #include <cuda_runtime_api.h>
 #include <stdio.h>
@@ -55,6 +56,37 @@ Test(cuda, no_device_is_unsupported_not_a_crash)
 	cr_assert_eq(kiln_cuda_load(dir, NULL, 0, dests, NULL, NULL, &err), KILN_UNSUPPORTED);
 	cr_assert_not_null(strstr(err.message, "no CUDA device"), "%s", err.message);
 	kiln_dir_close(dir);
+	unlink(p);
+	free(p);
+}
+
+Test(cuda, pin_hook_failure_carries_the_cuda_error_text)
+{
+	int n = 0;
+	cudaError_t e = cudaGetDeviceCount(&n);
+	if (e == cudaSuccess && n > 0)
+		cr_skip_test("a CUDA device is present; this test is for machines without one");
+	uint64_t *sizes;
+	uint8_t **data;
+	char *p = model(&sizes, &data);
+	kiln_dir *dir;
+	cr_assert_eq(kiln_dir_open(p, NULL, &dir, NULL), 0);
+	kiln_pin_hooks h;
+	kiln_cuda_pin_hooks(&h);
+	kiln_error err;
+	int rc = kiln_tensor_pin(dir, 1, &h, &err);
+	if (rc == KILN_IO && err.sys_errno != 0)
+		cr_skip_test("mlock refused here (%s); the hook was not reached", err.message);
+	cr_assert_eq(rc, KILN_IO, "%s", err.message);
+	cr_assert_eq(err.sys_errno, 0, "a CUDA error is not an errno");
+	cr_assert_eq(err.tensor, 1);
+	/* The runtime's own words, not a number: the same text cudaGetDeviceCount gave. */
+	char want[200];
+	snprintf(want, sizeof(want),
+		 "the pin hook failed for tensor 1: cudaHostRegister(read-only) failed: %s",
+		 cudaGetErrorString(e != cudaSuccess ? e : cudaErrorNoDevice));
+	cr_assert_not_null(strstr(err.message, want), "%s\nwanted: %s", err.message, want);
+	cr_assert_eq(kiln_dir_try_close(dir, &err), 0, "the failed pin left nothing pinned");
 	unlink(p);
 	free(p);
 }

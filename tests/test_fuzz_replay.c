@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Replay of the fuzz corpus without libFuzzer: every file of fuzz/corpus/<target>/ and of
  * tests/regressions/<target>/ (the reproducers of fixed crashes) goes through the same target

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The golden cases of spec section 10: every verdict in golden/MANIFEST, through both the buffer
  * and the file entry points, and the writer reproducing every valid case byte for byte. */
 #include <criterion/criterion.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Hostile files: counts, lengths and offsets at the edges of their fields, a 1 TiB sparse file,
  * truncation at every region boundary, paths that are not regular files, files that change size

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Loading: every source (mmap, read, uring, with and without O_DIRECT) yields the same bytes;
  * owned copies survive a truncated file; streaming into destinations and staging rings; hints;
@@ -491,13 +492,20 @@ struct pins {
 	int fail;
 };
 
-static int pin_hook(void *ctx, void *p, size_t len)
+static int pin_hook(void *ctx, void *p, size_t len, kiln_error *why)
 {
 	struct pins *s = ctx;
 	cr_assert_eq((uintptr_t)p % 4096, 0);
 	cr_assert_eq(len % 4096, 0);
-	if (s->fail)
-		return EPERM;
+	cr_assert_not_null(why);
+	cr_assert_eq(why->message[0], '\0', "the hook's error arrives zeroed");
+	if (s->fail == 1) {
+		why->sys_errno = EPERM;
+		snprintf(why->message, sizeof(why->message), "device said no (%zu bytes)", len);
+		return -1;
+	}
+	if (s->fail == 2)
+		return 7; /* no reason given */
 	s->pinned++;
 	s->bytes += len;
 	return 0;
@@ -541,6 +549,16 @@ Test(load, pin_unpin_and_close)
 		s = (struct pins){.fail = 1};
 		cr_assert_eq(kiln_tensor_pin(dir, 4, &h, &err), KILN_IO);
 		cr_assert_eq(err.sys_errno, EPERM);
+		cr_assert_eq(err.tensor, 4);
+		/* The hook's own words reach the caller. */
+		cr_assert_not_null(
+		    strstr(err.message, "the pin hook failed for tensor 4: device said no ("), "%s",
+		    err.message);
+		s.fail = 2;
+		cr_assert_eq(kiln_tensor_pin(dir, 4, &h, &err), KILN_IO);
+		cr_assert_eq(err.sys_errno, 0, "no errno unless the hook gives one");
+		cr_assert_str_eq(err.message, "the pin hook failed for tensor 4: it returned 7");
+		cr_assert_eq(kiln_tensor_pin(dir, 4, &h, NULL), KILN_IO, "err may be NULL");
 		cr_assert_eq(kiln_dir_try_close(dir, &err), 0,
 			     "a failed pin leaves nothing pinned");
 	}

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * What opening costs: the open path reads only the directory (checked with mincore on a sparse
  * multi-GiB file), and a hostile count is rejected before anything is allocated for it

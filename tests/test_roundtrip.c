@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Writer -> reader round trips over seeded random tensor lists: every dtype, rank 0 to 8, zero
  * dimensions, named and unnamed, opaque layouts, both quantization schemes. Every view field and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * One single-defect block per line of the check order (spec section 8). Each test starts from a
  * valid block, changes one thing, and asserts the class, the descriptor index and the field, so

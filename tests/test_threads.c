@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The header's concurrency promise: every function that takes a `const kiln_dir *` may run on
  * one directory from many threads at once. Each source gets several threads that look up,

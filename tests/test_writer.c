@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The canonical writer: it refuses what the reader rejects (same class), streams payloads,
  * and replaces files by rename so a reader's mapping is never truncated under it. */
 #include <criterion/criterion.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* klnt bench: cold and warm load times of a user's own file, for every way kiln can load it,
  * next to a plain sequential read() of the same file measured in the same run. */
 #define _GNU_SOURCE

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* klnt cat: one tensor's payload bytes, exactly as stored, to stdout. */
 #define _GNU_SOURCE
 #include <errno.h>

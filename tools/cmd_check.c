@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* klnt check: certify files, running both the structural pass and payload verification. */
 #define _GNU_SOURCE
 #include <getopt.h>

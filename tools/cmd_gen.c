@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* klnt gen: a synthetic model file to try kiln on, shaped like a transformer checkpoint. */
 #define _GNU_SOURCE
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * klnt inspect: the header and the tensor table, as aligned text or as one JSON object.
  * Only the structure is validated: opening must not fault in payload pages of a large file.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * klnt pack: build a file with kiln_write_file() from raw payload files. Payloads are streamed
  * through the writer's read callback with pread(), so a multi-gigabyte tensor never has to fit

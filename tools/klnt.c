@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * klnt: the command-line tool over the public kiln API. This file holds the command table, the
  * top-level options and the error and usage conventions every command follows:

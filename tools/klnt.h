@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Internal interface of the klnt command-line tool: the command table entry each command file
  * exports, and the helpers they share. klnt uses only the public kiln API.

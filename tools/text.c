@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * Text helpers for klnt: a growable string, escaping of untrusted bytes for terminals, UTF-8
  * repair for JSON, and the number and shape spellings every command shares.

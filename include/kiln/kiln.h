@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kiln: a validating, zero-copy reader and canonical writer for KLNT v2 tensor directories.
  *
@@ -472,9 +473,16 @@ KILN_API int kiln_stream(const kiln_dir *dir, const uint32_t *tensors, uint32_t 
 			 const kiln_stream_options *opts, kiln_stream_result *result,
 			 kiln_error *err);
 
-/* Called with each pinned range: the place for cudaHostRegister(ptr, len, read-only). A nonzero
- * return fails the pin (IO with that value as sys_errno when it looks like an errno). */
-typedef int (*kiln_pin_fn)(void *ctx, void *ptr, size_t len);
+/*
+ * Called by kiln_tensor_pin(), on its thread, with each newly pinned range after mlock: the place
+ * for cudaHostRegister(ptr, len, read-only). Return 0 when the range is registered, nonzero to
+ * fail the pin. A failing hook says why in `why`, which kiln passes zeroed and never NULL: a
+ * one-line reason in why->message (NUL-terminated; e.g. the CUDA error string) and, when an errno
+ * is the cause, why->sys_errno. kiln reads only those two fields. kiln_tensor_pin() then munlocks
+ * the range and fails with IO, sys_errno as the hook set it (0 otherwise), and the message
+ * "the pin hook failed for tensor N: <reason>" (cut to fit; "it returned R" with no reason).
+ */
+typedef int (*kiln_pin_fn)(void *ctx, void *ptr, size_t len, kiln_error *why);
 /* Called with the same range when it is unpinned. */
 typedef void (*kiln_unpin_fn)(void *ctx, void *ptr, size_t len);
 
@@ -489,7 +497,8 @@ typedef struct kiln_pin_hooks {
  * (optional) with it. Pins nest: each pin needs one kiln_tensor_unpin(). Works for the MMAP
  * source (file pages, read only) and owned READ/URING memory; UNSUPPORTED for BUFFER. When
  * mlock fails (RLIMIT_MEMLOCK too small: ENOMEM or EPERM) the error is IO with the errno and a
- * message giving the limit and the bytes asked for. Returns 0, INVAL, UNSUPPORTED, NOMEM, IO.
+ * message giving the limit and the bytes asked for. When hooks->pin fails, IO with the hook's
+ * reason (see kiln_pin_fn) and nothing stays pinned. Returns 0, INVAL, UNSUPPORTED, NOMEM, IO.
  */
 KILN_API int kiln_tensor_pin(kiln_dir *dir, uint32_t index, const kiln_pin_hooks *hooks,
 			     kiln_error *err);

@@ -1,7 +1,8 @@
+/* SPDX-License-Identifier: MIT */
 /*
- * The CUDA adapter: pin hooks that register host ranges read-only, and a loader that streams
- * tensors to device memory through pinned staging buffers, one event per buffer so reads and
- * copies overlap. Public kiln API only.
+ * kiln_cuda, the CUDA adapter: pin hooks that register host ranges read-only, and a loader that
+ * streams tensors to device memory through pinned staging buffers, one event per buffer so reads
+ * and copies overlap. Public kiln API only.
  */
 #include <cuda_runtime_api.h>
 #include <stdarg.h>
@@ -29,11 +30,16 @@ static int fail(kiln_error *err, int code, const char *fmt, ...)
 	return code;
 }
 
-static int pin(void *ctx, void *ptr, size_t len)
+static int pin(void *ctx, void *ptr, size_t len, kiln_error *why)
 {
 	(void)ctx;
 	cudaError_t e = cudaHostRegister(ptr, len, cudaHostRegisterReadOnly);
-	return e == cudaSuccess ? 0 : (int)e + 1000; /* not an errno: kiln reports it as such */
+	if (e == cudaSuccess)
+		return 0;
+	/* A CUDA error is not an errno: sys_errno stays 0 and the text says what happened. */
+	snprintf(why->message, sizeof(why->message), "cudaHostRegister(read-only) failed: %s (%d)",
+		 cudaGetErrorString(e), (int)e);
+	return 1;
 }
 
 static void unpin(void *ctx, void *ptr, size_t len)

@@ -1,6 +1,8 @@
+/* SPDX-License-Identifier: MIT */
 /*
- * kiln_cuda: the optional CUDA adapter. Built only when CMake finds the CUDA toolkit; link
- * kiln::kiln_cuda. Uses only the public kiln API underneath.
+ * kiln_cuda: the optional CUDA adapter (adapters/cuda/). Built and installed only where CMake
+ * finds the CUDA toolkit; link kiln::kiln_cuda (find_package(kiln COMPONENTS cuda)). A static
+ * library over the public kiln API only; it needs the CUDA runtime (libcudart).
  */
 #ifndef KILN_KILN_CUDA_H
 #define KILN_KILN_CUDA_H
@@ -17,7 +19,9 @@ extern "C" {
 /*
  * Fill *hooks with pin hooks for kiln_tensor_pin() that register each pinned range with
  * cudaHostRegister(cudaHostRegisterReadOnly) (mapped file pages are read only), and unregister
- * it on unpin. A registration failure fails the pin with IO and the CUDA error in the message.
+ * it on unpin. A registration failure fails the pin with IO, sys_errno 0, and a message that
+ * ends in cudaGetErrorString()'s text and the cudaError_t value: "the pin hook failed for tensor
+ * N: cudaHostRegister(read-only) failed: <CUDA error> (<code>)".
  */
 KILN_API void kiln_cuda_pin_hooks(kiln_pin_hooks *hooks);
 
