@@ -4,12 +4,18 @@
 
 #include <fcntl.h>
 #include <liburing.h>
+#include <stdio.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 static int sys_open(const char *path, int flags)
 {
 	return open(path, flags);
+}
+
+static int sys_openat(int dirfd, const char *path, int flags, mode_t mode)
+{
+	return openat(dirfd, path, flags, mode);
 }
 
 static int sys_uring_init(unsigned entries, void *ring)
@@ -31,6 +37,10 @@ const struct kiln__sys kiln__sys_default = {
     .mlock = mlock,
     .uring_init = sys_uring_init,
     .uring_result = sys_uring_result,
+    .openat = sys_openat,
+    .fsync = fsync,
+    .linkat = linkat,
+    .renameat = renameat,
 };
 
 struct kiln__sys kiln__sys = {
@@ -39,4 +49,8 @@ struct kiln__sys kiln__sys = {
     .mlock = mlock,
     .uring_init = sys_uring_init,
     .uring_result = sys_uring_result,
+    .openat = sys_openat,
+    .fsync = fsync,
+    .linkat = linkat,
+    .renameat = renameat,
 };

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The system calls the loading paths make, behind one table so tests can inject faults (short
- * reads, EINTR, EIO on the Nth request, O_DIRECT or io_uring refused, mlock refused) without
- * special kernels or privileges. Production code never changes it.
+ * The system calls the loading paths and the file writer make, behind one table so tests can
+ * inject faults (short reads, EINTR, EIO on the Nth request, O_DIRECT, io_uring or O_TMPFILE
+ * refused, mlock refused, a directory that cannot be synced) without special kernels or
+ * privileges. Production code never changes it.
  */
 #ifndef KILN_SYS_H
 #define KILN_SYS_H
@@ -19,6 +20,12 @@ struct kiln__sys {
 	int (*uring_init)(unsigned entries, void *ring);
 	/* Sees every io_uring completion before kiln does and may rewrite its result. */
 	int (*uring_result)(int res, int fd, uint64_t off, size_t len);
+	/* The writer (src/write.c): its temporary file, the directory it syncs, and publishing. */
+	int (*openat)(int dirfd, const char *path, int flags, mode_t mode);
+	int (*fsync)(int fd);
+	int (*linkat)(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,
+		      int flags);
+	int (*renameat)(int olddirfd, const char *oldpath, int newdirfd, const char *newpath);
 };
 
 /* The table in use; tests replace entries and restore kiln__sys_default. */

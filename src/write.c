@@ -11,10 +11,13 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
+#include "sys.h"
 
 #define CHUNK (1u << 20)
 #define NOI   KILN_NO_INDEX
@@ -243,6 +246,11 @@ static int produce(const kiln_tensor_spec *t, uint32_t i, uint64_t off, void *ds
 				  i, len);
 	}
 	int e = t->read(t->read_ctx, i, off, dst, len);
+	if (e == ECANCELED)
+		return kiln__fail(err, KILN_CANCELED, i, NULL, KILN_NO_OFFSET,
+				  "tensor %" PRIu32 ": the payload callback stopped the write at "
+				  "offset %" PRIu64,
+				  i, off);
 	if (e)
 		return kiln__fail_sys(err, KILN_IO, e,
 				      "tensor %" PRIu32
@@ -306,6 +314,210 @@ out:
 	return rc;
 }
 
+/*
+ * kiln_write_file. The new file is built where the target lives, so that rename() can swap it in
+ * atomically, and it stays invisible until it is complete:
+ *
+ * 1. resolve: follow a symlink at `path` to the file it names (the link stays a link), note the
+ *    mode and owner of the file being replaced;
+ * 2. create: an O_TMPFILE in that directory, which has no name at all (a crash or kill leaves
+ *    nothing behind); where the file system refuses O_TMPFILE, a file with a random name;
+ * 3. write and fsync;
+ * 4. publish: link the anonymous file to the target name when nothing is there, else to a random
+ *    name that rename() then moves over the target;
+ * 5. fsync the directory, so the new name survives a crash.
+ *
+ * Any failure up to the rename leaves `path` untouched and removes the temporary file. A failure
+ * in step 5 is UNSYNCED: the new file is in place, but a crash may still bring back the old one.
+ */
+
+#define SYMLINK_HOPS 40 /* the kernel's own limit (MAXSYMLINKS) */
+
+struct wfile {
+	const char *path; /* as the caller gave it, for messages */
+	char *target;     /* the file to replace: path with its symlinks followed (malloc'd) */
+	const char *base; /* last component of target */
+	int dirfd;        /* O_PATH descriptor of target's directory */
+	int have_old;     /* something is at target now; old is its stat */
+	struct stat old;  /* mode and owner to keep */
+	int fd;           /* the new file */
+	int anonymous;    /* fd is an O_TMPFILE, with no name until linked */
+	char tmp[32];     /* the name the new file has in dirfd before the rename, or "" */
+};
+
+/* "PATH: STEP: strerror" with errno kept: the step says what had or had not happened. */
+static int step_fail(kiln_error *err, const struct wfile *w, int code, int e, const char *step)
+{
+	return kiln__fail_sys(err, code, e, "%s: %s: %s", w->path, step, strerror(e));
+}
+
+/* readlink() into a fresh string. */
+static char *read_link(const char *path, size_t hint)
+{
+	for (size_t cap = hint + 2 > 128 ? hint + 2 : 128;; cap *= 2) {
+		char *buf = malloc(cap);
+		if (!buf)
+			return NULL;
+		ssize_t n = readlink(path, buf, cap);
+		if (n >= 0 && (size_t)n < cap) {
+			buf[n] = '\0';
+			return buf;
+		}
+		free(buf);
+		if (n < 0 || cap > (1u << 20))
+			return NULL;
+	}
+}
+
+/* The kernel's protected_symlinks rule: in a sticky world-writable directory (/tmp), a symlink
+ * is followed only when it belongs to the caller or to the directory's owner. Following links
+ * here, in user space, bypasses the kernel's check, so it is made again: otherwise anyone could
+ * plant /tmp/model.klnt -> ~victim/.bashrc. */
+static int link_is_untrusted(const char *link, const struct stat *lst)
+{
+	const char *slash = strrchr(link, '/');
+	char *dir = slash ? strndup(link, (size_t)(slash - link) + 1) : strdup(".");
+	struct stat dst;
+	int sticky =
+	    dir && stat(dir, &dst) == 0 && (dst.st_mode & S_ISVTX) && (dst.st_mode & S_IWOTH);
+	free(dir);
+	return sticky && lst->st_uid != geteuid() && lst->st_uid != dst.st_uid;
+}
+
+/* Follow symlinks at the last component of w->path, as open() would, so the new file replaces
+ * what the link points to. A dangling link names the file to create. */
+static int resolve_target(struct wfile *w, kiln_error *err)
+{
+	char *cur = strdup(w->path);
+	if (!cur)
+		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+	for (int hops = 0;; hops++) {
+		if (lstat(cur, &w->old) != 0) {
+			if (errno != ENOENT) {
+				free(cur);
+				return step_fail(err, w, KILN_IO, errno,
+						 "cannot look at the target");
+			}
+			break;
+		}
+		if (!S_ISLNK(w->old.st_mode)) {
+			w->have_old = 1;
+			break;
+		}
+		if (link_is_untrusted(cur, &w->old)) {
+			free(cur);
+			return step_fail(err, w, KILN_IO, EACCES,
+					 "not following a symlink that someone else owns in a "
+					 "sticky directory");
+		}
+		char *link = hops < SYMLINK_HOPS ? read_link(cur, (size_t)w->old.st_size) : NULL;
+		if (!link) {
+			int e = hops < SYMLINK_HOPS ? errno : ELOOP;
+			free(cur);
+			return step_fail(err, w, e == ENOMEM ? KILN_NOMEM : KILN_IO, e,
+					 "cannot follow the symlink");
+		}
+		const char *slash = strrchr(cur, '/');
+		char *next = NULL;
+		if (link[0] == '/' || !slash)
+			next = link, link = NULL;
+		else if (asprintf(&next, "%.*s/%s", (int)(slash - cur), cur, link) < 0)
+			next = NULL;
+		free(link);
+		free(cur);
+		if (!next)
+			return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+		cur = next;
+	}
+	w->target = cur;
+	/* rename() would fail over a directory, and replace a device or FIFO by a file, which is
+	 * never what writing a model file means. */
+	const char *slash = strrchr(cur, '/');
+	w->base = slash ? slash + 1 : cur;
+	if (w->have_old && !S_ISREG(w->old.st_mode))
+		return step_fail(err, w, KILN_IO, S_ISDIR(w->old.st_mode) ? EISDIR : EINVAL,
+				 "not a regular file, not replacing it");
+	if (!*w->base)
+		return step_fail(err, w, KILN_IO, EISDIR, "names a directory");
+	char *dir = slash ? strndup(cur, (size_t)(slash - cur) + 1) : strdup(".");
+	if (!dir)
+		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+	/* O_PATH: no read permission needed, so a writable but unreadable directory still works. */
+	w->dirfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	int e = errno;
+	free(dir);
+	if (w->dirfd < 0)
+		return step_fail(err, w, KILN_IO, e, "cannot open its directory");
+	return 0;
+}
+
+/* ".kiln-tmp." and 16 random hex digits: names nobody can predict, so nobody can block a write
+ * by creating them first. */
+static void random_name(char *out, size_t cap)
+{
+	static unsigned serial;
+	uint64_t r = 0;
+	if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r)) {
+		/* No entropy yet (early boot): O_EXCL only needs unique names. */
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		r = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^
+		    ((uint64_t)getpid() << 40) ^ (uintptr_t)&r ^
+		    __atomic_fetch_add(&serial, 1, __ATOMIC_RELAXED) * 0x9E3779B97F4A7C15ull;
+		r = (r ^ (r >> 31)) * 0xBF58476D1CE4E5B9ull; /* splitmix64's finalizer */
+		r ^= r >> 29;
+	}
+	snprintf(out, cap, ".kiln-tmp.%016" PRIx64, r);
+}
+
+/* Linking an O_TMPFILE by name goes through /proc/self/fd (AT_EMPTY_PATH would need
+ * CAP_DAC_READ_SEARCH); without /proc the file could be written but never linked. */
+static int can_link_anonymous(void)
+{
+	return access("/proc/self/fd", X_OK) == 0;
+}
+
+/* Give the new file the mode and owner of the file it replaces. Changing the owner needs
+ * privilege: without it (EPERM) the group alone is tried, then the file stays ours. The owner goes
+ * first because chown() clears set-user-ID bits that the mode then restores. */
+static int keep_mode_and_owner(struct wfile *w, kiln_error *err)
+{
+	if (fchown(w->fd, w->old.st_uid, w->old.st_gid) != 0 && errno == EPERM)
+		(void)fchown(w->fd, (uid_t)-1, w->old.st_gid);
+	if (fchmod(w->fd, w->old.st_mode & 07777) != 0)
+		return step_fail(err, w, KILN_IO, errno, "cannot set the mode of the new file");
+	return 0;
+}
+
+static int create_temp(struct wfile *w, kiln_error *err)
+{
+	/* New files get 0666 & ~umask like any other; a replacement starts out no more open than
+	 * its predecessor, before a byte is written. */
+	mode_t mode = w->have_old ? (w->old.st_mode & 0777) : 0666;
+	int e = EOPNOTSUPP;
+	if (can_link_anonymous()) {
+		w->fd = kiln__sys.openat(w->dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, mode);
+		w->anonymous = w->fd >= 0;
+		e = errno;
+	}
+	/* Kernels and file systems without O_TMPFILE say so in one of these ways. */
+	if (w->fd < 0 && (e == EOPNOTSUPP || e == EISDIR || e == EINVAL)) {
+		for (int attempt = 0; attempt < 16 && w->fd < 0; attempt++) {
+			random_name(w->tmp, sizeof(w->tmp));
+			w->fd = kiln__sys.openat(w->dirfd, w->tmp,
+						 O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+			e = errno;
+			if (w->fd < 0 && e != EEXIST)
+				break;
+		}
+		if (w->fd < 0)
+			w->tmp[0] = '\0';
+	}
+	if (w->fd < 0)
+		return step_fail(err, w, KILN_IO, e, "cannot create a temporary file");
+	return w->have_old ? keep_mode_and_owner(w, err) : 0;
+}
+
 static int write_all(int fd, const void *buf, size_t len)
 {
 	const uint8_t *b = buf;
@@ -322,21 +534,86 @@ static int write_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
-/* fsync the directory holding path, so the rename survives a crash. */
-static int sync_dir(const char *path, int dir_len)
+/* The block: head, then each payload after its zero pad, streamed in chunks. */
+static int write_block(struct wfile *w, const struct plan *p, const kiln_tensor_spec *tensors,
+		       uint8_t *chunk, kiln_error *err)
 {
-	char *dir = dir_len ? strndup(path, (size_t)dir_len) : strdup(".");
-	if (!dir)
-		return ENOMEM;
-	int e = 0;
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0 || fsync(fd) != 0)
+	static const uint8_t zeros[64];
+	int e = write_all(w->fd, p->head, (size_t)p->payload_base);
+	uint64_t cursor = 0;
+	for (uint32_t i = 0; i < p->n && !e; i++) {
+		e = write_all(w->fd, zeros, (size_t)(p->offsets[i] - cursor));
+		uint64_t len = p->lengths[i];
+		uint8_t last = 0;
+		for (uint64_t done = 0; done < len && !e; done += CHUNK) {
+			size_t step = len - done < CHUNK ? (size_t)(len - done) : CHUNK;
+			const uint8_t *src = chunk;
+			if (tensors[i].data)
+				src = (const uint8_t *)tensors[i].data + done;
+			else {
+				int rc = produce(&tensors[i], i, done, chunk, step, err);
+				if (rc)
+					return rc;
+			}
+			e = write_all(w->fd, src, step);
+			last = src[step - 1];
+		}
+		if (!e && len) {
+			int rc = check_nibble(&tensors[i], i, last, err);
+			if (rc)
+				return rc;
+		}
+		cursor = p->offsets[i] + len;
+	}
+	return e ? step_fail(err, w, KILN_IO, e, "write failed") : 0;
+}
+
+/* Give the finished file the target's name. Until the rename, `path` is untouched. */
+static int publish(struct wfile *w, kiln_error *err)
+{
+	if (w->anonymous) {
+		char proc[32];
+		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", w->fd);
+		/* Nothing there: the name appears with the complete file behind it. */
+		if (!w->have_old &&
+		    kiln__sys.linkat(AT_FDCWD, proc, w->dirfd, w->base, AT_SYMLINK_FOLLOW) == 0)
+			return 0;
+		if (!w->have_old && errno != EEXIST)
+			return step_fail(err, w, KILN_IO, errno, "cannot link the new file");
+		/* linkat() never replaces a name: link beside the target, then rename over it. */
+		int e = EEXIST;
+		for (int attempt = 0; attempt < 16 && e == EEXIST; attempt++) {
+			random_name(w->tmp, sizeof(w->tmp));
+			e = kiln__sys.linkat(AT_FDCWD, proc, w->dirfd, w->tmp, AT_SYMLINK_FOLLOW)
+				? errno
+				: 0;
+		}
+		if (e) {
+			w->tmp[0] = '\0';
+			return step_fail(err, w, KILN_IO, e, "cannot link the new file");
+		}
+	}
+	if (kiln__sys.renameat(w->dirfd, w->tmp, w->dirfd, w->base) != 0)
+		return step_fail(err, w, KILN_IO, errno, "cannot rename the new file into place");
+	w->tmp[0] = '\0';
+	return 0;
+}
+
+/* fsync the directory, so the new name survives a crash. Reading is the only way to open a
+ * directory, so a writable but unreadable one cannot be synced. */
+static int sync_dir(struct wfile *w, kiln_error *err)
+{
+	int fd = kiln__sys.openat(w->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+	int e = fd < 0 ? errno : 0;
+	if (fd >= 0 && kiln__sys.fsync(fd) != 0)
 		e = errno;
 	if (fd >= 0)
 		close(fd);
-	free(dir);
-	/* Some file systems cannot fsync a directory; the data itself is already synced. */
-	return e == EINVAL || e == EROFS ? 0 : e;
+	/* Some file systems cannot fsync a directory, and need not: the file is synced. */
+	if (!e || e == EINVAL || e == EROFS)
+		return 0;
+	return step_fail(err, w, KILN_UNSYNCED, e,
+			 "in place but not durable, its directory cannot be synced");
 }
 
 int kiln_write_file(const char *path, const kiln_tensor_spec *tensors, uint32_t count,
@@ -348,76 +625,47 @@ int kiln_write_file(const char *path, const kiln_tensor_spec *tensors, uint32_t 
 	if (flags & ~(uint32_t)KILN_WRITE_NO_SYNC)
 		return kiln__fail(err, KILN_INVAL, NOI, "flags", KILN_NO_OFFSET,
 				  "unknown write flags 0x%x", flags);
+	int sync = !(flags & KILN_WRITE_NO_SYNC);
+	struct wfile w = {.path = path, .dirfd = -1, .fd = -1};
+	uint8_t *chunk = NULL;
 	struct plan p;
 	int rc = plan_build(tensors, count, &p, err);
-	if (rc) {
-		plan_free(&p);
-		return rc;
-	}
-
-	/* Same directory as the target so rename() is atomic; a short name of its own so a target
-	 * name near NAME_MAX still works; 0666 & ~umask like any new file. */
-	const char *slash = strrchr(path, '/');
-	int dir_len = slash ? (int)(slash - path) + 1 : 0;
-	size_t tlen = (size_t)dir_len + 64;
-	char *tmp = malloc(tlen);
-	uint8_t *chunk = malloc(CHUNK);
-	int fd = -1;
-	if (!tmp || !chunk) {
+	if (rc)
+		goto out;
+	if (!(chunk = malloc(CHUNK))) {
 		rc = kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
 		goto out;
 	}
-	static unsigned serial;
-	for (int attempt = 0; attempt < 100 && fd < 0; attempt++) {
-		snprintf(tmp, tlen, "%.*s.kiln-tmp.%ld.%u", dir_len, path, (long)getpid(),
-			 __atomic_fetch_add(&serial, 1, __ATOMIC_RELAXED));
-		fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-		if (fd < 0 && errno != EEXIST)
-			break;
-	}
-	if (fd < 0) {
-		rc = kiln__fail_sys(err, KILN_IO, errno, "%s: cannot create a temporary file: %s",
-				    path, strerror(errno));
+	if ((rc = resolve_target(&w, err)) || (rc = create_temp(&w, err)) ||
+	    (rc = write_block(&w, &p, tensors, chunk, err)))
+		goto out;
+	if (sync && kiln__sys.fsync(w.fd) != 0) {
+		rc = step_fail(err, &w, KILN_IO, errno, "fsync failed");
 		goto out;
 	}
-	int e = write_all(fd, p.head, (size_t)p.payload_base);
-	uint64_t cursor = 0;
-	static const uint8_t zeros[64];
-	for (uint32_t i = 0; i < count && !e && !rc; i++) {
-		e = write_all(fd, zeros, (size_t)(p.offsets[i] - cursor));
-		uint64_t len = p.lengths[i];
-		uint8_t last = 0;
-		for (uint64_t done = 0; done < len && !e && !rc;) {
-			size_t step = len - done < CHUNK ? (size_t)(len - done) : CHUNK;
-			const void *src = chunk;
-			if (tensors[i].data)
-				src = (const uint8_t *)tensors[i].data + done;
-			else
-				rc = produce(&tensors[i], i, done, chunk, step, err);
-			if (!rc) {
-				e = write_all(fd, src, step);
-				last = ((const uint8_t *)src)[step - 1];
-			}
-			done += step;
+	/* A named temporary file is closed before the rename, so a late error (NFS reports write
+	 * errors at close) still leaves the target alone. An anonymous one needs its descriptor to
+	 * be linked; it was synced, or the caller chose not to care. */
+	if (!w.anonymous) {
+		int fd = w.fd;
+		w.fd = -1;
+		if (close(fd) != 0) {
+			rc = step_fail(err, &w, KILN_IO, errno, "close failed");
+			goto out;
 		}
-		if (!e && !rc && len)
-			rc = check_nibble(&tensors[i], i, last, err);
-		cursor = p.offsets[i] + len;
 	}
-	if (!e && !rc && !(flags & KILN_WRITE_NO_SYNC) && fsync(fd) != 0)
-		e = errno;
-	if (close(fd) != 0 && !e && !rc)
-		e = errno;
-	if (!e && !rc && rename(tmp, path) != 0)
-		e = errno;
-	if (!e && !rc && !(flags & KILN_WRITE_NO_SYNC))
-		e = sync_dir(path, dir_len);
-	if (e && !rc)
-		rc = kiln__fail_sys(err, KILN_IO, e, "%s: write failed: %s", path, strerror(e));
-	if (rc)
-		unlink(tmp);
+	if ((rc = publish(&w, err)))
+		goto out;
+	if (sync)
+		rc = sync_dir(&w, err);
 out:
-	free(tmp);
+	if (w.fd >= 0)
+		close(w.fd);
+	if (w.tmp[0])
+		unlinkat(w.dirfd, w.tmp, 0);
+	if (w.dirfd >= 0)
+		close(w.dirfd);
+	free(w.target);
 	free(chunk);
 	plan_free(&p);
 	return rc;

@@ -124,6 +124,7 @@ expect 3 "$KLNT" pack "$TMP/p-bad.klnt" --tensor ":f32:2:$TMP/missing.raw"
 
 # 8. gen and bench
 expect 0 "$KLNT" gen "$TMP/gen.klnt" --tensors 40 --bytes 2M --no-sync
+[ ! -s "$TMP/err" ] && ok || bad "gen printed progress without a terminal: $(cat "$TMP/err")"
 expect 0 "$KLNT" check "$TMP/gen.klnt"
 expect 0 "$KLNT" inspect "$TMP/gen.klnt"
 has "$TMP/out" "blk.4.ffn_up.weight"
@@ -143,6 +144,43 @@ expect 0 "$KLNT" bench "$TMP/gen.klnt" --warm --source read --repeat 2
 [ "$(grep -c '^warm' "$TMP/out")" -eq 2 ] && ok || bad "bench --source read: read and plain only"
 expect 1 "$KLNT" bench "$TMP/kiln-v2-opaque-no-layout.klnt"
 expect 2 "$KLNT" bench "$TMP/gen.klnt" --source tape
+
+# 9. writing: a rewrite keeps the mode and follows a symlink; SIGINT/SIGTERM leave nothing
+chmod 600 "$TMP/p-f32.klnt"
+ln -s p-f32.klnt "$TMP/p-link.klnt"
+expect 0 "$KLNT" pack "$TMP/p-link.klnt" --tensor "w:f16:1:$TMP/f16.raw"
+[ -L "$TMP/p-link.klnt" ] && ok || bad "pack replaced a symlink by a file"
+cmp -s "$TMP/p-f32.klnt" "$TMP/kiln-v2-f16-named.klnt" && ok || bad "pack through a symlink"
+[ "$(stat -c %a "$TMP/p-f32.klnt")" = 600 ] && ok || bad "pack changed the mode of OUT"
+mkdir "$TMP/sig"
+if command -v script >/dev/null 2>&1; then # util-linux: stderr on a pseudo-terminal
+	script -qc "'$KLNT' gen '$TMP/sig/tty.klnt' --tensors 40 --bytes 4M --no-sync" /dev/null \
+		>"$TMP/out" 2>&1
+	has "$TMP/out" "klnt gen: 0 of 4 MiB"
+	rm -f "$TMP/sig/tty.klnt"
+fi
+# interrupted SIGNAL STATUS COMMAND...: stop the command after 0.3 s (the writes below take
+# seconds); it must exit with STATUS, say so in one line, and leave $TMP/sig empty.
+interrupted() {
+	sig=$1 want=$2
+	shift 2
+	timeout --preserve-status -k 10 -s "$sig" 0.3 "$@" >"$TMP/out" 2>"$TMP/err"
+	got=$?
+	[ "$got" -eq "$want" ] && ok || bad "exit $got, want $want after SIG$sig: $*"
+	has "$TMP/err" "interrupted by SIG$sig; left as it was"
+	[ "$(wc -l <"$TMP/err")" -eq 1 ] && ok || bad "not one line: $(cat "$TMP/err")"
+	[ -z "$(ls -A "$TMP/sig")" ] && ok || bad "left behind: $(ls -A "$TMP/sig")"
+	rm -f "$TMP/sig/"*
+}
+interrupted TERM 143 "$KLNT" gen "$TMP/sig/g.klnt" --tensors 40 --bytes 3G --no-sync
+interrupted INT 130 "$KLNT" gen "$TMP/sig/g.klnt" --tensors 40 --bytes 3G
+truncate -s 2G "$TMP/sparse.raw"
+interrupted TERM 143 "$KLNT" pack "$TMP/sig/p.klnt" --tensor ":u8:2147483648:$TMP/sparse.raw"
+rm -f "$TMP/sparse.raw"
+# gen checks the free space first: nothing is written when the file cannot fit
+expect 3 "$KLNT" gen "$TMP/sig/huge.klnt" --tensors 40 --bytes 900T
+has "$TMP/err" "bytes free; nothing was written"
+[ -z "$(ls -A "$TMP/sig")" ] && ok || bad "gen wrote despite the space check"
 
 echo "cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -4,13 +4,18 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "helpers.h"
+#include "sys.h"
 
 static const uint8_t f32_2[8] = {0x00, 0x00, 0x80, 0x3f, 0x00, 0x00, 0x00, 0xc0};
 
@@ -379,6 +384,591 @@ Test(file, unwritable_directory_is_io)
 	cr_assert_eq(kiln_write_file(KILN_TEST_TMP "/no/such/dir/x.klnt", &t, 1, 0, &err), KILN_IO);
 	cr_assert_eq(err.sys_errno, ENOENT);
 	cr_assert_not_null(strstr(err.message, "x.klnt"));
+}
+
+/* --- kiln_write_file: what a directory holds during and after a write ---------------------- */
+
+/* The entries of dir other than "." and "..", as "name,name,..." sorted by readdir order, and
+ * their number. */
+static int list_dir(const char *dir, char *names, size_t cap)
+{
+	DIR *dh = opendir(dir);
+	cr_assert_not_null(dh, "opendir %s", dir);
+	int n = 0;
+	if (cap)
+		names[0] = '\0';
+	for (struct dirent *e; (e = readdir(dh));) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		n++;
+		if (cap && strlen(names) + strlen(e->d_name) + 2 < cap) {
+			strcat(names, e->d_name);
+			strcat(names, ",");
+		}
+	}
+	closedir(dh);
+	return n;
+}
+
+static int entries(const char *dir)
+{
+	return list_dir(dir, NULL, 0);
+}
+
+/* A payload callback that fills bytes with `value`, looks into `dir` on its first call (what a
+ * reader of the directory sees while the file is being written), and fails or stops on a chosen
+ * call. */
+struct watch {
+	const char *dir;
+	uint8_t value;
+	unsigned calls, fail_at, kill_at;
+	int fail_with;
+	int seen; /* entries in dir at the first call */
+	char names[4096];
+};
+
+static int watch_read(void *ctx, uint32_t tensor, uint64_t offset, void *buf, size_t len)
+{
+	struct watch *w = ctx;
+	(void)tensor;
+	(void)offset;
+	if (++w->calls == 1 && w->dir)
+		w->seen = list_dir(w->dir, w->names, sizeof(w->names));
+	if (w->calls == w->kill_at)
+		raise(SIGKILL);
+	if (w->calls == w->fail_at)
+		return w->fail_with ? w->fail_with : EIO;
+	memset(buf, w->value, len);
+	return 0;
+}
+
+/* Write one u8 tensor of `len` bytes of `value` through watch_read. */
+static int write_u8(const char *path, struct watch *w, uint64_t len, uint32_t flags,
+		    kiln_error *err)
+{
+	kiln_tensor_spec t = {
+	    .dtype = KILN_DT_U8, .rank = 1, .shape = {len}, .read = watch_read, .read_ctx = w};
+	return kiln_write_file(path, &t, 1, flags, err);
+}
+
+/* The first payload byte of the file at path (and that it opens). */
+static int first_byte(const char *path)
+{
+	kiln_dir *d;
+	kiln_error err;
+	cr_assert_eq(kiln_dir_open(path, NULL, &d, &err), 0, "%s: %s", path, err.message);
+	int b = ((const uint8_t *)kiln_dir_tensor(d, 0)->data)[0];
+	kiln_dir_close(d);
+	return b;
+}
+
+static int tmpfile_supported(const char *dir)
+{
+	int fd = open(dir, O_TMPFILE | O_WRONLY, 0600);
+	if (fd >= 0)
+		close(fd);
+	return fd >= 0;
+}
+
+/* Fault injection through the system-call table (src/sys.h). Each test runs in its own
+ * process, so a replaced entry never leaks into another test. */
+static int refuse_tmpfile_with = EOPNOTSUPP;
+static int open_no_tmpfile(int dirfd, const char *path, int flags, mode_t mode)
+{
+	if ((flags & O_TMPFILE) == O_TMPFILE) {
+		errno = refuse_tmpfile_with;
+		return -1;
+	}
+	return openat(dirfd, path, flags, mode);
+}
+
+static int open_dir_refused(int dirfd, const char *path, int flags, mode_t mode)
+{
+	if ((flags & O_TMPFILE) != O_TMPFILE && (flags & O_DIRECTORY)) {
+		errno = EACCES;
+		return -1;
+	}
+	return openat(dirfd, path, flags, mode);
+}
+
+static int fsync_fails_on(int fd, int dir)
+{
+	struct stat st;
+	cr_assert_eq(fstat(fd, &st), 0);
+	if (!S_ISDIR(st.st_mode) == !dir) {
+		errno = EIO;
+		return -1;
+	}
+	return fsync(fd);
+}
+static int fsync_dir_eio(int fd)
+{
+	return fsync_fails_on(fd, 1);
+}
+static int fsync_file_eio(int fd)
+{
+	return fsync_fails_on(fd, 0);
+}
+static int rename_eio(int a, const char *b, int c, const char *d)
+{
+	(void)a, (void)b, (void)c, (void)d;
+	errno = EIO;
+	return -1;
+}
+static int link_enospc(int a, const char *b, int c, const char *d, int f)
+{
+	(void)a, (void)b, (void)c, (void)d, (void)f;
+	errno = ENOSPC;
+	return -1;
+}
+
+/* A scratch directory holding `name` written with bytes of `value`. */
+static char *dir_with(const char *name, uint8_t value, char **path)
+{
+	char *dir = temp_dir();
+	cr_assert(asprintf(path, "%s/%s", dir, name) > 0);
+	struct watch w = {.value = value};
+	kiln_error err;
+	struct kiln__sys faults = kiln__sys; /* written without them */
+	kiln__sys = kiln__sys_default;
+	cr_assert_eq(write_u8(*path, &w, 100, 0, &err), 0, "%s", err.message);
+	kiln__sys = faults;
+	return dir;
+}
+
+/* Remove a scratch directory and everything in it (one level). */
+static void drop_dir(char *dir)
+{
+	DIR *dh = opendir(dir);
+	for (struct dirent *e; dh && (e = readdir(dh));) {
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+			char *p;
+			cr_assert(asprintf(&p, "%s/%s", dir, e->d_name) > 0);
+			if (unlink(p) != 0)
+				rmdir(p);
+			free(p);
+		}
+	}
+	if (dh)
+		closedir(dh);
+	cr_assert_eq(rmdir(dir), 0, "rmdir %s: %s", dir, strerror(errno));
+	free(dir);
+}
+
+Test(file, nothing_is_visible_while_writing)
+{
+	char *dir = temp_dir(), *path;
+	if (!tmpfile_supported(dir))
+		cr_skip_test("the scratch file system has no O_TMPFILE");
+	cr_assert(asprintf(&path, "%s/new.klnt", dir) > 0);
+	struct watch w = {.dir = dir, .value = 1};
+	kiln_error err;
+	cr_assert_eq(write_u8(path, &w, 3u << 20, 0, &err), 0, "%s", err.message);
+	cr_assert_eq(w.seen, 0, "visible while writing a new file: %s", w.names);
+	cr_assert_eq(first_byte(path), 1);
+	/* Replacing: only the old file is there until the end. */
+	w = (struct watch){.dir = dir, .value = 2};
+	cr_assert_eq(write_u8(path, &w, 3u << 20, 0, &err), 0, "%s", err.message);
+	cr_assert_eq(w.seen, 1, "visible while replacing: %s", w.names);
+	cr_assert_str_eq(w.names, "new.klnt,");
+	cr_assert_eq(first_byte(path), 2);
+	cr_assert_eq(entries(dir), 1);
+	free(path);
+	drop_dir(dir);
+}
+
+Test(file, a_killed_writer_leaves_nothing_behind)
+{
+	char *dir = temp_dir(), *path;
+	if (!tmpfile_supported(dir))
+		cr_skip_test("the scratch file system has no O_TMPFILE");
+	cr_assert(asprintf(&path, "%s/k.klnt", dir) > 0);
+	for (int replace = 0; replace < 2; replace++) {
+		pid_t pid = fork();
+		cr_assert_geq(pid, 0);
+		if (pid == 0) {
+			struct watch w = {.value = 9, .kill_at = 3};
+			write_u8(path, &w, 8u << 20, 0, NULL);
+			_exit(0);
+		}
+		int status;
+		cr_assert_eq(waitpid(pid, &status, 0), pid);
+		cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+		cr_assert_eq(entries(dir), replace, "a killed write left a file behind");
+		if (replace)
+			cr_assert_eq(first_byte(path), 7, "the old file is intact");
+		struct watch w = {.value = 7};
+		cr_assert_eq(write_u8(path, &w, 100, 0, NULL), 0);
+	}
+	free(path);
+	drop_dir(dir);
+}
+
+/* Without O_TMPFILE: a hidden file with a random name, gone when the call returns. Names that
+ * older versions would have used (PID and a counter) do not get in the way. */
+static void fallback_case(int refusal)
+{
+	refuse_tmpfile_with = refusal;
+	kiln__sys.openat = open_no_tmpfile;
+	char *path, *dir = dir_with("f.klnt", 1, &path);
+	int squatted = 0;
+	for (unsigned i = 0; i < 100; i++) {
+		char *p;
+		cr_assert(asprintf(&p, "%s/.kiln-tmp.%ld.%u", dir, (long)getpid(), i) > 0);
+		int fd = open(p, O_WRONLY | O_CREAT | O_EXCL, 0600);
+		squatted += fd >= 0;
+		close(fd);
+		free(p);
+	}
+	char first[64] = "";
+	for (int round = 0; round < 2; round++) {
+		struct watch w = {.dir = dir, .value = (uint8_t)(2 + round)};
+		kiln_error err;
+		cr_assert_eq(write_u8(path, &w, 3u << 20, 0, &err), 0, "%s", err.message);
+		cr_assert_eq(w.seen, squatted + 2, "%s", w.names);
+		/* The one name that is neither the target nor a squatter's. */
+		char *tmp = NULL;
+		for (char *s = strtok(w.names, ","); s; s = strtok(NULL, ","))
+			if (strcmp(s, "f.klnt") && strncmp(s, ".kiln-tmp.", 10) == 0 &&
+			    strlen(s) == 26)
+				tmp = s;
+		cr_assert_not_null(tmp, "no random temporary name");
+		for (const char *c = tmp + 10; *c; c++)
+			cr_assert(strchr("0123456789abcdef", *c), "%s", tmp);
+		cr_assert_str_neq(tmp, first, "the same name twice");
+		strcpy(first, tmp);
+		cr_assert_eq(first_byte(path), 2 + round);
+		cr_assert_eq(entries(dir), squatted + 1, "the temporary file is left");
+	}
+	/* A failed write removes it. */
+	struct watch w = {.value = 5, .fail_at = 2};
+	cr_assert_eq(write_u8(path, &w, 3u << 20, 0, NULL), KILN_IO);
+	cr_assert_eq(entries(dir), squatted + 1, "the temporary file is left");
+	cr_assert_eq(first_byte(path), 3);
+	free(path);
+	drop_dir(dir);
+}
+
+Test(file, without_tmpfile_a_random_name)
+{
+	fallback_case(EOPNOTSUPP);
+}
+
+Test(file, without_tmpfile_old_kernel)
+{
+	fallback_case(EISDIR);
+}
+
+Test(file, without_tmpfile_einval)
+{
+	fallback_case(EINVAL);
+}
+
+/* The rename happened, the directory sync did not: UNSYNCED, with the new file in place. */
+static void expect_unsynced(int sys_errno)
+{
+	char *path, *dir = dir_with("u.klnt", 1, &path);
+	struct watch w = {.value = 2};
+	kiln_error err;
+	cr_assert_eq(write_u8(path, &w, 100, 0, &err), KILN_UNSYNCED, "%s",
+		     kiln_code_name(err.code));
+	cr_assert_eq(err.code, KILN_UNSYNCED);
+	cr_assert_eq(err.sys_errno, sys_errno);
+	cr_assert_not_null(strstr(err.message, "u.klnt"), "%s", err.message);
+	cr_assert_not_null(strstr(err.message, "in place"), "%s", err.message);
+	cr_assert_eq(first_byte(path), 2, "the new file is in place");
+	cr_assert_eq(entries(dir), 1);
+	/* Nothing is synced with KILN_WRITE_NO_SYNC, so nothing can fail. */
+	w.value = 3;
+	cr_assert_eq(write_u8(path, &w, 100, KILN_WRITE_NO_SYNC, &err), 0, "%s", err.message);
+	cr_assert_eq(first_byte(path), 3);
+	free(path);
+	drop_dir(dir);
+}
+
+Test(file, directory_that_cannot_be_opened_is_unsynced)
+{
+	kiln__sys.openat = open_dir_refused;
+	expect_unsynced(EACCES);
+}
+
+Test(file, directory_fsync_failure_is_unsynced)
+{
+	kiln__sys.fsync = fsync_dir_eio;
+	expect_unsynced(EIO);
+}
+
+Test(file, unreadable_directory_is_unsynced)
+{
+	if (geteuid() == 0)
+		cr_skip_test("root reads any directory; the fault-injected cases cover it");
+	char *path, *dir = dir_with("r.klnt", 1, &path);
+	cr_assert_eq(chmod(dir, 0300), 0);
+	struct watch w = {.value = 2};
+	kiln_error err;
+	int rc = write_u8(path, &w, 100, 0, &err);
+	cr_assert_eq(chmod(dir, 0700), 0);
+	cr_assert_eq(rc, KILN_UNSYNCED, "%s", err.message);
+	cr_assert_eq(err.sys_errno, EACCES);
+	cr_assert_eq(first_byte(path), 2);
+	free(path);
+	drop_dir(dir);
+}
+
+/* A failure before the rename: IO naming the step, the old file intact, nothing left over. */
+static void expect_untouched(const char *step, int sys_errno)
+{
+	char *path, *dir = dir_with("t.klnt", 1, &path);
+	struct watch w = {.value = 2};
+	kiln_error err;
+	cr_assert_eq(write_u8(path, &w, 100, 0, &err), KILN_IO);
+	cr_assert_eq(err.sys_errno, sys_errno, "%s", err.message);
+	cr_assert_not_null(strstr(err.message, step), "%s", err.message);
+	cr_assert_not_null(strstr(err.message, "t.klnt"), "%s", err.message);
+	cr_assert_eq(first_byte(path), 1, "the old file is intact");
+	cr_assert_eq(entries(dir), 1, "a temporary file was left");
+	free(path);
+	drop_dir(dir);
+}
+
+Test(file, file_fsync_failure_leaves_target_untouched)
+{
+	kiln__sys.fsync = fsync_file_eio;
+	expect_untouched("fsync", EIO);
+	kiln__sys.openat = open_no_tmpfile;
+	expect_untouched("fsync", EIO);
+}
+
+Test(file, rename_failure_leaves_target_untouched)
+{
+	kiln__sys.renameat = rename_eio;
+	expect_untouched("rename", EIO); /* linked under a random name, then removed */
+	kiln__sys.openat = open_no_tmpfile;
+	expect_untouched("rename", EIO);
+}
+
+Test(file, link_failure_leaves_nothing)
+{
+	kiln__sys.linkat = link_enospc;
+	expect_untouched("link", ENOSPC);
+	char *dir = temp_dir(), *path;
+	cr_assert(asprintf(&path, "%s/n.klnt", dir) > 0);
+	struct watch w = {.value = 2};
+	kiln_error err;
+	int rc = write_u8(path, &w, 100, 0, &err);
+	if (tmpfile_supported(dir)) {
+		cr_assert_eq(rc, KILN_IO);
+		cr_assert_eq(err.sys_errno, ENOSPC);
+	}
+	cr_assert_eq(entries(dir), rc ? 0 : 1);
+	free(path);
+	drop_dir(dir);
+}
+
+Test(file, callback_cancel_is_canceled)
+{
+	char *path, *dir = dir_with("c.klnt", 1, &path);
+	struct watch w = {.value = 2, .fail_at = 2, .fail_with = ECANCELED};
+	kiln_error err;
+	cr_assert_eq(write_u8(path, &w, 3u << 20, 0, &err), KILN_CANCELED, "%s", err.message);
+	cr_assert_eq(err.tensor, 0);
+	cr_assert_eq(first_byte(path), 1);
+	cr_assert_eq(entries(dir), 1);
+	static uint8_t buf[1024];
+	w = (struct watch){.fail_at = 1, .fail_with = ECANCELED};
+	kiln_tensor_spec t = {
+	    .dtype = KILN_DT_U8, .rank = 1, .shape = {10}, .read = watch_read, .read_ctx = &w};
+	cr_assert_eq(kiln_write_memory(&t, 1, buf, sizeof(buf), NULL, &err), KILN_CANCELED);
+	free(path);
+	drop_dir(dir);
+}
+
+Test(file, new_file_mode_follows_umask)
+{
+	char *dir = temp_dir(), *path;
+	cr_assert(asprintf(&path, "%s/m.klnt", dir) > 0);
+	const mode_t masks[] = {022, 077, 002};
+	for (int i = 0; i < 3; i++) {
+		umask(masks[i]);
+		struct watch w = {.value = 1};
+		cr_assert_eq(write_u8(path, &w, 10, 0, NULL), 0);
+		struct stat st;
+		cr_assert_eq(stat(path, &st), 0);
+		cr_assert_eq(st.st_mode & 07777, 0666 & ~masks[i], "mode %o", st.st_mode & 07777);
+		unlink(path);
+	}
+	free(path);
+	drop_dir(dir);
+}
+
+Test(file, rewrite_keeps_the_mode)
+{
+	umask(022);
+	const mode_t modes[] = {0600, 0640, 0444, 02750};
+	for (int fallback = 0; fallback < 2; fallback++) {
+		if (fallback)
+			kiln__sys.openat = open_no_tmpfile;
+		for (int i = 0; i < 4; i++) {
+			char *path, *dir = dir_with("p.klnt", 1, &path);
+			cr_assert_eq(chmod(path, modes[i]), 0);
+			struct watch w = {.value = 2};
+			kiln_error err;
+			cr_assert_eq(write_u8(path, &w, 100, 0, &err), 0, "%s", err.message);
+			struct stat st;
+			cr_assert_eq(stat(path, &st), 0);
+			cr_assert_eq(st.st_mode & 07777, modes[i], "mode %o, want %o",
+				     st.st_mode & 07777, modes[i]);
+			cr_assert_eq(first_byte(path), 2);
+			free(path);
+			drop_dir(dir);
+		}
+	}
+}
+
+Test(file, rewrite_keeps_the_owner)
+{
+	if (geteuid() != 0)
+		cr_skip_test("only root can give a file to someone else");
+	char *path, *dir = dir_with("o.klnt", 1, &path);
+	cr_assert_eq(chown(path, 4321, 4322), 0);
+	cr_assert_eq(chmod(path, 0600), 0);
+	struct watch w = {.value = 2};
+	cr_assert_eq(write_u8(path, &w, 100, 0, NULL), 0);
+	struct stat st;
+	cr_assert_eq(stat(path, &st), 0);
+	cr_assert_eq(st.st_uid, 4321);
+	cr_assert_eq(st.st_gid, 4322);
+	cr_assert_eq(st.st_mode & 07777, 0600);
+	free(path);
+	drop_dir(dir);
+}
+
+static void expect_link(const char *link, const char *to)
+{
+	char buf[512];
+	ssize_t n = readlink(link, buf, sizeof(buf) - 1);
+	cr_assert_geq(n, 0, "%s is no longer a symlink", link);
+	buf[n] = '\0';
+	cr_assert_str_eq(buf, to);
+}
+
+Test(file, symlinks_are_followed_and_stay_links)
+{
+	char *real, *dir = dir_with("real.klnt", 1, &real);
+	cr_assert_eq(chmod(real, 0600), 0);
+	char *sub, *a, *b, *abs_link;
+	cr_assert(asprintf(&sub, "%s/sub", dir) > 0);
+	cr_assert_eq(mkdir(sub, 0700), 0);
+	cr_assert(asprintf(&a, "%s/a", sub) > 0); /* sub/a -> b -> ../real.klnt */
+	cr_assert(asprintf(&b, "%s/b", sub) > 0);
+	cr_assert(asprintf(&abs_link, "%s/abs", dir) > 0);
+	cr_assert_eq(symlink("b", a), 0);
+	cr_assert_eq(symlink("../real.klnt", b), 0);
+	cr_assert_eq(symlink(real, abs_link), 0);
+
+	struct watch w = {.value = 2};
+	kiln_error err;
+	cr_assert_eq(write_u8(a, &w, 100, 0, &err), 0, "%s", err.message);
+	expect_link(a, "b");
+	expect_link(b, "../real.klnt");
+	cr_assert_eq(first_byte(real), 2);
+	struct stat st;
+	cr_assert_eq(stat(real, &st), 0);
+	cr_assert_eq(st.st_mode & 07777, 0600, "the mode of the file behind the link is kept");
+	cr_assert_eq(entries(sub), 2, "nothing was written next to the link");
+
+	w.value = 3;
+	cr_assert_eq(write_u8(abs_link, &w, 100, 0, &err), 0, "%s", err.message);
+	expect_link(abs_link, real);
+	cr_assert_eq(first_byte(real), 3);
+	cr_assert_eq(entries(dir), 3);
+
+	/* A dangling link names the file to create. */
+	char *dangling, *created;
+	cr_assert(asprintf(&dangling, "%s/dangling", dir) > 0);
+	cr_assert(asprintf(&created, "%s/sub/created.klnt", dir) > 0);
+	cr_assert_eq(symlink("sub/created.klnt", dangling), 0);
+	w.value = 4;
+	cr_assert_eq(write_u8(dangling, &w, 100, 0, &err), 0, "%s", err.message);
+	expect_link(dangling, "sub/created.klnt");
+	cr_assert_eq(first_byte(created), 4);
+
+	/* A loop is IO, ELOOP. */
+	char *l1, *l2;
+	cr_assert(asprintf(&l1, "%s/l1", dir) > 0);
+	cr_assert(asprintf(&l2, "%s/l2", dir) > 0);
+	cr_assert_eq(symlink("l2", l1), 0);
+	cr_assert_eq(symlink("l1", l2), 0);
+	cr_assert_eq(write_u8(l1, &w, 100, 0, &err), KILN_IO);
+	cr_assert_eq(err.sys_errno, ELOOP);
+	cr_assert_not_null(strstr(err.message, "symlink"), "%s", err.message);
+
+	unlink(a);
+	unlink(b);
+	unlink(created);
+	rmdir(sub);
+	free(sub), free(a), free(b), free(abs_link), free(dangling), free(created), free(l1);
+	free(l2), free(real);
+	drop_dir(dir);
+}
+
+Test(file, a_stranger_s_symlink_in_a_sticky_directory_is_not_followed)
+{
+	if (geteuid() != 0)
+		cr_skip_test("only root can make a symlink owned by someone else");
+	char *real, *dir = dir_with("real.klnt", 1, &real);
+	char *sticky, *link;
+	cr_assert(asprintf(&sticky, "%s/tmp", dir) > 0);
+	cr_assert(asprintf(&link, "%s/model.klnt", sticky) > 0);
+	cr_assert_eq(mkdir(sticky, 0700), 0);
+	cr_assert_eq(chmod(sticky, 01777), 0);
+	cr_assert_eq(symlink(real, link), 0);
+	cr_assert_eq(lchown(link, 4321, 4321), 0);
+	struct watch w = {.value = 2};
+	kiln_error err;
+	cr_assert_eq(write_u8(link, &w, 100, 0, &err), KILN_IO);
+	cr_assert_eq(err.sys_errno, EACCES);
+	cr_assert_eq(first_byte(real), 1, "the file behind the link was replaced");
+	/* Our own link there, or anyone's in a directory that is not sticky, is followed. */
+	cr_assert_eq(lchown(link, 0, 0), 0);
+	cr_assert_eq(write_u8(link, &w, 100, 0, &err), 0, "%s", err.message);
+	cr_assert_eq(first_byte(real), 2);
+	cr_assert_eq(lchown(link, 4321, 4321), 0);
+	cr_assert_eq(chmod(sticky, 0777), 0);
+	w.value = 3;
+	cr_assert_eq(write_u8(link, &w, 100, 0, &err), 0, "%s", err.message);
+	cr_assert_eq(first_byte(real), 3);
+	unlink(link);
+	rmdir(sticky);
+	free(link), free(sticky), free(real);
+	drop_dir(dir);
+}
+
+Test(file, only_regular_files_are_replaced)
+{
+	char *dir = temp_dir(), *path;
+	cr_assert(asprintf(&path, "%s/x", dir) > 0);
+	struct watch w = {.value = 2};
+	kiln_error err;
+	cr_assert_eq(mkdir(path, 0700), 0);
+	cr_assert_eq(write_u8(path, &w, 100, 0, &err), KILN_IO);
+	cr_assert_eq(err.sys_errno, EISDIR);
+	cr_assert_eq(rmdir(path), 0);
+	cr_assert_eq(mkfifo(path, 0600), 0);
+	cr_assert_eq(write_u8(path, &w, 100, 0, &err), KILN_IO);
+	cr_assert_eq(err.sys_errno, EINVAL);
+	cr_assert_not_null(strstr(err.message, "regular"), "%s", err.message);
+	struct stat st;
+	cr_assert_eq(lstat(path, &st), 0);
+	cr_assert(S_ISFIFO(st.st_mode), "the FIFO was replaced");
+	cr_assert_eq(entries(dir), 1);
+	char *slash;
+	cr_assert(asprintf(&slash, "%s/", dir) > 0);
+	cr_assert_eq(write_u8(slash, &w, 100, 0, &err), KILN_IO);
+	cr_assert_eq(err.sys_errno, EISDIR);
+	free(slash);
+	free(path);
+	drop_dir(dir);
 }
 
 Test(memory, size_matches_and_is_deterministic)

@@ -6,6 +6,9 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "klnt.h"
 
@@ -18,7 +21,8 @@ static const char usage[] =
     "(bf16), blk.L.ffn_up.weight (e2m1, block-quantized along its last axis in groups of 32)\n"
     "with blk.L.ffn_up.scale (e8m0), blk.L.ffn_down.weight (opaque dtype 4097, layout Q4_K,\n"
     "144-byte blocks) and blk.L.ffn_norm.weight (f32), then output_norm.weight. Payload bytes\n"
-    "are pseudo-random (from --seed), streamed to disk, never held in memory.\n"
+    "are pseudo-random (from --seed), streamed to disk, never held in memory. On a terminal,\n"
+    "progress is shown on stderr.\n"
     "\n"
     "SIZE takes a suffix: K, M, G (powers of 1024; KiB, MiB, GiB also accepted).\n"
     "\n"
@@ -31,8 +35,13 @@ static const char usage[] =
     "      --no-sync    do not fsync OUT before renaming it into place\n"
     "  -h, --help       show this help and exit\n"
     "\n"
+    "OUT is replaced atomically and keeps its mode; a symlink is followed. Nothing is written\n"
+    "when the file system has less free space than the file needs. SIGINT or SIGTERM stop the\n"
+    "write and leave OUT as it was.\n"
+    "\n"
     "Exit status: 0 ok; 1 the tensors cannot be encoded (e.g. LIMIT for too many names);\n"
-    "2 usage error; 3 OUT could not be written.\n";
+    "2 usage error; 3 OUT could not be written, or not synced, or does not fit;\n"
+    "130, 143 interrupted by SIGINT, SIGTERM.\n";
 
 #define HIDDEN 256 /* row length: a multiple of the e2m1 group (32) and the Q4_K block (256) */
 
@@ -65,7 +74,28 @@ static int is_big(enum kind k)
 struct gen_ctx {
 	uint64_t seed;
 	const kiln_tensor_spec *t;
+	/* progress on a terminal */
+	int tty, shown;
+	uint64_t total, done;
+	struct timespec last;
 };
+
+static void show_progress(struct gen_ctx *g, size_t len)
+{
+	g->done += len;
+	if (!g->tty)
+		return;
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	double since =
+	    (double)(now.tv_sec - g->last.tv_sec) + (now.tv_nsec - g->last.tv_nsec) / 1e9;
+	if (g->shown && since < 0.25 && g->done < g->total)
+		return;
+	g->last = now;
+	g->shown = 1;
+	fprintf(stderr, "\rklnt gen: %" PRIu64 " of %" PRIu64 " MiB (%d%%)   ", g->done >> 20,
+		g->total >> 20, g->total ? (int)(100.0 * (double)g->done / (double)g->total) : 100);
+}
 
 static uint64_t mix(uint64_t z)
 {
@@ -76,7 +106,11 @@ static uint64_t mix(uint64_t z)
 
 static int produce(void *ctx, uint32_t tensor, uint64_t offset, void *buf, size_t len)
 {
-	const struct gen_ctx *g = ctx;
+	struct gen_ctx *g = ctx;
+	/* Stopping here makes kiln_write_file remove its temporary file and return CANCELED. */
+	if (klnt_caught_signal())
+		return ECANCELED;
+	show_progress(g, len);
 	uint8_t *p = buf;
 	uint64_t base = g->seed * 0x9E3779B97F4A7C15ull ^ ((uint64_t)tensor << 40);
 	size_t i = 0;
@@ -133,6 +167,57 @@ static int parse_size(const char *s, uint64_t *out)
 		return -1;
 	*out = (uint64_t)v << shift;
 	return 0;
+}
+
+/* Refuse up front when the file system cannot hold the file: finding out after minutes of
+ * writing, with the disk full for everyone else, is worse. The file being replaced is only freed
+ * after the rename, so it does not count as free space. Returns 0 or an exit status. */
+static int check_space(const struct klnt_cmd *cmd, const char *out, uint64_t need)
+{
+	char *real = realpath(out, NULL); /* the writer follows symlinks; so does this */
+	const char *p = real ? real : out;
+	const char *slash = strrchr(p, '/');
+	char *dir = slash ? strndup(p, (size_t)(slash - p) + 1) : strdup(".");
+	struct statvfs sv;
+	int ok = dir && statvfs(dir, &sv) == 0;
+	free(dir);
+	free(real);
+	if (!ok)
+		return 0; /* the writer reports what is wrong with the directory */
+	uint64_t avail;
+	if (__builtin_mul_overflow((uint64_t)sv.f_bavail, (uint64_t)sv.f_frsize, &avail))
+		avail = UINT64_MAX;
+	if (need <= avail)
+		return 0;
+	klnt_errorf(cmd,
+		    "%s: needs %" PRIu64 " bytes, but its file system has only %" PRIu64
+		    " bytes free; nothing was written",
+		    out, need, avail);
+	return KLNT_EXIT_IO;
+}
+
+static int write_out(const struct klnt_cmd *cmd, const char *out, const kiln_tensor_spec *t,
+		     uint32_t n, uint32_t wflags, struct gen_ctx *g, int named)
+{
+	g->tty = isatty(STDERR_FILENO);
+	klnt_catch_signals();
+	kiln_error err;
+	int rc = kiln_write_file(out, t, n, wflags, &err);
+	if (g->shown)
+		fprintf(stderr, "\r%60s\r", "");
+	int sig = klnt_caught_signal();
+	if (sig && (rc == KILN_CANCELED || rc == KILN_OK || rc == KILN_UNSYNCED))
+		return klnt_interrupted(cmd, out, sig, rc != KILN_CANCELED);
+	if (!rc)
+		return KLNT_EXIT_OK;
+	klnt_report(stderr, out, rc, &err);
+	if (rc == KILN_LIMIT && named)
+		klnt_errorf(cmd,
+			    "the names of %" PRIu32
+			    " tensors do not fit the heap's 16-bit offsets; "
+			    "try --unnamed",
+			    n);
+	return klnt_exit_for(rc);
 }
 
 static int run(const struct klnt_cmd *cmd, int argc, char **argv)
@@ -301,20 +386,18 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 			break;
 		}
 	}
-	kiln_error err;
-	int rc = kiln_write_file(out, t, (uint32_t)n, wflags, &err);
-	if (rc) {
-		klnt_report(stderr, out, rc, &err);
-		if (rc == KILN_LIMIT && names)
-			klnt_errorf(cmd,
-				    "the names of %" PRIu64 " tensors do not fit the heap's "
-				    "16-bit offsets; try --unnamed",
-				    n);
+	uint64_t need = 0;
+	int exit_code = KLNT_EXIT_OK;
+	if (kiln_write_size(t, (uint32_t)n, &need, NULL) == 0)
+		exit_code = check_space(cmd, out, need);
+	if (!exit_code) {
+		g.total = need;
+		exit_code = write_out(cmd, out, t, (uint32_t)n, wflags, &g, names != NULL);
 	}
 	free(names);
 	free(t);
 	free(kinds);
-	return rc ? klnt_exit_for(rc) : KLNT_EXIT_OK;
+	return exit_code;
 }
 
 const struct klnt_cmd klnt_cmd_gen = {

@@ -20,8 +20,9 @@ static const char usage[] =
     "usage: klnt pack [-v] [--no-sync] OUT [--tensor SPEC [--quant Q] [--layout L]]...\n"
     "\n"
     "Write a KLNT v2 file OUT holding the given tensors, in order, in the canonical layout.\n"
-    "OUT is replaced atomically (written to a temporary file, synced, then renamed). With no\n"
-    "--tensor the file holds no tensors.\n"
+    "OUT is replaced atomically (written to a temporary file, synced, then renamed) and keeps\n"
+    "its mode; a symlink is followed. SIGINT or SIGTERM stop the write and leave OUT as it\n"
+    "was. With no --tensor the file holds no tensors.\n"
     "\n"
     "  -t, --tensor NAME:DTYPE:SHAPE:RAWFILE\n"
     "      Add a tensor whose payload is the bytes of RAWFILE.\n"
@@ -49,7 +50,8 @@ static const char usage[] =
     "\n"
     "Errors the format rules raise are printed as \"OUT: CLASS: message\".\n"
     "Exit status: 0 ok; 1 the tensors break a format rule (FRAME, TYPE, LIMIT, UTF8) or a\n"
-    "RAWFILE has the wrong size; 2 usage error; 3 a file could not be read or written.\n";
+    "RAWFILE has the wrong size; 2 usage error; 3 a file could not be read or written (or OUT\n"
+    "not synced); 130, 143 interrupted by SIGINT, SIGTERM.\n";
 
 enum { OPT_QUANT = 256, OPT_LAYOUT, OPT_NO_SYNC };
 
@@ -352,6 +354,9 @@ static int read_raw(void *ctx, uint32_t tensor, uint64_t offset, void *buf, size
 {
 	struct raw *r = ctx;
 	(void)tensor;
+	/* Stopping here makes kiln_write_file remove its temporary file and return CANCELED. */
+	if (klnt_caught_signal())
+		return ECANCELED;
 	if (r->fd < 0) {
 		r->fd = open(r->path, O_RDONLY | O_CLOEXEC);
 		if (r->fd < 0)
@@ -432,7 +437,9 @@ static int write_out(struct pack *pk, const char *out, uint32_t flags, int verbo
 		specs[i].read_ctx = &t->raw;
 	}
 	kiln_error err;
+	klnt_catch_signals();
 	int rc = kiln_write_file(out, specs, pk->n, flags, &err);
+	int sig = klnt_caught_signal();
 	for (uint32_t i = 0; i < pk->n; i++) {
 		struct raw *r = &pk->t[i].raw;
 		if (r->fd >= 0)
@@ -448,7 +455,9 @@ static int write_out(struct pack *pk, const char *out, uint32_t flags, int verbo
 		}
 	}
 	int exit_code = KLNT_EXIT_OK;
-	if (rc) {
+	if (sig && (rc == KILN_CANCELED || rc == KILN_OK || rc == KILN_UNSYNCED)) {
+		exit_code = klnt_interrupted(pk->cmd, out, sig, rc != KILN_CANCELED);
+	} else if (rc) {
 		int reported = 0;
 		for (uint32_t i = 0; i < pk->n; i++)
 			reported |= pk->t[i].raw.failed;

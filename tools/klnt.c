@@ -53,7 +53,9 @@ static const char main_usage_tail[] =
     "     tensor, or a raw file whose size does not match its dtype and shape\n"
     "  2  usage error: unknown command or option, missing or malformed argument\n"
     "  3  a file could not be opened, read or written (IO), or memory ran out;\n"
-    "     for check, this wins over 1\n";
+    "     for check, this wins over 1\n"
+    "  130, 143  gen or pack was interrupted by SIGINT or SIGTERM (128 + the signal); the\n"
+    "     output file was left as it was, and no temporary file remains\n";
 
 static void main_usage(FILE *f)
 {
@@ -210,6 +212,42 @@ int klnt_flush_stdout(void)
 	if (!stdout_errno)
 		stdout_errno = errno ? errno : EIO;
 	return stdout_errno;
+}
+
+static volatile sig_atomic_t caught_signal;
+
+static void on_signal(int sig)
+{
+	caught_signal = sig;
+}
+
+void klnt_catch_signals(void)
+{
+	static const int sigs[] = {SIGINT, SIGTERM};
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+		struct sigaction old, sa = {.sa_handler = on_signal};
+		/* SA_RESETHAND: a second signal takes the default action, for the impatient.
+		 * SA_RESTART: other system calls carry on as if nothing happened. */
+		sa.sa_flags = SA_RESETHAND | SA_RESTART;
+		sigemptyset(&sa.sa_mask);
+		if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+			sigaction(sigs[i], &sa, NULL);
+	}
+}
+
+int klnt_caught_signal(void)
+{
+	return caught_signal;
+}
+
+int klnt_interrupted(const struct klnt_cmd *cmd, const char *out, int sig, int written)
+{
+	const char *name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal";
+	if (written)
+		klnt_errorf(cmd, "%s: interrupted by %s after it was written", out, name);
+	else
+		klnt_errorf(cmd, "%s: interrupted by %s; left as it was", out, name);
+	return KLNT_EXIT_SIGNAL + sig;
 }
 
 /*

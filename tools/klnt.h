@@ -18,7 +18,8 @@ enum klnt_exit {
 	KLNT_EXIT_OK = 0,
 	KLNT_EXIT_INVALID = 1, /* a file or input was rejected: format error, no such tensor */
 	KLNT_EXIT_USAGE = 2,   /* bad command line */
-	KLNT_EXIT_IO = 3       /* a file could not be read or written, or memory ran out */
+	KLNT_EXIT_IO = 3,      /* a file could not be read or written, or memory ran out */
+	KLNT_EXIT_SIGNAL = 128 /* plus the signal: interrupted by SIGINT (130) or SIGTERM (143) */
 };
 
 struct klnt_cmd {
@@ -72,6 +73,23 @@ int klnt_flush_stdout(void);
 /* Write all of buf to stdout's descriptor, retrying partial writes and EINTR. Returns 0 or an
  * errno value. Flushes the stdio buffer first so output stays in order. */
 int klnt_write_stdout(const void *buf, size_t len);
+
+/* --- interruption (klnt.c) --------------------------------------------------------------- */
+
+/*
+ * From now on the first SIGINT or SIGTERM only sets a flag, so that a command writing a file can
+ * stop at its next payload chunk and let kiln remove the temporary file; a second one ends the
+ * process at once. A signal that was ignored when klnt started (a background job of a
+ * non-interactive shell ignores SIGINT) stays ignored.
+ */
+void klnt_catch_signals(void);
+
+/* The signal caught since klnt_catch_signals(), or 0. Cheap enough for every payload chunk. */
+int klnt_caught_signal(void);
+
+/* For a command that was writing `out` when signal sig arrived: print one line saying whether
+ * `out` was written (`written`) or left as it was, and return KLNT_EXIT_SIGNAL + sig. */
+int klnt_interrupted(const struct klnt_cmd *cmd, const char *out, int sig, int written);
 
 /* --- text (text.c) ------------------------------------------------------------------------- */
 

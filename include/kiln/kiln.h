@@ -70,7 +70,8 @@ KILN_API unsigned kiln_version_number(void);
 	X(NOTFOUND, 19, "NOTFOUND", "no such tensor")                                 \
 	X(BUSY, 20, "BUSY", "the directory still has pinned ranges")                  \
 	X(CANCELED, 21, "CANCELED", "a callback stopped the operation")               \
-	X(UNSUPPORTED, 22, "UNSUPPORTED", "not available for this source or system")
+	X(UNSUPPORTED, 22, "UNSUPPORTED", "not available for this source or system")  \
+	X(UNSYNCED, 23, "UNSYNCED", "written and in place, but not yet durable")
 
 typedef enum kiln_code {
 #define KILN__ENUM(name, value, short_name, text) KILN_##name = value,
@@ -513,7 +514,8 @@ KILN_API int kiln_tensor_unpin(kiln_dir *dir, uint32_t index, kiln_error *err);
 
 /*
  * Payload producer for kiln_tensor_spec.read: copy bytes [offset, offset + len) of the tensor's
- * payload into buf. Return 0 on success, or an errno value (kiln reports it as IO).
+ * payload into buf. Return 0 on success, ECANCELED to stop the write (kiln returns CANCELED), or
+ * another errno value (kiln reports it as IO).
  */
 typedef int (*kiln_payload_fn)(void *ctx, uint32_t tensor, uint64_t offset, void *buf, size_t len);
 
@@ -549,7 +551,7 @@ typedef struct kiln_tensor_spec {
 } kiln_tensor_spec;
 
 enum kiln_write_flags {
-	/* Skip fsync() of the file before it is renamed into place (faster, not crash safe). */
+	/* Skip fsync() of the new file and of its directory (faster, not crash safe). */
 	KILN_WRITE_NO_SYNC = 1u << 0
 };
 
@@ -569,10 +571,42 @@ KILN_API int kiln_write_memory(const kiln_tensor_spec *tensors, uint32_t count, 
 			       size_t cap, size_t *written, kiln_error *err);
 
 /*
- * Write the block to `path`: a temporary file in the same directory, fsync, then rename() over
- * `path`, so a reader that has the old file mapped keeps its pages. Payloads are streamed in
- * chunks, never held whole. On failure the temporary file is removed and `path` is untouched.
- * `flags` is a mask of enum kiln_write_flags.
+ * Write the block to `path`, replacing whatever file is there, so that a reader never sees a
+ * partial file and a reader that has the old file mapped keeps its pages. Payloads are streamed
+ * in chunks of at most 1 MiB, never held whole. `flags` is a mask of enum kiln_write_flags.
+ *
+ * How: the new file is written and fsync'ed in the directory of the file it replaces, rename()d
+ * over that file, and the directory is fsync'ed so that the new name survives a crash. Where the
+ * file system supports O_TMPFILE (and /proc is mounted) the new file has no name while it is
+ * written, so a crash, a kill or a signal leaves nothing behind; to replace an existing file it
+ * gets a hidden name beside it, once complete, just before the rename. Elsewhere it is written
+ * under a hidden ".kiln-tmp." name with 64 random bits, which a crash can leave behind but which
+ * nobody can predict, so creating names in advance cannot block a write.
+ *
+ * Symlinks are followed, as editors do: when `path` is a symlink (or a chain of them), the file
+ * it points to is replaced and the link stays a link; a dangling link names the file to create.
+ * As the kernel's protected_symlinks rule does, a link in a sticky world-writable directory (such
+ * as /tmp) is not followed unless the caller or the directory's owner owns it (IO, EACCES).
+ * A replaced file keeps its permission bits (including set-user/group-ID bits), and its owner and
+ * group where the caller may set them (as root; a group the caller belongs to); ACLs, extended
+ * attributes and other hard links to the old file are not carried over. A new file gets
+ * 0666 & ~umask. A directory, device, FIFO or socket at `path` is not replaced (IO, EISDIR or
+ * EINVAL).
+ *
+ * Returns:
+ * - 0: the new file is in place and, unless KILN_WRITE_NO_SYNC, durable;
+ * - UNSYNCED (only without KILN_WRITE_NO_SYNC): the new file is in place and complete, but its
+ *   directory could not be opened or fsync'ed (sys_errno says why; a directory that is writable
+ *   but not readable cannot be opened): a crash may still lose the rename and bring back the old
+ *   file. Every code below leaves `path` as it was;
+ * - FRAME, TYPE, LIMIT, UTF8: the tensors break a rule (as kiln_write_size, or the 4-bit padding
+ *   of a payload), INVAL for bad arguments or a payload with no source, NOMEM;
+ * - CANCELED: a read callback returned ECANCELED;
+ * - IO with sys_errno: a callback failed (its errno), or a system call did; the message names the
+ *   path and the step (looking at the target, following the symlink, opening the directory,
+ *   creating the temporary file, setting its mode, write, fsync, close, link, rename).
+ * No temporary file outlives the call, unless the process dies in it on a file system without
+ * O_TMPFILE.
  */
 KILN_API int kiln_write_file(const char *path, const kiln_tensor_spec *tensors, uint32_t count,
 			     uint32_t flags, kiln_error *err);
