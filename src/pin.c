@@ -30,6 +30,31 @@ static struct kiln__pin *find(kiln_dir *dir, uint32_t index)
 	return NULL;
 }
 
+/* munlock [ptr, ptr + len), then lock again the pages a live pin other than `self` still covers:
+ * mlock is not counted, so the first munlock of a page unlocks it for every pin. */
+static void unlock_range(kiln_dir *dir, uint8_t *ptr, size_t len, const struct kiln__pin *self)
+{
+	munlock(ptr, len);
+	for (uint32_t i = 0; i < dir->npins; i++) {
+		const struct kiln__pin *o = &dir->pins[i];
+		if (o == self || !o->len)
+			continue;
+		uint8_t *a = o->ptr > ptr ? o->ptr : ptr;
+		uint8_t *b = o->ptr + o->len < ptr + len ? o->ptr + o->len : ptr + len;
+		if (a < b)
+			mlock(a, (size_t)(b - a));
+	}
+}
+
+static void unpin_range(kiln_dir *dir, struct kiln__pin *p)
+{
+	if (!p->len)
+		return;
+	if (p->hooks.unpin)
+		p->hooks.unpin(p->hooks.ctx, p->ptr, p->len);
+	unlock_range(dir, p->ptr, p->len, p);
+}
+
 int kiln_tensor_pin(kiln_dir *dir, uint32_t index, const kiln_pin_hooks *hooks, kiln_error *err)
 {
 	kiln__clear_error(err);
@@ -72,7 +97,7 @@ int kiln_tensor_pin(kiln_dir *dir, uint32_t index, const kiln_pin_hooks *hooks, 
 			kiln_error why = {0};
 			int e = pin.hooks.pin(pin.hooks.ctx, pin.ptr, pin.len, &why);
 			if (e) {
-				munlock(pin.ptr, pin.len);
+				unlock_range(dir, pin.ptr, pin.len, NULL);
 				why.message[sizeof(why.message) - 1] = '\0';
 				if (!why.message[0])
 					snprintf(why.message, sizeof(why.message), "it returned %d",
@@ -90,25 +115,6 @@ int kiln_tensor_pin(kiln_dir *dir, uint32_t index, const kiln_pin_hooks *hooks, 
 	dir->pins[dir->npins++] = pin;
 	dir->info.pinned++;
 	return 0;
-}
-
-static void unpin_range(kiln_dir *dir, struct kiln__pin *p)
-{
-	if (!p->len)
-		return;
-	if (p->hooks.unpin)
-		p->hooks.unpin(p->hooks.ctx, p->ptr, p->len);
-	munlock(p->ptr, p->len);
-	/* Pages shared with another live pin must stay locked. */
-	for (uint32_t i = 0; i < dir->npins; i++) {
-		struct kiln__pin *o = &dir->pins[i];
-		if (o == p || !o->len)
-			continue;
-		uint8_t *a = o->ptr > p->ptr ? o->ptr : p->ptr;
-		uint8_t *b = o->ptr + o->len < p->ptr + p->len ? o->ptr + o->len : p->ptr + p->len;
-		if (a < b)
-			mlock(a, (size_t)(b - a));
-	}
 }
 
 int kiln_tensor_unpin(kiln_dir *dir, uint32_t index, kiln_error *err)

@@ -518,6 +518,47 @@ static void unpin_hook(void *ctx, void *p, size_t len)
 	((struct pins *)ctx)->unpinned++;
 }
 
+/* kB locked in the mapping that holds p, from /proc/self/smaps; -1 when not found. */
+static long locked_kib(const void *p)
+{
+	FILE *f = fopen("/proc/self/smaps", "r");
+	cr_assert_not_null(f);
+	char line[512];
+	int inside = 0;
+	long kib = -1;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long a, b;
+		if (sscanf(line, "%lx-%lx ", &a, &b) == 2 && strchr(line, '-') < strchr(line, ' '))
+			inside = (uintptr_t)p >= a && (uintptr_t)p < b;
+		else if (inside && sscanf(line, "Locked: %ld kB", &kib) == 1)
+			break;
+	}
+	fclose(f);
+	return kib;
+}
+
+/* A pin whose hook fails undoes its own mlock, but pages it shares with a live pin stay locked
+ * (mlock does not count: the first munlock of a page unlocks it for every pin). */
+Test(load, failed_pin_keeps_shared_pages_locked)
+{
+	kiln_dir *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
+	struct pins s = {0};
+	kiln_pin_hooks h = {pin_hook, unpin_hook, &s};
+	kiln_error err;
+	/* Tensors 0 and 2 start in the same page. */
+	const kiln_tensor *t0 = kiln_dir_tensor(dir, 0), *t2 = kiln_dir_tensor(dir, 2);
+	cr_assert_eq((uintptr_t)t0->data / 4096, (uintptr_t)t2->data / 4096);
+	cr_assert_eq(kiln_tensor_pin(dir, 0, &h, &err), 0, "%s", err.message);
+	long before = locked_kib(t0->data);
+	cr_assert_geq(before, 4, "pinning tensor 0 locked %ld kB", before);
+	s.fail = 1;
+	cr_assert_eq(kiln_tensor_pin(dir, 2, &h, &err), KILN_IO);
+	cr_assert_eq(locked_kib(t0->data), before, "the failed pin unlocked tensor 0's page");
+	cr_assert_eq(kiln_tensor_unpin(dir, 0, &err), 0);
+	cr_assert_eq(locked_kib(t0->data), 0);
+	kiln_dir_close(dir);
+}
+
 Test(load, pin_unpin_and_close)
 {
 	for (unsigned src = 0; src <= 3; src++) {
