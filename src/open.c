@@ -142,10 +142,18 @@ int kiln_dir_verify_payload(const kiln_dir *dir, kiln_error *err)
 	return rc;
 }
 
-static int finish_open(struct kiln_dir *dir, const kiln_open_options *opts, kiln_error *err)
+/* The last step of open and parse: verification when asked, then hand the directory out, or
+ * release it on any failure (rc from the steps before). */
+static int finish_open(struct kiln_dir *dir, const kiln_open_options *opts, int rc, kiln_dir **out,
+		       kiln_error *err)
 {
-	if (opts && (opts->flags & KILN_OPEN_VERIFY_PAYLOAD))
-		return kiln_dir_verify_payload(dir, err);
+	if (!rc && opts && (opts->flags & KILN_OPEN_VERIFY_PAYLOAD))
+		rc = kiln_dir_verify_payload(dir, err);
+	if (rc) {
+		kiln_dir_close(dir);
+		return rc;
+	}
+	*out = dir;
 	return 0;
 }
 
@@ -173,14 +181,7 @@ int kiln_dir_parse(const void *buf, size_t len, const kiln_open_options *opts, k
 	dir->info.source = KILN_SOURCE_BUFFER;
 	int exact = !(opts && (opts->flags & KILN_OPEN_ALLOW_TRAILING));
 	rc = kiln__validate_structure(dir, exact, err);
-	if (!rc)
-		rc = finish_open(dir, opts, err);
-	if (rc) {
-		kiln_dir_close(dir);
-		return rc;
-	}
-	*out = dir;
-	return 0;
+	return finish_open(dir, opts, rc, out, err);
 }
 
 int kiln_validate(const void *buf, size_t len, uint32_t flags, kiln_error *err)
@@ -350,14 +351,7 @@ int kiln_dir_open(const char *path, const kiln_open_options *opts, kiln_dir **ou
 	dir->len = size;
 	dir->info.source = source;
 	rc = load_file(dir, opts, path, err);
-	if (!rc)
-		rc = finish_open(dir, opts, err);
-	if (rc) {
-		kiln_dir_close(dir);
-		return rc;
-	}
-	*out = dir;
-	return 0;
+	return finish_open(dir, opts, rc, out, err);
 }
 
 const char *kiln_source_name(unsigned source)
