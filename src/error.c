@@ -1,4 +1,5 @@
 /* SPDX-License-Identifier: MIT */
+#include <inttypes.h>
 #include <stdio.h>
 
 #include "internal.h"
@@ -66,6 +67,21 @@ int kiln__fail(kiln_error *err, int code, uint32_t tensor, const char *field, ui
 	vsnprintf(err->message, sizeof(err->message), fmt, ap);
 	va_end(ap);
 	return code;
+}
+
+int kiln__fail_desc(kiln_error *err, int code, uint32_t tensor, const char *field, uint64_t offset,
+		    const char *fmt, ...)
+{
+	if (!err)
+		return code;
+	/* The prefixed message is cut where the unprefixed one would be: at sizeof(message) - 1. */
+	char what[sizeof(err->message)];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	return kiln__fail(err, code, tensor, field, offset, "descriptor %" PRIu32 ": %s", tensor,
+			  what);
 }
 
 int kiln__fail_sys(kiln_error *err, int code, int sys_errno, const char *fmt, ...)

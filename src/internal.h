@@ -83,6 +83,17 @@ static inline uint64_t kiln__align64(uint64_t x)
 /* Fill an error. Safe with err == NULL. Returns code so callers can `return kiln__fail(...)`. */
 int kiln__fail(kiln_error *err, int code, uint32_t tensor, const char *field, uint64_t offset,
 	       const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* A rule broken by descriptor `tensor`: the message starts "descriptor N: ", so fmt says only
+ * what is wrong. */
+int kiln__fail_desc(kiln_error *err, int code, uint32_t tensor, const char *field, uint64_t offset,
+		    const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* A rule of the block as a whole (header, heap, pad): no descriptor index. */
+#define kiln__fail_at(err, code, field, offset, ...) \
+	kiln__fail(err, code, KILN_NO_INDEX, field, offset, __VA_ARGS__)
+/* KILN_INVAL, a bad argument: about tensor `tensor` (or KILN_NO_INDEX) and the option or
+ * argument `field` (or NULL); no byte offset. */
+#define kiln__fail_inval(err, tensor, field, ...) \
+	kiln__fail(err, KILN_INVAL, tensor, field, KILN_NO_OFFSET, __VA_ARGS__)
 int kiln__fail_sys(kiln_error *err, int code, int sys_errno, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 void kiln__clear_error(kiln_error *err);
