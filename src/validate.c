@@ -1,14 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The structural pass of spec section 8: header, then each descriptor, then the heap, placement,
- * pad and scale cross-checks. Pure: reads base[0, payload_base) and nothing else, no I/O.
- * The first failed rule decides the class; the error names the descriptor, field and byte offset.
+ * The structural pass of spec section 8 and its payload verification. Pure: no I/O of its own.
+ * The structural pass reads only head[0, payload_base), asking dir->fill for each range before
+ * reading it; payload verification reads the few payload bytes it checks through a read function.
+ *
+ * Each function below is one step of the spec's check order, named and numbered like the spec:
+ * header_1_length .. header_6_names_flag, then desc_1_reserved .. desc_8_placement for each
+ * descriptor in turn, then after_1_layouts .. after_5_scales, and payload_1_gap, payload_2_nibble.
+ * They run in that order and the first failed rule decides the class; the error names the
+ * descriptor, field and byte offset.
  */
 #include <inttypes.h>
 
 #include "internal.h"
-
-#define NOI KILN_NO_INDEX
 
 static size_t first_nonzero(const uint8_t *p, size_t n)
 {
@@ -25,29 +29,52 @@ static int need(struct kiln_dir *dir, uint64_t off, uint64_t len, kiln_error *er
 	return dir->fill ? dir->fill(dir, off, len, err) : 0;
 }
 
-int kiln__check_header(struct kiln_dir *dir, int exact, kiln_error *err)
-{
-	const uint8_t *p = dir->head;
-	uint64_t len = dir->len;
-	kiln_dir_info *info = &dir->info;
+/* --- header steps ------------------------------------------------------------------------- */
 
-	if (len < KILN__HEADER_SIZE)
-		return kiln__fail(
-		    err, KILN_LIMIT, NOI, "length", 0,
-		    "%" PRIu64 " bytes available; a KLNT v2 block is at least 64 bytes", len);
+/* The header under check. Its fields reach dir->info only once every header step has passed. */
+struct header {
+	const uint8_t *p;
+	uint64_t len; /* bytes available */
+	int exact;    /* step 5: a block shorter than len is FRAME */
+	kiln_error *err;
+	uint32_t n, name_bytes; /* from step 4 */
+	uint64_t payload_bytes, directory_bytes;
+	uint64_t payload_base, block; /* from step 5 */
+};
+
+static int header_1_length(struct header *h)
+{
+	if (h->len < KILN__HEADER_SIZE)
+		return kiln__fail_at(
+		    h->err, KILN_LIMIT, "length", 0,
+		    "%" PRIu64 " bytes available; a KLNT v2 block is at least 64 bytes", h->len);
+	return 0;
+}
+
+static int header_2_magic(struct header *h)
+{
+	const uint8_t *p = h->p;
 	if (memcmp(p, "KLNT", 4) != 0)
-		return kiln__fail(err, KILN_FRAME, NOI, "magic", 0,
-				  "magic is %02x %02x %02x %02x, not \"KLNT\"", p[0], p[1], p[2],
-				  p[3]);
+		return kiln__fail_at(h->err, KILN_FRAME, "magic", 0,
+				     "magic is %02x %02x %02x %02x, not \"KLNT\"", p[0], p[1], p[2],
+				     p[3]);
 	if (p[4] != 2)
-		return kiln__fail(err, KILN_FRAME, NOI, "version", 4, "version is %u, not 2", p[4]);
+		return kiln__fail_at(h->err, KILN_FRAME, "version", 4, "version is %u, not 2",
+				     p[4]);
+	return 0;
+}
+
+/* Flags, then the reserved bytes 6-7 and 32-63 (the first nonzero one is named). */
+static int header_3_flags(struct header *h)
+{
+	const uint8_t *p = h->p;
 	uint8_t flags = p[5];
 	if (flags & ~(KILN_FLAG_NAMES | KILN_FLAG_LITTLE_ENDIAN))
-		return kiln__fail(err, KILN_FRAME, NOI, "flags", 5,
-				  "unknown flag bits 0x%02x are set", flags & ~3u);
+		return kiln__fail_at(h->err, KILN_FRAME, "flags", 5,
+				     "unknown flag bits 0x%02x are set", flags & ~3u);
 	if (!(flags & KILN_FLAG_LITTLE_ENDIAN))
-		return kiln__fail(err, KILN_FRAME, NOI, "flags", 5,
-				  "the LITTLE_ENDIAN flag (bit 1) is clear");
+		return kiln__fail_at(h->err, KILN_FRAME, "flags", 5,
+				     "the LITTLE_ENDIAN flag (bit 1) is clear");
 	size_t z = first_nonzero(p + 6, 2);
 	if (z == SIZE_MAX) {
 		z = first_nonzero(p + 32, 32);
@@ -57,55 +84,84 @@ int kiln__check_header(struct kiln_dir *dir, int exact, kiln_error *err)
 		z += 6;
 	}
 	if (z != SIZE_MAX)
-		return kiln__fail(err, KILN_FRAME, NOI, "reserved", z,
-				  "reserved header byte %zu is 0x%02x, not 0", z, p[z]);
+		return kiln__fail_at(h->err, KILN_FRAME, "reserved", z,
+				     "reserved header byte %zu is 0x%02x, not 0", z, p[z]);
+	return 0;
+}
 
-	uint32_t n = kiln__ld32(p + 8);
-	uint32_t name_bytes = kiln__ld32(p + 12);
-	uint64_t payload_bytes = kiln__ld64(p + 16);
-	uint64_t directory_bytes = kiln__ld64(p + 24);
+static int header_4_directory_bytes(struct header *h)
+{
+	const uint8_t *p = h->p;
+	h->n = kiln__ld32(p + 8);
+	h->name_bytes = kiln__ld32(p + 12);
+	h->payload_bytes = kiln__ld64(p + 16);
+	h->directory_bytes = kiln__ld64(p + 24);
 	/* Cannot overflow: at most (2^32-1)*128 + 2^32-1. */
-	uint64_t expect = (uint64_t)n * KILN__DESC_SIZE + name_bytes;
-	if (directory_bytes != expect)
-		return kiln__fail(err, KILN_TYPE, NOI, "directory_bytes", 24,
-				  "directory_bytes is %" PRIu64 " but tensor_count %" PRIu32
-				  " * 128 + name_bytes %" PRIu32 " is %" PRIu64,
-				  directory_bytes, n, name_bytes, expect);
+	uint64_t expect = (uint64_t)h->n * KILN__DESC_SIZE + h->name_bytes;
+	if (h->directory_bytes != expect)
+		return kiln__fail_at(h->err, KILN_TYPE, "directory_bytes", 24,
+				     "directory_bytes is %" PRIu64 " but tensor_count %" PRIu32
+				     " * 128 + name_bytes %" PRIu32 " is %" PRIu64,
+				     h->directory_bytes, h->n, h->name_bytes, expect);
+	return 0;
+}
 
-	uint64_t payload_base = kiln__align64(KILN__HEADER_SIZE + directory_bytes);
-	uint64_t block;
-	if (kiln__add_overflows(payload_base, payload_bytes, &block))
-		return kiln__fail(err, KILN_LIMIT, NOI, "payload_bytes", 16,
-				  "payload_base %" PRIu64 " + payload_bytes %" PRIu64
-				  " overflows 64 bits",
-				  payload_base, payload_bytes);
-	if (payload_base > len)
-		return kiln__fail(err, KILN_LIMIT, NOI, "tensor_count", 8,
-				  "%" PRIu32 " descriptors and %" PRIu32 " heap bytes need %" PRIu64
-				  " bytes but only %" PRIu64 " are available",
-				  n, name_bytes, payload_base, len);
-	if (block > len)
-		return kiln__fail(err, KILN_LIMIT, NOI, "payload_bytes", 16,
-				  "the block is %" PRIu64 " bytes (payload_base %" PRIu64
-				  " + payload_bytes %" PRIu64 ") but only %" PRIu64
-				  " are available: truncated",
-				  block, payload_base, payload_bytes, len);
-	if (exact && block < len)
-		return kiln__fail(err, KILN_FRAME, NOI, "length", block,
-				  "%" PRIu64 " bytes follow the end of the %" PRIu64 "-byte block",
-				  len - block, block);
-	if (n == 0 && (flags & KILN_FLAG_NAMES))
-		return kiln__fail(err, KILN_TYPE, NOI, "flags", 5,
-				  "the NAMES flag is set on a directory with no tensors");
+/* The block fits in the bytes available: after this, tensor_count descriptors are known to be
+ * there, so the index may be allocated. */
+static int header_5_block(struct header *h)
+{
+	h->payload_base = kiln__align64(KILN__HEADER_SIZE + h->directory_bytes);
+	if (kiln__add_overflows(h->payload_base, h->payload_bytes, &h->block))
+		return kiln__fail_at(h->err, KILN_LIMIT, "payload_bytes", 16,
+				     "payload_base %" PRIu64 " + payload_bytes %" PRIu64
+				     " overflows 64 bits",
+				     h->payload_base, h->payload_bytes);
+	if (h->payload_base > h->len)
+		return kiln__fail_at(h->err, KILN_LIMIT, "tensor_count", 8,
+				     "%" PRIu32 " descriptors and %" PRIu32
+				     " heap bytes need %" PRIu64 " bytes but only %" PRIu64
+				     " are available",
+				     h->n, h->name_bytes, h->payload_base, h->len);
+	if (h->block > h->len)
+		return kiln__fail_at(h->err, KILN_LIMIT, "payload_bytes", 16,
+				     "the block is %" PRIu64 " bytes (payload_base %" PRIu64
+				     " + payload_bytes %" PRIu64 ") but only %" PRIu64
+				     " are available: truncated",
+				     h->block, h->payload_base, h->payload_bytes, h->len);
+	if (h->exact && h->block < h->len)
+		return kiln__fail_at(h->err, KILN_FRAME, "length", h->block,
+				     "%" PRIu64 " bytes follow the end of the %" PRIu64
+				     "-byte block",
+				     h->len - h->block, h->block);
+	return 0;
+}
 
-	info->tensor_count = n;
-	info->name_bytes = name_bytes;
-	info->payload_bytes = payload_bytes;
-	info->directory_bytes = directory_bytes;
-	info->payload_base = payload_base;
-	info->block_length = block;
-	info->version = p[4];
-	info->flags = flags;
+static int header_6_names_flag(struct header *h)
+{
+	if (h->n == 0 && (h->p[5] & KILN_FLAG_NAMES))
+		return kiln__fail_at(h->err, KILN_TYPE, "flags", 5,
+				     "the NAMES flag is set on a directory with no tensors");
+	return 0;
+}
+
+int kiln__check_header(struct kiln_dir *dir, int exact, kiln_error *err)
+{
+	struct header h = {.p = dir->head, .len = dir->len, .exact = exact, .err = err};
+	int rc;
+	if ((rc = header_1_length(&h)) || (rc = header_2_magic(&h)) || (rc = header_3_flags(&h)) ||
+	    (rc = header_4_directory_bytes(&h)) || (rc = header_5_block(&h)) ||
+	    (rc = header_6_names_flag(&h)))
+		return rc;
+
+	kiln_dir_info *info = &dir->info;
+	info->tensor_count = h.n;
+	info->name_bytes = h.name_bytes;
+	info->payload_bytes = h.payload_bytes;
+	info->directory_bytes = h.directory_bytes;
+	info->payload_base = h.payload_base;
+	info->block_length = h.block;
+	info->version = h.p[4];
+	info->flags = h.p[5];
 	info->base = dir->base;
 	return 0;
 }
@@ -155,6 +211,87 @@ void kiln__index_free(struct kiln_dir *dir)
 	dir->slot_mask = 0;
 }
 
+/* --- descriptor steps --------------------------------------------------------------------- */
+
+/* What the descriptor and after-descriptor steps share across the table. */
+struct pass {
+	struct kiln_dir *dir;
+	kiln_error *err;
+	uint64_t heap;         /* block offset of the name heap */
+	uint64_t heap_cursor;  /* heap offset where the next name (descriptor step 4), then the next
+				* layout name (after step 1), must start */
+	uint64_t place_cursor; /* payload offset where the last payload placed (step 8) ends */
+};
+
+/* One descriptor: where it is, and its view, filled as the steps pass. */
+struct desc {
+	uint32_t i;
+	uint64_t off;     /* block offset of its 128 bytes */
+	const uint8_t *d; /* its 128 bytes */
+	kiln_tensor *t;
+	unsigned bits; /* from step 2: bits per element, 0 for an opaque dtype */
+	int opaque;    /* from step 2 */
+};
+
+static struct desc desc_at(const struct pass *s, uint32_t i)
+{
+	uint64_t off = KILN__HEADER_SIZE + (uint64_t)i * KILN__DESC_SIZE;
+	return (struct desc){.i = i, .off = off, .d = s->dir->head + off, .t = &s->dir->tensors[i]};
+}
+
+static int desc_1_reserved(struct pass *s, struct desc *c)
+{
+	const uint8_t *d = c->d;
+	if (d[KILN__D_RESERVED0])
+		return kiln__fail_desc(s->err, KILN_TYPE, c->i, "reserved",
+				       c->off + KILN__D_RESERVED0,
+				       "reserved byte 3 is 0x%02x, not 0", d[KILN__D_RESERVED0]);
+	size_t z = first_nonzero(d + KILN__D_RESERVED1, 16);
+	if (z != SIZE_MAX)
+		return kiln__fail_desc(s->err, KILN_TYPE, c->i, "reserved",
+				       c->off + KILN__D_RESERVED1 + z,
+				       "reserved byte %zu is 0x%02x, not 0", KILN__D_RESERVED1 + z,
+				       d[KILN__D_RESERVED1 + z]);
+	return 0;
+}
+
+static int desc_2_dtype(struct pass *s, struct desc *c)
+{
+	unsigned dtype = kiln__ld16(c->d + KILN__D_DTYPE);
+	c->bits = kiln_dtype_bits(dtype);
+	c->opaque = kiln_dtype_is_opaque(dtype);
+	if (!c->bits && !c->opaque)
+		return kiln__fail_desc(s->err, KILN_TYPE, c->i, "dtype", c->off + KILN__D_DTYPE,
+				       "dtype %u is not in the dtype table", dtype);
+	c->t->dtype = (uint16_t)dtype;
+	return 0;
+}
+
+/* Rank, the shape slots (zero at and past the rank), and the element count. */
+static int desc_3_shape(struct pass *s, struct desc *c)
+{
+	kiln_tensor *t = c->t;
+	unsigned rank = c->d[KILN__D_RANK];
+	if (rank > KILN_MAX_RANK)
+		return kiln__fail_desc(s->err, KILN_TYPE, c->i, "rank", c->off + KILN__D_RANK,
+				       "rank %u is above 8", rank);
+	t->rank = (uint8_t)rank;
+	for (unsigned k = 0; k < KILN_MAX_RANK; k++) {
+		uint64_t dim = kiln__ld64(c->d + KILN__D_SHAPE + 8 * k);
+		if (k >= rank && dim != 0)
+			return kiln__fail_desc(s->err, KILN_TYPE, c->i, "shape",
+					       c->off + KILN__D_SHAPE + 8 * k,
+					       "shape slot %u is %" PRIu64
+					       " but rank is %u (slots at and past rank must be 0)",
+					       k, dim, rank);
+		t->shape[k] = dim;
+	}
+	if (kiln__element_count(t->shape, rank, &t->count))
+		return kiln__fail_desc(s->err, KILN_LIMIT, c->i, "shape", c->off + KILN__D_SHAPE,
+				       "the element count overflows 64 bits");
+	return 0;
+}
+
 /* Insert tensor i's name; returns the index of an earlier tensor with the same bytes, or
  * KILN_NO_INDEX. Expected O(1): the hash is keyed per directory so a file cannot choose
  * colliding names. */
@@ -175,333 +312,368 @@ static uint32_t name_insert(struct kiln_dir *dir, uint32_t i, const char *name, 
 	}
 }
 
-static int check_descriptor(struct kiln_dir *dir, uint32_t i, uint64_t *name_cursor,
-			    uint64_t *place_cursor, kiln_error *err)
+/* A name exactly when the NAMES flag is set: at the running heap cursor (names are concatenated
+ * in descriptor order), inside the heap, UTF-8, and unlike every earlier name. */
+static int desc_4_name(struct pass *s, struct desc *c)
 {
-	const kiln_dir_info *info = &dir->info;
-	uint64_t doff = KILN__HEADER_SIZE + (uint64_t)i * KILN__DESC_SIZE;
-	int rc = need(dir, doff, KILN__DESC_SIZE, err);
+	const kiln_dir_info *info = &s->dir->info;
+	unsigned off = kiln__ld16(c->d + KILN__D_NAME_OFF);
+	unsigned len = kiln__ld16(c->d + KILN__D_NAME_LEN);
+	if (!(info->flags & KILN_FLAG_NAMES)) {
+		int bad_off = off != KILN_NONE16;
+		if (bad_off || len != 0)
+			return kiln__fail_desc(
+			    s->err, KILN_TYPE, c->i, bad_off ? "name_off" : "name_len",
+			    c->off + (bad_off ? KILN__D_NAME_OFF : KILN__D_NAME_LEN),
+			    "the NAMES flag is clear but name_off is 0x%04x and name_len %u (must "
+			    "be 0xffff and 0)",
+			    off, len);
+		return 0;
+	}
+	int no_off = off == KILN_NONE16;
+	if (no_off || len == 0)
+		return kiln__fail_desc(s->err, KILN_TYPE, c->i, no_off ? "name_off" : "name_len",
+				       c->off + (no_off ? KILN__D_NAME_OFF : KILN__D_NAME_LEN),
+				       "the NAMES flag is set but this tensor has no name "
+				       "(name_off 0x%04x, name_len %u)",
+				       off, len);
+	if (off != s->heap_cursor)
+		return kiln__fail_desc(
+		    s->err, KILN_TYPE, c->i, "name_off", c->off + KILN__D_NAME_OFF,
+		    "name_off is %u but the name must start at heap offset %" PRIu64
+		    " (names are concatenated in descriptor order)",
+		    off, s->heap_cursor);
+	if (s->heap_cursor + len > info->name_bytes)
+		return kiln__fail_desc(s->err, KILN_TYPE, c->i, "name_len",
+				       c->off + KILN__D_NAME_LEN,
+				       "name [%u, %" PRIu64 ") ends past the %" PRIu32 "-byte heap",
+				       off, s->heap_cursor + len, info->name_bytes);
+	int rc = need(s->dir, s->heap + off, len, s->err);
 	if (rc)
 		return rc;
-	const uint8_t *d = dir->head + doff;
-	uint64_t heap = KILN__HEADER_SIZE + (uint64_t)info->tensor_count * KILN__DESC_SIZE;
-	kiln_tensor *t = &dir->tensors[i];
-	memset(t, 0, sizeof(*t));
-	t->index = i;
+	const uint8_t *name = s->dir->head + s->heap + off;
+	size_t bad = kiln__utf8_check(name, len);
+	if (bad != SIZE_MAX)
+		return kiln__fail_desc(s->err, KILN_UTF8, c->i, "name", s->heap + off + bad,
+				       "name byte %zu (0x%02x) is not well-formed UTF-8", bad,
+				       name[bad]);
+	c->t->name = (const char *)name;
+	c->t->name_len = len;
+	uint32_t prev = name_insert(s->dir, c->i, c->t->name, len);
+	if (prev != KILN_NO_INDEX)
+		return kiln__fail_desc(s->err, KILN_TYPE, c->i, "name", s->heap + off,
+				       "the name is the same as tensor %" PRIu32 "'s", prev);
+	s->heap_cursor += len;
+	return 0;
+}
 
-	/* 1. reserved bytes */
-	if (d[KILN__D_RESERVED0])
-		return kiln__fail(err, KILN_TYPE, i, "reserved", doff + KILN__D_RESERVED0,
-				  "descriptor %" PRIu32 ": reserved byte 3 is 0x%02x, not 0", i,
-				  d[KILN__D_RESERVED0]);
-	size_t z = first_nonzero(d + KILN__D_RESERVED1, 16);
-	if (z != SIZE_MAX)
-		return kiln__fail(err, KILN_TYPE, i, "reserved", doff + KILN__D_RESERVED1 + z,
-				  "descriptor %" PRIu32 ": reserved byte %zu is 0x%02x, not 0", i,
-				  KILN__D_RESERVED1 + z, d[KILN__D_RESERVED1 + z]);
-
-	/* 2. dtype */
-	unsigned dtype = kiln__ld16(d + KILN__D_DTYPE);
-	unsigned bits = kiln_dtype_bits(dtype);
-	int opaque = kiln_dtype_is_opaque(dtype);
-	if (!bits && !opaque)
-		return kiln__fail(err, KILN_TYPE, i, "dtype", doff + KILN__D_DTYPE,
-				  "descriptor %" PRIu32 ": dtype %u is not in the dtype table", i,
-				  dtype);
-	t->dtype = (uint16_t)dtype;
-
-	/* 3. rank, shape, element count */
-	unsigned rank = d[KILN__D_RANK];
-	if (rank > KILN_MAX_RANK)
-		return kiln__fail(err, KILN_TYPE, i, "rank", doff + KILN__D_RANK,
-				  "descriptor %" PRIu32 ": rank %u is above 8", i, rank);
-	t->rank = (uint8_t)rank;
-	for (unsigned k = 0; k < KILN_MAX_RANK; k++) {
-		uint64_t dim = kiln__ld64(d + KILN__D_SHAPE + 8 * k);
-		if (k >= rank && dim != 0)
-			return kiln__fail(err, KILN_TYPE, i, "shape", doff + KILN__D_SHAPE + 8 * k,
-					  "descriptor %" PRIu32 ": shape slot %u is %" PRIu64
-					  " but rank is %u (slots at and past rank must be 0)",
-					  i, k, dim, rank);
-		t->shape[k] = dim;
-	}
-	if (kiln__element_count(t->shape, rank, &t->count))
-		return kiln__fail(err, KILN_LIMIT, i, "shape", doff + KILN__D_SHAPE,
-				  "descriptor %" PRIu32 ": the element count overflows 64 bits", i);
-
-	/* 4. name */
-	unsigned name_off = kiln__ld16(d + KILN__D_NAME_OFF);
-	unsigned name_len = kiln__ld16(d + KILN__D_NAME_LEN);
-	if (info->flags & KILN_FLAG_NAMES) {
-		if (name_off == KILN_NONE16 || name_len == 0)
-			return kiln__fail(
-			    err, KILN_TYPE, i, name_off == KILN_NONE16 ? "name_off" : "name_len",
-			    doff + (name_off == KILN_NONE16 ? KILN__D_NAME_OFF : KILN__D_NAME_LEN),
-			    "descriptor %" PRIu32
-			    ": the NAMES flag is set but this tensor has no name "
-			    "(name_off 0x%04x, name_len %u)",
-			    i, name_off, name_len);
-		if (name_off != *name_cursor)
-			return kiln__fail(
-			    err, KILN_TYPE, i, "name_off", doff + KILN__D_NAME_OFF,
-			    "descriptor %" PRIu32 ": name_off is %u but the name must "
-			    "start at heap offset %" PRIu64 " (names are concatenated in "
-			    "descriptor order)",
-			    i, name_off, *name_cursor);
-		if (*name_cursor + name_len > info->name_bytes)
-			return kiln__fail(err, KILN_TYPE, i, "name_len", doff + KILN__D_NAME_LEN,
-					  "descriptor %" PRIu32 ": name [%u, %" PRIu64
-					  ") ends past the %" PRIu32 "-byte heap",
-					  i, name_off, *name_cursor + name_len, info->name_bytes);
-		rc = need(dir, heap + name_off, name_len, err);
-		if (rc)
-			return rc;
-		const uint8_t *name = dir->head + heap + name_off;
-		size_t bad = kiln__utf8_check(name, name_len);
-		if (bad != SIZE_MAX)
-			return kiln__fail(err, KILN_UTF8, i, "name", heap + name_off + bad,
-					  "descriptor %" PRIu32 ": name byte %zu (0x%02x) is not "
-					  "well-formed UTF-8",
-					  i, bad, name[bad]);
-		t->name = (const char *)name;
-		t->name_len = name_len;
-		uint32_t prev = name_insert(dir, i, t->name, name_len);
-		if (prev != KILN_NO_INDEX)
-			return kiln__fail(err, KILN_TYPE, i, "name", heap + name_off,
-					  "descriptor %" PRIu32
-					  ": the name is the same as tensor %" PRIu32 "'s",
-					  i, prev);
-		*name_cursor += name_len;
-	} else if (name_off != KILN_NONE16 || name_len != 0) {
-		return kiln__fail(
-		    err, KILN_TYPE, i, name_off != KILN_NONE16 ? "name_off" : "name_len",
-		    doff + (name_off != KILN_NONE16 ? KILN__D_NAME_OFF : KILN__D_NAME_LEN),
-		    "descriptor %" PRIu32 ": the NAMES flag is clear but name_off is "
-		    "0x%04x and name_len %u (must be 0xffff and 0)",
-		    i, name_off, name_len);
-	}
-
-	/* 5. opaque layout */
-	unsigned layout_off = kiln__ld16(d + KILN__D_LAYOUT_OFF);
-	unsigned layout_len = kiln__ld16(d + KILN__D_LAYOUT_LEN);
-	uint32_t block_size = kiln__ld32(d + KILN__D_BLOCK_SIZE);
-	uint64_t byte_length = kiln__ld64(d + KILN__D_BYTE_LENGTH);
-	if (opaque) {
-		if (layout_off == KILN_NONE16 || layout_len == 0)
-			return kiln__fail(err, KILN_TYPE, i,
-					  layout_off == KILN_NONE16 ? "layout_off" : "layout_len",
-					  doff + (layout_off == KILN_NONE16 ? KILN__D_LAYOUT_OFF
-									    : KILN__D_LAYOUT_LEN),
-					  "descriptor %" PRIu32
-					  ": opaque dtype %u needs a layout name "
-					  "(layout_off 0x%04x, layout_len %u)",
-					  i, dtype, layout_off, layout_len);
+/* An opaque dtype has a layout name (checked in after step 1) and a block_size dividing
+ * byte_length; any other dtype has neither. */
+static int desc_5_layout(struct pass *s, struct desc *c)
+{
+	unsigned dtype = c->t->dtype;
+	unsigned off = kiln__ld16(c->d + KILN__D_LAYOUT_OFF);
+	unsigned len = kiln__ld16(c->d + KILN__D_LAYOUT_LEN);
+	uint32_t block_size = kiln__ld32(c->d + KILN__D_BLOCK_SIZE);
+	if (c->opaque) {
+		int no_off = off == KILN_NONE16;
+		if (no_off || len == 0)
+			return kiln__fail_desc(
+			    s->err, KILN_TYPE, c->i, no_off ? "layout_off" : "layout_len",
+			    c->off + (no_off ? KILN__D_LAYOUT_OFF : KILN__D_LAYOUT_LEN),
+			    "opaque dtype %u needs a layout name (layout_off 0x%04x, layout_len "
+			    "%u)",
+			    dtype, off, len);
 		if (block_size == 0)
-			return kiln__fail(
-			    err, KILN_TYPE, i, "block_size", doff + KILN__D_BLOCK_SIZE,
-			    "descriptor %" PRIu32 ": opaque dtype %u needs a nonzero block_size", i,
-			    dtype);
+			return kiln__fail_desc(s->err, KILN_TYPE, c->i, "block_size",
+					       c->off + KILN__D_BLOCK_SIZE,
+					       "opaque dtype %u needs a nonzero block_size", dtype);
+		uint64_t byte_length = kiln__ld64(c->d + KILN__D_BYTE_LENGTH);
 		if (byte_length % block_size != 0)
-			return kiln__fail(err, KILN_TYPE, i, "byte_length",
-					  doff + KILN__D_BYTE_LENGTH,
-					  "descriptor %" PRIu32 ": byte_length %" PRIu64
-					  " is not a multiple of block_size %" PRIu32,
-					  i, byte_length, block_size);
-		t->block_size = block_size;
-	} else {
-		if (layout_off != KILN_NONE16 || layout_len != 0)
-			return kiln__fail(err, KILN_TYPE, i,
-					  layout_off != KILN_NONE16 ? "layout_off" : "layout_len",
-					  doff + (layout_off != KILN_NONE16 ? KILN__D_LAYOUT_OFF
-									    : KILN__D_LAYOUT_LEN),
-					  "descriptor %" PRIu32
-					  ": a layout name on non-opaque dtype %s",
-					  i, kiln_dtype_name(dtype));
-		if (block_size != 0)
-			return kiln__fail(
-			    err, KILN_TYPE, i, "block_size", doff + KILN__D_BLOCK_SIZE,
-			    "descriptor %" PRIu32 ": block_size %" PRIu32 " on non-opaque dtype %s",
-			    i, block_size, kiln_dtype_name(dtype));
-		/* 6. byte length of a non-opaque tensor */
-		uint64_t want;
-		if (kiln__payload_bytes(t->count, bits, &want))
-			return kiln__fail(err, KILN_LIMIT, i, "shape", doff + KILN__D_SHAPE,
-					  "descriptor %" PRIu32 ": %" PRIu64
-					  " elements of %u bits overflow 64 bits",
-					  i, t->count, bits);
-		if (byte_length != want)
-			return kiln__fail(err, KILN_TYPE, i, "byte_length",
-					  doff + KILN__D_BYTE_LENGTH,
-					  "descriptor %" PRIu32 ": byte_length is %" PRIu64
-					  " but %" PRIu64 " elements of %s take %" PRIu64 " bytes",
-					  i, byte_length, t->count, kiln_dtype_name(dtype), want);
+			return kiln__fail_desc(
+			    s->err, KILN_TYPE, c->i, "byte_length", c->off + KILN__D_BYTE_LENGTH,
+			    "byte_length %" PRIu64 " is not a multiple of block_size %" PRIu32,
+			    byte_length, block_size);
+		c->t->block_size = block_size;
+		return 0;
 	}
+	int bad_off = off != KILN_NONE16;
+	if (bad_off || len != 0)
+		return kiln__fail_desc(
+		    s->err, KILN_TYPE, c->i, bad_off ? "layout_off" : "layout_len",
+		    c->off + (bad_off ? KILN__D_LAYOUT_OFF : KILN__D_LAYOUT_LEN),
+		    "a layout name on non-opaque dtype %s", kiln_dtype_name(dtype));
+	if (block_size != 0)
+		return kiln__fail_desc(s->err, KILN_TYPE, c->i, "block_size",
+				       c->off + KILN__D_BLOCK_SIZE,
+				       "block_size %" PRIu32 " on non-opaque dtype %s", block_size,
+				       kiln_dtype_name(dtype));
+	return 0;
+}
 
-	/* 7. quantization fields, this descriptor alone */
+/* A non-opaque tensor's byte_length is ceil(count * bits / 8). */
+static int desc_6_byte_length(struct pass *s, struct desc *c)
+{
+	const kiln_tensor *t = c->t;
+	if (c->opaque)
+		return 0;
+	uint64_t want;
+	if (kiln__payload_bytes(t->count, c->bits, &want))
+		return kiln__fail_desc(s->err, KILN_LIMIT, c->i, "shape", c->off + KILN__D_SHAPE,
+				       "%" PRIu64 " elements of %u bits overflow 64 bits", t->count,
+				       c->bits);
+	uint64_t byte_length = kiln__ld64(c->d + KILN__D_BYTE_LENGTH);
+	if (byte_length != want)
+		return kiln__fail_desc(s->err, KILN_TYPE, c->i, "byte_length",
+				       c->off + KILN__D_BYTE_LENGTH,
+				       "byte_length is %" PRIu64 " but %" PRIu64
+				       " elements of %s take %" PRIu64 " bytes",
+				       byte_length, t->count, kiln_dtype_name(t->dtype), want);
+	return 0;
+}
+
+/* The quantization fields against spec section 6, this descriptor alone (the scale and outer
+ * tensors themselves are checked in after step 5): without a scheme every field is "none";
+ * with one, a non-opaque tensor, an axis below the rank, a group, and distinct references. */
+static int desc_7_quant(struct pass *s, struct desc *c)
+{
+	const uint8_t *d = c->d;
+	uint32_t i = c->i;
 	unsigned scheme = kiln__ld16(d + KILN__D_QUANT_SCHEME);
 	unsigned axis = kiln__ld16(d + KILN__D_QUANT_AXIS);
 	uint32_t group = kiln__ld32(d + KILN__D_GROUP_SIZE);
 	uint32_t scale = kiln__ld32(d + KILN__D_SCALE_INDEX);
 	uint32_t outer = kiln__ld32(d + KILN__D_OUTER_INDEX);
-	uint32_t n = info->tensor_count;
-#define QFAIL(fld, off, ...) kiln__fail(err, KILN_TYPE, i, fld, doff + (off), __VA_ARGS__)
+	uint32_t n = s->dir->info.tensor_count;
 	if (scheme > 2)
-		return QFAIL("quant_scheme", KILN__D_QUANT_SCHEME,
-			     "descriptor %" PRIu32 ": quant_scheme %u is not 0, 1 or 2", i, scheme);
+		return kiln__fail_desc(s->err, KILN_TYPE, i, "quant_scheme",
+				       c->off + KILN__D_QUANT_SCHEME,
+				       "quant_scheme %u is not 0, 1 or 2", scheme);
 	if (scheme == 0) {
 		if (axis != KILN_NONE16)
-			return QFAIL("quant_axis", KILN__D_QUANT_AXIS,
-				     "descriptor %" PRIu32 ": quant_axis %u without a scheme "
-				     "(must be 0xffff)",
-				     i, axis);
+			return kiln__fail_desc(
+			    s->err, KILN_TYPE, i, "quant_axis", c->off + KILN__D_QUANT_AXIS,
+			    "quant_axis %u without a scheme (must be 0xffff)", axis);
 		if (group != 0)
-			return QFAIL("group_size", KILN__D_GROUP_SIZE,
-				     "descriptor %" PRIu32 ": group_size %" PRIu32
-				     " without a scheme (must be 0)",
-				     i, group);
+			return kiln__fail_desc(
+			    s->err, KILN_TYPE, i, "group_size", c->off + KILN__D_GROUP_SIZE,
+			    "group_size %" PRIu32 " without a scheme (must be 0)", group);
 		if (scale != KILN_NONE32)
-			return QFAIL("scale_index", KILN__D_SCALE_INDEX,
-				     "descriptor %" PRIu32 ": scale_index %" PRIu32
-				     " without a scheme (must be none)",
-				     i, scale);
+			return kiln__fail_desc(
+			    s->err, KILN_TYPE, i, "scale_index", c->off + KILN__D_SCALE_INDEX,
+			    "scale_index %" PRIu32 " without a scheme (must be none)", scale);
 		if (outer != KILN_NONE32)
-			return QFAIL("outer_index", KILN__D_OUTER_INDEX,
-				     "descriptor %" PRIu32 ": outer_index %" PRIu32
-				     " without a scheme (must be none)",
-				     i, outer);
+			return kiln__fail_desc(
+			    s->err, KILN_TYPE, i, "outer_index", c->off + KILN__D_OUTER_INDEX,
+			    "outer_index %" PRIu32 " without a scheme (must be none)", outer);
 	} else {
-		if (opaque)
-			return QFAIL("quant_scheme", KILN__D_QUANT_SCHEME,
-				     "descriptor %" PRIu32 ": an opaque tensor cannot be quantized",
-				     i);
-		if (axis >= rank)
-			return QFAIL("quant_axis", KILN__D_QUANT_AXIS,
-				     "descriptor %" PRIu32 ": quant_axis %u is not below rank %u",
-				     i, axis, rank);
+		if (c->opaque)
+			return kiln__fail_desc(s->err, KILN_TYPE, i, "quant_scheme",
+					       c->off + KILN__D_QUANT_SCHEME,
+					       "an opaque tensor cannot be quantized");
+		if (axis >= c->t->rank)
+			return kiln__fail_desc(
+			    s->err, KILN_TYPE, i, "quant_axis", c->off + KILN__D_QUANT_AXIS,
+			    "quant_axis %u is not below rank %u", axis, c->t->rank);
 		if (group == 0)
-			return QFAIL("group_size", KILN__D_GROUP_SIZE,
-				     "descriptor %" PRIu32 ": group_size is 0", i);
+			return kiln__fail_desc(s->err, KILN_TYPE, i, "group_size",
+					       c->off + KILN__D_GROUP_SIZE, "group_size is 0");
 		if (scale >= n || scale == i)
-			return QFAIL("scale_index", KILN__D_SCALE_INDEX,
-				     "descriptor %" PRIu32 ": scale_index %" PRIu32
-				     " is not another tensor (count %" PRIu32 ")",
-				     i, scale, n);
+			return kiln__fail_desc(
+			    s->err, KILN_TYPE, i, "scale_index", c->off + KILN__D_SCALE_INDEX,
+			    "scale_index %" PRIu32 " is not another tensor (count %" PRIu32 ")",
+			    scale, n);
 		if (scheme == 1 && outer != KILN_NONE32)
-			return QFAIL("outer_index", KILN__D_OUTER_INDEX,
-				     "descriptor %" PRIu32 ": outer_index %" PRIu32
-				     " with scheme 1 (must be none)",
-				     i, outer);
+			return kiln__fail_desc(
+			    s->err, KILN_TYPE, i, "outer_index", c->off + KILN__D_OUTER_INDEX,
+			    "outer_index %" PRIu32 " with scheme 1 (must be none)", outer);
 		if (scheme == 2 && (outer >= n || outer == i || outer == scale))
-			return QFAIL("outer_index", KILN__D_OUTER_INDEX,
-				     "descriptor %" PRIu32 ": outer_index %" PRIu32
-				     " is not a third tensor (count %" PRIu32 ", scale %" PRIu32
-				     ")",
-				     i, outer, n, scale);
+			return kiln__fail_desc(
+			    s->err, KILN_TYPE, i, "outer_index", c->off + KILN__D_OUTER_INDEX,
+			    "outer_index %" PRIu32 " is not a third tensor (count %" PRIu32
+			    ", scale %" PRIu32 ")",
+			    outer, n, scale);
 	}
-#undef QFAIL
+	kiln_tensor *t = c->t;
 	t->quant_scheme = (uint16_t)scheme;
 	t->quant_axis = (uint16_t)axis;
 	t->group_size = group;
 	t->scale_index = scale;
 	t->outer_index = outer;
+	return 0;
+}
 
-	/* 8. placement */
-	uint64_t byte_offset = kiln__ld64(d + KILN__D_BYTE_OFFSET);
+/* The payload lies inside payload_bytes at the canonical place: the running placement cursor,
+ * aligned to 64. Only then does the view get its offsets and data pointer. */
+static int desc_8_placement(struct pass *s, struct desc *c)
+{
+	const kiln_dir_info *info = &s->dir->info;
+	uint64_t byte_offset = kiln__ld64(c->d + KILN__D_BYTE_OFFSET);
+	uint64_t byte_length = kiln__ld64(c->d + KILN__D_BYTE_LENGTH);
 	uint64_t end;
 	if (kiln__add_overflows(byte_offset, byte_length, &end))
-		return kiln__fail(err, KILN_LIMIT, i, "byte_length", doff + KILN__D_BYTE_LENGTH,
-				  "descriptor %" PRIu32 ": byte_offset %" PRIu64
-				  " + byte_length %" PRIu64 " overflows 64 bits",
-				  i, byte_offset, byte_length);
+		return kiln__fail_desc(
+		    s->err, KILN_LIMIT, c->i, "byte_length", c->off + KILN__D_BYTE_LENGTH,
+		    "byte_offset %" PRIu64 " + byte_length %" PRIu64 " overflows 64 bits",
+		    byte_offset, byte_length);
 	if (end > info->payload_bytes)
-		return kiln__fail(err, KILN_TYPE, i, "byte_length", doff + KILN__D_BYTE_LENGTH,
-				  "descriptor %" PRIu32 ": payload [%" PRIu64 ", %" PRIu64
-				  ") ends past payload_bytes %" PRIu64,
-				  i, byte_offset, end, info->payload_bytes);
-	uint64_t want_off = kiln__align64(*place_cursor);
+		return kiln__fail_desc(
+		    s->err, KILN_TYPE, c->i, "byte_length", c->off + KILN__D_BYTE_LENGTH,
+		    "payload [%" PRIu64 ", %" PRIu64 ") ends past payload_bytes %" PRIu64,
+		    byte_offset, end, info->payload_bytes);
+	uint64_t want_off = kiln__align64(s->place_cursor);
 	if (byte_offset != want_off)
-		return kiln__fail(err, KILN_TYPE, i, "byte_offset", doff + KILN__D_BYTE_OFFSET,
-				  "descriptor %" PRIu32 ": byte_offset is %" PRIu64
-				  " but the canonical layout puts it at %" PRIu64,
-				  i, byte_offset, want_off);
-	*place_cursor = end;
+		return kiln__fail_desc(
+		    s->err, KILN_TYPE, c->i, "byte_offset", c->off + KILN__D_BYTE_OFFSET,
+		    "byte_offset is %" PRIu64 " but the canonical layout puts it at %" PRIu64,
+		    byte_offset, want_off);
+	s->place_cursor = end;
+	kiln_tensor *t = c->t;
 	t->byte_offset = byte_offset;
 	t->byte_length = byte_length;
 	t->file_offset = info->payload_base + byte_offset;
-	t->data = dir->base ? dir->base + t->file_offset : NULL;
+	t->data = s->dir->base ? s->dir->base + t->file_offset : NULL;
 	return 0;
 }
 
-static int check_layouts(struct kiln_dir *dir, uint64_t cursor, kiln_error *err)
+/* Steps 1-8 for descriptor i, filling its view. */
+static int check_descriptor(struct pass *s, uint32_t i)
 {
-	const kiln_dir_info *info = &dir->info;
-	uint64_t heap = KILN__HEADER_SIZE + (uint64_t)info->tensor_count * KILN__DESC_SIZE;
+	struct desc c = desc_at(s, i);
+	int rc = need(s->dir, c.off, KILN__DESC_SIZE, s->err);
+	if (rc)
+		return rc;
+	memset(c.t, 0, sizeof(*c.t));
+	c.t->index = i;
+	if ((rc = desc_1_reserved(s, &c)) || (rc = desc_2_dtype(s, &c)) ||
+	    (rc = desc_3_shape(s, &c)) || (rc = desc_4_name(s, &c)) ||
+	    (rc = desc_5_layout(s, &c)) || (rc = desc_6_byte_length(s, &c)) ||
+	    (rc = desc_7_quant(s, &c)) || (rc = desc_8_placement(s, &c)))
+		return rc;
+	return 0;
+}
+
+/* --- after the descriptors ---------------------------------------------------------------- */
+
+/* Layout names, in descriptor order, continue the heap where the tensor names end: each at the
+ * running cursor, inside the heap, and UTF-8. */
+static int after_1_layouts(struct pass *s)
+{
+	const kiln_dir_info *info = &s->dir->info;
 	for (uint32_t i = 0; i < info->tensor_count; i++) {
-		kiln_tensor *t = &dir->tensors[i];
-		if (!kiln_dtype_is_opaque(t->dtype))
+		struct desc c = desc_at(s, i);
+		if (!kiln_dtype_is_opaque(c.t->dtype))
 			continue;
-		uint64_t doff = KILN__HEADER_SIZE + (uint64_t)i * KILN__DESC_SIZE;
-		const uint8_t *d = dir->head + doff;
-		unsigned off = kiln__ld16(d + KILN__D_LAYOUT_OFF);
-		unsigned len = kiln__ld16(d + KILN__D_LAYOUT_LEN);
-		if (off != cursor)
-			return kiln__fail(err, KILN_TYPE, i, "layout_off",
-					  doff + KILN__D_LAYOUT_OFF,
-					  "descriptor %" PRIu32 ": layout_off is %u but the layout "
-					  "name must start at heap offset %" PRIu64,
-					  i, off, cursor);
-		if (cursor + len > info->name_bytes)
-			return kiln__fail(err, KILN_TYPE, i, "layout_len",
-					  doff + KILN__D_LAYOUT_LEN,
-					  "descriptor %" PRIu32 ": layout name [%u, %" PRIu64
-					  ") ends past the %" PRIu32 "-byte heap",
-					  i, off, cursor + len, info->name_bytes);
-		int rc = need(dir, heap + off, len, err);
+		unsigned off = kiln__ld16(c.d + KILN__D_LAYOUT_OFF);
+		unsigned len = kiln__ld16(c.d + KILN__D_LAYOUT_LEN);
+		if (off != s->heap_cursor)
+			return kiln__fail_desc(s->err, KILN_TYPE, i, "layout_off",
+					       c.off + KILN__D_LAYOUT_OFF,
+					       "layout_off is %u but the layout name must start at "
+					       "heap offset %" PRIu64,
+					       off, s->heap_cursor);
+		if (s->heap_cursor + len > info->name_bytes)
+			return kiln__fail_desc(
+			    s->err, KILN_TYPE, i, "layout_len", c.off + KILN__D_LAYOUT_LEN,
+			    "layout name [%u, %" PRIu64 ") ends past the %" PRIu32 "-byte heap",
+			    off, s->heap_cursor + len, info->name_bytes);
+		int rc = need(s->dir, s->heap + off, len, s->err);
 		if (rc)
 			return rc;
-		const uint8_t *s = dir->head + heap + off;
-		size_t bad = kiln__utf8_check(s, len);
+		const uint8_t *str = s->dir->head + s->heap + off;
+		size_t bad = kiln__utf8_check(str, len);
 		if (bad != SIZE_MAX)
-			return kiln__fail(err, KILN_UTF8, i, "layout", heap + off + bad,
-					  "descriptor %" PRIu32
-					  ": layout name byte %zu (0x%02x) is "
-					  "not well-formed UTF-8",
-					  i, bad, s[bad]);
-		t->layout = (const char *)s;
-		t->layout_len = len;
-		cursor += len;
+			return kiln__fail_desc(
+			    s->err, KILN_UTF8, i, "layout", s->heap + off + bad,
+			    "layout name byte %zu (0x%02x) is not well-formed UTF-8", bad,
+			    str[bad]);
+		c.t->layout = (const char *)str;
+		c.t->layout_len = len;
+		s->heap_cursor += len;
 	}
-	if (cursor != info->name_bytes)
-		return kiln__fail(err, KILN_TYPE, NOI, "name_bytes", 12,
-				  "the heap is %" PRIu32
-				  " bytes but names and layout names fill %" PRIu64,
-				  info->name_bytes, cursor);
 	return 0;
 }
 
-static int check_scale(const struct kiln_dir *dir, uint32_t i, uint32_t s, int outer, uint64_t want,
-		       kiln_error *err)
+static int after_2_heap(struct pass *s)
 {
-	const kiln_tensor *st = &dir->tensors[s];
+	uint32_t name_bytes = s->dir->info.name_bytes;
+	if (s->heap_cursor != name_bytes)
+		return kiln__fail_at(s->err, KILN_TYPE, "name_bytes", 12,
+				     "the heap is %" PRIu32
+				     " bytes but names and layout names fill %" PRIu64,
+				     name_bytes, s->heap_cursor);
+	return 0;
+}
+
+static int after_3_placement(struct pass *s)
+{
+	uint64_t payload_bytes = s->dir->info.payload_bytes;
+	if (s->place_cursor != payload_bytes)
+		return kiln__fail_at(s->err, KILN_TYPE, "payload_bytes", 16,
+				     "payload_bytes is %" PRIu64
+				     " but the payloads end at %" PRIu64,
+				     payload_bytes, s->place_cursor);
+	return 0;
+}
+
+static int after_4_pad(struct pass *s)
+{
+	const kiln_dir_info *info = &s->dir->info;
+	const uint8_t *head = s->dir->head;
+	uint64_t pad = KILN__HEADER_SIZE + info->directory_bytes;
+	int rc = need(s->dir, pad, info->payload_base - pad, s->err);
+	if (rc)
+		return rc;
+	size_t z = first_nonzero(head + pad, (size_t)(info->payload_base - pad));
+	if (z != SIZE_MAX)
+		return kiln__fail_at(s->err, KILN_TYPE, "pad", pad + z,
+				     "pad byte at offset %" PRIu64 " is 0x%02x, not 0", pad + z,
+				     head[pad + z]);
+	return 0;
+}
+
+/* Tensor `ref`, named by c's scale_index (or outer_index when `outer`), is an unquantized float
+ * scale tensor of `want` elements. */
+static int check_scale(struct pass *s, const struct desc *c, uint32_t ref, int outer, uint64_t want)
+{
+	const kiln_tensor *st = &s->dir->tensors[ref];
 	const char *what = outer ? "outer" : "scale";
 	const char *field = outer ? "outer_index" : "scale_index";
-	uint64_t off = KILN__HEADER_SIZE + (uint64_t)i * KILN__DESC_SIZE +
-		       (outer ? KILN__D_OUTER_INDEX : KILN__D_SCALE_INDEX);
+	uint64_t off = c->off + (outer ? KILN__D_OUTER_INDEX : KILN__D_SCALE_INDEX);
 	if (st->quant_scheme != 0)
-		return kiln__fail(err, KILN_TYPE, i, field, off,
-				  "descriptor %" PRIu32 ": its %s tensor %" PRIu32
-				  " itself has quant_scheme %u",
-				  i, what, s, st->quant_scheme);
+		return kiln__fail_desc(s->err, KILN_TYPE, c->i, field, off,
+				       "its %s tensor %" PRIu32 " itself has quant_scheme %u", what,
+				       ref, st->quant_scheme);
 	if (!kiln__is_scale_dtype(st->dtype))
-		return kiln__fail(err, KILN_TYPE, i, field, off,
-				  "descriptor %" PRIu32 ": its %s tensor %" PRIu32
-				  " has dtype %s, not a float scale dtype",
-				  i, what, s, kiln_dtype_name(st->dtype));
+		return kiln__fail_desc(s->err, KILN_TYPE, c->i, field, off,
+				       "its %s tensor %" PRIu32
+				       " has dtype %s, not a float scale dtype",
+				       what, ref, kiln_dtype_name(st->dtype));
 	if (st->count != want)
-		return kiln__fail(err, KILN_TYPE, i, field, off,
-				  "descriptor %" PRIu32 ": its %s tensor %" PRIu32 " has %" PRIu64
-				  " elements but %" PRIu64 " are needed",
-				  i, what, s, st->count, want);
+		return kiln__fail_desc(s->err, KILN_TYPE, c->i, field, off,
+				       "its %s tensor %" PRIu32 " has %" PRIu64
+				       " elements but %" PRIu64 " are needed",
+				       what, ref, st->count, want);
+	return 0;
+}
+
+/* Each quantized tensor's scale tensor holds one element per group, and a scheme-2 tensor's
+ * outer tensor exactly one. */
+static int after_5_scales(struct pass *s)
+{
+	for (uint32_t i = 0; i < s->dir->info.tensor_count; i++) {
+		struct desc c = desc_at(s, i);
+		const kiln_tensor *t = c.t;
+		if (t->quant_scheme == 0)
+			continue;
+		uint64_t groups =
+		    kiln__quant_groups(t->shape, t->count, t->quant_axis, t->group_size);
+		int rc = check_scale(s, &c, t->scale_index, 0, groups);
+		if (!rc && t->quant_scheme == 2)
+			rc = check_scale(s, &c, t->outer_index, 1, 1);
+		if (rc)
+			return rc;
+	}
 	return 0;
 }
 
@@ -514,83 +686,75 @@ int kiln__validate_structure(struct kiln_dir *dir, int exact, kiln_error *err)
 	if (rc)
 		return rc;
 
-	const kiln_dir_info *info = &dir->info;
-	uint64_t name_cursor = 0, place_cursor = 0;
-	for (uint32_t i = 0; i < info->tensor_count; i++) {
-		rc = check_descriptor(dir, i, &name_cursor, &place_cursor, err);
+	uint32_t n = dir->info.tensor_count;
+	struct pass s = {
+	    .dir = dir, .err = err, .heap = KILN__HEADER_SIZE + (uint64_t)n * KILN__DESC_SIZE};
+	for (uint32_t i = 0; i < n; i++) {
+		rc = check_descriptor(&s, i);
 		if (rc)
 			goto fail;
 	}
-	rc = check_layouts(dir, name_cursor, err);
-	if (rc)
+	if ((rc = after_1_layouts(&s)) || (rc = after_2_heap(&s)) || (rc = after_3_placement(&s)) ||
+	    (rc = after_4_pad(&s)) || (rc = after_5_scales(&s)))
 		goto fail;
-	if (place_cursor != info->payload_bytes) {
-		rc = kiln__fail(err, KILN_TYPE, NOI, "payload_bytes", 16,
-				"payload_bytes is %" PRIu64 " but the payloads end at %" PRIu64,
-				info->payload_bytes, place_cursor);
-		goto fail;
-	}
-	uint64_t pad = KILN__HEADER_SIZE + info->directory_bytes;
-	rc = need(dir, pad, info->payload_base - pad, err);
-	if (rc)
-		goto fail;
-	size_t z = first_nonzero(dir->head + pad, (size_t)(info->payload_base - pad));
-	if (z != SIZE_MAX) {
-		rc = kiln__fail(err, KILN_TYPE, NOI, "pad", pad + z,
-				"pad byte at offset %" PRIu64 " is 0x%02x, not 0", pad + z,
-				dir->head[pad + z]);
-		goto fail;
-	}
-	for (uint32_t i = 0; i < info->tensor_count; i++) {
-		const kiln_tensor *t = &dir->tensors[i];
-		if (t->quant_scheme == 0)
-			continue;
-		uint64_t groups =
-		    kiln__quant_groups(t->shape, t->count, t->quant_axis, t->group_size);
-		rc = check_scale(dir, i, t->scale_index, 0, groups, err);
-		if (!rc && t->quant_scheme == 2)
-			rc = check_scale(dir, i, t->outer_index, 1, 1, err);
-		if (rc)
-			goto fail;
-	}
 	return 0;
 fail:
 	kiln__index_free(dir);
 	return rc;
 }
 
+/* --- payload verification ----------------------------------------------------------------- */
+
+/* The bytes between the end of the previous payload (`cursor`) and tensor t's are zero. Below 64
+ * of them by construction (the placement rule). */
+static int payload_1_gap(const struct kiln_dir *dir, kiln__read_fn read, const kiln_tensor *t,
+			 uint64_t cursor, kiln_error *err)
+{
+	uint8_t buf[KILN__ALIGN];
+	uint64_t at = dir->info.payload_base + cursor;
+	size_t gap = (size_t)(t->byte_offset - cursor);
+	int rc = gap ? read(dir, at, buf, gap, err) : 0;
+	if (rc)
+		return rc;
+	size_t z = first_nonzero(buf, gap);
+	if (z != SIZE_MAX)
+		return kiln__fail(err, KILN_TYPE, t->index, "payload gap", at + z,
+				  "byte %" PRIu64 " between payloads (before tensor %" PRIu32
+				  ") is 0x%02x, not 0",
+				  at + z, t->index, buf[z]);
+	return 0;
+}
+
+/* An odd count of 4-bit elements leaves the high nibble of the last byte unused: it is zero. */
+static int payload_2_nibble(const struct kiln_dir *dir, kiln__read_fn read, const kiln_tensor *t,
+			    kiln_error *err)
+{
+	if (kiln_dtype_bits(t->dtype) != 4 || !(t->count & 1))
+		return 0;
+	uint8_t last_byte;
+	uint64_t last = t->file_offset + t->byte_length - 1;
+	int rc = read(dir, last, &last_byte, 1, err);
+	if (rc)
+		return rc;
+	if (last_byte & 0xF0)
+		return kiln__fail(err, KILN_TYPE, t->index, "payload padding", last,
+				  "tensor %" PRIu32 ": the unused high nibble of its last byte "
+				  "(offset %" PRIu64 ") is 0x%x, not 0",
+				  t->index, last, last_byte >> 4);
+	return 0;
+}
+
+/* Tensor by tensor, in descriptor order: the gap before it, then its last nibble. */
 int kiln__verify_payload(const struct kiln_dir *dir, kiln__read_fn read, kiln_error *err)
 {
-	const kiln_dir_info *info = &dir->info;
 	uint64_t cursor = 0;
-	uint8_t buf[KILN__ALIGN];
-	for (uint32_t i = 0; i < info->tensor_count; i++) {
+	for (uint32_t i = 0; i < dir->info.tensor_count; i++) {
 		const kiln_tensor *t = &dir->tensors[i];
-		/* Gaps are below 64 bytes by construction (the placement rule). */
-		uint64_t at = info->payload_base + cursor;
-		size_t gap = (size_t)(t->byte_offset - cursor);
-		int rc = gap ? read(dir, at, buf, gap, err) : 0;
+		int rc = payload_1_gap(dir, read, t, cursor, err);
+		if (!rc)
+			rc = payload_2_nibble(dir, read, t, err);
 		if (rc)
 			return rc;
-		size_t z = first_nonzero(buf, gap);
-		if (z != SIZE_MAX)
-			return kiln__fail(err, KILN_TYPE, i, "payload gap", at + z,
-					  "byte %" PRIu64
-					  " between payloads (before tensor %" PRIu32
-					  ") is 0x%02x, not 0",
-					  at + z, i, buf[z]);
-		if (kiln_dtype_bits(t->dtype) == 4 && (t->count & 1)) {
-			uint64_t last = t->file_offset + t->byte_length - 1;
-			rc = read(dir, last, buf, 1, err);
-			if (rc)
-				return rc;
-			if (buf[0] & 0xF0)
-				return kiln__fail(err, KILN_TYPE, i, "payload padding", last,
-						  "tensor %" PRIu32
-						  ": the unused high nibble of its last "
-						  "byte (offset %" PRIu64 ") is 0x%x, not 0",
-						  i, last, buf[0] >> 4);
-		}
 		cursor = t->byte_offset + t->byte_length;
 	}
 	return 0;
