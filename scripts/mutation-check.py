@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Remove each rule of the validator in turn and check that the test suites notice.
 
-For every `if (COND)` in src/validate.c whose body rejects a block (a kiln__fail / QFAIL call),
-build a copy of the tree with that condition replaced by `0 && (COND)` and run the rules, golden
-and writer suites. A mutation that every suite survives is a rule no test pins down. Slow (a
-build per rule), so it is a developer's check, not part of scripts/test.sh.
+For every `if (COND)` in src/validate.c whose body rejects a block (a kiln__fail, kiln__fail_desc
+or kiln__fail_at call), build a copy of the tree with that condition replaced by `0 && (COND)`
+and run the rules, golden and writer suites. A mutation that every suite survives is a rule no
+test pins down. Slow (a build per rule), so it is a developer's check, not part of scripts/test.sh.
 
 usage: scripts/mutation-check.py [BUILD_DIR]   (default /tmp/kiln-mutation)
 """
@@ -31,7 +31,7 @@ for i, line in enumerate(lines):
     if not m:
         continue
     body = "\n".join(lines[i + 1:i + 4])
-    if "kiln__fail(" in body or "QFAIL(" in body:
+    if re.search(r"\bkiln__fail(_desc|_at)?\(", body):
         sites.append(i)
 
 survivors = []
@@ -39,7 +39,7 @@ for n, i in enumerate(sites, 1):
     mutated = list(lines)
     mutated[i] = re.sub(r"if \((.*)\)", r"if (0 && (\1))", lines[i], count=1)
     open(path, "w").write("\n".join(mutated))
-    ok = subprocess.run(["cmake", "--build", build, "-j2", "--target"] + suites,
+    ok = subprocess.run(["cmake", "--build", build, "-j1", "--target"] + suites,
                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
     if not ok:
         print(f"{n:3}/{len(sites)} line {i + 1:4}: BUILD FAILED: {lines[i].strip()}", flush=True)
@@ -47,7 +47,7 @@ for n, i in enumerate(sites, 1):
         continue
     caught = False
     for s in suites:
-        r = subprocess.run([os.path.join(build, "tests", s), "--jobs", "2"],
+        r = subprocess.run([os.path.join(build, "tests", s), "--jobs", "1"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         if r.returncode != 0:
             caught = True
