@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Remove each rule of the validator in turn and check that the test suites notice.
 
-For every `if (COND)` in src/validate.c whose body rejects a block (a kiln__fail, kiln__fail_desc
-or kiln__fail_at call), build a copy of the tree with that condition replaced by `0 && (COND)`
-and run the rules, golden and writer suites. A mutation that every suite survives is a rule no
-test pins down. Slow (a build per rule), so it is a developer's check, not part of scripts/test.sh.
+For every `if (COND)` in src/validate.c whose body (its block or its one statement) rejects a
+block (a kiln__fail, kiln__fail_desc or kiln__fail_at call), build a copy of the tree with that
+condition replaced by `0 && (COND)` and run the rules, golden and writer suites. A mutation
+that every suite survives is a rule no test pins down. Slow (a build per rule), so it is a
+developer's check, not part of scripts/test.sh.
 
 usage: scripts/mutation-check.py [BUILD_DIR]   (default /tmp/kiln-mutation)
 """
@@ -25,13 +26,27 @@ path = os.path.join(src, "src", "validate.c")
 original = open(path).read()
 lines = original.split("\n")
 
+
+def body(i, braced):
+    """The lines the `if` on line i governs: its block, or its one statement."""
+    out, depth = [], 1
+    for line in lines[i + 1:]:
+        out.append(line)
+        if braced:
+            depth += line.count("{") - line.count("}")
+            if depth <= 0:
+                break
+        elif line.rstrip().endswith(";"):
+            break
+    return "\n".join(out)
+
+
 sites = []
 for i, line in enumerate(lines):
     m = re.match(r"^(\s*)(\} else )?if \((.*)\)( \{)?$", line)
     if not m:
         continue
-    body = "\n".join(lines[i + 1:i + 4])
-    if re.search(r"\bkiln__fail(_desc|_at)?\(", body):
+    if re.search(r"\bkiln__fail(_desc|_at)?\(", body(i, bool(m.group(4)))):
         sites.append(i)
 
 survivors = []
