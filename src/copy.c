@@ -33,7 +33,8 @@ int kiln_tensor_copy(const kiln_dir *dir, uint32_t index, void *dst, size_t cap,
 	return 0;
 }
 
-int kiln_tensor_dup(const kiln_dir *dir, uint32_t index, size_t alignment, void **out, kiln_error *err)
+int kiln_tensor_dup(const kiln_dir *dir, uint32_t index, size_t alignment, void **out,
+		    kiln_error *err)
 {
 	kiln__clear_error(err);
 	if (!out)
