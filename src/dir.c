@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The index of an open directory: views by position, lookup by name, info. No lifecycle here:
- * the validator fills the index (src/validate.c) and src/open.c creates and releases it. */
+ * the validator fills the index through kiln__index_alloc and kiln__index_insert, and
+ * src/open.c creates and releases the directory. */
 #include <inttypes.h>
 #include <xxhash.h>
 
@@ -9,6 +10,85 @@
 uint64_t kiln__name_hash(const struct kiln_dir *dir, const void *name, size_t len)
 {
 	return XXH3_64bits_withSecret(name, len, dir->secret, sizeof(dir->secret));
+}
+
+/* One allocation for views, name hashes and the name table (at most half full). */
+int kiln__index_alloc(struct kiln_dir *dir, kiln_error *err)
+{
+	uint64_t n = dir->info.tensor_count;
+	if (n == 0)
+		return 0;
+	size_t table = 0;
+	if (dir->info.flags & KILN_FLAG_NAMES) {
+		table = 2;
+		while (table < 2 * n)
+			table *= 2;
+	}
+	size_t views = (size_t)n * sizeof(kiln_tensor);
+	size_t hashes = table ? (size_t)n * sizeof(uint64_t) : 0;
+	size_t total = views + hashes + table * sizeof(uint32_t);
+	uint8_t *mem = kiln__alloc(&dir->alloc, total);
+	if (!mem)
+		return kiln__fail_sys(
+		    err, KILN_NOMEM, 12,
+		    "cannot allocate %zu bytes for the index of %" PRIu64 " tensors", total, n);
+	dir->index_mem = mem;
+	dir->index_bytes = total;
+	dir->tensors = (kiln_tensor *)mem;
+	if (table) {
+		dir->hashes = (uint64_t *)(mem + views);
+		dir->slots = (uint32_t *)(mem + views + hashes);
+		memset(dir->slots, 0xFF, table * sizeof(uint32_t));
+		dir->slot_mask = table - 1;
+	}
+	return 0;
+}
+
+void kiln__index_free(struct kiln_dir *dir)
+{
+	if (dir->index_mem)
+		kiln__free(&dir->alloc, dir->index_mem, dir->index_bytes);
+	dir->index_mem = NULL;
+	dir->index_bytes = 0;
+	dir->tensors = NULL;
+	dir->hashes = NULL;
+	dir->slots = NULL;
+	dir->slot_mask = 0;
+}
+
+/* The slot that holds tensor index of the name with hash h, or the empty slot where it would
+ * go. Expected O(1): the hash is keyed per directory, so a file cannot choose colliding names,
+ * and the table is at most half full. *probes (when not NULL) counts the slots visited. */
+static uint64_t slot_of(const struct kiln_dir *dir, uint64_t h, const char *name, size_t len,
+			uint64_t *probes)
+{
+	for (uint64_t s = h & dir->slot_mask;; s = (s + 1) & dir->slot_mask) {
+		uint32_t j = dir->slots[s];
+		if (probes)
+			++*probes;
+		if (j == KILN_NONE32)
+			return s;
+		const kiln_tensor *t = &dir->tensors[j];
+		if (dir->hashes[j] == h && t->name_len == len && memcmp(t->name, name, len) == 0)
+			return s;
+	}
+}
+
+uint32_t kiln__index_insert(struct kiln_dir *dir, uint32_t i, const char *name, size_t len)
+{
+	uint64_t h = kiln__name_hash(dir, name, len);
+	dir->hashes[i] = h;
+	uint64_t s = slot_of(dir, h, name, len, &dir->probes);
+	if (dir->slots[s] != KILN_NONE32)
+		return dir->slots[s];
+	dir->slots[s] = i;
+	return KILN_NO_INDEX;
+}
+
+const char *kiln_source_name(unsigned source)
+{
+	static const char *const names[] = {"mmap", "buffer", "read", "uring"};
+	return source < sizeof(names) / sizeof(names[0]) ? names[source] : NULL;
 }
 
 void kiln_dir_get_info(const kiln_dir *dir, kiln_dir_info *info)
@@ -52,15 +132,9 @@ const kiln_tensor *kiln_dir_find(const kiln_dir *dir, const char *name, size_t l
 {
 	if (!dir || !dir->slot_mask || (!name && len))
 		return NULL;
-	uint64_t h = kiln__name_hash(dir, name, len);
-	for (uint64_t s = h & dir->slot_mask;; s = (s + 1) & dir->slot_mask) {
-		uint32_t j = dir->slots[s];
-		if (j == KILN_NONE32)
-			return NULL;
-		const kiln_tensor *t = &dir->tensors[j];
-		if (dir->hashes[j] == h && t->name_len == len && memcmp(t->name, name, len) == 0)
-			return t;
-	}
+	uint64_t s = slot_of(dir, kiln__name_hash(dir, name, len), name, len, NULL);
+	uint32_t j = dir->slots[s];
+	return j == KILN_NONE32 ? NULL : &dir->tensors[j];
 }
 
 const kiln_tensor *kiln_dir_find_cstr(const kiln_dir *dir, const char *name)

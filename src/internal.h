@@ -214,6 +214,15 @@ int kiln__verify_payload(const struct kiln_dir *dir, kiln__read_fn read, kiln_er
 
 uint64_t kiln__name_hash(const struct kiln_dir *dir, const void *name, size_t len);
 
+/* Allocate the index (views, name hashes, name table) for dir->info.tensor_count tensors from
+ * dir->alloc. Called only once the header has proven that the descriptors fit in the bytes
+ * available. 0 or NOMEM. */
+int kiln__index_alloc(struct kiln_dir *dir, kiln_error *err);
+
+/* Enter tensor i's name into the table; returns an earlier tensor with the same bytes, else
+ * KILN_NO_INDEX. */
+uint32_t kiln__index_insert(struct kiln_dir *dir, uint32_t i, const char *name, size_t len);
+
 /* Release the index (not the bytes). */
 void kiln__index_free(struct kiln_dir *dir);
 

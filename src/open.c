@@ -353,9 +353,3 @@ int kiln_dir_open(const char *path, const kiln_open_options *opts, kiln_dir **ou
 	rc = load_file(dir, opts, path, err);
 	return finish_open(dir, opts, rc, out, err);
 }
-
-const char *kiln_source_name(unsigned source)
-{
-	static const char *const names[] = {"mmap", "buffer", "read", "uring"};
-	return source < sizeof(names) / sizeof(names[0]) ? names[source] : NULL;
-}

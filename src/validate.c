@@ -166,51 +166,6 @@ int kiln__check_header(struct kiln_dir *dir, int exact, kiln_error *err)
 	return 0;
 }
 
-/* One allocation for views, name hashes and the name table. Called only after check_header has
- * proven that tensor_count descriptors fit in the bytes available. */
-static int alloc_index(struct kiln_dir *dir, kiln_error *err)
-{
-	uint64_t n = dir->info.tensor_count;
-	if (n == 0)
-		return 0;
-	size_t table = 0;
-	if (dir->info.flags & KILN_FLAG_NAMES) {
-		table = 2;
-		while (table < 2 * n)
-			table *= 2;
-	}
-	size_t views = (size_t)n * sizeof(kiln_tensor);
-	size_t hashes = table ? (size_t)n * sizeof(uint64_t) : 0;
-	size_t total = views + hashes + table * sizeof(uint32_t);
-	uint8_t *mem = kiln__alloc(&dir->alloc, total);
-	if (!mem)
-		return kiln__fail_sys(
-		    err, KILN_NOMEM, 12,
-		    "cannot allocate %zu bytes for the index of %" PRIu64 " tensors", total, n);
-	dir->index_mem = mem;
-	dir->index_bytes = total;
-	dir->tensors = (kiln_tensor *)mem;
-	if (table) {
-		dir->hashes = (uint64_t *)(mem + views);
-		dir->slots = (uint32_t *)(mem + views + hashes);
-		memset(dir->slots, 0xFF, table * sizeof(uint32_t));
-		dir->slot_mask = table - 1;
-	}
-	return 0;
-}
-
-void kiln__index_free(struct kiln_dir *dir)
-{
-	if (dir->index_mem)
-		kiln__free(&dir->alloc, dir->index_mem, dir->index_bytes);
-	dir->index_mem = NULL;
-	dir->index_bytes = 0;
-	dir->tensors = NULL;
-	dir->hashes = NULL;
-	dir->slots = NULL;
-	dir->slot_mask = 0;
-}
-
 /* --- descriptor steps --------------------------------------------------------------------- */
 
 /* What the descriptor and after-descriptor steps share across the table. */
@@ -292,26 +247,6 @@ static int desc_3_shape(struct pass *s, struct desc *c)
 	return 0;
 }
 
-/* Insert tensor i's name; returns the index of an earlier tensor with the same bytes, or
- * KILN_NO_INDEX. Expected O(1): the hash is keyed per directory so a file cannot choose
- * colliding names. */
-static uint32_t name_insert(struct kiln_dir *dir, uint32_t i, const char *name, size_t len)
-{
-	uint64_t h = kiln__name_hash(dir, name, len);
-	dir->hashes[i] = h;
-	for (uint64_t s = h & dir->slot_mask;; s = (s + 1) & dir->slot_mask) {
-		uint32_t j = dir->slots[s];
-		dir->probes++;
-		if (j == KILN_NONE32) {
-			dir->slots[s] = i;
-			return KILN_NO_INDEX;
-		}
-		const kiln_tensor *o = &dir->tensors[j];
-		if (dir->hashes[j] == h && o->name_len == len && memcmp(o->name, name, len) == 0)
-			return j;
-	}
-}
-
 /* A name exactly when the NAMES flag is set: at the running heap cursor (names are concatenated
  * in descriptor order), inside the heap, UTF-8, and unlike every earlier name. */
 static int desc_4_name(struct pass *s, struct desc *c)
@@ -359,7 +294,7 @@ static int desc_4_name(struct pass *s, struct desc *c)
 				       name[bad]);
 	c->t->name = (const char *)name;
 	c->t->name_len = len;
-	uint32_t prev = name_insert(s->dir, c->i, c->t->name, len);
+	uint32_t prev = kiln__index_insert(s->dir, c->i, c->t->name, len);
 	if (prev != KILN_NO_INDEX)
 		return kiln__fail_desc(s->err, KILN_TYPE, c->i, "name", s->heap + off,
 				       "the name is the same as tensor %" PRIu32 "'s", prev);
@@ -682,7 +617,7 @@ int kiln__validate_structure(struct kiln_dir *dir, int exact, kiln_error *err)
 	int rc = kiln__check_header(dir, exact, err);
 	if (rc)
 		return rc;
-	rc = alloc_index(dir, err);
+	rc = kiln__index_alloc(dir, err);
 	if (rc)
 		return rc;
 
