@@ -117,14 +117,14 @@ const kiln_tensor *kiln_dir_tensor(const kiln_dir *dir, uint32_t index)
 const kiln_tensor *kiln__tensor_or_fail(const kiln_dir *dir, uint32_t index, kiln_error *err)
 {
 	if (!dir) {
-		kiln__fail(err, KILN_INVAL, index, NULL, KILN_NO_OFFSET, "dir is NULL");
+		kiln__fail_inval(err, index, NULL, "dir is NULL");
 		return NULL;
 	}
 	const kiln_tensor *t = kiln_dir_tensor(dir, index);
 	if (!t)
-		kiln__fail(err, KILN_INVAL, index, NULL, KILN_NO_OFFSET,
-			   "tensor index %" PRIu32 " is out of range (count %" PRIu32 ")", index,
-			   dir->info.tensor_count);
+		kiln__fail_inval(err, index, NULL,
+				 "tensor index %" PRIu32 " is out of range (count %" PRIu32 ")",
+				 index, dir->info.tensor_count);
 	return t;
 }
 

@@ -26,36 +26,37 @@ static int check_options(const kiln_open_options *opts, kiln_error *err)
 	if (!opts)
 		return 0;
 	if (opts->size != 0 && opts->size < sizeof(*opts))
-		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "size", KILN_NO_OFFSET,
-				  "kiln_open_options.size %u is smaller than this version's %zu",
-				  opts->size, sizeof(*opts));
+		return kiln__fail_inval(
+		    err, KILN_NO_INDEX, "size",
+		    "kiln_open_options.size %u is smaller than this version's %zu", opts->size,
+		    sizeof(*opts));
 	const uint32_t known = KILN_OPEN_VERIFY_PAYLOAD | KILN_OPEN_ALLOW_TRAILING |
 			       KILN_OPEN_POPULATE | KILN_OPEN_LOCK | KILN_OPEN_HUGEPAGE |
 			       KILN_OPEN_DIRECT;
 	if (opts->flags & ~known)
-		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "flags", KILN_NO_OFFSET,
-				  "unknown open flags 0x%x", opts->flags & ~known);
+		return kiln__fail_inval(err, KILN_NO_INDEX, "flags", "unknown open flags 0x%x",
+					opts->flags & ~known);
 	if (opts->source > KILN_SOURCE_URING)
-		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "source", KILN_NO_OFFSET,
-				  "unknown source %u", opts->source);
+		return kiln__fail_inval(err, KILN_NO_INDEX, "source", "unknown source %u",
+					opts->source);
 	if (opts->advice > KILN_ADVICE_WILLNEED)
-		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "advice", KILN_NO_OFFSET,
-				  "unknown advice %u", opts->advice);
+		return kiln__fail_inval(err, KILN_NO_INDEX, "advice", "unknown advice %u",
+					opts->advice);
 	if (opts->chunk_size > KILN__CHUNK_MAX)
-		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "chunk_size", KILN_NO_OFFSET,
-				  "chunk_size %u is above 1 GiB", opts->chunk_size);
+		return kiln__fail_inval(err, KILN_NO_INDEX, "chunk_size",
+					"chunk_size %u is above 1 GiB", opts->chunk_size);
 	if (opts->queue_depth > KILN__QD_MAX)
-		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "queue_depth", KILN_NO_OFFSET,
-				  "queue_depth %u is above %u", opts->queue_depth, KILN__QD_MAX);
+		return kiln__fail_inval(err, KILN_NO_INDEX, "queue_depth",
+					"queue_depth %u is above %u", opts->queue_depth,
+					KILN__QD_MAX);
 	for (size_t i = 0; i < sizeof(opts->reserved) / sizeof(opts->reserved[0]); i++)
 		if (opts->reserved[i])
-			return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "reserved",
-					  KILN_NO_OFFSET,
-					  "kiln_open_options.reserved[%zu] is not 0", i);
+			return kiln__fail_inval(err, KILN_NO_INDEX, "reserved",
+						"kiln_open_options.reserved[%zu] is not 0", i);
 	const kiln_allocator *a = opts->allocator;
 	if (a && (!a->alloc || !a->free))
-		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "allocator", KILN_NO_OFFSET,
-				  "an allocator needs both alloc and free");
+		return kiln__fail_inval(err, KILN_NO_INDEX, "allocator",
+					"an allocator needs both alloc and free");
 	return 0;
 }
 
@@ -129,8 +130,7 @@ int kiln_dir_verify_payload(const kiln_dir *dir, kiln_error *err)
 {
 	kiln__clear_error(err);
 	if (!dir)
-		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
-				  "dir is NULL");
+		return kiln__fail_inval(err, KILN_NO_INDEX, NULL, "dir is NULL");
 	/* A cached result, not a change to the directory: threads verifying at once compute the
 	 * same answer, and the flag is only ever read and written atomically. */
 	int *verified = (int *)&dir->verified;
@@ -162,12 +162,11 @@ int kiln_dir_parse(const void *buf, size_t len, const kiln_open_options *opts, k
 {
 	kiln__clear_error(err);
 	if (!out)
-		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
-				  "out is NULL");
+		return kiln__fail_inval(err, KILN_NO_INDEX, NULL, "out is NULL");
 	*out = NULL;
 	if (!buf && len)
-		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
-				  "buf is NULL with a nonzero length");
+		return kiln__fail_inval(err, KILN_NO_INDEX, NULL,
+					"buf is NULL with a nonzero length");
 	int rc = check_options(opts, err);
 	if (rc)
 		return rc;
@@ -317,26 +316,25 @@ int kiln_dir_open(const char *path, const kiln_open_options *opts, kiln_dir **ou
 {
 	kiln__clear_error(err);
 	if (!out)
-		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
-				  "out is NULL");
+		return kiln__fail_inval(err, KILN_NO_INDEX, NULL, "out is NULL");
 	*out = NULL;
 	if (!path)
-		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
-				  "path is NULL");
+		return kiln__fail_inval(err, KILN_NO_INDEX, NULL, "path is NULL");
 	int rc = check_options(opts, err);
 	if (rc)
 		return rc;
 	unsigned source = opts ? opts->source : KILN_SOURCE_MMAP;
 	if (opts && (opts->flags & KILN_OPEN_ALLOW_TRAILING))
-		return kiln__fail(
-		    err, KILN_INVAL, KILN_NO_INDEX, "flags", KILN_NO_OFFSET,
+		return kiln__fail_inval(
+		    err, KILN_NO_INDEX, "flags",
 		    "KILN_OPEN_ALLOW_TRAILING applies to buffers; a file is one block");
 	if (opts && opts->buffer && source == KILN_SOURCE_MMAP)
-		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "buffer", KILN_NO_OFFSET,
-				  "a load buffer needs the read or uring source");
+		return kiln__fail_inval(err, KILN_NO_INDEX, "buffer",
+					"a load buffer needs the read or uring source");
 	if (source == KILN_SOURCE_BUFFER)
-		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "source", KILN_NO_OFFSET,
-				  "source %u cannot open a path (use mmap, read or uring)", source);
+		return kiln__fail_inval(err, KILN_NO_INDEX, "source",
+					"source %u cannot open a path (use mmap, read or uring)",
+					source);
 
 	uint64_t size;
 	int fd = open_file(path, &size, err);

@@ -122,8 +122,8 @@ int kiln_tensor_unpin(kiln_dir *dir, uint32_t index, kiln_error *err)
 	kiln__clear_error(err);
 	struct kiln__pin *p = dir ? find(dir, index) : NULL;
 	if (!p)
-		return kiln__fail(err, KILN_INVAL, index, NULL, KILN_NO_OFFSET,
-				  "tensor %" PRIu32 " is not pinned", index);
+		return kiln__fail_inval(err, index, NULL, "tensor %" PRIu32 " is not pinned",
+					index);
 	dir->info.pinned--;
 	if (--p->count)
 		return 0;

@@ -23,8 +23,8 @@ int kiln__read_attach(struct kiln_dir *dir, const kiln_open_options *opts, kiln_
 	uint8_t *mem;
 	if (opts && opts->buffer) {
 		if ((uintptr_t)opts->buffer % KILN__ALIGN || opts->buffer_size < block)
-			return kiln__fail(
-			    err, KILN_INVAL, KILN_NO_INDEX, "buffer", KILN_NO_OFFSET,
+			return kiln__fail_inval(
+			    err, KILN_NO_INDEX, "buffer",
 			    "the load buffer must be 64-byte aligned and hold the %" PRIu64
 			    "-byte block (it is %zu bytes at %p)",
 			    block, opts->buffer_size, opts->buffer);

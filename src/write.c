@@ -20,7 +20,6 @@
 #include "sys.h"
 
 #define CHUNK (1u << 20)
-#define NOI   KILN_NO_INDEX
 
 struct plan {
 	uint32_t n;
@@ -71,8 +70,8 @@ static int plan_sizes(const kiln_tensor_spec *ts, uint32_t n, struct plan *p, ui
 		}
 	}
 	if (heap > UINT32_MAX)
-		return kiln__fail(err, KILN_LIMIT, NOI, "name_bytes", KILN_NO_OFFSET,
-				  "the heap would be %" PRIu64 " bytes, more than a u32", heap);
+		return kiln__fail_at(err, KILN_LIMIT, "name_bytes", KILN_NO_OFFSET,
+				     "the heap would be %" PRIu64 " bytes, more than a u32", heap);
 	*heap_len = heap;
 
 	for (uint32_t i = 0; i < n; i++) {
@@ -107,8 +106,8 @@ static int plan_sizes(const kiln_tensor_spec *ts, uint32_t n, struct plan *p, ui
 	uint64_t dir_bytes = (uint64_t)n * KILN__DESC_SIZE + heap;
 	p->payload_base = kiln__align64(KILN__HEADER_SIZE + dir_bytes);
 	if (kiln__add_overflows(p->payload_base, cursor, &p->block))
-		return kiln__fail(err, KILN_LIMIT, NOI, "payload_bytes", KILN_NO_OFFSET,
-				  "the block would pass 2^64 bytes");
+		return kiln__fail_at(err, KILN_LIMIT, "payload_bytes", KILN_NO_OFFSET,
+				     "the block would pass 2^64 bytes");
 	return 0;
 }
 
@@ -131,8 +130,8 @@ static int plan_build(const kiln_tensor_spec *ts, uint32_t n, struct plan *p, ki
 	memset(p, 0, sizeof(*p));
 	p->n = n;
 	if (n && !ts)
-		return kiln__fail(err, KILN_INVAL, NOI, NULL, KILN_NO_OFFSET,
-				  "tensors is NULL with a count of %" PRIu32, n);
+		return kiln__fail_inval(err, KILN_NO_INDEX, NULL,
+					"tensors is NULL with a count of %" PRIu32, n);
 	if (n) {
 		p->offsets = calloc(2 * (size_t)n, sizeof(uint64_t));
 		if (!p->offsets)
@@ -240,10 +239,11 @@ static int produce(const kiln_tensor_spec *t, uint32_t i, uint64_t off, void *ds
 	if (!t->read) {
 		if (len == 0)
 			return 0;
-		return kiln__fail(err, KILN_INVAL, i, "data", KILN_NO_OFFSET,
-				  "tensor %" PRIu32 ": %zu payload bytes but neither data nor read "
-				  "is set",
-				  i, len);
+		return kiln__fail_inval(err, i, "data",
+					"tensor %" PRIu32
+					": %zu payload bytes but neither data nor read "
+					"is set",
+					i, len);
 	}
 	int e = t->read(t->read_ctx, i, off, dst, len);
 	if (e == ECANCELED)
@@ -278,15 +278,15 @@ int kiln_write_memory(const kiln_tensor_spec *tensors, uint32_t count, void *buf
 	if (written)
 		*written = 0;
 	if (!buf && cap)
-		return kiln__fail(err, KILN_INVAL, NOI, NULL, KILN_NO_OFFSET, "buf is NULL");
+		return kiln__fail_inval(err, KILN_NO_INDEX, NULL, "buf is NULL");
 	struct plan p;
 	int rc = plan_build(tensors, count, &p, err);
 	if (rc)
 		goto out;
 	if (p.block > cap) {
-		rc = kiln__fail(err, KILN_LIMIT, NOI, "length", KILN_NO_OFFSET,
-				"the block is %" PRIu64 " bytes but the buffer holds %zu", p.block,
-				cap);
+		rc = kiln__fail_at(err, KILN_LIMIT, "length", KILN_NO_OFFSET,
+				   "the block is %" PRIu64 " bytes but the buffer holds %zu",
+				   p.block, cap);
 		goto out;
 	}
 	uint8_t *b = buf;
@@ -621,10 +621,10 @@ int kiln_write_file(const char *path, const kiln_tensor_spec *tensors, uint32_t 
 {
 	kiln__clear_error(err);
 	if (!path)
-		return kiln__fail(err, KILN_INVAL, NOI, NULL, KILN_NO_OFFSET, "path is NULL");
+		return kiln__fail_inval(err, KILN_NO_INDEX, NULL, "path is NULL");
 	if (flags & ~(uint32_t)KILN_WRITE_NO_SYNC)
-		return kiln__fail(err, KILN_INVAL, NOI, "flags", KILN_NO_OFFSET,
-				  "unknown write flags 0x%x", flags);
+		return kiln__fail_inval(err, KILN_NO_INDEX, "flags", "unknown write flags 0x%x",
+					flags);
 	int sync = !(flags & KILN_WRITE_NO_SYNC);
 	struct wfile w = {.path = path, .dirfd = -1, .fd = -1};
 	uint8_t *chunk = NULL;
