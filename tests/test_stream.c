@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * The one-call stream forms: kiln_tensor_read (one tensor through the stream engine) and
  * kiln_dir_read_all (every byte of the block, for finding unreadable sectors). Every source gives
