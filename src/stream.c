@@ -10,10 +10,14 @@
 
 #include "io.h"
 
-/* Copy the caller's options into *o (all zero for NULL) and check what every streaming call
- * shares: size, flags, engine, limits, reserved words. */
-static int check_options(const kiln_stream_options *opts, kiln_stream_options *o, kiln_error *err)
+/* The start every streaming call shares: clear *err and *result, copy the caller's options into
+ * *o (all zero for NULL), and check them (size, flags, engine, limits, reserved words) and dir. */
+static int begin(const kiln_dir *dir, const kiln_stream_options *opts, kiln_stream_options *o,
+		 kiln_stream_result *result, kiln_error *err)
 {
+	kiln__clear_error(err);
+	if (result)
+		memset(result, 0, sizeof(*result));
 	memset(o, 0, sizeof(*o));
 	if (opts) {
 		if (opts->size != 0 && opts->size < sizeof(*o))
@@ -21,6 +25,9 @@ static int check_options(const kiln_stream_options *opts, kiln_stream_options *o
 					  "kiln_stream_options.size %u is too small", opts->size);
 		*o = *opts;
 	}
+	if (!dir)
+		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
+				  "dir is NULL");
 	if (o->flags & ~(uint32_t)KILN_STREAM_DIRECT || o->engine > KILN_ENGINE_PREAD)
 		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "flags", KILN_NO_OFFSET,
 				  "unknown stream flags 0x%x or engine %u", o->flags, o->engine);
@@ -64,16 +71,10 @@ static int run(const kiln_dir *dir, const kiln_stream_options *o, const struct k
 int kiln_stream(const kiln_dir *dir, const uint32_t *tensors, uint32_t count, void *const *dests,
 		const kiln_stream_options *opts, kiln_stream_result *result, kiln_error *err)
 {
-	kiln__clear_error(err);
-	if (result)
-		memset(result, 0, sizeof(*result));
 	kiln_stream_options o;
-	int rc = check_options(opts, &o, err);
+	int rc = begin(dir, opts, &o, result, err);
 	if (rc)
 		return rc;
-	if (!dir)
-		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
-				  "dir is NULL");
 	int staging = dests == NULL;
 	if (staging && (!o.staging || o.staging_count == 0 || o.staging_size == 0 || !o.on_chunk))
 		return kiln__fail(
@@ -112,13 +113,9 @@ int kiln_tensor_read(const kiln_dir *dir, uint32_t index, void *dst, size_t cap,
 		     kiln_chunk_fn on_chunk, void *ctx, kiln_error *err)
 {
 	kiln__clear_error(err);
-	const kiln_tensor *t = kiln__tensor_or_fail(dir, index, err);
+	const kiln_tensor *t = kiln__tensor_fits_or_fail(dir, index, dst, cap, err);
 	if (!t)
 		return KILN_INVAL;
-	if (cap < t->byte_length || (!dst && t->byte_length))
-		return kiln__fail(err, KILN_INVAL, index, NULL, KILN_NO_OFFSET,
-				  "tensor %" PRIu32 " has %" PRIu64 " bytes; the buffer holds %zu",
-				  index, t->byte_length, dst ? cap : 0);
 	kiln_stream_options o = {.size = sizeof(o), .on_chunk = on_chunk, .ctx = ctx};
 	struct kiln__range r = {
 	    .off = t->file_offset, .len = t->byte_length, .dst = dst, .tensor = index};
@@ -132,16 +129,10 @@ int kiln_tensor_read(const kiln_dir *dir, uint32_t index, void *dst, size_t cap,
 int kiln_dir_read_all(const kiln_dir *dir, const kiln_stream_options *opts,
 		      kiln_stream_result *result, kiln_error *err)
 {
-	kiln__clear_error(err);
-	if (result)
-		memset(result, 0, sizeof(*result));
 	kiln_stream_options o;
-	int rc = check_options(opts, &o, err);
+	int rc = begin(dir, opts, &o, result, err);
 	if (rc)
 		return rc;
-	if (!dir)
-		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
-				  "dir is NULL");
 	if (o.staging && (o.staging_count == 0 || o.staging_size == 0))
 		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "staging", KILN_NO_OFFSET,
 				  "staging buffers need a count and a size");
