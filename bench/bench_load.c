@@ -37,11 +37,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include "bench_util.h"
 #include "kiln/kiln.h"
+#include "measure.h"
 #include "shim.h"
 
 #define KiB          (1ull << 10)
@@ -83,8 +83,8 @@ static int set_temperature(kb_state *st, const char *path, int cold)
 	long total = 0, left;
 	kb_pause(st);
 	if (cold) {
-		left = kbu_evict(path);
-		kbu_resident(path, &total);
+		left = kmeasure_evict(path);
+		kmeasure_resident(path, &total);
 		if (left >= 0 && left <= RESIDENT_MAX) {
 			kb_resume(st);
 			return 0;
@@ -94,12 +94,12 @@ static int set_temperature(kb_state *st, const char *path, int cold)
 			 "POSIX_FADV_DONTNEED (tmpfs, or the file mapped elsewhere?)",
 			 left, total);
 	} else {
-		left = kbu_resident(path, &total);
+		left = kmeasure_resident(path, &total);
 		if (left >= 0 && left == total) {
 			kb_resume(st);
 			return 0;
 		}
-		left = kbu_warm(path);
+		left = kmeasure_warm(path);
 		if (left == 0) {
 			kb_resume(st);
 			return 0;
@@ -152,7 +152,7 @@ enum base { B_MEMCPY, B_MEMCPY_FRESH_THP, B_MEMCPY_FRESH_4K };
 static double time_memcpy(kb_state *st, enum base b)
 {
 	size_t len = (g.size + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
-	double t0 = kbu_now();
+	double t0 = kmeasure_now();
 	uint8_t *d = g.dst;
 	if (b != B_MEMCPY) {
 		d = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -162,7 +162,7 @@ static double time_memcpy(kb_state *st, enum base b)
 			madvise(d, len, MADV_HUGEPAGE);
 	}
 	memcpy(d, g.src, g.size);
-	double t = kbu_now() - t0;
+	double t = kmeasure_now() - t0;
 	if (b != B_MEMCPY) {
 		if (st)
 			kb_pause(st);
@@ -178,17 +178,10 @@ static double time_memcpy(kb_state *st, enum base b)
  * took, or -1. */
 static double time_read(void)
 {
-	double t0 = kbu_now();
-	int fd = open(g.path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	uint64_t total = 0;
-	ssize_t n;
-	while ((n = read(fd, g.readbuf, READ_BUF)) > 0)
-		total += (uint64_t)n;
-	close(fd);
-	double t = kbu_now() - t0;
-	return n < 0 || total != g.size ? -1 : t;
+	double t0 = kmeasure_now();
+	int64_t n = kmeasure_read_file(g.path, g.readbuf, READ_BUF);
+	double t = kmeasure_now() - t0;
+	return n < 0 || (uint64_t)n != g.size ? -1 : t;
 }
 
 /* kb_account slots: the row itself, then its paired baselines. */
@@ -316,7 +309,7 @@ static void cold_open_body(kb_state *st, uint64_t iters, void *arg)
 		kiln_dir *dir;
 		kiln_error err;
 		uint8_t byte = 0;
-		double t0 = kbu_now();
+		double t0 = kmeasure_now();
 		int rc = kiln_dir_open(c->path, &o, &dir, &err);
 		if (rc == 0) {
 			g.sink ^= (uint8_t)(uintptr_t)kiln_dir_tensor(dir, 0)->data;
@@ -326,14 +319,14 @@ static void cold_open_body(kb_state *st, uint64_t iters, void *arg)
 				byte = *(const volatile uint8_t *)t->data;
 			}
 		}
-		double t1 = kbu_now();
+		double t1 = kmeasure_now();
 		if (rc) {
 			kb_skip(st, err.message);
 			return;
 		}
 		kb_pause(st);
 		/* What the open pulled into the page cache: the directory, plus read-around. */
-		long resident = kbu_resident(c->path, NULL);
+		long resident = kmeasure_resident(c->path, NULL);
 		uint32_t last = kiln_dir_count(dir) - 1;
 		kiln_dir_close(dir);
 		kb_resume(st);
@@ -456,7 +449,7 @@ static void load_body(kb_state *st, uint64_t iters, void *arg)
 		kiln_error err;
 		uint64_t bytes = 0;
 
-		double t0 = kbu_now();
+		double t0 = kmeasure_now();
 		int rc = kiln_dir_open(g.path, &o, &dir, &err);
 		const kiln_dir_info *pinfo = NULL;
 		kiln_dir_info info;
@@ -480,7 +473,7 @@ static void load_body(kb_state *st, uint64_t iters, void *arg)
 		} else if (!rc && l->kind == STREAM_REUSED) {
 			rc = kiln_stream(dir, NULL, 0, g.dests, &so, &res, &err);
 		}
-		double t1 = kbu_now();
+		double t1 = kmeasure_now();
 
 		kb_pause(st);
 		int bad = 0;

@@ -9,7 +9,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "kiln/kiln.h"
@@ -257,78 +256,6 @@ char *kbu_random_file(uint32_t count, uint64_t block_max, uint64_t seed)
 	return path;
 }
 
-long kbu_resident(const char *path, long *total)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	struct stat st;
-	if (fstat(fd, &st) != 0) {
-		close(fd);
-		return -1;
-	}
-	long ps = sysconf(_SC_PAGESIZE);
-	size_t len = (size_t)st.st_size, pages = (len + (size_t)ps - 1) / (size_t)ps;
-	if (total)
-		*total = (long)pages;
-	if (len == 0) {
-		close(fd);
-		return 0;
-	}
-	/* Mapping faults nothing in; mincore only looks at the page cache. */
-	void *m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
-	close(fd);
-	unsigned char *vec = malloc(pages);
-	long resident = -1;
-	if (m != MAP_FAILED && vec && mincore(m, len, vec) == 0) {
-		resident = 0;
-		for (size_t i = 0; i < pages; i++)
-			resident += vec[i] & 1;
-	}
-	free(vec);
-	if (m != MAP_FAILED)
-		munmap(m, len);
-	return resident;
-}
-
-long kbu_evict(const char *path)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	long left = -1;
-	if (fsync(fd) == 0) {
-		/* DONTNEED skips pages that are locked or under writeback at that instant; a
-		 * retry after a short pause catches them. */
-		for (int tries = 0; tries < 5; tries++) {
-			if (posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) != 0)
-				break;
-			left = kbu_resident(path, NULL);
-			if (left <= 0)
-				break;
-			usleep(1000u << tries);
-		}
-	}
-	close(fd);
-	return left;
-}
-
-long kbu_warm(const char *path)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	size_t len = 4u << 20;
-	void *buf = malloc(len);
-	ssize_t n = 0;
-	while (buf && (n = read(fd, buf, len)) > 0)
-		;
-	free(buf);
-	close(fd);
-	long total, resident = kbu_resident(path, &total);
-	return !buf || n < 0 || resident < 0 ? -1 : total - resident;
-}
-
 #define HUGE_PAGE (2ul << 20)
 
 void *kbu_map(size_t len, int huge, int touch)
@@ -355,11 +282,4 @@ void kbu_unmap(void *p, size_t len)
 {
 	if (p)
 		munmap(p, (len + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1));
-}
-
-double kbu_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }

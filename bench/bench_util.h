@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Files, memory and page-cache control for benchmarks. Files are removed at exit. */
+/* Files and memory for benchmarks; files are removed at exit. The clock and page-cache control
+ * (residency, eviction, warming) are in measure/measure.h, shared with `klnt bench`. */
 #ifndef KILN_BENCH_UTIL_H
 #define KILN_BENCH_UTIL_H
 
@@ -27,29 +28,10 @@ void kbu_fill(uint64_t seed, uint32_t tensor, uint64_t offset, void *buf, size_t
 uint8_t kbu_byte(uint64_t seed, uint32_t tensor, uint64_t offset);
 
 /*
- * Page-cache residency of a file, by mincore() on a temporary read-only mapping: returns the
- * resident page count and sets *total (when not NULL) to the file's page count; -1 on error.
- */
-long kbu_resident(const char *path, long *total);
-/*
- * Drop a file's pages from the page cache: fsync (so no page is dirty), then
- * posix_fadvise(POSIX_FADV_DONTNEED), retried a few times while pages remain. Returns the pages
- * still resident after that (checked with mincore), or -1 on error. The file must not be mapped
- * by anyone: mapped pages are not dropped.
- */
-long kbu_evict(const char *path);
-/* Read the whole file so it is cached. Returns the pages still not resident (0: all warm), or -1.
- */
-long kbu_warm(const char *path);
-
-/*
  * `len` bytes of anonymous memory at a 2 MiB boundary, with MADV_HUGEPAGE when `huge`, and every
  * page written (first touch paid here) when `touch`. Exits on failure. Free with kbu_unmap().
  */
 void *kbu_map(size_t len, int huge, int touch);
 void kbu_unmap(void *p, size_t len);
-
-/* CLOCK_MONOTONIC in seconds. */
-double kbu_now(void);
 
 #endif

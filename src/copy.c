@@ -9,16 +9,25 @@
 
 #include "io.h"
 
+const kiln_tensor *kiln__tensor_fits_or_fail(const kiln_dir *dir, uint32_t index, const void *dst,
+					     size_t cap, kiln_error *err)
+{
+	const kiln_tensor *t = kiln__tensor_or_fail(dir, index, err);
+	if (t && (cap < t->byte_length || (!dst && t->byte_length))) {
+		kiln__fail(err, KILN_INVAL, index, NULL, KILN_NO_OFFSET,
+			   "tensor %" PRIu32 " has %" PRIu64 " bytes; the buffer holds %zu", index,
+			   t->byte_length, dst ? cap : 0);
+		return NULL;
+	}
+	return t;
+}
+
 int kiln_tensor_copy(const kiln_dir *dir, uint32_t index, void *dst, size_t cap, kiln_error *err)
 {
 	kiln__clear_error(err);
-	const kiln_tensor *t = kiln__tensor_or_fail(dir, index, err);
+	const kiln_tensor *t = kiln__tensor_fits_or_fail(dir, index, dst, cap, err);
 	if (!t)
 		return KILN_INVAL;
-	if (cap < t->byte_length || (!dst && t->byte_length))
-		return kiln__fail(err, KILN_INVAL, index, NULL, KILN_NO_OFFSET,
-				  "tensor %" PRIu32 " has %" PRIu64 " bytes; the buffer holds %zu",
-				  index, t->byte_length, dst ? cap : 0);
 	if (dir->info.source == KILN_SOURCE_MMAP) {
 		/* Through the file, not the mapping: a file truncated under us is an error, not
 		 * SIGBUS in the middle of a copy. */

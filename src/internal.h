@@ -228,6 +228,10 @@ void kiln__index_free(struct kiln_dir *dir);
 
 /* The view of tensor `index`, or NULL with INVAL in *err (NULL dir, index out of range). */
 const kiln_tensor *kiln__tensor_or_fail(const kiln_dir *dir, uint32_t index, kiln_error *err);
+/* The same, and also INVAL unless dst[0, cap) can take the tensor's payload (a NULL dst only
+ * for an empty tensor). */
+const kiln_tensor *kiln__tensor_fits_or_fail(const kiln_dir *dir, uint32_t index, const void *dst,
+					     size_t cap, kiln_error *err);
 
 /* --- the lifecycle (src/open.c), for the writer's check of an encoded directory ---------- */
 

@@ -1,43 +1,88 @@
 /* SPDX-License-Identifier: MIT */
-/* kiln_stream: payloads of chosen tensors into caller memory or a ring of staging buffers. */
+/*
+ * Streaming reads through the chunk engine (src/io.c): kiln_stream (chosen tensors into caller
+ * memory or a ring of staging buffers), kiln_tensor_read (one tensor, the common case) and
+ * kiln_dir_read_all (every byte of the block, kept nowhere).
+ */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
 
 #include "io.h"
 
-int kiln_stream(const kiln_dir *dir, const uint32_t *tensors, uint32_t count, void *const *dests,
-		const kiln_stream_options *opts, kiln_stream_result *result, kiln_error *err)
+/* The start every streaming call shares: clear *err and *result, copy the caller's options into
+ * *o (all zero for NULL), and check them (size, flags, engine, limits, reserved words) and dir. */
+static int begin(const kiln_dir *dir, const kiln_stream_options *opts, kiln_stream_options *o,
+		 kiln_stream_result *result, kiln_error *err)
 {
 	kiln__clear_error(err);
 	if (result)
 		memset(result, 0, sizeof(*result));
-	kiln_stream_options o = {0};
+	memset(o, 0, sizeof(*o));
 	if (opts) {
-		if (opts->size != 0 && opts->size < sizeof(o))
+		if (opts->size != 0 && opts->size < sizeof(*o))
 			return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "size", KILN_NO_OFFSET,
 					  "kiln_stream_options.size %u is too small", opts->size);
-		o = *opts;
+		*o = *opts;
 	}
 	if (!dir)
 		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
 				  "dir is NULL");
+	if (o->flags & ~(uint32_t)KILN_STREAM_DIRECT || o->engine > KILN_ENGINE_PREAD)
+		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "flags", KILN_NO_OFFSET,
+				  "unknown stream flags 0x%x or engine %u", o->flags, o->engine);
+	if (o->chunk_size > (1u << 30) || o->staging_size > (1u << 30) || o->queue_depth > 4096)
+		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "chunk_size", KILN_NO_OFFSET,
+				  "chunk and staging sizes are at most 1 GiB, queue_depth 4096");
+	for (size_t i = 0; i < sizeof(o->reserved) / sizeof(o->reserved[0]); i++)
+		if (o->reserved[i])
+			return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "reserved",
+					  KILN_NO_OFFSET, "reserved stream options must be 0");
+	return 0;
+}
+
+/* Run the engine over `ranges` from the directory's file (or its borrowed buffer), staging
+ * through o->staging when it is set. */
+static int run(const kiln_dir *dir, const kiln_stream_options *o, const struct kiln__range *ranges,
+	       size_t n, kiln_stream_result *result, kiln_error *err)
+{
+	struct kiln__io io = {
+	    .fd = dir->fd,
+	    .direct = (o->flags & KILN_STREAM_DIRECT) != 0,
+	    .file_size = dir->len,
+	    .chunk = o->chunk_size ? o->chunk_size : 4u << 20,
+	    .qd = o->queue_depth ? o->queue_depth : 32,
+	    .engine = o->engine == KILN_ENGINE_PREAD ? KILN_ENGINE_PREAD : KILN_ENGINE_URING,
+	    /* A borrowed buffer has no file behind it: copy from memory. */
+	    .mem = dir->info.source == KILN_SOURCE_BUFFER ? dir->base : NULL,
+	    .staging = o->staging,
+	    .nstaging = o->staging_count,
+	    .staging_size = o->staging_size,
+	    .on_chunk = o->on_chunk,
+	    .before_reuse = o->before_reuse,
+	    .ctx = o->ctx,
+	};
+	int rc = kiln__io_run(&io, ranges, n, err);
+	if (result)
+		*result = io.res;
+	return rc;
+}
+
+int kiln_stream(const kiln_dir *dir, const uint32_t *tensors, uint32_t count, void *const *dests,
+		const kiln_stream_options *opts, kiln_stream_result *result, kiln_error *err)
+{
+	kiln_stream_options o;
+	int rc = begin(dir, opts, &o, result, err);
+	if (rc)
+		return rc;
 	int staging = dests == NULL;
 	if (staging && (!o.staging || o.staging_count == 0 || o.staging_size == 0 || !o.on_chunk))
 		return kiln__fail(
 		    err, KILN_INVAL, KILN_NO_INDEX, "staging", KILN_NO_OFFSET,
 		    "without destinations, staging buffers (count, size) and on_chunk "
 		    "are required");
-	if (o.flags & ~(uint32_t)KILN_STREAM_DIRECT || o.engine > KILN_ENGINE_PREAD)
-		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "flags", KILN_NO_OFFSET,
-				  "unknown stream flags 0x%x or engine %u", o.flags, o.engine);
-	if (o.chunk_size > (1u << 30) || o.staging_size > (1u << 30) || o.queue_depth > 4096)
-		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "chunk_size", KILN_NO_OFFSET,
-				  "chunk and staging sizes are at most 1 GiB, queue_depth 4096");
-	for (size_t i = 0; i < sizeof(o.reserved) / sizeof(o.reserved[0]); i++)
-		if (o.reserved[i])
-			return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "reserved",
-					  KILN_NO_OFFSET, "reserved stream options must be 0");
+	if (!staging)
+		o.staging = NULL; /* destinations given: the staging fields do not apply */
 	if (!tensors)
 		count = dir->info.tensor_count;
 
@@ -59,26 +104,67 @@ int kiln_stream(const kiln_dir *dir, const uint32_t *tensors, uint32_t count, vo
 						 .dst = staging ? NULL : dests[k],
 						 .tensor = i};
 	}
-
-	struct kiln__io io = {
-	    .fd = dir->fd,
-	    .direct = (o.flags & KILN_STREAM_DIRECT) != 0,
-	    .file_size = dir->len,
-	    .chunk = o.chunk_size ? o.chunk_size : 4u << 20,
-	    .qd = o.queue_depth ? o.queue_depth : 32,
-	    .engine = o.engine == KILN_ENGINE_PREAD ? KILN_ENGINE_PREAD : KILN_ENGINE_URING,
-	    /* A borrowed buffer has no file behind it: copy from memory. */
-	    .mem = dir->info.source == KILN_SOURCE_BUFFER ? dir->base : NULL,
-	    .staging = staging ? o.staging : NULL,
-	    .nstaging = o.staging_count,
-	    .staging_size = o.staging_size,
-	    .on_chunk = o.on_chunk,
-	    .before_reuse = o.before_reuse,
-	    .ctx = o.ctx,
-	};
-	int rc = kiln__io_run(&io, ranges, count, err);
+	rc = run(dir, &o, ranges, count, result, err);
 	free(ranges);
-	if (result)
-		*result = io.res;
+	return rc;
+}
+
+int kiln_tensor_read(const kiln_dir *dir, uint32_t index, void *dst, size_t cap,
+		     kiln_chunk_fn on_chunk, void *ctx, kiln_error *err)
+{
+	kiln__clear_error(err);
+	const kiln_tensor *t = kiln__tensor_fits_or_fail(dir, index, dst, cap, err);
+	if (!t)
+		return KILN_INVAL;
+	kiln_stream_options o = {.size = sizeof(o), .on_chunk = on_chunk, .ctx = ctx};
+	struct kiln__range r = {
+	    .off = t->file_offset, .len = t->byte_length, .dst = dst, .tensor = index};
+	return run(dir, &o, &r, 1, NULL, err);
+}
+
+/* Without the caller's staging buffers: this many of chunk_size bytes. Enough requests in flight
+ * to keep a disk busy, little memory. */
+#define READ_ALL_BUFFERS 4u
+
+int kiln_dir_read_all(const kiln_dir *dir, const kiln_stream_options *opts,
+		      kiln_stream_result *result, kiln_error *err)
+{
+	kiln_stream_options o;
+	int rc = begin(dir, opts, &o, result, err);
+	if (rc)
+		return rc;
+	if (o.staging && (o.staging_count == 0 || o.staging_size == 0))
+		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "staging", KILN_NO_OFFSET,
+				  "staging buffers need a count and a size");
+	void **own = NULL;
+	void *mem = NULL;
+	size_t mem_len = 0;
+	if (!o.staging) {
+		uint32_t nb = o.queue_depth ? o.queue_depth : READ_ALL_BUFFERS;
+		size_t size = o.chunk_size ? o.chunk_size : 4u << 20;
+		mem_len = (size_t)nb * size; /* at most 4096 x 1 GiB: fits a 64-bit size_t */
+		own = calloc(nb, sizeof(*own));
+		mem = own ? kiln__owned_alloc(mem_len) : NULL;
+		if (!mem) {
+			free(own);
+			return kiln__fail_sys(
+			    err, KILN_NOMEM, ENOMEM,
+			    "cannot allocate %" PRIu32 " read buffers of %zu bytes", nb, size);
+		}
+		for (uint32_t i = 0; i < nb; i++)
+			own[i] = (uint8_t *)mem + (size_t)i * size;
+		o.staging = own;
+		o.staging_count = nb;
+		o.staging_size = size;
+		o.before_reuse =
+		    NULL; /* the buffers are kiln's: nothing of the caller's to wait for */
+	}
+	/* One range over the whole block: the header, directory, pad, payloads and the gaps
+	 * between them. Chunks report their offset in the block. */
+	struct kiln__range r = {.off = 0, .len = dir->info.block_length, .tensor = KILN_NO_INDEX};
+	rc = run(dir, &o, &r, 1, result, err);
+	if (mem)
+		kiln__owned_free(mem, mem_len);
+	free(own);
 	return rc;
 }

@@ -77,6 +77,59 @@ for cmd in check inspect cat pack; do
 	has "$TMP/out" "usage"
 done
 
+# 4a. check --read-all: every byte of the file is read (the count is the file's size), then the
+# usual verdicts; payload verification still runs
+for f in kiln-v2-empty kiln-v2-f32 kiln-v2-f8-pair kiln-v2-scales-outer kiln-v2-opaque; do
+	size=$(wc -c <"$TMP/$f.klnt")
+	expect 0 "$KLNT" check --read-all "$TMP/$f.klnt"
+	case "$(cat "$TMP/out")" in
+	"$TMP/$f.klnt: ok ($size bytes read, O_DIRECT)" | "$TMP/$f.klnt: ok ($size bytes read, buffered)") ok ;;
+	*) bad "check --read-all $f: $(cat "$TMP/out"), want $size bytes read" ;;
+	esac
+done
+[ -s "$TMP/err" ] && bad "check --read-all: stderr is not a terminal, yet: $(cat "$TMP/err")" || ok
+cp "$TMP/kiln-v2-f8-pair.klnt" "$TMP/gap.klnt"
+printf '\001' | dd of="$TMP/gap.klnt" bs=1 seek=330 conv=notrunc 2>/dev/null
+for opt in "" --read-all; do
+	# shellcheck disable=SC2086
+	expect 1 "$KLNT" check $opt "$TMP/gap.klnt"
+	has "$TMP/out" "$TMP/gap.klnt: TYPE: byte 330 between payloads"
+done
+expect 1 "$KLNT" check -a "$TMP/kiln-v2-opaque-no-layout.klnt"
+has "$TMP/out" "$TMP/kiln-v2-opaque-no-layout.klnt: TYPE: "
+expect 3 "$KLNT" check --read-all "$TMP/missing.klnt" "$TMP/kiln-v2-f32.klnt"
+has "$TMP/out" "$TMP/missing.klnt: IO: "
+has "$TMP/out" "$TMP/kiln-v2-f32.klnt: ok (200 bytes read"
+expect 0 "$KLNT" check -q --read-all "$TMP/kiln-v2-f32.klnt"
+[ -s "$TMP/out" ] && bad "check -q --read-all printed $(cat "$TMP/out")" || ok
+expect 0 "$KLNT" check --help
+has "$TMP/out" "--read-all"
+has "$TMP/out" "reads only those bytes"
+
+# 4b. check names GGUF and safetensors files (made here by hand) and says what to do; hostile
+# headers are only printed
+pad() { head -c 100 /dev/zero; }
+{ printf 'GGUF\003\000\000\000'; pad; } >"$TMP/m.gguf"
+expect 1 "$KLNT" check "$TMP/m.gguf"
+has "$TMP/out" "$TMP/m.gguf: FRAME: not a KLNT v2 block: this is a GGUF file (version 3)"
+has "$TMP/out" "klnt pack"
+has "$TMP/out" "klnt import\` command is planned"
+{ printf 'GGUF\377\377\377\377'; pad; } >"$TMP/huge.gguf"
+expect 1 "$KLNT" check --read-all "$TMP/huge.gguf"
+has "$TMP/out" "this is a GGUF file (version 4294967295)"
+{ printf '\016\000\000\000\000\000\000\000{"a":"bcdef"}'; pad; } >"$TMP/m.safetensors"
+expect 1 "$KLNT" check "$TMP/m.safetensors"
+has "$TMP/out" "$TMP/m.safetensors: FRAME: not a KLNT v2 block: this is a safetensors file (a 14-byte JSON header)"
+# a header length past the end of the file is not safetensors: the plain verdict
+{ printf '\377\377\377\377\377\377\377\177{"a":1}'; pad; } >"$TMP/long.safetensors"
+expect 1 "$KLNT" check "$TMP/long.safetensors"
+has "$TMP/out" 'FRAME: magic is ff ff ff ff, not "KLNT"'
+grep -q "safetensors file" "$TMP/out" && bad "an implausible header was called safetensors" || ok
+# a KLNT file with a bad version is not mistaken for anything else
+{ printf 'KLNT\003'; pad; } >"$TMP/v3.klnt"
+expect 1 "$KLNT" check "$TMP/v3.klnt"
+has "$TMP/out" "FRAME: version is 3, not 2"
+
 # 5. inspect
 expect 0 "$KLNT" inspect "$TMP/kiln-v2-scales-outer.klnt"
 has "$TMP/out" "block+outer axis=0 group=16 scale=#1 outer=#2"

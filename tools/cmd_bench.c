@@ -2,18 +2,14 @@
 /* klnt bench: cold and warm load times of a user's own file, for every way kiln can load it,
  * next to a plain sequential read() of the same file measured in the same run. */
 #define _GNU_SOURCE
-#include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "klnt.h"
+#include "measure.h"
 
 static const char usage[] =
     "usage: klnt bench FILE [--cold | --warm] [--source NAME]... [--repeat N]\n"
@@ -69,53 +65,12 @@ static const char *const src_name[NSRC] = {
     "uring-direct", "read-reuse", "uring-reuse", "stream", "plain",
 };
 
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* Fraction of the file's pages in the page cache. */
-static double resident(const char *path)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	struct stat st;
-	if (fd < 0 || fstat(fd, &st) != 0 || st.st_size == 0) {
-		if (fd >= 0)
-			close(fd);
-		return 0;
-	}
-	void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-	close(fd);
-	if (p == MAP_FAILED)
-		return 1;
-	size_t pages = ((size_t)st.st_size + 4095) / 4096;
-	unsigned char *v = malloc(pages);
-	size_t in = 0;
-	if (v && mincore(p, (size_t)st.st_size, v) == 0)
-		for (size_t i = 0; i < pages; i++)
-			in += v[i] & 1;
-	free(v);
-	munmap(p, (size_t)st.st_size);
-	return (double)in / (double)pages;
-}
-
-/* Drop the file's pages; returns the fraction still resident afterwards. */
+/* Drop the file's pages; returns the fraction still resident afterwards (1 when unknown). */
 static double evict(const char *path)
 {
-	for (int attempt = 0; attempt < 3; attempt++) {
-		int fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			return 1;
-		fdatasync(fd); /* dirty pages cannot be dropped */
-		posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-		close(fd);
-		double r = resident(path);
-		if (r < 0.01)
-			return r;
-	}
-	return resident(path);
+	long total = 0, left = kmeasure_evict(path);
+	kmeasure_resident(path, &total);
+	return left < 0 ? 1 : total ? (double)left / (double)total : 0;
 }
 
 static int nothing(void *ctx, const kiln_chunk *c)
@@ -129,17 +84,9 @@ static int nothing(void *ctx, const kiln_chunk *c)
 static double run_once(const char *path, enum src s, uint8_t *plain_buf, void **ring,
 		       void *block_buf, size_t block_cap)
 {
-	double t0 = now();
-	if (s == S_PLAIN) {
-		int fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			return -1;
-		ssize_t r;
-		while ((r = read(fd, plain_buf, 4u << 20)) > 0 || (r < 0 && errno == EINTR))
-			;
-		close(fd);
-		return r < 0 ? -1 : now() - t0;
-	}
+	double t0 = kmeasure_now();
+	if (s == S_PLAIN)
+		return kmeasure_read_file(path, plain_buf, 4u << 20) < 0 ? -1 : kmeasure_now() - t0;
 	kiln_open_options o = {.size = sizeof(o)};
 	switch (s) {
 	case S_MMAP:
@@ -196,7 +143,7 @@ static double run_once(const char *path, enum src s, uint8_t *plain_buf, void **
 		}
 	}
 	kiln_dir_close(dir);
-	return now() - t0;
+	return kmeasure_now() - t0;
 }
 
 static int cmp_double(const void *a, const void *b)

@@ -221,8 +221,8 @@ KILN_API const char *kiln_source_name(unsigned source);
 
 /* Open flags (kiln_open_options.flags). */
 enum kiln_open_flags {
-	/* Also run payload verification (gaps between payloads and 4-bit padding are zero). This
-	 * reads every payload byte. */
+	/* Also run payload verification (kiln_dir_verify_payload(): the gaps between payloads
+	 * and the 4-bit padding are zero). It reads those bytes only, not every payload byte. */
 	KILN_OPEN_VERIFY_PAYLOAD = 1u << 0,
 	/* Buffers only: the block may be followed by other bytes. Without it a buffer, like a file,
 	 * must be exactly one block (a longer one is FRAME). */
@@ -326,8 +326,11 @@ KILN_API int kiln_dir_try_close(kiln_dir *dir, kiln_error *err);
 
 /*
  * Payload verification (spec section 9): every byte between payloads is zero and the unused high
- * nibble of an odd-count 4-bit tensor is zero. Reads the whole payload region. Returns 0 or TYPE
- * (with the tensor and offset of the first bad byte). Idempotent.
+ * nibble of an odd-count 4-bit tensor is zero. Reads only those bytes (the gaps, under 64 bytes
+ * each, and the last byte of each odd-count 4-bit tensor), not every payload byte: the format
+ * has no checksum, so the other payload bytes have nothing to be checked against; to read them
+ * all (to find unreadable sectors) use kiln_dir_read_all(). Returns 0 or TYPE (with the tensor
+ * and offset of the first bad byte). Idempotent.
  */
 KILN_API int kiln_dir_verify_payload(const kiln_dir *dir, kiln_error *err);
 
@@ -375,8 +378,8 @@ enum kiln_hint {
  * borrowed memory is the caller's business): UNSUPPORTED otherwise. Returns 0, INVAL for a bad
  * index or hint, UNSUPPORTED when the kernel lacks the hint (EINVAL from madvise), IO otherwise.
  */
-KILN_API int kiln_tensor_hint(const kiln_dir *dir, const uint32_t *tensors, uint32_t count, unsigned hint,
-			      kiln_error *err);
+KILN_API int kiln_tensor_hint(const kiln_dir *dir, const uint32_t *tensors, uint32_t count,
+			      unsigned hint, kiln_error *err);
 
 /*
  * Copy tensor `index` into dst[0, cap). Works for every source. For the MMAP source the bytes
@@ -470,9 +473,37 @@ typedef struct kiln_stream_result {
  * call returns. Returns 0, INVAL, CANCELED, NOMEM or IO; *result (optional) is filled either way.
  */
 KILN_API int kiln_stream(const kiln_dir *dir, const uint32_t *tensors, uint32_t count,
-			 void *const *dests,
-			 const kiln_stream_options *opts, kiln_stream_result *result,
-			 kiln_error *err);
+			 void *const *dests, const kiln_stream_options *opts,
+			 kiln_stream_result *result, kiln_error *err);
+
+/*
+ * Read tensor `index` into dst[0, cap) with the stream engine's defaults: io_uring (falling back
+ * to pread where it is unavailable), 4 MiB chunks, up to 32 in flight. on_chunk (optional) is
+ * called with ctx as each chunk lands in dst, so a copy to a device can start while later chunks
+ * are read. The one-call form of kiln_stream() for one tensor; unlike kiln_tensor_copy() (one
+ * pread), it keeps several reads in flight. Works for every source (BUFFER copies from memory);
+ * any alignment of dst. Returns 0, INVAL when the index is bad or cap < byte_length (or dst is
+ * NULL for a non-empty tensor), CANCELED when on_chunk returned nonzero, NOMEM, IO (a file that
+ * ends early is EIO). On failure no read is left in flight: dst is not written after the call.
+ */
+KILN_API int kiln_tensor_read(const kiln_dir *dir, uint32_t index, void *dst, size_t cap,
+			      kiln_chunk_fn on_chunk, void *ctx, kiln_error *err);
+
+/*
+ * Read every byte of the directory's block from its file, the header, directory and the gaps
+ * between payloads included, and keep none of it: for finding unreadable sectors (an EIO is
+ * returned as IO, the message naming the offset of the failed read) and, without O_DIRECT, for
+ * warming the page cache. The same engine, options and fall-backs as kiln_stream() in staging
+ * mode: the chunks land in opts->staging when given (on_chunk and before_reuse as there), else
+ * in kiln's own buffers, queue_depth of them (0 means 4) of chunk_size bytes (0 means 4 MiB);
+ * opts NULL means every default. on_chunk is optional; each chunk reports tensor KILN_NO_INDEX
+ * and its offset in the block, and its data lives only until the callback returns. With
+ * KILN_STREAM_DIRECT the device is read rather than the page cache, where the file system allows
+ * O_DIRECT (result->direct says whether it did). For the BUFFER source the bytes are copied from
+ * memory. result->bytes is block_length on success. Returns 0, INVAL, CANCELED, NOMEM or IO.
+ */
+KILN_API int kiln_dir_read_all(const kiln_dir *dir, const kiln_stream_options *opts,
+			       kiln_stream_result *result, kiln_error *err);
 
 /*
  * Called by kiln_tensor_pin(), on its thread, with each newly pinned range after mlock: the place

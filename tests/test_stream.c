@@ -1,0 +1,368 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The one-call stream forms: kiln_tensor_read (one tensor through the stream engine) and
+ * kiln_dir_read_all (every byte of the block, for finding unreadable sectors). Every source gives
+ * the writer's bytes; argument errors, cancellation, and EIO injected through src/sys.h at a known
+ * offset, for both engines.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "sys.h"
+
+#define NT 7
+static uint8_t *data[NT];
+static kiln_tensor_spec spec[NT];
+static blob file; /* the block as written: what every read must give back */
+static char *path;
+
+/* Odd lengths leave gaps between payloads; one tensor spans dozens of 64 KiB chunks; the last is
+ * an odd-count 4-bit tensor (5 elements in 3 bytes). */
+static const uint64_t sizes[NT] = {3, 0, 4097, 65536 + 100, 700001, 777, 3};
+
+static void make_file(void)
+{
+	uint64_t x = 7;
+	for (int i = 0; i < NT; i++) {
+		data[i] = malloc(sizes[i] ? sizes[i] : 1);
+		for (uint64_t k = 0; k < sizes[i]; k++) {
+			x = x * 6364136223846793005ull + 1442695040888963407ull;
+			data[i][k] = (uint8_t)(x >> 56);
+		}
+		spec[i] = (kiln_tensor_spec){
+		    .dtype = KILN_DT_U8, .rank = 1, .shape = {sizes[i]}, .data = data[i]};
+	}
+	data[NT - 1][2] &= 0x0F; /* the unused high nibble must be zero */
+	spec[NT - 1].dtype = KILN_DT_I4;
+	spec[NT - 1].shape[0] = 5;
+	file = build(spec, NT);
+	path = write_temp(file.p, file.len);
+}
+
+static void drop_file(void)
+{
+	kiln__sys = kiln__sys_default;
+	unlink(path);
+	free(path);
+	blob_free(&file);
+	for (int i = 0; i < NT; i++)
+		free(data[i]);
+}
+
+TestSuite(tensor_read, .init = make_file, .fini = drop_file);
+TestSuite(read_all, .init = make_file, .fini = drop_file);
+
+/* Open through `source`; BUFFER parses the in-memory copy. */
+static kiln_dir *open_src(unsigned source)
+{
+	kiln_dir *dir;
+	kiln_error err;
+	int rc;
+	if (source == KILN_SOURCE_BUFFER) {
+		rc = kiln_dir_parse(file.p, file.len, NULL, &dir, &err);
+	} else {
+		kiln_open_options o = {.source = source};
+		rc = kiln_dir_open(path, &o, &dir, &err);
+	}
+	cr_assert_eq(rc, 0, "%s: %s", kiln_source_name(source), err.message);
+	return dir;
+}
+
+/* --- kiln_tensor_read ------------------------------------------------------------------------ */
+
+struct seen {
+	uint32_t tensor;
+	uint64_t bytes, chunks, cancel_after;
+	const uint8_t *dst; /* where the tensor lands: each chunk must be in place */
+	int bad;
+};
+
+static int count_chunk(void *ctx, const kiln_chunk *c)
+{
+	struct seen *s = ctx;
+	if (c->tensor != s->tensor || c->offset + c->length > sizes[s->tensor] ||
+	    c->data != s->dst + c->offset ||
+	    memcmp(c->data, data[s->tensor] + c->offset, c->length) != 0)
+		s->bad = 1;
+	s->bytes += c->length;
+	s->chunks++;
+	return s->cancel_after && s->chunks >= s->cancel_after;
+}
+
+Test(tensor_read, every_source_gives_the_writers_bytes)
+{
+	for (unsigned src = 0; src <= KILN_SOURCE_URING; src++) {
+		kiln_dir *dir = open_src(src);
+		for (uint32_t i = 0; i < NT; i++) {
+			uint8_t *raw = malloc(sizes[i] + 1);
+			uint8_t *dst = raw + 1; /* any alignment */
+			struct seen s = {.tensor = i, .dst = dst};
+			kiln_error err;
+			cr_assert_eq(kiln_tensor_read(dir, i, dst, sizes[i], count_chunk, &s, &err),
+				     0, "%s #%u: %s", kiln_source_name(src), i, err.message);
+			cr_assert_eq(memcmp(dst, data[i], sizes[i]), 0, "%s #%u",
+				     kiln_source_name(src), i);
+			cr_assert_eq(s.bad, 0, "%s #%u: a chunk was misplaced",
+				     kiln_source_name(src), i);
+			cr_assert_eq(s.bytes, sizes[i], "every byte is reported once");
+			/* Without a callback too. */
+			memset(dst, 0, sizes[i]);
+			cr_assert_eq(kiln_tensor_read(dir, i, dst, sizes[i], NULL, NULL, NULL), 0);
+			cr_assert_eq(memcmp(dst, data[i], sizes[i]), 0);
+			free(raw);
+		}
+		kiln_dir_close(dir);
+	}
+}
+
+Test(tensor_read, argument_errors)
+{
+	kiln_dir *dir = open_src(KILN_SOURCE_MMAP);
+	uint8_t *buf = malloc(sizes[4]);
+	kiln_error err;
+	cr_assert_eq(kiln_tensor_read(dir, 4, buf, sizes[4] - 1, NULL, NULL, &err), KILN_INVAL);
+	cr_assert_eq(err.tensor, 4);
+	cr_assert_eq(kiln_tensor_read(dir, 4, NULL, sizes[4], NULL, NULL, &err), KILN_INVAL);
+	cr_assert_eq(kiln_tensor_read(dir, NT, buf, sizes[4], NULL, NULL, &err), KILN_INVAL);
+	cr_assert_not_null(strstr(err.message, "out of range"), "%s", err.message);
+	cr_assert_eq(kiln_tensor_read(dir, UINT32_MAX, buf, sizes[4], NULL, NULL, &err),
+		     KILN_INVAL);
+	cr_assert_eq(kiln_tensor_read(NULL, 0, buf, sizes[4], NULL, NULL, &err), KILN_INVAL);
+	/* An empty tensor needs no destination. */
+	cr_assert_eq(kiln_tensor_read(dir, 1, NULL, 0, NULL, NULL, &err), 0, "%s", err.message);
+	free(buf);
+	kiln_dir_close(dir);
+}
+
+Test(tensor_read, a_callback_that_says_stop_cancels)
+{
+	kiln_dir *dir = open_src(KILN_SOURCE_MMAP);
+	uint8_t *buf = malloc(sizes[4]);
+	struct seen s = {.tensor = 4, .dst = buf, .cancel_after = 1};
+	kiln_error err;
+	/* 700001 bytes fit one default 4 MiB chunk: a stop from the only callback still says
+	 * CANCELED, since the caller asked not to go on. */
+	cr_assert_eq(kiln_tensor_read(dir, 4, buf, sizes[4], count_chunk, &s, &err), KILN_CANCELED);
+	cr_assert_eq(s.chunks, 1, "no callback after the one that said stop");
+	free(buf);
+	kiln_dir_close(dir);
+}
+
+/* --- kiln_dir_read_all ----------------------------------------------------------------------- */
+
+struct cover {
+	uint8_t *copy;  /* what the chunks carried, by block offset */
+	uint8_t *times; /* how often each byte was delivered */
+	uint64_t chunks, cancel_after;
+	int bad;
+};
+
+static int cover_chunk(void *ctx, const kiln_chunk *c)
+{
+	struct cover *v = ctx;
+	if (c->tensor != KILN_NO_INDEX || c->offset + c->length > file.len) {
+		v->bad = 1;
+	} else {
+		memcpy(v->copy + c->offset, c->data, c->length);
+		for (uint64_t k = 0; k < c->length; k++)
+			v->times[c->offset + k]++;
+	}
+	v->chunks++;
+	return v->cancel_after && v->chunks >= v->cancel_after;
+}
+
+/* Every byte of the block was delivered exactly once and equals the file's. */
+static void expect_covered(const struct cover *v, const char *what)
+{
+	cr_assert_eq(v->bad, 0, "%s: a chunk outside the block or with a tensor index", what);
+	for (size_t k = 0; k < file.len; k++)
+		cr_assert_eq(v->times[k], 1, "%s: byte %zu delivered %u times", what, k,
+			     v->times[k]);
+	cr_assert_eq(memcmp(v->copy, file.p, file.len), 0, "%s: bytes differ", what);
+}
+
+static struct cover cover_new(void)
+{
+	struct cover v = {.copy = calloc(1, file.len), .times = calloc(1, file.len)};
+	cr_assert(v.copy && v.times);
+	return v;
+}
+
+static void cover_free(struct cover *v)
+{
+	free(v->copy);
+	free(v->times);
+}
+
+Test(read_all, every_byte_once_from_every_source_and_engine)
+{
+	for (unsigned src = 0; src <= KILN_SOURCE_URING; src++) {
+		for (unsigned engine = KILN_ENGINE_AUTO; engine <= KILN_ENGINE_PREAD; engine++) {
+			for (int direct = 0; direct < 2; direct++) {
+				char what[64];
+				snprintf(what, sizeof(what), "%s engine %u direct %d",
+					 kiln_source_name(src), engine, direct);
+				kiln_dir *dir = open_src(src);
+				struct cover v = cover_new();
+				kiln_stream_options o = {.engine = engine,
+							 .chunk_size = 65536,
+							 .on_chunk = cover_chunk,
+							 .ctx = &v,
+							 .flags = direct ? KILN_STREAM_DIRECT : 0};
+				kiln_stream_result res;
+				kiln_error err;
+				cr_assert_eq(kiln_dir_read_all(dir, &o, &res, &err), 0, "%s: %s",
+					     what, err.message);
+				expect_covered(&v, what);
+				cr_assert_eq(res.bytes, file.len, "%s", what);
+				cr_assert_eq(res.chunks, v.chunks, "%s", what);
+				cr_assert_gt(res.chunks, 10, "%s: 64 KiB chunks", what);
+				if (src != KILN_SOURCE_BUFFER)
+					cr_assert_eq(res.direct, (uint32_t)direct, "%s", what);
+				cover_free(&v);
+				kiln_dir_close(dir);
+			}
+		}
+	}
+}
+
+static uint32_t reuses;
+static int count_reuse(void *ctx, uint32_t buffer)
+{
+	(void)ctx;
+	(void)buffer;
+	reuses++;
+	return 0;
+}
+
+Test(read_all, through_caller_staging_buffers_and_with_defaults)
+{
+	kiln_dir *dir = open_src(KILN_SOURCE_MMAP);
+	enum { NB = 2, BS = 128 * 1024 };
+	void *ring[NB];
+	for (int i = 0; i < NB; i++)
+		ring[i] = aligned_alloc(4096, BS);
+	struct cover v = cover_new();
+	kiln_stream_options o = {.staging = ring,
+				 .staging_count = NB,
+				 .staging_size = BS,
+				 .on_chunk = cover_chunk,
+				 .before_reuse = count_reuse,
+				 .ctx = &v};
+	kiln_stream_result res;
+	kiln_error err;
+	reuses = 0;
+	cr_assert_eq(kiln_dir_read_all(dir, &o, &res, &err), 0, "%s", err.message);
+	expect_covered(&v, "staging");
+	cr_assert_geq(reuses, res.chunks - NB, "the caller's buffers were reused");
+	cover_free(&v);
+	for (int i = 0; i < NB; i++)
+		free(ring[i]);
+	/* No options, no callback: kiln's own buffers, every byte counted. */
+	cr_assert_eq(kiln_dir_read_all(dir, NULL, &res, &err), 0, "%s", err.message);
+	cr_assert_eq(res.bytes, file.len);
+	kiln_dir_close(dir);
+}
+
+Test(read_all, argument_errors_and_cancel)
+{
+	kiln_dir *dir = open_src(KILN_SOURCE_MMAP);
+	kiln_error err;
+	cr_assert_eq(kiln_dir_read_all(NULL, NULL, NULL, &err), KILN_INVAL);
+	void *ring[1] = {malloc(4096)};
+	kiln_stream_options o = {.staging = ring, .staging_count = 0, .staging_size = 4096};
+	cr_assert_eq(kiln_dir_read_all(dir, &o, NULL, &err), KILN_INVAL);
+	kiln_stream_options r = {.reserved = {1}};
+	cr_assert_eq(kiln_dir_read_all(dir, &r, NULL, &err), KILN_INVAL);
+	kiln_stream_options e = {.engine = 9};
+	cr_assert_eq(kiln_dir_read_all(dir, &e, NULL, &err), KILN_INVAL);
+	free(ring[0]);
+
+	struct cover v = cover_new();
+	v.cancel_after = 3;
+	kiln_stream_options c = {.chunk_size = 65536, .on_chunk = cover_chunk, .ctx = &v};
+	cr_assert_eq(kiln_dir_read_all(dir, &c, NULL, &err), KILN_CANCELED);
+	cr_assert_eq(v.chunks, 3, "no callback after the one that said stop");
+	cover_free(&v);
+	kiln_dir_close(dir);
+}
+
+Test(read_all, a_file_truncated_after_open_is_io_not_sigbus)
+{
+	kiln_dir *dir = open_src(KILN_SOURCE_MMAP);
+	kiln_dir_info info;
+	kiln_dir_get_info(dir, &info);
+	cr_assert_eq(truncate(path, (off_t)info.payload_base + 1000), 0);
+	kiln_error err;
+	cr_assert_eq(kiln_dir_read_all(dir, NULL, NULL, &err), KILN_IO);
+	cr_assert_eq(err.sys_errno, EIO);
+	cr_assert_not_null(strstr(err.message, "ended"), "%s", err.message);
+	kiln_dir_close(dir);
+}
+
+/* --- an unreadable sector ----------------------------------------------------------------------
+ */
+
+/* The byte that cannot be read: inside tensor 4, well past the directory. */
+static uint64_t bad_byte;
+
+static int covers_bad(uint64_t off, size_t len)
+{
+	return off <= bad_byte && bad_byte < off + len;
+}
+
+static ssize_t eio_pread(int fd, void *buf, size_t len, off_t off)
+{
+	if (covers_bad((uint64_t)off, len)) {
+		errno = EIO;
+		return -1;
+	}
+	return pread(fd, buf, len, off);
+}
+
+static int eio_result(int res, int fd, uint64_t off, size_t len)
+{
+	(void)fd;
+	return covers_bad(off, len) ? -EIO : res;
+}
+
+Test(read_all, an_unreadable_sector_is_io_at_its_offset)
+{
+	kiln_dir *dir = open_src(KILN_SOURCE_MMAP);
+	const kiln_tensor *t = kiln_dir_tensor(dir, 4);
+	bad_byte = t->file_offset + 300000;
+	uint64_t chunk_start = bad_byte / 65536 * 65536; /* chunks sit at multiples of their size */
+	for (unsigned engine = KILN_ENGINE_URING; engine <= KILN_ENGINE_PREAD; engine++) {
+		kiln__sys.pread = eio_pread;
+		kiln__sys.uring_result = eio_result;
+		struct cover v = cover_new();
+		kiln_stream_options o = {.engine = engine,
+					 .chunk_size = 65536,
+					 .queue_depth = 4,
+					 .on_chunk = cover_chunk,
+					 .ctx = &v};
+		kiln_stream_result res;
+		kiln_error err;
+		cr_assert_eq(kiln_dir_read_all(dir, &o, &res, &err), KILN_IO, "engine %u", engine);
+		kiln__sys = kiln__sys_default;
+		cr_assert_eq(err.sys_errno, EIO);
+		char want[64];
+		snprintf(want, sizeof(want), "at offset %llu failed",
+			 (unsigned long long)chunk_start);
+		cr_assert_not_null(strstr(err.message, want), "engine %u: '%s' lacks '%s'", engine,
+				   err.message, want);
+		cr_assert_eq(v.times[bad_byte], 0, "the unreadable byte was never delivered");
+		cr_assert_lt(res.bytes, file.len);
+		cover_free(&v);
+	}
+	/* The same directory reads cleanly once the fault is gone. */
+	kiln_stream_result res;
+	cr_assert_eq(kiln_dir_read_all(dir, NULL, &res, NULL), 0);
+	cr_assert_eq(res.bytes, file.len);
+	kiln_dir_close(dir);
+}
