@@ -14,8 +14,7 @@ const kiln_tensor *kiln__tensor_fits_or_fail(const kiln_dir *dir, uint32_t index
 {
 	const kiln_tensor *t = kiln__tensor_or_fail(dir, index, err);
 	if (t && (cap < t->byte_length || (!dst && t->byte_length))) {
-		kiln__fail(err, KILN_INVAL, index, NULL, KILN_NO_OFFSET,
-			   "tensor %" PRIu32 " has %" PRIu64 " bytes; the buffer holds %zu", index,
+		kiln__fail_inval(err, index, NULL, "tensor %" PRIu32 " has %" PRIu64 " bytes; the buffer holds %zu", index,
 			   t->byte_length, dst ? cap : 0);
 		return NULL;
 	}
@@ -47,13 +46,12 @@ int kiln_tensor_dup(const kiln_dir *dir, uint32_t index, size_t alignment, void 
 {
 	kiln__clear_error(err);
 	if (!out)
-		return kiln__fail(err, KILN_INVAL, index, NULL, KILN_NO_OFFSET, "out is NULL");
+		return kiln__fail_inval(err, index, NULL, "out is NULL");
 	*out = NULL;
 	if (alignment == 0)
 		alignment = 64;
 	if (alignment < 64 || (alignment & (alignment - 1)))
-		return kiln__fail(err, KILN_INVAL, index, NULL, KILN_NO_OFFSET,
-				  "alignment %zu is not a power of two of at least 64", alignment);
+		return kiln__fail_inval(err, index, NULL, "alignment %zu is not a power of two of at least 64", alignment);
 	const kiln_tensor *t = kiln__tensor_or_fail(dir, index, err);
 	if (!t)
 		return KILN_INVAL;
@@ -84,8 +82,7 @@ int kiln_tensor_hint(const kiln_dir *dir, const uint32_t *tensors, uint32_t coun
 {
 	kiln__clear_error(err);
 	if (!dir || (!tensors && count))
-		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
-				  "dir or tensors is NULL");
+		return kiln__fail_inval(err, KILN_NO_INDEX, NULL, "dir or tensors is NULL");
 	static const int advice[] = {
 	    [KILN_HINT_WILLNEED] = MADV_WILLNEED,
 	    [KILN_HINT_DONTNEED] = MADV_DONTNEED,
@@ -93,8 +90,7 @@ int kiln_tensor_hint(const kiln_dir *dir, const uint32_t *tensors, uint32_t coun
 	    [KILN_HINT_PAGEOUT] = MADV_PAGEOUT,
 	};
 	if (hint > KILN_HINT_PAGEOUT)
-		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "hint", KILN_NO_OFFSET,
-				  "unknown hint %u", hint);
+		return kiln__fail_inval(err, KILN_NO_INDEX, "hint", "unknown hint %u", hint);
 	if (dir->info.source != KILN_SOURCE_MMAP)
 		return kiln__fail(err, KILN_UNSUPPORTED, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
 				  "hints apply to mapped files; this directory's source is %s",

@@ -12,7 +12,8 @@ uint64_t kiln__name_hash(const struct kiln_dir *dir, const void *name, size_t le
 	return XXH3_64bits_withSecret(name, len, dir->secret, sizeof(dir->secret));
 }
 
-/* One allocation for views, name hashes and the name table (at most half full). */
+/* One allocation for views, name hashes, the name table (at most half full) and the layout
+ * name offsets the validator keeps between its descriptor and after-descriptor steps. */
 int kiln__index_alloc(struct kiln_dir *dir, kiln_error *err)
 {
 	uint64_t n = dir->info.tensor_count;
@@ -26,7 +27,8 @@ int kiln__index_alloc(struct kiln_dir *dir, kiln_error *err)
 	}
 	size_t views = (size_t)n * sizeof(kiln_tensor);
 	size_t hashes = table ? (size_t)n * sizeof(uint64_t) : 0;
-	size_t total = views + hashes + table * sizeof(uint32_t);
+	size_t slots = table * sizeof(uint32_t);
+	size_t total = views + hashes + slots + (size_t)n * sizeof(uint16_t);
 	uint8_t *mem = kiln__alloc(&dir->alloc, total);
 	if (!mem)
 		return kiln__fail_sys(
@@ -35,6 +37,7 @@ int kiln__index_alloc(struct kiln_dir *dir, kiln_error *err)
 	dir->index_mem = mem;
 	dir->index_bytes = total;
 	dir->tensors = (kiln_tensor *)mem;
+	dir->layout_off = (uint16_t *)(mem + views + hashes + slots);
 	if (table) {
 		dir->hashes = (uint64_t *)(mem + views);
 		dir->slots = (uint32_t *)(mem + views + hashes);
@@ -51,6 +54,7 @@ void kiln__index_free(struct kiln_dir *dir)
 	dir->index_mem = NULL;
 	dir->index_bytes = 0;
 	dir->tensors = NULL;
+	dir->layout_off = NULL;
 	dir->hashes = NULL;
 	dir->slots = NULL;
 	dir->slot_mask = 0;

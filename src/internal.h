@@ -132,9 +132,9 @@ int kiln__is_scale_dtype(unsigned code);
 #define KILN__SECRET_SIZE 192
 
 struct kiln_dir {
-	/* The directory bytes [0, payload_base): validation reads only these, and names point into
-	 * them. A private copy for mapped files, so a file that shrinks during open cannot fault;
-	 * the block itself for owned memory and borrowed buffers. */
+	/* Where the validator reads the directory, [0, payload_base): the block itself for
+	 * borrowed buffers and owned memory (filled from the file through `fetch`), the header
+	 * copy `hdr` for a mapped file, whose other bytes only ever come through `fetch`. */
 	const uint8_t *head;
 	/* The block's first byte: data pointers point into it. NULL when only the directory exists
 	 * (the writer's check), and data pointers are then NULL. */
@@ -143,6 +143,7 @@ struct kiln_dir {
 	kiln_dir_info info;
 	int verified;         /* payload verification passed; atomic, see kiln_dir_verify_payload */
 	kiln_tensor *tensors; /* tensor_count views */
+	uint16_t *layout_off; /* heap offset of each opaque tensor's layout name, for validation */
 	uint32_t *slots;      /* open-addressing name table of tensor indices, KILN_NONE32 empty */
 	uint64_t *hashes;     /* hash of each tensor name, by tensor index */
 	uint64_t slot_mask;   /* table size - 1; 0 when there are no names */
@@ -150,16 +151,24 @@ struct kiln_dir {
 	uint8_t
 	    secret[KILN__SECRET_SIZE]; /* per-directory hash key: names from a file are hostile */
 	kiln_allocator alloc;
-	size_t index_bytes; /* bytes obtained from alloc for tensors + slots + hashes */
+	size_t index_bytes; /* bytes obtained from alloc for the index */
 	void *index_mem;
-	/* Make head[off, off + len) hold the block's bytes before the validator reads them (NULL
-	 * when head already holds everything). Requests stay inside one of two regions, the
-	 * descriptor table and the heap with the pad, each filled in order up to filled[]. */
-	int (*fill)(struct kiln_dir *dir, uint64_t off, uint64_t len, kiln_error *err);
+	/* Files: block bytes [off, off + len) for the validator, read from the file, or NULL with
+	 * IO in *err. Asked for the header, whole descriptors, name slices and the pad, in order
+	 * within the descriptor table and within the heap. src/open.c sets it during open. */
+	const uint8_t *(*fetch)(struct kiln_dir *dir, uint64_t off, uint64_t len, kiln_error *err);
+	/* How far the file's bytes have been read in, in the descriptor table and in the heap
+	 * (into head for READ/URING, into heap_copy for MMAP). */
 	uint64_t filled[2];
+	uint8_t hdr[KILN__HEADER_SIZE]; /* files: the header, read first */
+	/* MMAP: descriptors pass through a window that is reused, so the descriptor table is
+	 * never held whole; the heap and pad are copied once, since names point into them. */
+	uint8_t *window;
+	size_t window_cap;
+	uint64_t window_off, window_len;
+	uint8_t *heap_copy; /* [heap, payload_base), from alloc */
+	size_t heap_copy_len;
 	/* how to release the bytes */
-	void *head_copy; /* MMAP: the private copy of the directory, from alloc */
-	size_t head_copy_len;
 	void *map_addr; /* MMAP: the file mapping */
 	size_t map_len;
 	void *owned; /* READ/URING: the block in owned memory (kiln__owned_alloc) */

@@ -86,6 +86,15 @@ struct kiln_dir *kiln__dir_new(const kiln_open_options *opts, kiln_error *err)
 	return dir;
 }
 
+static void window_free(struct kiln_dir *dir)
+{
+	if (dir->window)
+		kiln__free(&dir->alloc, dir->window, dir->window_cap);
+	dir->window = NULL;
+	dir->window_cap = 0;
+	dir->window_len = 0;
+}
+
 void kiln_dir_close(kiln_dir *dir)
 {
 	if (!dir)
@@ -95,8 +104,9 @@ void kiln_dir_close(kiln_dir *dir)
 	kiln__index_free(dir);
 	kiln__map_release(dir);
 	kiln__read_release(dir);
-	if (dir->head_copy)
-		kiln__free(&dir->alloc, dir->head_copy, dir->head_copy_len);
+	window_free(dir);
+	if (dir->heap_copy)
+		kiln__free(&dir->alloc, dir->heap_copy, dir->heap_copy_len);
 	if (dir->fd >= 0)
 		close(dir->fd);
 	kiln_allocator a = dir->alloc;
@@ -236,63 +246,127 @@ static int open_file(const char *path, uint64_t *size, kiln_error *err)
 	return fd;
 }
 
-/* dir->fill for files: pread into head, in order within each region (the descriptor table; the
- * heap and pad), a window at a time. */
-static int fill_from_file(struct kiln_dir *dir, uint64_t off, uint64_t len, kiln_error *err)
+/* The end of the next read-ahead window from `from`, for a request ending at `want`, within a
+ * region ending at `end`. */
+static uint64_t window_end(uint64_t from, uint64_t want, uint64_t end)
 {
-	uint64_t heap = KILN__HEADER_SIZE + (uint64_t)dir->info.tensor_count * KILN__DESC_SIZE;
-	int r = off >= heap;
-	uint64_t end = r ? dir->info.payload_base : heap;
-	uint64_t from = dir->filled[r], want = off + len;
-	if (want <= from)
-		return 0;
 	uint64_t to = want - from < KILN__HEAD_WINDOW ? from + KILN__HEAD_WINDOW : want;
-	if (to > end)
-		to = end;
-	int rc =
-	    kiln__pread_full(dir->fd, (uint8_t *)dir->head + from, (size_t)(to - from), from, err);
+	return to < end ? to : end;
+}
+
+/* Read the file's [off, to) of region r into dst, a region that fills in order. */
+static int fill_region(struct kiln_dir *dir, int r, uint8_t *dst, uint64_t to, kiln_error *err)
+{
+	uint64_t from = dir->filled[r];
+	int rc = kiln__pread_full(dir->fd, dst, (size_t)(to - from), from, err);
 	if (!rc)
 		dir->filled[r] = to;
 	return rc;
 }
 
-/* The header into a buffer of our own, checked; then memory for the directory from the source
- * (or a private copy for a mapping), starting with that header. */
+/* dir->fetch for READ/URING: the block memory is the directory's home; fill it in order within
+ * each region (the descriptor table; the heap and pad), a window at a time. */
+static const uint8_t *fetch_owned(struct kiln_dir *dir, uint64_t off, uint64_t len, kiln_error *err)
+{
+	uint64_t heap = KILN__HEADER_SIZE + (uint64_t)dir->info.tensor_count * KILN__DESC_SIZE;
+	int r = off >= heap;
+	uint8_t *head = (uint8_t *)dir->head;
+	uint64_t from = dir->filled[r], want = off + len;
+	if (want > from &&
+	    fill_region(dir, r, head + from,
+			window_end(from, want, r ? dir->info.payload_base : heap), err))
+		return NULL;
+	return head + off;
+}
+
+/* dir->fetch for MMAP: the header from hdr; descriptors through one reused window, so the
+ * table is never held whole; the heap and pad from a copy filled in order (names point into
+ * it). Nothing is read through the mapping. Buffers are allocated at first use, after the
+ * validator has allocated the index: a count the allocator refuses costs nothing more. */
+static const uint8_t *fetch_mapped(struct kiln_dir *dir, uint64_t off, uint64_t len,
+				   kiln_error *err)
+{
+	uint64_t heap = KILN__HEADER_SIZE + (uint64_t)dir->info.tensor_count * KILN__DESC_SIZE;
+	if (off + len <= KILN__HEADER_SIZE)
+		return dir->hdr + off;
+	if (off >= heap) {
+		uint64_t region = dir->info.payload_base - heap;
+		if (!dir->heap_copy) {
+			dir->heap_copy = kiln__alloc(&dir->alloc, (size_t)region);
+			if (!dir->heap_copy) {
+				kiln__fail_sys(err, KILN_NOMEM, ENOMEM,
+					       "cannot allocate %" PRIu64
+					       " bytes for a copy of the name heap",
+					       region);
+				return NULL;
+			}
+			dir->heap_copy_len = (size_t)region;
+		}
+		uint64_t from = dir->filled[1], want = off + len;
+		if (want > from && fill_region(dir, 1, dir->heap_copy + (from - heap),
+					       window_end(from, want, dir->info.payload_base), err))
+			return NULL;
+		return dir->heap_copy + (off - heap);
+	}
+	if (off < dir->window_off || off + len > dir->window_off + dir->window_len) {
+		if (!dir->window) {
+			uint64_t table = heap - KILN__HEADER_SIZE;
+			size_t cap =
+			    (size_t)(table < KILN__HEAD_WINDOW ? table : KILN__HEAD_WINDOW);
+			dir->window = kiln__alloc(&dir->alloc, cap);
+			if (!dir->window) {
+				kiln__fail_sys(err, KILN_NOMEM, ENOMEM,
+					       "cannot allocate a %zu-byte directory window", cap);
+				return NULL;
+			}
+			dir->window_cap = cap;
+		}
+		/* Whole descriptors: off is a descriptor's start and the window a multiple of 128.
+		 */
+		uint64_t n = heap - off < dir->window_cap ? heap - off : dir->window_cap;
+		if (kiln__pread_full(dir->fd, dir->window, (size_t)n, off, err))
+			return NULL;
+		dir->window_off = off;
+		dir->window_len = n;
+		/* Start the next window's disk reads while this one is validated (cold opens). */
+		if (off + n < heap)
+			posix_fadvise(dir->fd, (off_t)(off + n),
+				      (off_t)(heap - (off + n) < n ? heap - (off + n) : n),
+				      POSIX_FADV_WILLNEED);
+	}
+	return dir->window + (off - dir->window_off);
+}
+
+/* The header, checked; then memory for the directory from the source (a READ/URING block) or a
+ * header copy (MMAP), and the validator fed from the file. */
 static int read_directory(struct kiln_dir *dir, const kiln_open_options *opts, const char *path,
 			  kiln_error *err)
 {
-	uint8_t header[KILN__HEADER_SIZE];
-	size_t hlen = dir->len < sizeof(header) ? (size_t)dir->len : sizeof(header);
-	int rc = kiln__pread_full(dir->fd, header, hlen, 0, err);
+	size_t hlen = dir->len < sizeof(dir->hdr) ? (size_t)dir->len : sizeof(dir->hdr);
+	int rc = kiln__pread_full(dir->fd, dir->hdr, hlen, 0, err);
 	if (rc)
 		return rc;
-	dir->head = header;
+	dir->head = dir->hdr;
 	rc = kiln__check_header(dir, 1, err);
-	dir->head = NULL;
 	if (rc)
 		return rc;
-
-	/* payload_base <= the file's length is proven: the copy is backed by real bytes. */
-	uint64_t pb = dir->info.payload_base;
-	if (dir->info.source == KILN_SOURCE_MMAP) {
-		dir->head_copy = kiln__alloc(&dir->alloc, (size_t)pb);
-		if (!dir->head_copy)
-			return kiln__fail_sys(
-			    err, KILN_NOMEM, ENOMEM,
-			    "cannot allocate %" PRIu64 " bytes for a copy of the directory", pb);
-		dir->head_copy_len = (size_t)pb;
-		dir->head = dir->head_copy;
-		rc = kiln__map_attach(dir, path, err);
-	} else {
-		rc = kiln__read_attach(dir, opts, err);
-	}
-	if (rc)
-		return rc;
-	memcpy((uint8_t *)dir->head, header, sizeof(header));
-	dir->fill = fill_from_file;
 	dir->filled[0] = KILN__HEADER_SIZE;
 	dir->filled[1] = KILN__HEADER_SIZE + (uint64_t)dir->info.tensor_count * KILN__DESC_SIZE;
-	return kiln__validate_structure(dir, 1, err);
+	if (dir->info.source == KILN_SOURCE_MMAP) {
+		rc = kiln__map_attach(dir, path, err);
+		dir->fetch = fetch_mapped;
+	} else {
+		/* payload_base <= the file's length is proven: the block memory holds it. */
+		rc = kiln__read_attach(dir, opts, err);
+		if (!rc)
+			memcpy((uint8_t *)dir->head, dir->hdr, sizeof(dir->hdr));
+		dir->fetch = fetch_owned;
+	}
+	if (!rc)
+		rc = kiln__validate_structure(dir, 1, err);
+	dir->fetch = NULL;
+	window_free(dir);
+	return rc;
 }
 
 static int load_file(struct kiln_dir *dir, const kiln_open_options *opts, const char *path,

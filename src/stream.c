@@ -21,23 +21,19 @@ static int begin(const kiln_dir *dir, const kiln_stream_options *opts, kiln_stre
 	memset(o, 0, sizeof(*o));
 	if (opts) {
 		if (opts->size != 0 && opts->size < sizeof(*o))
-			return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "size", KILN_NO_OFFSET,
-					  "kiln_stream_options.size %u is too small", opts->size);
+			return kiln__fail_inval(err, KILN_NO_INDEX, "size", "kiln_stream_options.size %u is too small", opts->size);
 		*o = *opts;
 	}
 	if (!dir)
-		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
-				  "dir is NULL");
+		return kiln__fail_inval(err, KILN_NO_INDEX, NULL, "dir is NULL");
 	if (o->flags & ~(uint32_t)KILN_STREAM_DIRECT || o->engine > KILN_ENGINE_PREAD)
-		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "flags", KILN_NO_OFFSET,
-				  "unknown stream flags 0x%x or engine %u", o->flags, o->engine);
-	if (o->chunk_size > (1u << 30) || o->staging_size > (1u << 30) || o->queue_depth > 4096)
-		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "chunk_size", KILN_NO_OFFSET,
-				  "chunk and staging sizes are at most 1 GiB, queue_depth 4096");
+		return kiln__fail_inval(err, KILN_NO_INDEX, "flags", "unknown stream flags 0x%x or engine %u", o->flags, o->engine);
+	if (o->chunk_size > KILN__CHUNK_MAX || o->staging_size > KILN__CHUNK_MAX ||
+	    o->queue_depth > KILN__QD_MAX)
+		return kiln__fail_inval(err, KILN_NO_INDEX, "chunk_size", "chunk and staging sizes are at most 1 GiB, queue_depth 4096");
 	for (size_t i = 0; i < sizeof(o->reserved) / sizeof(o->reserved[0]); i++)
 		if (o->reserved[i])
-			return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "reserved",
-					  KILN_NO_OFFSET, "reserved stream options must be 0");
+			return kiln__fail_inval(err, KILN_NO_INDEX, "reserved", "reserved stream options must be 0");
 	return 0;
 }
 
@@ -50,8 +46,8 @@ static int run(const kiln_dir *dir, const kiln_stream_options *o, const struct k
 	    .fd = dir->fd,
 	    .direct = (o->flags & KILN_STREAM_DIRECT) != 0,
 	    .file_size = dir->len,
-	    .chunk = o->chunk_size ? o->chunk_size : 4u << 20,
-	    .qd = o->queue_depth ? o->queue_depth : 32,
+	    .chunk = o->chunk_size ? o->chunk_size : KILN__CHUNK_DEFAULT,
+	    .qd = o->queue_depth ? o->queue_depth : KILN__QD_DEFAULT,
 	    .engine = o->engine == KILN_ENGINE_PREAD ? KILN_ENGINE_PREAD : KILN_ENGINE_URING,
 	    /* A borrowed buffer has no file behind it: copy from memory. */
 	    .mem = dir->info.source == KILN_SOURCE_BUFFER ? dir->base : NULL,
@@ -77,9 +73,7 @@ int kiln_stream(const kiln_dir *dir, const uint32_t *tensors, uint32_t count, vo
 		return rc;
 	int staging = dests == NULL;
 	if (staging && (!o.staging || o.staging_count == 0 || o.staging_size == 0 || !o.on_chunk))
-		return kiln__fail(
-		    err, KILN_INVAL, KILN_NO_INDEX, "staging", KILN_NO_OFFSET,
-		    "without destinations, staging buffers (count, size) and on_chunk "
+		return kiln__fail_inval(err, KILN_NO_INDEX, "staging", "without destinations, staging buffers (count, size) and on_chunk "
 		    "are required");
 	if (!staging)
 		o.staging = NULL; /* destinations given: the staging fields do not apply */
@@ -94,8 +88,7 @@ int kiln_stream(const kiln_dir *dir, const uint32_t *tensors, uint32_t count, vo
 		const kiln_tensor *t = kiln_dir_tensor(dir, i);
 		if (!t || (!staging && !dests[k] && t->byte_length)) {
 			free(ranges);
-			return kiln__fail(err, KILN_INVAL, i, NULL, KILN_NO_OFFSET,
-					  t ? "destination %" PRIu32 " is NULL"
+			return kiln__fail_inval(err, i, NULL, t ? "destination %" PRIu32 " is NULL"
 					    : "tensor index %" PRIu32 " is out of range",
 					  t ? k : i);
 		}
@@ -134,14 +127,13 @@ int kiln_dir_read_all(const kiln_dir *dir, const kiln_stream_options *opts,
 	if (rc)
 		return rc;
 	if (o.staging && (o.staging_count == 0 || o.staging_size == 0))
-		return kiln__fail(err, KILN_INVAL, KILN_NO_INDEX, "staging", KILN_NO_OFFSET,
-				  "staging buffers need a count and a size");
+		return kiln__fail_inval(err, KILN_NO_INDEX, "staging", "staging buffers need a count and a size");
 	void **own = NULL;
 	void *mem = NULL;
 	size_t mem_len = 0;
 	if (!o.staging) {
 		uint32_t nb = o.queue_depth ? o.queue_depth : READ_ALL_BUFFERS;
-		size_t size = o.chunk_size ? o.chunk_size : 4u << 20;
+		size_t size = o.chunk_size ? o.chunk_size : KILN__CHUNK_DEFAULT;
 		mem_len = (size_t)nb * size; /* at most 4096 x 1 GiB: fits a 64-bit size_t */
 		own = calloc(nb, sizeof(*own));
 		mem = own ? kiln__owned_alloc(mem_len) : NULL;

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The structural pass of spec section 8 and its payload verification. Pure: no I/O of its own.
- * The structural pass reads only head[0, payload_base), asking dir->fill for each range before
- * reading it; payload verification reads the few payload bytes it checks through a read function.
+ * The structural pass reads only the block's first payload_base bytes, each range through at()
+ * (the directory's own fetch for files); payload verification reads the few payload bytes it
+ * checks through a read function.
  *
  * Each function below is one step of the spec's check order, named and numbered like the spec:
  * header_1_length .. header_6_names_flag, then desc_1_reserved .. desc_8_placement for each
@@ -22,11 +23,16 @@ static size_t first_nonzero(const uint8_t *p, size_t n)
 	return SIZE_MAX;
 }
 
-/* Make head[off, off + len) readable (dir->fill reads it from the file for mapped and owned
- * sources; a buffer holds everything already). */
-static int need(struct kiln_dir *dir, uint64_t off, uint64_t len, kiln_error *err)
+/* Block bytes [off, off + len) at *p: in head for buffers, through dir->fetch for files (where
+ * a descriptor's bytes last only until the next descriptor is fetched). 0 or an IO error. */
+static int at(struct kiln_dir *dir, uint64_t off, uint64_t len, const uint8_t **p, kiln_error *err)
 {
-	return dir->fill ? dir->fill(dir, off, len, err) : 0;
+	if (!dir->fetch) {
+		*p = dir->head + off;
+		return 0;
+	}
+	*p = dir->fetch(dir, off, len, err);
+	return *p ? 0 : err ? err->code : KILN_IO;
 }
 
 /* --- header steps ------------------------------------------------------------------------- */
@@ -191,7 +197,7 @@ struct desc {
 static struct desc desc_at(const struct pass *s, uint32_t i)
 {
 	uint64_t off = KILN__HEADER_SIZE + (uint64_t)i * KILN__DESC_SIZE;
-	return (struct desc){.i = i, .off = off, .d = s->dir->head + off, .t = &s->dir->tensors[i]};
+	return (struct desc){.i = i, .off = off, .t = &s->dir->tensors[i]};
 }
 
 static int desc_1_reserved(struct pass *s, struct desc *c)
@@ -283,10 +289,10 @@ static int desc_4_name(struct pass *s, struct desc *c)
 				       c->off + KILN__D_NAME_LEN,
 				       "name [%u, %" PRIu64 ") ends past the %" PRIu32 "-byte heap",
 				       off, s->heap_cursor + len, info->name_bytes);
-	int rc = need(s->dir, s->heap + off, len, s->err);
+	const uint8_t *name;
+	int rc = at(s->dir, s->heap + off, len, &name, s->err);
 	if (rc)
 		return rc;
-	const uint8_t *name = s->dir->head + s->heap + off;
 	size_t bad = kiln__utf8_check(name, len);
 	if (bad != SIZE_MAX)
 		return kiln__fail_desc(s->err, KILN_UTF8, c->i, "name", s->heap + off + bad,
@@ -330,6 +336,9 @@ static int desc_5_layout(struct pass *s, struct desc *c)
 			    "byte_length %" PRIu64 " is not a multiple of block_size %" PRIu32,
 			    byte_length, block_size);
 		c->t->block_size = block_size;
+		/* The name itself is checked in after step 1, from these. */
+		s->dir->layout_off[c->i] = (uint16_t)off;
+		c->t->layout_len = len;
 		return 0;
 	}
 	int bad_off = off != KILN_NONE16;
@@ -475,7 +484,7 @@ static int desc_8_placement(struct pass *s, struct desc *c)
 static int check_descriptor(struct pass *s, uint32_t i)
 {
 	struct desc c = desc_at(s, i);
-	int rc = need(s->dir, c.off, KILN__DESC_SIZE, s->err);
+	int rc = at(s->dir, c.off, KILN__DESC_SIZE, &c.d, s->err);
 	if (rc)
 		return rc;
 	memset(c.t, 0, sizeof(*c.t));
@@ -499,8 +508,9 @@ static int after_1_layouts(struct pass *s)
 		struct desc c = desc_at(s, i);
 		if (!kiln_dtype_is_opaque(c.t->dtype))
 			continue;
-		unsigned off = kiln__ld16(c.d + KILN__D_LAYOUT_OFF);
-		unsigned len = kiln__ld16(c.d + KILN__D_LAYOUT_LEN);
+		/* Kept by descriptor step 5: the descriptor bytes are gone by now. */
+		unsigned off = s->dir->layout_off[i];
+		unsigned len = (unsigned)c.t->layout_len;
 		if (off != s->heap_cursor)
 			return kiln__fail_desc(s->err, KILN_TYPE, i, "layout_off",
 					       c.off + KILN__D_LAYOUT_OFF,
@@ -512,10 +522,10 @@ static int after_1_layouts(struct pass *s)
 			    s->err, KILN_TYPE, i, "layout_len", c.off + KILN__D_LAYOUT_LEN,
 			    "layout name [%u, %" PRIu64 ") ends past the %" PRIu32 "-byte heap",
 			    off, s->heap_cursor + len, info->name_bytes);
-		int rc = need(s->dir, s->heap + off, len, s->err);
+		const uint8_t *str;
+		int rc = at(s->dir, s->heap + off, len, &str, s->err);
 		if (rc)
 			return rc;
-		const uint8_t *str = s->dir->head + s->heap + off;
 		size_t bad = kiln__utf8_check(str, len);
 		if (bad != SIZE_MAX)
 			return kiln__fail_desc(
@@ -554,16 +564,16 @@ static int after_3_placement(struct pass *s)
 static int after_4_pad(struct pass *s)
 {
 	const kiln_dir_info *info = &s->dir->info;
-	const uint8_t *head = s->dir->head;
 	uint64_t pad = KILN__HEADER_SIZE + info->directory_bytes;
-	int rc = need(s->dir, pad, info->payload_base - pad, s->err);
+	const uint8_t *p;
+	int rc = at(s->dir, pad, info->payload_base - pad, &p, s->err);
 	if (rc)
 		return rc;
-	size_t z = first_nonzero(head + pad, (size_t)(info->payload_base - pad));
+	size_t z = first_nonzero(p, (size_t)(info->payload_base - pad));
 	if (z != SIZE_MAX)
 		return kiln__fail_at(s->err, KILN_TYPE, "pad", pad + z,
 				     "pad byte at offset %" PRIu64 " is 0x%02x, not 0", pad + z,
-				     head[pad + z]);
+				     p[z]);
 	return 0;
 }
 
