@@ -3,11 +3,12 @@
  * The lifecycle of a directory, on top of everything else in src/: options, open (a file through
  * a source) and parse (a caller's buffer), payload verification, close and try_close.
  *
- * Opening a file: read and check the 64-byte header, get memory for the directory (a private
- * copy for the MMAP source, the block's own memory for READ/URING), validate the directory from
- * that memory while filling it from the file a window ahead of the validator, and only then let
- * the source finish (advice and populate for a mapping, the payload reads for owned memory).
- * The validator never reads a mapping, so a file that shrinks during open gives IO, not SIGBUS.
+ * Opening a file: read and check the 64-byte header with pread, then feed the validator from the
+ * file a window at a time (for READ/URING into the block's own memory; for MMAP the descriptors
+ * through one reused window and the name heap into a copy, since names point into it), and only
+ * then let the source finish (advice and populate for a mapping, the payload reads for owned
+ * memory). The validator never reads a mapping, so a file that shrinks during open gives IO or
+ * a format error, never SIGBUS.
  */
 #define _GNU_SOURCE
 #include <errno.h>

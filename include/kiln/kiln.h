@@ -292,10 +292,11 @@ typedef struct kiln_open_options {
  * opened, stat'ed or mapped, or is not a regular file (sys_errno says why: ENOENT, EACCES,
  * EISDIR, ...), NOMEM, INVAL for a NULL argument or nonzero reserved option.
  *
- * The directory is read with pread into memory of the directory's own (a private copy of the
- * first payload_base bytes for MMAP, the block memory for READ/URING) and validated there, so a
- * file that shrinks or changes during open gives IO or a format error, never SIGBUS; payload
- * verification reads through pread too. Names point into that memory.
+ * The directory is read with pread and validated from memory of the directory's own, never
+ * through the mapping (for MMAP the descriptors pass through a small reused window and the name
+ * heap is copied, since names point into it; READ/URING read it into the block memory), so a
+ * file that shrinks or changes during open gives IO or a format error, never SIGBUS. Payload
+ * verification reads through pread too.
  *
  * The directory keeps the mapping; views and data pointers live until kiln_dir_close(). If the
  * file is truncated by someone else while mapped, touching the lost payload pages through a data
