@@ -14,8 +14,9 @@ const kiln_tensor *kiln__tensor_fits_or_fail(const kiln_dir *dir, uint32_t index
 {
 	const kiln_tensor *t = kiln__tensor_or_fail(dir, index, err);
 	if (t && (cap < t->byte_length || (!dst && t->byte_length))) {
-		kiln__fail_inval(err, index, NULL, "tensor %" PRIu32 " has %" PRIu64 " bytes; the buffer holds %zu", index,
-			   t->byte_length, dst ? cap : 0);
+		kiln__fail_inval(err, index, NULL,
+				 "tensor %" PRIu32 " has %" PRIu64 " bytes; the buffer holds %zu",
+				 index, t->byte_length, dst ? cap : 0);
 		return NULL;
 	}
 	return t;
@@ -51,7 +52,9 @@ int kiln_tensor_dup(const kiln_dir *dir, uint32_t index, size_t alignment, void 
 	if (alignment == 0)
 		alignment = 64;
 	if (alignment < 64 || (alignment & (alignment - 1)))
-		return kiln__fail_inval(err, index, NULL, "alignment %zu is not a power of two of at least 64", alignment);
+		return kiln__fail_inval(err, index, NULL,
+					"alignment %zu is not a power of two of at least 64",
+					alignment);
 	const kiln_tensor *t = kiln__tensor_or_fail(dir, index, err);
 	if (!t)
 		return KILN_INVAL;

@@ -52,19 +52,31 @@ void kiln__clear_error(kiln_error *err)
 	err->offset = KILN_NO_OFFSET;
 }
 
-int kiln__fail(kiln_error *err, int code, uint32_t tensor, const char *field, uint64_t offset,
-	       const char *fmt, ...)
+/* Every failure is filled here: the code and where, then the message. */
+static int vfail(kiln_error *err, int code, int sys_errno, uint32_t tensor, const char *field,
+		 uint64_t offset, const char *fmt, va_list ap)
+    __attribute__((format(printf, 7, 0)));
+
+static int vfail(kiln_error *err, int code, int sys_errno, uint32_t tensor, const char *field,
+		 uint64_t offset, const char *fmt, va_list ap)
 {
 	if (!err)
 		return code;
-	kiln__clear_error(err);
-	err->code = code;
-	err->tensor = tensor;
-	err->field = field;
-	err->offset = offset;
+	*err = (kiln_error){.code = code,
+			    .sys_errno = sys_errno,
+			    .tensor = tensor,
+			    .field = field,
+			    .offset = offset};
+	vsnprintf(err->message, sizeof(err->message), fmt, ap);
+	return code;
+}
+
+int kiln__fail(kiln_error *err, int code, uint32_t tensor, const char *field, uint64_t offset,
+	       const char *fmt, ...)
+{
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(err->message, sizeof(err->message), fmt, ap);
+	vfail(err, code, 0, tensor, field, offset, fmt, ap);
 	va_end(ap);
 	return code;
 }
@@ -86,14 +98,18 @@ int kiln__fail_desc(kiln_error *err, int code, uint32_t tensor, const char *fiel
 
 int kiln__fail_sys(kiln_error *err, int code, int sys_errno, const char *fmt, ...)
 {
-	if (!err)
-		return code;
-	kiln__clear_error(err);
-	err->code = code;
-	err->sys_errno = sys_errno;
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(err->message, sizeof(err->message), fmt, ap);
+	vfail(err, code, sys_errno, KILN_NO_INDEX, NULL, KILN_NO_OFFSET, fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+int kiln_error_set(kiln_error *err, int code, int sys_errno, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vfail(err, code, sys_errno, KILN_NO_INDEX, NULL, KILN_NO_OFFSET, fmt, ap);
 	va_end(ap);
 	return code;
 }

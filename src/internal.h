@@ -116,16 +116,20 @@ int kiln__is_scale_dtype(unsigned code);
 
 /* --- defaults and limits: one home each ------------------------------------------------ */
 
-#define KILN__CHUNK_DEFAULT (4u << 20) /* bytes per read request */
-#define KILN__QD_DEFAULT    32u        /* requests in flight */
-#define KILN__CHUNK_MAX     (1u << 30) /* request lengths must fit io_uring's 32-bit length */
-#define KILN__QD_MAX        4096u
+#define KILN__CHUNK_DEFAULT  (4u << 20) /* bytes per read request */
+#define KILN__QD_DEFAULT     32u        /* requests in flight */
+#define KILN__CHUNK_MAX      (1u << 30) /* request lengths must fit io_uring's 32-bit length */
+#define KILN__QD_MAX         4096u
 /* Owned allocations from this size up get a mapping of their own with transparent huge pages. */
-#define KILN__HUGE_MIN      ((size_t)2 << 20)
-/* Bytes of a mapped file's directory read ahead of the validator at a time: a cold open is a few
- * large reads, and a header claiming a huge directory costs at most one window past the first
- * bad byte. */
-#define KILN__HEAD_WINDOW   ((uint64_t)4 << 20)
+#define KILN__HUGE_MIN       ((size_t)2 << 20)
+/* A file's directory is read this far ahead of the validator (into the block for READ/URING,
+ * into the page cache for MMAP): a cold open is a few large reads, and a header claiming a huge
+ * directory costs at most this much past the first bad byte. */
+#define KILN__HEAD_READAHEAD ((uint64_t)4 << 20)
+/* A mapped file's descriptors pass through one reused buffer of at most this size: small enough
+ * to come from malloc's reused memory and stay in cache, so a large table is never faulted into
+ * fresh pages. A multiple of the descriptor size. */
+#define KILN__HEAD_WINDOW    ((uint64_t)128 << 10)
 
 /* --- the directory ----------------------------------------------------------------------- */
 
@@ -166,7 +170,8 @@ struct kiln_dir {
 	uint8_t *window;
 	size_t window_cap;
 	uint64_t window_off, window_len;
-	uint8_t *heap_copy; /* [heap, payload_base), from alloc */
+	uint64_t read_ahead; /* MMAP: the descriptor table is being read ahead up to here */
+	uint8_t *heap_copy;  /* [heap, payload_base), from alloc */
 	size_t heap_copy_len;
 	/* how to release the bytes */
 	void *map_addr; /* MMAP: the file mapping */

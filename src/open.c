@@ -251,7 +251,7 @@ static int open_file(const char *path, uint64_t *size, kiln_error *err)
  * region ending at `end`. */
 static uint64_t window_end(uint64_t from, uint64_t want, uint64_t end)
 {
-	uint64_t to = want - from < KILN__HEAD_WINDOW ? from + KILN__HEAD_WINDOW : want;
+	uint64_t to = want - from < KILN__HEAD_READAHEAD ? from + KILN__HEAD_READAHEAD : want;
 	return to < end ? to : end;
 }
 
@@ -278,6 +278,19 @@ static const uint8_t *fetch_owned(struct kiln_dir *dir, uint64_t off, uint64_t l
 			window_end(from, want, r ? dir->info.payload_base : heap), err))
 		return NULL;
 	return head + off;
+}
+
+/* Ask the kernel to start reading the file's [from, end) up to KILN__HEAD_READAHEAD past `from`,
+ * beyond what has been asked for already. A hint: failure only costs speed. */
+static void read_ahead(struct kiln_dir *dir, uint64_t from, uint64_t end)
+{
+	uint64_t to = from + KILN__HEAD_READAHEAD < end ? from + KILN__HEAD_READAHEAD : end;
+	if (dir->read_ahead > from)
+		from = dir->read_ahead;
+	if (from >= to)
+		return;
+	posix_fadvise(dir->fd, (off_t)from, (off_t)(to - from), POSIX_FADV_WILLNEED);
+	dir->read_ahead = to;
 }
 
 /* dir->fetch for MMAP: the header from hdr; descriptors through one reused window, so the
@@ -329,11 +342,8 @@ static const uint8_t *fetch_mapped(struct kiln_dir *dir, uint64_t off, uint64_t 
 			return NULL;
 		dir->window_off = off;
 		dir->window_len = n;
-		/* Start the next window's disk reads while this one is validated (cold opens). */
-		if (off + n < heap)
-			posix_fadvise(dir->fd, (off_t)(off + n),
-				      (off_t)(heap - (off + n) < n ? heap - (off + n) : n),
-				      POSIX_FADV_WILLNEED);
+		/* Keep the disk a read-ahead window ahead of the validator (cold opens). */
+		read_ahead(dir, off + n, heap);
 	}
 	return dir->window + (off - dir->window_off);
 }
@@ -356,6 +366,12 @@ static int read_directory(struct kiln_dir *dir, const kiln_open_options *opts, c
 	if (dir->info.source == KILN_SOURCE_MMAP) {
 		rc = kiln__map_attach(dir, path, err);
 		dir->fetch = fetch_mapped;
+		/* The heap first (where a large table ends), then the table's start: one read each
+		 * in flight before the first descriptor is asked for. */
+		uint64_t heap = dir->filled[1];
+		read_ahead(dir, heap, dir->info.payload_base);
+		dir->read_ahead = 0;
+		read_ahead(dir, KILN__HEADER_SIZE, heap);
 	} else {
 		/* payload_base <= the file's length is proven: the block memory holds it. */
 		rc = kiln__read_attach(dir, opts, err);

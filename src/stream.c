@@ -21,19 +21,26 @@ static int begin(const kiln_dir *dir, const kiln_stream_options *opts, kiln_stre
 	memset(o, 0, sizeof(*o));
 	if (opts) {
 		if (opts->size != 0 && opts->size < sizeof(*o))
-			return kiln__fail_inval(err, KILN_NO_INDEX, "size", "kiln_stream_options.size %u is too small", opts->size);
+			return kiln__fail_inval(err, KILN_NO_INDEX, "size",
+						"kiln_stream_options.size %u is too small",
+						opts->size);
 		*o = *opts;
 	}
 	if (!dir)
 		return kiln__fail_inval(err, KILN_NO_INDEX, NULL, "dir is NULL");
 	if (o->flags & ~(uint32_t)KILN_STREAM_DIRECT || o->engine > KILN_ENGINE_PREAD)
-		return kiln__fail_inval(err, KILN_NO_INDEX, "flags", "unknown stream flags 0x%x or engine %u", o->flags, o->engine);
+		return kiln__fail_inval(err, KILN_NO_INDEX, "flags",
+					"unknown stream flags 0x%x or engine %u", o->flags,
+					o->engine);
 	if (o->chunk_size > KILN__CHUNK_MAX || o->staging_size > KILN__CHUNK_MAX ||
 	    o->queue_depth > KILN__QD_MAX)
-		return kiln__fail_inval(err, KILN_NO_INDEX, "chunk_size", "chunk and staging sizes are at most 1 GiB, queue_depth 4096");
+		return kiln__fail_inval(
+		    err, KILN_NO_INDEX, "chunk_size",
+		    "chunk and staging sizes are at most 1 GiB, queue_depth 4096");
 	for (size_t i = 0; i < sizeof(o->reserved) / sizeof(o->reserved[0]); i++)
 		if (o->reserved[i])
-			return kiln__fail_inval(err, KILN_NO_INDEX, "reserved", "reserved stream options must be 0");
+			return kiln__fail_inval(err, KILN_NO_INDEX, "reserved",
+						"reserved stream options must be 0");
 	return 0;
 }
 
@@ -73,7 +80,9 @@ int kiln_stream(const kiln_dir *dir, const uint32_t *tensors, uint32_t count, vo
 		return rc;
 	int staging = dests == NULL;
 	if (staging && (!o.staging || o.staging_count == 0 || o.staging_size == 0 || !o.on_chunk))
-		return kiln__fail_inval(err, KILN_NO_INDEX, "staging", "without destinations, staging buffers (count, size) and on_chunk "
+		return kiln__fail_inval(
+		    err, KILN_NO_INDEX, "staging",
+		    "without destinations, staging buffers (count, size) and on_chunk "
 		    "are required");
 	if (!staging)
 		o.staging = NULL; /* destinations given: the staging fields do not apply */
@@ -88,9 +97,10 @@ int kiln_stream(const kiln_dir *dir, const uint32_t *tensors, uint32_t count, vo
 		const kiln_tensor *t = kiln_dir_tensor(dir, i);
 		if (!t || (!staging && !dests[k] && t->byte_length)) {
 			free(ranges);
-			return kiln__fail_inval(err, i, NULL, t ? "destination %" PRIu32 " is NULL"
-					    : "tensor index %" PRIu32 " is out of range",
-					  t ? k : i);
+			return kiln__fail_inval(err, i, NULL,
+						t ? "destination %" PRIu32 " is NULL"
+						  : "tensor index %" PRIu32 " is out of range",
+						t ? k : i);
 		}
 		ranges[k] = (struct kiln__range){.off = t->file_offset,
 						 .len = t->byte_length,
@@ -127,7 +137,8 @@ int kiln_dir_read_all(const kiln_dir *dir, const kiln_stream_options *opts,
 	if (rc)
 		return rc;
 	if (o.staging && (o.staging_count == 0 || o.staging_size == 0))
-		return kiln__fail_inval(err, KILN_NO_INDEX, "staging", "staging buffers need a count and a size");
+		return kiln__fail_inval(err, KILN_NO_INDEX, "staging",
+					"staging buffers need a count and a size");
 	void **own = NULL;
 	void *mem = NULL;
 	size_t mem_len = 0;

@@ -539,26 +539,27 @@ static int after_1_layouts(struct pass *s)
 	return 0;
 }
 
+/* A running cursor ends exactly at the size the header declares for its region. */
+static int cursor_ends_at(struct pass *s, uint64_t cursor, uint64_t declared, const char *field,
+			  uint64_t offset, const char *what)
+{
+	if (cursor == declared)
+		return 0;
+	return kiln__fail_at(s->err, KILN_TYPE, field, offset,
+			     "%s is %" PRIu64 " but %s end at %" PRIu64, field, declared, what,
+			     cursor);
+}
+
 static int after_2_heap(struct pass *s)
 {
-	uint32_t name_bytes = s->dir->info.name_bytes;
-	if (s->heap_cursor != name_bytes)
-		return kiln__fail_at(s->err, KILN_TYPE, "name_bytes", 12,
-				     "the heap is %" PRIu32
-				     " bytes but names and layout names fill %" PRIu64,
-				     name_bytes, s->heap_cursor);
-	return 0;
+	return cursor_ends_at(s, s->heap_cursor, s->dir->info.name_bytes, "name_bytes", 12,
+			      "the names and layout names");
 }
 
 static int after_3_placement(struct pass *s)
 {
-	uint64_t payload_bytes = s->dir->info.payload_bytes;
-	if (s->place_cursor != payload_bytes)
-		return kiln__fail_at(s->err, KILN_TYPE, "payload_bytes", 16,
-				     "payload_bytes is %" PRIu64
-				     " but the payloads end at %" PRIu64,
-				     payload_bytes, s->place_cursor);
-	return 0;
+	return cursor_ends_at(s, s->place_cursor, s->dir->info.payload_bytes, "payload_bytes", 16,
+			      "the payloads");
 }
 
 static int after_4_pad(struct pass *s)

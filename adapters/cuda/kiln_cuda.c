@@ -5,30 +5,11 @@
  * and copies overlap. Public kiln API only.
  */
 #include <cuda_runtime_api.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "kiln/kiln_cuda.h"
-
-static int fail(kiln_error *err, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail(kiln_error *err, int code, const char *fmt, ...)
-{
-	if (!err)
-		return code;
-	memset(err, 0, sizeof(*err));
-	err->code = code;
-	err->tensor = KILN_NO_INDEX;
-	err->offset = KILN_NO_OFFSET;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err->message, sizeof(err->message), fmt, ap);
-	va_end(ap);
-	return code;
-}
 
 static int pin(void *ctx, void *ptr, size_t len, kiln_error *why)
 {
@@ -100,14 +81,14 @@ int kiln_cuda_load(kiln_dir *dir, const uint32_t *tensors, uint32_t count,
 	if (opts)
 		o = *opts;
 	if (!dir || !device_dests)
-		return fail(err, KILN_INVAL, "dir and device_dests are required");
+		return kiln_error_set(err, KILN_INVAL, 0, "dir and device_dests are required");
 	uint32_t nb = o.staging_count ? o.staging_count : 4;
 	size_t bs = o.staging_size ? o.staging_size : (size_t)8 << 20;
 	int devices = 0;
 	cudaError_t e = cudaGetDeviceCount(&devices);
 	if (e != cudaSuccess || devices == 0)
-		return fail(err, KILN_UNSUPPORTED, "no CUDA device: %s",
-			    e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+		return kiln_error_set(err, KILN_UNSUPPORTED, 0, "no CUDA device: %s",
+				      e != cudaSuccess ? cudaGetErrorString(e) : "none found");
 
 	uint32_t n = tensors ? count : kiln_dir_count(dir);
 	uint32_t *pos_of = calloc(kiln_dir_count(dir) ? kiln_dir_count(dir) : 1, sizeof(*pos_of));
@@ -118,13 +99,14 @@ int kiln_cuda_load(kiln_dir *dir, const uint32_t *tensors, uint32_t count,
 	int rc = 0, own_stream = 0;
 	uint32_t made = 0;
 	if (!pos_of || !ring || !events) {
-		rc = fail(err, KILN_NOMEM, "out of memory");
+		rc = kiln_error_set(err, KILN_NOMEM, 0, "out of memory");
 		goto out;
 	}
 	for (uint32_t k = 0; k < n; k++) {
 		uint32_t i = tensors ? tensors[k] : k;
 		if (i >= kiln_dir_count(dir)) {
-			rc = fail(err, KILN_INVAL, "tensor index %u is out of range", i);
+			rc = kiln_error_set(err, KILN_INVAL, 0, "tensor index %u is out of range",
+					    i);
 			goto out;
 		}
 		pos_of[i] = k;
@@ -171,7 +153,7 @@ int kiln_cuda_load(kiln_dir *dir, const uint32_t *tensors, uint32_t count,
 	}
 	goto out;
 cuda_fail:
-	rc = fail(err, KILN_IO, "%s failed: %s", l.call, cudaGetErrorString(e));
+	rc = kiln_error_set(err, KILN_IO, 0, "%s failed: %s", l.call, cudaGetErrorString(e));
 out:
 	for (uint32_t b = 0; b < made; b++) {
 		cudaEventDestroy(events[b]);

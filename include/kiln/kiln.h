@@ -99,6 +99,14 @@ typedef struct kiln_error {
 	char message[224]; /* one line for a person, NUL-terminated, no trailing newline */
 } kiln_error;
 
+/*
+ * Fill *err (when not NULL) with `code`, `sys_errno` and a printf-style one-line message; the
+ * tensor, field and offset say "none". Returns code. For libraries layered on kiln (the CUDA
+ * adapter, the converters) that report through kiln_error.
+ */
+KILN_API int kiln_error_set(kiln_error *err, int code, int sys_errno, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /* ---------------------------------------------------------------------------------------------
  * Data types
  * ------------------------------------------------------------------------------------------- */

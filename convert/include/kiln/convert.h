@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kiln_convert: GGUF and safetensors checkpoints into KLNT v2 files and back, losslessly.
+ *
+ * A separate library over the public kiln API (it adds json-c), so the core keeps its small
+ * dependency set. Sources are read with pread and payloads streamed through the writers in
+ * chunks: memory stays bounded whatever the model size. Every input is untrusted: counts and
+ * lengths are proven against the file before anything is allocated for them, and a rejection
+ * is one line naming the file, the tensor or key, and the problem.
+ *
+ * docs/convert.md has the mapping tables and the metadata convention.
+ */
+#ifndef KILN_CONVERT_H
+#define KILN_CONVERT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln/kiln.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Called as payload bytes are written: `done` of `total`. Return nonzero to stop: the call then
+ * returns CANCELED and leaves no output and no temporary file. */
+typedef int (*kiln_convert_progress_fn)(void *ctx, uint64_t done, uint64_t total);
+
+enum kiln_convert_format {
+	KILN_FORMAT_AUTO = 0, /* import: from each source's first bytes */
+	KILN_FORMAT_KLNT = 1,
+	KILN_FORMAT_GGUF = 2,
+	KILN_FORMAT_SAFETENSORS = 3
+};
+
+typedef struct kiln_convert_options {
+	uint32_t size;   /* 0 or sizeof(kiln_convert_options) */
+	uint32_t format; /* import: the sources' format (AUTO); export: the target's (required) */
+	/* import: the largest shard, in bytes of payload; 0 means one file when it fits (a shard
+	 * series STEM-00001-of-0000N.klnt next to OUT only when the names cannot share one) */
+	uint64_t max_shard_size;
+	kiln_convert_progress_fn progress;
+	void *ctx;
+	uint64_t reserved[4];
+} kiln_convert_options;
+
+typedef struct kiln_convert_result {
+	uint32_t files;   /* files written: 1, or the shards of a series */
+	uint32_t tensors; /* tensors written (model tensors, not counting the metadata tensor) */
+	uint64_t bytes;   /* payload bytes written */
+	char first[4096]; /* the path of the (first) file written */
+} kiln_convert_result;
+
+/*
+ * Import `count` source files (GGUF: one file, or the parts of a split model, the first part
+ * finding the others; safetensors: shards, or a model.safetensors.index.json) into the KLNT file
+ * `out`, or a shard series beside it. Returns 0, or FRAME/TYPE/LIMIT/UTF8 for a source that is
+ * not a valid GGUF or safetensors file (the message names the file and what is wrong), IO,
+ * NOMEM, INVAL, CANCELED.
+ */
+KILN_API int kiln_import(const char *const *sources, uint32_t count, const char *out,
+			 const kiln_convert_options *opts, kiln_convert_result *result,
+			 kiln_error *err);
+
+/*
+ * Export KLNT files (one file, or the shards of a series in order) to `out` in opts->format
+ * (GGUF or SAFETENSORS), restoring the metadata kept at import. A tensor the target cannot
+ * express is INVAL naming the tensor and why; nothing is left behind on failure.
+ */
+KILN_API int kiln_export(const char *const *inputs, uint32_t count, const char *out,
+			 const kiln_convert_options *opts, kiln_convert_result *result,
+			 kiln_error *err);
+
+/* The metadata document of an open KLNT directory (kept at import), as JSON text in a new
+ * NUL-terminated string (free it with kiln_free()); NOTFOUND when the file has none. */
+KILN_API int kiln_metadata_json(const kiln_dir *dir, char **json, kiln_error *err);
+
+/* The name of the tensor that holds the metadata document. */
+#define KILN_METADATA_TENSOR "kiln.metadata"
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
