@@ -370,6 +370,60 @@ KILN_API const kiln_tensor *kiln_tensor_outer(const kiln_dir *dir, const kiln_te
 KILN_API int kiln_validate(const void *buf, size_t len, uint32_t flags, kiln_error *err);
 
 /* ---------------------------------------------------------------------------------------------
+ * Sets: several files as one model
+ *
+ * A model too large for one file's name heap is a shard series STEM-00001-of-0000N.klnt (what
+ * the converters write). A set opens every shard with kiln_dir_open (each is validated alone,
+ * with the same options, so scale references stay inside a shard) and adds one namespace: a
+ * global index and O(1) lookup by name across the shards. A name in two shards is TYPE.
+ * Views come from the shards' directories and live until kiln_set_close(); to copy, stream,
+ * hint or pin a tensor, pass its shard's directory (kiln_set_shard()) and the view's index.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct kiln_set kiln_set;
+
+/*
+ * Open `count` paths as one set. One path that is a series name opens the whole series, its
+ * siblings found by name beside it; one other path is a set of one file. A list is either the
+ * whole of one series (any order) or files that are no series at all (kept in the given
+ * order). Returns 0 and *out, or: IO naming a missing shard ("shard 2 of 3 is missing"); INVAL
+ * for a list that mixes series and other names, names two series, repeats a shard or leaves
+ * one out, and for another series of the same stem with a different shard count beside it;
+ * TYPE for a name in two shards (the message names both files); every error of
+ * kiln_dir_open() for a shard, with the shard's path in the message.
+ */
+KILN_API int kiln_set_open(const char *const *paths, uint32_t count, const kiln_open_options *opts,
+			   kiln_set **out, kiln_error *err);
+
+/* Close every shard. NULL is accepted. Views and pointers from the set die here. */
+KILN_API void kiln_set_close(kiln_set *set);
+
+/* Number of shards; 0 for NULL. */
+KILN_API uint32_t kiln_set_shards(const kiln_set *set);
+
+/* Shard `shard`'s directory (owned by the set: do not close it), or NULL when out of range. */
+KILN_API kiln_dir *kiln_set_shard(const kiln_set *set, uint32_t shard);
+
+/* Shard `shard`'s path, or NULL when out of range. */
+KILN_API const char *kiln_set_path(const kiln_set *set, uint32_t shard);
+
+/* Tensors in all shards. */
+KILN_API uint64_t kiln_set_count(const kiln_set *set);
+
+/* The view of tensor `index` of the whole set (shard 0's tensors first, then shard 1's, ...),
+ * or NULL when out of range; *shard (when not NULL) receives its shard. O(log shards). */
+KILN_API const kiln_tensor *kiln_set_tensor(const kiln_set *set, uint64_t index, uint32_t *shard);
+
+/* The tensor named exactly by the `len` bytes at `name` in any shard, or NULL; *shard (when not
+ * NULL) receives its shard. O(1) expected. */
+KILN_API const kiln_tensor *kiln_set_find(const kiln_set *set, const char *name, size_t len,
+					  uint32_t *shard);
+
+/* kiln_set_find() with a NUL-terminated name. */
+KILN_API const kiln_tensor *kiln_set_find_cstr(const kiln_set *set, const char *name,
+					       uint32_t *shard);
+
+/* ---------------------------------------------------------------------------------------------
  * Loading: hints, owned copies, streaming reads, pinning
  * ------------------------------------------------------------------------------------------- */
 
