@@ -571,6 +571,60 @@ KILN_API int kiln_dir_read_all(const kiln_dir *dir, const kiln_stream_options *o
 			       kiln_stream_result *result, kiln_error *err);
 
 /*
+ * Slices: part of a tensor, for tensor parallelism. A slice keeps indices [start, stop) of one
+ * axis and every index of the others; its bytes are those elements, row-major, packed like the
+ * tensor (the tensor's shape with that axis cut to stop - start). Axis 0 (or any axis after
+ * axes of size 1) is one contiguous run of the payload; an inner axis is one run per index of
+ * the axes before it.
+ *
+ * Where a slice may be cut: anywhere for whole-byte dtypes; on whole bytes for 4-bit dtypes (an
+ * axis whose inner elements are odd in number cuts only at even indices, or at its end for the
+ * first axis); on whole blocks for opaque layouts, taken as rows (every axis but the last) of
+ * blocks that each hold the same number of elements of the last axis. Anything else is INVAL
+ * with a message giving the nearest valid bounds. The whole axis is always a valid slice.
+ */
+typedef struct kiln_slice {
+	uint32_t axis;
+	uint32_t reserved; /* zero */
+	uint64_t start, stop;
+} kiln_slice;
+
+/* Check slice `s` of tensor `t` and set *bytes to the bytes it takes. Returns 0 or INVAL (axis,
+ * range, or bounds that cut a byte or a block: the message gives the nearest valid ones). */
+KILN_API int kiln_slice_size(const kiln_tensor *t, const kiln_slice *s, uint64_t *bytes,
+			     kiln_error *err);
+
+/* Rank `rank` of `world`'s even share of axis `axis` of `t`: whole granules (bytes or blocks)
+ * split as evenly as they go, ranks in order, so the shares tile the axis. Returns 0 and *out,
+ * or INVAL (rank >= world, no such axis, an axis that cannot be cut). */
+KILN_API int kiln_slice_share(const kiln_tensor *t, uint32_t axis, uint32_t rank, uint32_t world,
+			      kiln_slice *out, kiln_error *err);
+
+/*
+ * Read slice `s` of tensor `index` into dst[0, cap) (cap >= kiln_slice_size()). Reads only the
+ * slice's bytes: one read per run, split in chunks, all in flight together through io_uring
+ * (pread where unavailable; memcpy for a borrowed buffer). on_chunk (optional) sees each chunk
+ * as it lands, with chunk->offset its offset in dst. Returns 0, INVAL (bad slice, index, cap),
+ * CANCELED, NOMEM, IO (a file that ends early is EIO, never SIGBUS).
+ */
+KILN_API int kiln_tensor_read_slice(const kiln_dir *dir, uint32_t index, const kiln_slice *s,
+				    void *dst, size_t cap, kiln_chunk_fn on_chunk, void *ctx,
+				    kiln_error *err);
+
+/* Read bytes [offset, offset + length) of tensor `index`'s payload into dst[0, cap), like
+ * kiln_tensor_read_slice(). INVAL when the range passes the payload's end or cap < length. */
+KILN_API int kiln_tensor_read_range(const kiln_dir *dir, uint32_t index, uint64_t offset,
+				    uint64_t length, void *dst, size_t cap, kiln_chunk_fn on_chunk,
+				    void *ctx, kiln_error *err);
+
+/* Zero copy: when slice `s` is one contiguous run (axis 0, or only size-1 axes before it), set
+ * *data to its first byte in the directory's memory (the mapping, the owned block or the
+ * buffer; valid until close) and *bytes to its length. UNSUPPORTED when the slice needs more
+ * than one run (read it with kiln_tensor_read_slice()); INVAL for a bad slice. */
+KILN_API int kiln_tensor_slice_data(const kiln_dir *dir, uint32_t index, const kiln_slice *s,
+				    const void **data, uint64_t *bytes, kiln_error *err);
+
+/*
  * Called by kiln_tensor_pin(), on its thread, with each newly pinned range after mlock: the place
  * for cudaHostRegister(ptr, len, read-only). Return 0 when the range is registered, nonzero to
  * fail the pin. A failing hook says why in `why`, which kiln passes zeroed and never NULL: a
