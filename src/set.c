@@ -18,6 +18,7 @@
 #include <xxhash.h>
 
 #include "internal.h"
+#include "io.h"
 
 struct kiln_set {
 	uint32_t n;      /* shards */
@@ -400,4 +401,49 @@ const kiln_tensor *kiln_set_find(const kiln_set *set, const char *name, size_t l
 const kiln_tensor *kiln_set_find_cstr(const kiln_set *set, const char *name, uint32_t *shard)
 {
 	return name ? kiln_set_find(set, name, strlen(name), shard) : NULL;
+}
+
+int kiln_set_stream(const kiln_set *set, const uint64_t *tensors, uint32_t count,
+		    void *const *dests, const kiln_stream_options *opts, kiln_stream_result *result,
+		    kiln_error *err)
+{
+	kiln__clear_error(err);
+	if (result)
+		memset(result, 0, sizeof(*result));
+	if (!set)
+		return kiln__fail_inval(err, KILN_NO_INDEX, NULL, "set is NULL");
+	uint64_t n = tensors ? count : set->count;
+	if (set->count > UINT32_MAX)
+		return kiln__fail_inval(
+		    err, KILN_NO_INDEX, NULL,
+		    "a set of %" PRIu64 " tensors: chunks name tensors with 32 bits", set->count);
+	int *fds = calloc(set->n, sizeof(*fds));
+	struct kiln__range *ranges = calloc(n ? (size_t)n : 1, sizeof(*ranges));
+	int rc = !fds || !ranges ? nomem(err) : 0;
+	for (uint32_t s = 0; !rc && s < set->n; s++)
+		fds[s] = set->dirs[s]->fd;
+	for (uint64_t k = 0; !rc && k < n; k++) {
+		uint64_t i = tensors ? tensors[k] : k;
+		uint32_t shard;
+		const kiln_tensor *t = kiln_set_tensor(set, i, &shard);
+		if (!t)
+			rc = kiln__fail_inval(err, KILN_NO_INDEX, NULL,
+					      "tensor %" PRIu64 " is out of range (count %" PRIu64
+					      ")",
+					      i, set->count);
+		else if (dests && !dests[k] && t->byte_length)
+			rc = kiln__fail_inval(err, (uint32_t)i, NULL,
+					      "destination %" PRIu64 " is NULL", k);
+		else
+			ranges[k] = (struct kiln__range){.off = t->file_offset,
+							 .len = t->byte_length,
+							 .dst = dests ? dests[k] : NULL,
+							 .tensor = (uint32_t)i,
+							 .file = shard};
+	}
+	if (!rc)
+		rc = kiln__stream_files(fds, set->n, ranges, (size_t)n, dests, opts, result, err);
+	free(fds);
+	free(ranges);
+	return rc;
 }

@@ -12,8 +12,8 @@
 
 /* The start every streaming call shares: clear *err and *result, copy the caller's options into
  * *o (all zero for NULL), and check them (size, flags, engine, limits, reserved words) and dir. */
-static int begin(const kiln_dir *dir, const kiln_stream_options *opts, kiln_stream_options *o,
-		 kiln_stream_result *result, kiln_error *err)
+static int begin_options(const kiln_stream_options *opts, kiln_stream_options *o,
+			 kiln_stream_result *result, kiln_error *err)
 {
 	kiln__clear_error(err);
 	if (result)
@@ -26,8 +26,6 @@ static int begin(const kiln_dir *dir, const kiln_stream_options *opts, kiln_stre
 						opts->size);
 		*o = *opts;
 	}
-	if (!dir)
-		return kiln__fail_inval(err, KILN_NO_INDEX, NULL, "dir is NULL");
 	if (o->flags & ~(uint32_t)KILN_STREAM_DIRECT || o->engine > KILN_ENGINE_PREAD)
 		return kiln__fail_inval(err, KILN_NO_INDEX, "flags",
 					"unknown stream flags 0x%x or engine %u", o->flags,
@@ -44,20 +42,31 @@ static int begin(const kiln_dir *dir, const kiln_stream_options *opts, kiln_stre
 	return 0;
 }
 
-/* Run the engine over `ranges` from the directory's file (or its borrowed buffer), staging
- * through o->staging when it is set. */
-static int run(const kiln_dir *dir, const kiln_stream_options *o, const struct kiln__range *ranges,
-	       size_t n, kiln_stream_result *result, kiln_error *err)
+static int begin(const kiln_dir *dir, const kiln_stream_options *opts, kiln_stream_options *o,
+		 kiln_stream_result *result, kiln_error *err)
+{
+	int rc = begin_options(opts, o, result, err);
+	if (!rc && !dir)
+		rc = kiln__fail_inval(err, KILN_NO_INDEX, NULL, "dir is NULL");
+	return rc;
+}
+
+/* Run the engine over `ranges` of the files `fds` (one queue for all of them), or of the single
+ * file `fd` when fds is NULL, or out of `mem` (a borrowed buffer), staging through o->staging
+ * when it is set. */
+static int run_files(const int *fds, uint32_t nfds, int fd, const uint8_t *mem,
+		     const kiln_stream_options *o, const struct kiln__range *ranges, size_t n,
+		     kiln_stream_result *result, kiln_error *err)
 {
 	struct kiln__io io = {
-	    .fd = dir->fd,
+	    .fd = fd,
+	    .fds = fds,
+	    .nfds = nfds,
 	    .direct = (o->flags & KILN_STREAM_DIRECT) != 0,
-	    .file_size = dir->len,
 	    .chunk = o->chunk_size ? o->chunk_size : KILN__CHUNK_DEFAULT,
 	    .qd = o->queue_depth ? o->queue_depth : KILN__QD_DEFAULT,
 	    .engine = o->engine == KILN_ENGINE_PREAD ? KILN_ENGINE_PREAD : KILN_ENGINE_URING,
-	    /* A borrowed buffer has no file behind it: copy from memory. */
-	    .mem = dir->info.source == KILN_SOURCE_BUFFER ? dir->base : NULL,
+	    .mem = mem,
 	    .staging = o->staging,
 	    .nstaging = o->staging_count,
 	    .staging_size = o->staging_size,
@@ -69,6 +78,34 @@ static int run(const kiln_dir *dir, const kiln_stream_options *o, const struct k
 	if (result)
 		*result = io.res;
 	return rc;
+}
+
+/* The engine over `ranges` of one directory's file (or its borrowed buffer). */
+static int run(const kiln_dir *dir, const kiln_stream_options *o, const struct kiln__range *ranges,
+	       size_t n, kiln_stream_result *result, kiln_error *err)
+{
+	/* A borrowed buffer has no file behind it: copy from memory. */
+	const uint8_t *mem = dir->info.source == KILN_SOURCE_BUFFER ? dir->base : NULL;
+	return run_files(NULL, 0, dir->fd, mem, o, ranges, n, result, err);
+}
+
+int kiln__stream_files(const int *fds, uint32_t nfds, const struct kiln__range *ranges, size_t n,
+		       void *const *dests, const kiln_stream_options *opts,
+		       kiln_stream_result *result, kiln_error *err)
+{
+	kiln_stream_options o;
+	int rc = begin_options(opts, &o, result, err);
+	if (rc)
+		return rc;
+	int staging = dests == NULL;
+	if (staging && (!o.staging || o.staging_count == 0 || o.staging_size == 0 || !o.on_chunk))
+		return kiln__fail_inval(
+		    err, KILN_NO_INDEX, "staging",
+		    "without destinations, staging buffers (count, size) and on_chunk "
+		    "are required");
+	if (!staging)
+		o.staging = NULL;
+	return run_files(fds, nfds, -1, NULL, &o, ranges, n, result, err);
 }
 
 int kiln_stream(const kiln_dir *dir, const uint32_t *tensors, uint32_t count, void *const *dests,

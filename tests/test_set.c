@@ -257,3 +257,72 @@ Test(set, arguments)
 	cr_assert_null(kiln_set_find_cstr(NULL, "a", NULL));
 	kiln_set_close(NULL);
 }
+
+struct landed {
+	uint64_t bytes;
+	unsigned chunks;
+};
+
+static int count_chunk(void *ctx, const kiln_chunk *c)
+{
+	struct landed *l = ctx;
+	l->bytes += c->length;
+	l->chunks++;
+	return 0;
+}
+
+/* One stream over tensors of every shard, in a mixed order: the bytes of each, on both engines,
+ * with and without O_DIRECT (it falls back where the file system refuses), into destinations and
+ * through a staging ring. */
+Test(set, one_stream_across_shards)
+{
+	char *p1, *p2, *p3;
+	char *dir = series(&p1, &p2, &p3);
+	kiln_set *set;
+	kiln_error err;
+	cr_assert_eq(kiln_set_open((const char *const[]){p2}, 1, NULL, &set, &err), 0);
+	const uint64_t order[] = {4, 0, 2, 1, 3};
+	for (unsigned engine = KILN_ENGINE_URING; engine <= KILN_ENGINE_PREAD; engine++)
+		for (uint32_t flags = 0; flags <= KILN_STREAM_DIRECT; flags += KILN_STREAM_DIRECT) {
+			uint8_t out[5] = {0};
+			void *dests[5];
+			for (int k = 0; k < 5; k++)
+				dests[k] = &out[k];
+			struct landed l = {0};
+			kiln_stream_options o = {
+			    .engine = engine, .flags = flags, .on_chunk = count_chunk, .ctx = &l};
+			kiln_stream_result res;
+			cr_assert_eq(kiln_set_stream(set, order, 5, dests, &o, &res, &err), 0, "%s",
+				     err.message);
+			cr_assert_eq(res.bytes, 5);
+			cr_assert_eq(l.chunks, 5);
+			for (int k = 0; k < 5; k++) {
+				uint32_t s;
+				const kiln_tensor *t = kiln_set_tensor(set, order[k], &s);
+				cr_assert_eq(out[k], (uint8_t)((s + 1) * 16 + t->index),
+					     "engine %u flags %u: tensor %llu", engine, flags,
+					     (unsigned long long)order[k]);
+			}
+		}
+	/* All of them through a one-buffer staging ring. */
+	uint8_t ring[64];
+	void *const staging[] = {ring};
+	struct landed l = {0};
+	kiln_stream_options o = {.staging = staging,
+				 .staging_count = 1,
+				 .staging_size = sizeof(ring),
+				 .on_chunk = count_chunk,
+				 .ctx = &l};
+	cr_assert_eq(kiln_set_stream(set, NULL, 0, NULL, &o, NULL, &err), 0, "%s", err.message);
+	cr_assert_eq(l.bytes, 5);
+	/* A bad index, a missing destination. */
+	const uint64_t bad[] = {5};
+	uint8_t b;
+	void *d[] = {&b};
+	cr_assert_eq(kiln_set_stream(set, bad, 1, d, NULL, NULL, &err), KILN_INVAL);
+	d[0] = NULL;
+	cr_assert_eq(kiln_set_stream(set, order, 1, d, NULL, NULL, &err), KILN_INVAL);
+	cr_assert_eq(kiln_set_stream(NULL, order, 1, d, NULL, NULL, &err), KILN_INVAL);
+	kiln_set_close(set);
+	free(p1), free(p2), free(p3), free(dir);
+}

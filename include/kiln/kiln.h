@@ -542,6 +542,16 @@ KILN_API int kiln_stream(const kiln_dir *dir, const uint32_t *tensors, uint32_t 
 			 kiln_stream_result *result, kiln_error *err);
 
 /*
+ * kiln_stream() over a set: the payloads of `count` tensors given by their set index (NULL: all,
+ * in order) from any shards, with one queue of reads in flight across the files. chunk->tensor is
+ * the set index. Same options, modes, callbacks and errors as kiln_stream(); INVAL as well for a
+ * set of more than 2^32 - 1 tensors.
+ */
+KILN_API int kiln_set_stream(const kiln_set *set, const uint64_t *tensors, uint32_t count,
+			     void *const *dests, const kiln_stream_options *opts,
+			     kiln_stream_result *result, kiln_error *err);
+
+/*
  * Read tensor `index` into dst[0, cap) with the stream engine's defaults: io_uring (falling back
  * to pread where it is unavailable), 4 MiB chunks, up to 32 in flight. on_chunk (optional) is
  * called with ctx as each chunk lands in dst, so a copy to a device can start while later chunks
