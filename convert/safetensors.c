@@ -250,6 +250,17 @@ static uint64_t tree_members(json_object *o)
 	return n;
 }
 
+/* The value of 4 hex digits (json-c has checked they are hex). */
+static unsigned hex4(const char *p)
+{
+	unsigned v = 0;
+	for (int k = 0; k < 4; k++) {
+		char c = p[k];
+		v = v << 4 | (unsigned)(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+	}
+	return v;
+}
+
 /* One member of the outermost object, as the text has it. */
 struct text_member {
 	size_t key_off, key_len; /* the key's string token, quotes included */
@@ -260,8 +271,9 @@ struct text_member {
  * Walk JSON text json-c has accepted: count the members of every object (*total), say whether a
  * key holds an escaped U+0000 (*nul_key), and, when `top` is not NULL, record each member of the
  * outermost object (up to max). json-c's strict mode still takes single-quoted strings, raw
- * control characters in strings and Infinity; *bad is the offset of the first such byte (RFC 8259
- * has none of them), else SIZE_MAX. Returns the number of outermost members.
+ * control characters in strings, Infinity and lone surrogate escapes; *bad is the offset of the
+ * first such byte (RFC 8259 has none of them), else SIZE_MAX. Returns the number of outermost
+ * members.
  */
 static size_t text_members(const char *s, size_t len, uint64_t *total, int *nul_key, size_t *bad,
 			   struct text_member *top, size_t max)
@@ -278,11 +290,30 @@ static size_t text_members(const char *s, size_t len, uint64_t *total, int *nul_
 				*bad = i;
 				return ntop;
 			}
-			if (c == '\\') {
-				if (i + 5 < len && s[i + 1] == 'u' &&
-				    memcmp(s + i + 2, "0000", 4) == 0)
+			if (c == '\\' && i + 5 < len && s[i + 1] == 'u') {
+				/* json-c checked the hex digits; it turns a lone surrogate into
+				 * U+FFFD, which would rename a tensor silently */
+				unsigned cp = hex4(s + i + 2);
+				if (cp == 0)
 					str_nul = 1;
-				i++; /* the escaped character; \uXXXX's hex digits are plain */
+				if (cp >= 0xDC00 && cp <= 0xDFFF) {
+					*bad = i;
+					return ntop;
+				}
+				if (cp >= 0xD800 && cp <= 0xDBFF) {
+					unsigned lo =
+					    i + 11 < len && s[i + 6] == '\\' && s[i + 7] == 'u'
+						? hex4(s + i + 8)
+						: 0;
+					if (lo < 0xDC00 || lo > 0xDFFF) {
+						*bad = i;
+						return ntop;
+					}
+					i += 6;
+				}
+				i += 5;
+			} else if (c == '\\') {
+				i++; /* the escaped character */
 			} else if (c == '"') {
 				in_str = 0;
 				str_end = i + 1;

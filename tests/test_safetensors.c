@@ -6,6 +6,7 @@
  * rule of the reader.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -293,6 +294,28 @@ static void roundtrip(const char *const *paths, uint32_t n, const char *out)
 	kc_model_free(&b);
 }
 
+/* Escapes in names decode as JSON says: a surrogate pair is one character, \u00e9 is é. */
+Test(safetensors, escaped_names)
+{
+	char *dir = temp_dir();
+	const char *h = "{\"\\ud83d\\ude00\\u00e9\\\"\\n\":{\"dtype\":\"U8\",\"shape\":[1],"
+			"\"data_offsets\":[0,1]}}";
+	char *path = st_raw(dir, "e.safetensors", h, strlen(h), "x", 1);
+	struct kc_model m;
+	kiln_error err;
+	cr_assert_eq(read1(&m, path, &err), 0, "%s", err.message);
+	cr_assert_eq(m.n, 1);
+	cr_expect_eq(m.tensors[0].name_len, 8);
+	cr_expect_arr_eq(m.tensors[0].name, "\xf0\x9f\x98\x80\xc3\xa9\"\n", 8);
+	char *out = join(dir, "out.safetensors");
+	const char *paths[] = {path};
+	kc_model_free(&m);
+	roundtrip(paths, 1, out);
+	free(out);
+	free(path);
+	free(dir);
+}
+
 Test(safetensors, roundtrip_every_dtype)
 {
 	char *dir = temp_dir();
@@ -360,6 +383,80 @@ Test(safetensors, unwritable)
 	expect_unwritable(
 	    (struct kc_tensor){.dtype = KILN_DT_E2M1, .rank = 1, .shape = {3}, .byte_length = 2},
 	    "whole bytes");
+}
+
+/* What the reader makes of every dtype is a valid KLNT tensor list: written with
+ * kiln_write_memory, the block passes the reader with payload verification. */
+Test(safetensors, imports_as_klnt)
+{
+	char *dir = temp_dir();
+	char *path = gen(dir, "every.safetensors", every, NEVERY, NULL, 5);
+	struct kc_model m;
+	kiln_error err;
+	cr_assert_eq(read1(&m, path, &err), 0, "%s", err.message);
+	kiln_tensor_spec *spec = calloc(m.n, sizeof(*spec));
+	for (uint32_t i = 0; i < m.n; i++) {
+		const struct kc_tensor *t = &m.tensors[i];
+		spec[i] = (kiln_tensor_spec){.name = t->name,
+					     .name_len = t->name_len,
+					     .dtype = t->dtype,
+					     .rank = t->rank,
+					     .layout = t->layout,
+					     .layout_len = t->layout ? strlen(t->layout) : 0,
+					     .block_size = t->block_size,
+					     .quant_axis = KILN_NONE16,
+					     .scale_index = KILN_NONE32,
+					     .outer_index = KILN_NONE32,
+					     .byte_length = t->byte_length,
+					     .data = payload(&m, t)};
+		memcpy(spec[i].shape, t->shape, sizeof(t->shape));
+	}
+	uint64_t len;
+	cr_assert_eq(kiln_write_size(spec, m.n, &len, &err), 0, "%s", err.message);
+	uint8_t *buf = malloc(len);
+	size_t written;
+	cr_assert_eq(kiln_write_memory(spec, m.n, buf, len, &written, &err), 0, "%s", err.message);
+	cr_expect_eq(kiln_validate(buf, written, KILN_OPEN_VERIFY_PAYLOAD, &err), 0, "%s",
+		     err.message);
+	for (uint32_t i = 0; i < m.n; i++)
+		free((void *)spec[i].data);
+	free(spec);
+	free(buf);
+	kc_model_free(&m);
+	free(path);
+	free(dir);
+}
+
+static int stop_at_first(void *ctx, uint64_t done, uint64_t total)
+{
+	(void)ctx;
+	(void)total;
+	return done > 0;
+}
+
+/* A progress callback that asks to stop: CANCELED, and neither the output nor a temporary file
+ * is left in the directory. */
+Test(safetensors, write_canceled)
+{
+	char *dir = temp_dir();
+	char *path = gen(dir, "every.safetensors", every, NEVERY, NULL, 5);
+	struct kc_model m;
+	kiln_error err;
+	cr_assert_eq(read1(&m, path, &err), 0, "%s", err.message);
+	char *out = join(dir, "out.safetensors");
+	struct kc_progress p = {.fn = stop_at_first};
+	cr_assert_eq(kc_st_write(&m, out, &p, &err), KILN_CANCELED, "%s", err.message);
+	cr_expect_neq(access(out, F_OK), 0, "output left behind");
+	DIR *d = opendir(dir);
+	int files = 0;
+	for (struct dirent *e; (e = readdir(d));)
+		files += e->d_name[0] != '.';
+	closedir(d);
+	cr_expect_eq(files, 1, "%d files in the directory, not just the source", files);
+	kc_model_free(&m);
+	free(out);
+	free(path);
+	free(dir);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -685,6 +782,10 @@ Test(hostile, not_json)
 	/* json-c's strict mode takes these; RFC 8259 (and the reference) does not */
 	expect_bad("{'a':{}}", 0, KILN_FRAME, "not standard JSON", "byte 1");
 	expect_bad("{\"__metadata__\":{\"a\":\"\t\"}}", 0, KILN_FRAME, "not standard JSON", NULL);
+	/* a lone surrogate escape (json-c would turn it into U+FFFD) */
+	expect_bad("{\"a\\ud800\":[]}", 0, KILN_FRAME, "not standard JSON", NULL);
+	expect_bad("{\"a\\udc00\":[]}", 0, KILN_FRAME, "not standard JSON", NULL);
+	expect_bad("{\"a\\ud800\\u0041\":[]}", 0, KILN_FRAME, "not standard JSON", NULL);
 	expect_bad("{\"w\":{\"dtype\":\"U8\",\"shape\":[Infinity],\"data_offsets\":[0,0]}}", 0,
 		   KILN_FRAME, "not standard JSON", NULL);
 }
