@@ -737,22 +737,21 @@ static int read_file(struct reader *r, const char *path, const char *for_tensor,
 		goto out;
 	}
 	json_object *meta = NULL;
-	struct lh_entry *le;
 	size_t order = 0;
-	for (le = json_object_get_object(root)->head; le; le = le->next, order++) {
-		const char *key = (const char *)lh_entry_k(le);
-		json_object *v = (json_object *)lh_entry_v(le);
+	json_object_object_foreach(root, key, v)
+	{
 		if (strcmp(key, "__metadata__") == 0) {
 			if ((rc = check_metadata(path, v, err)))
 				goto out;
 			meta = v;
-			continue;
+		} else {
+			struct entry *e = &ents[ne];
+			*e = (struct entry){.name = key, .name_len = strlen(key), .order = order};
+			if ((rc = check_entry(path, e, v, data_size, err)))
+				goto out;
+			ne++;
 		}
-		struct entry *e = &ents[ne];
-		*e = (struct entry){.name = key, .name_len = strlen(key), .order = order};
-		if ((rc = check_entry(path, e, v, data_size, err)))
-			goto out;
-		ne++;
+		order++;
 	}
 
 	/* The reference's tiling rule: sorted by offset, each tensor starts where the previous
