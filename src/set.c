@@ -20,6 +20,11 @@
 #include "internal.h"
 #include "io.h"
 
+struct set_slot {
+	uint64_t hash;
+	uint64_t ref; /* (shard << 32 | index) + 1; 0 empty */
+};
+
 struct kiln_set {
 	uint32_t n;      /* shards */
 	kiln_dir **dirs; /* by shard */
@@ -27,7 +32,7 @@ struct kiln_set {
 	uint64_t *first; /* global index of each shard's first tensor; first[n] = count */
 	uint64_t count;
 	/* Name table over every shard: (shard, index) pairs, open addressing, keyed hash. */
-	uint64_t *slots; /* (shard << 32 | index) + 1; 0 empty */
+	struct set_slot *slots;
 	uint64_t slot_mask;
 	uint8_t secret[KILN__SECRET_SIZE];
 };
@@ -216,15 +221,16 @@ static const kiln_tensor *slot_tensor(const kiln_set *set, uint64_t v, uint32_t 
 	return kiln_dir_tensor(set->dirs[s], (uint32_t)(v - 1));
 }
 
-/* The slot holding `name`, or the empty slot where it would go. */
-static uint64_t find_slot(const kiln_set *set, const char *name, size_t len)
+/* The slot holding `name` (hash h), or the empty slot where it would go. */
+static uint64_t find_slot(const kiln_set *set, uint64_t h, const char *name, size_t len)
 {
-	uint64_t h = set_hash(set, name, len);
 	for (uint64_t s = h & set->slot_mask;; s = (s + 1) & set->slot_mask) {
-		uint64_t v = set->slots[s];
-		if (!v)
+		const struct set_slot *e = &set->slots[s];
+		if (!e->ref)
 			return s;
-		const kiln_tensor *t = slot_tensor(set, v, NULL);
+		if (e->hash != h)
+			continue;
+		const kiln_tensor *t = slot_tensor(set, e->ref, NULL);
 		if (t->name_len == len && memcmp(t->name, name, len) == 0)
 			return s;
 	}
@@ -257,24 +263,39 @@ static int build_names(kiln_set *set, kiln_error *err)
 			set->secret[i] ^= (uint8_t)x;
 		}
 	}
+	/* In batches: hash a batch of names and prefetch their slots, then insert them, so the
+	 * table's cache misses overlap instead of coming one after another. */
+	enum { BATCH = 16 };
+	uint64_t hashes[BATCH];
 	for (uint32_t s = 0; s < set->n; s++) {
 		uint32_t count = kiln_dir_count(set->dirs[s]);
-		for (uint32_t i = 0; i < count; i++) {
-			const kiln_tensor *t = kiln_dir_tensor(set->dirs[s], i);
-			if (!t->name)
-				continue;
-			uint64_t slot = find_slot(set, t->name, t->name_len);
-			uint64_t v = set->slots[slot];
-			if (v) {
-				uint32_t other;
-				slot_tensor(set, v, &other);
-				return kiln__fail(
-				    err, KILN_TYPE, i, "name", KILN_NO_OFFSET,
-				    "%s: tensor %" PRIu32 " has the name of tensor %" PRIu32
-				    " of %s: a name must be in one shard only",
-				    set->paths[s], i, (uint32_t)(v - 1), set->paths[other]);
+		for (uint32_t base = 0; base < count; base += BATCH) {
+			uint32_t m = count - base < BATCH ? count - base : BATCH;
+			for (uint32_t k = 0; k < m; k++) {
+				const kiln_tensor *t = kiln_dir_tensor(set->dirs[s], base + k);
+				hashes[k] = t->name ? set_hash(set, t->name, t->name_len) : 0;
+				__builtin_prefetch(&set->slots[hashes[k] & set->slot_mask], 1);
 			}
-			set->slots[slot] = ((uint64_t)s << 32 | i) + 1;
+			for (uint32_t k = 0; k < m; k++) {
+				uint32_t i = base + k;
+				const kiln_tensor *t = kiln_dir_tensor(set->dirs[s], i);
+				if (!t->name)
+					continue;
+				uint64_t h = hashes[k];
+				uint64_t slot = find_slot(set, h, t->name, t->name_len);
+				uint64_t v = set->slots[slot].ref;
+				if (v) {
+					uint32_t other;
+					slot_tensor(set, v, &other);
+					return kiln__fail(
+					    err, KILN_TYPE, i, "name", KILN_NO_OFFSET,
+					    "%s: tensor %" PRIu32 " has the name of tensor %" PRIu32
+					    " of %s: a name must be in one shard only",
+					    set->paths[s], i, (uint32_t)(v - 1), set->paths[other]);
+				}
+				set->slots[slot] =
+				    (struct set_slot){h, ((uint64_t)s << 32 | i) + 1};
+			}
 		}
 	}
 	return 0;
@@ -394,7 +415,8 @@ const kiln_tensor *kiln_set_find(const kiln_set *set, const char *name, size_t l
 {
 	if (!set || !set->slots || (!name && len))
 		return NULL;
-	uint64_t v = set->slots[find_slot(set, name, len)];
+	uint64_t h = set_hash(set, name, len);
+	uint64_t v = set->slots[find_slot(set, h, name, len)].ref;
 	return v ? slot_tensor(set, v, shard) : NULL;
 }
 

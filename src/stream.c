@@ -4,9 +4,13 @@
  * memory or a ring of staging buffers), kiln_tensor_read (one tensor, the common case) and
  * kiln_dir_read_all (every byte of the block, kept nowhere).
  */
+#define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "io.h"
 
@@ -172,6 +176,21 @@ static int read_runs(const kiln_dir *dir, const kiln_tensor *t, const struct kil
 	if (!r->bytes)
 		return 0;
 	kiln_stream_options o = {.size = sizeof(o), .on_chunk = on_chunk, .ctx = ctx};
+	/* The kernel's read-ahead would read on past every run of a cold file (a quarter of each
+	 * row becomes most of the file). A descriptor of our own, reopened from the same open file,
+	 * with random-access advice reads just the runs, and leaves the directory's descriptor and
+	 * its read-ahead state alone for other threads. Falls back to the shared one. */
+	int fd = dir->fd, own = -1;
+	if (fd >= 0 && r->runs * r->len < t->byte_length) {
+		char path[64];
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		own = open(path, O_RDONLY | O_CLOEXEC);
+		if (own >= 0) {
+			posix_fadvise(own, 0, 0, POSIX_FADV_RANDOM);
+			fd = own;
+		}
+	}
+	const uint8_t *mem = dir->info.source == KILN_SOURCE_BUFFER ? dir->base : NULL;
 	size_t cap = r->runs < RUN_BATCH ? (size_t)r->runs : RUN_BATCH;
 	struct kiln__range *ranges = calloc(cap, sizeof(*ranges));
 	if (!ranges)
@@ -186,9 +205,11 @@ static int read_runs(const kiln_dir *dir, const kiln_tensor *t, const struct kil
 						 .dst = dst + k * r->len,
 						 .tensor = t->index,
 						 .tensor_off = k * r->len};
-		rc = run(dir, &o, ranges, n, NULL, err);
+		rc = run_files(NULL, 0, fd, mem, &o, ranges, n, NULL, err);
 	}
 	free(ranges);
+	if (own >= 0)
+		close(own);
 	return rc;
 }
 
