@@ -155,6 +155,31 @@ done
 expect 2 "$KLNT" cat --source mmap --direct "$TMP/kiln-v2-f32.klnt" '#0'
 expect 2 "$KLNT" cat --source tape "$TMP/kiln-v2-f32.klnt" '#0'
 
+# 6a. cat --rows / --range, and a series found from any shard
+printf '\000\001\002\003\004\005\006\007\010\011\012\013' >"$TMP/m12.raw"
+expect 0 "$KLNT" pack "$TMP/ser-00001-of-00002.klnt" --tensor "a:u8:4,3:$TMP/m12.raw"
+head -c 6 "$TMP/m12.raw" >"$TMP/m6.raw"
+expect 0 "$KLNT" pack "$TMP/ser-00002-of-00002.klnt" --tensor "b:u4:4,3:$TMP/m6.raw"
+hexof() { od -An -tx1 "$TMP/out" | tr -d ' \n'; }
+expect 0 "$KLNT" cat "$TMP/ser-00002-of-00002.klnt" a # found in the other shard
+[ "$(hexof)" = 000102030405060708090a0b ] && ok || bad "cat across shards: $(hexof)"
+expect 0 "$KLNT" cat --rows 1:3 "$TMP/ser-00001-of-00002.klnt" a
+[ "$(hexof)" = 030405060708 ] && ok || bad "cat --rows: $(hexof)"
+expect 0 "$KLNT" cat --range 5:3 "$TMP/ser-00001-of-00002.klnt" '#0'
+[ "$(hexof)" = 050607 ] && ok || bad "cat --range: $(hexof)"
+expect 0 "$KLNT" cat "$TMP/ser-00001-of-00002.klnt" '#1' # the set index: b, in shard 2
+[ "$(hexof)" = 000102030405 ] && ok || bad "cat #1 of the series: $(hexof)"
+expect 2 "$KLNT" cat --rows 1:2 "$TMP/ser-00001-of-00002.klnt" b # 3 nibbles a row: odd
+has "$TMP/err" "nearest that do are [0, 2)"
+expect 0 "$KLNT" cat --rows 2:4 "$TMP/ser-00001-of-00002.klnt" b
+[ "$(hexof)" = 030405 ] && ok || bad "cat --rows of u4: $(hexof)"
+expect 2 "$KLNT" cat --range 10:5 "$TMP/ser-00001-of-00002.klnt" a
+expect 2 "$KLNT" cat --rows 2 "$TMP/ser-00001-of-00002.klnt" a
+expect 2 "$KLNT" cat --rows 0:1 --range 0:1 "$TMP/ser-00001-of-00002.klnt" a
+rm -f "$TMP/ser-00002-of-00002.klnt"
+expect 3 "$KLNT" cat "$TMP/ser-00001-of-00002.klnt" a
+has "$TMP/err" "shard 2 of 2 is missing"
+
 # 7. pack reproduces golden cases byte for byte
 printf '\000\000\200\077\000\000\000\300' >"$TMP/f32.raw"
 expect 0 "$KLNT" pack "$TMP/p-f32.klnt" --tensor ":f32:2:$TMP/f32.raw"

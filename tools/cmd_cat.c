@@ -4,20 +4,29 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "klnt.h"
 
 static const char usage[] =
-    "usage: klnt cat [--name] [--source mmap|read|uring] [--direct] FILE TENSOR\n"
+    "usage: klnt cat [--name] [--rows A:B | --range OFFSET:LENGTH] [--source mmap|read|uring]\n"
+    "                [--direct] FILE TENSOR\n"
     "\n"
     "Write the raw payload bytes of one tensor of FILE to stdout: byte_length bytes, no\n"
-    "header, no conversion. TENSOR is a name, or #INDEX (a '#' followed by decimal digits)\n"
-    "for the descriptor index that 'klnt inspect' shows; unnamed tensors are only reachable\n"
-    "by index, and so are names that contain U+0000. Only the structure of FILE is validated.\n"
+    "header, no conversion. FILE may be any shard of a series STEM-NNNNN-of-MMMMM.klnt: the\n"
+    "tensor is looked up in every shard. TENSOR is a name, or #INDEX (a '#' followed by decimal\n"
+    "digits) for the index that 'klnt inspect' shows (in a series, counted across the shards);\n"
+    "unnamed tensors are only reachable by index, and so are names that contain U+0000. Only\n"
+    "the structure of FILE is validated. Bytes are read with pread, so a file truncated while\n"
+    "it is read is an error, not a crash.\n"
     "\n"
     "Options:\n"
     "  -n, --name  take TENSOR as a name even if it looks like #INDEX (a tensor named \"#3\")\n"
+    "  -r, --rows A:B  only rows [A, B) of the tensor's first axis (4-bit tensors cut on whole\n"
+    "              bytes, opaque ones on whole blocks: other bounds are refused, naming the\n"
+    "              nearest valid ones)\n"
+    "  -R, --range OFFSET:LENGTH  only LENGTH payload bytes from byte OFFSET\n"
     "  -s, --source SOURCE  how to load FILE: mmap (default: map it, read only the tensor),\n"
     "              read (the whole file into memory with pread) or uring (with io_uring)\n"
     "  -d, --direct  with read or uring, bypass the page cache (O_DIRECT); falls back to\n"
@@ -35,37 +44,100 @@ static int parse_index(const char *arg, uint64_t *index)
 	return arg[0] == '#' && klnt_parse_u64(arg + 1, UINT64_MAX, index) == 0;
 }
 
-static void not_found(const char *path, const char *what, const kiln_dir *dir)
+static void not_found(const char *path, const char *what, const kiln_set *set)
 {
 	klnt_fputs_escaped(stderr, path);
 	fprintf(stderr, ": %s: no tensor %s", kiln_code_name(KILN_NOTFOUND), what);
-	uint32_t n = kiln_dir_count(dir);
+	uint64_t n = kiln_set_count(set);
 	kiln_dir_info info;
-	kiln_dir_get_info(dir, &info);
+	kiln_dir_get_info(kiln_set_shard(set, 0), &info);
 	if (n == 1 && !(info.flags & KILN_FLAG_NAMES))
 		fputs(" (its one tensor is unnamed; use #0)", stderr);
 	else if (n && !(info.flags & KILN_FLAG_NAMES))
-		fprintf(stderr, " (its tensors are unnamed; use #0..#%" PRIu32 ")", n - 1);
+		fprintf(stderr, " (its tensors are unnamed; use #0..#%" PRIu64 ")", n - 1);
 	else
-		fprintf(stderr, " (the file has %" PRIu32 " tensor%s)", n, n == 1 ? "" : "s");
+		fprintf(stderr, " (%s %" PRIu64 " tensor%s)",
+			kiln_set_shards(set) > 1 ? "the series has" : "the file has", n,
+			n == 1 ? "" : "s");
 	fputc('\n', stderr);
+}
+
+/* "A:B" into two numbers. */
+static int parse_pair(const char *arg, uint64_t *a, uint64_t *b)
+{
+	const char *colon = strchr(arg, ':');
+	if (!colon || colon == arg || !colon[1])
+		return -1;
+	char *first = strndup(arg, (size_t)(colon - arg));
+	int rc = !first || klnt_parse_u64(first, UINT64_MAX, a) ||
+		 klnt_parse_u64(colon + 1, UINT64_MAX, b);
+	free(first);
+	return rc ? -1 : 0;
+}
+
+/* Copy payload bytes [off, off + len) of t to stdout through a bounded buffer, with pread. */
+static int write_range(kiln_dir *dir, const kiln_tensor *t, uint64_t off, uint64_t len,
+		       const char *path, const char *what)
+{
+	size_t cap = 4u << 20;
+	void *buf = klnt_xmalloc(cap);
+	int rc = KLNT_EXIT_OK;
+	for (uint64_t done = 0; done < len;) {
+		size_t step = len - done < cap ? (size_t)(len - done) : cap;
+		kiln_error err;
+		int r = kiln_tensor_read_range(dir, t->index, off + done, step, buf, cap, NULL,
+					       NULL, &err);
+		if (r) {
+			klnt_report(stderr, path, r, &err);
+			rc = klnt_exit_for(r);
+			break;
+		}
+		int e = klnt_write_stdout(buf, step);
+		if (e) {
+			/* The reader went away (| head): stop quietly, but do not claim success. */
+			if (e != EPIPE) {
+				klnt_fputs_escaped(stderr, path);
+				fprintf(stderr, ": IO: tensor %s: cannot write to stdout: %s\n",
+					what, strerror(e));
+			}
+			rc = KLNT_EXIT_IO;
+			break;
+		}
+		done += step;
+	}
+	free(buf);
+	return rc;
 }
 
 static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 {
 	static const struct option longopts[] = {
 	    {"name", no_argument, NULL, 'n'},
+	    {"rows", required_argument, NULL, 'r'},
+	    {"range", required_argument, NULL, 'R'},
 	    {"source", required_argument, NULL, 's'},
 	    {"direct", no_argument, NULL, 'd'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
-	int by_name = 0, c;
+	int by_name = 0, c, rows = 0, range = 0;
+	uint64_t a = 0, b = 0;
 	kiln_open_options opts = {.size = sizeof(opts)};
-	while ((c = getopt_long(argc, argv, ":ns:dh", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, ":nr:R:s:dh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'n':
 			by_name = 1;
+			break;
+		case 'r':
+		case 'R':
+			if (rows || range)
+				return klnt_usage_error(cmd,
+							"--rows and --range: one of them, once");
+			if (parse_pair(optarg, &a, &b))
+				return klnt_usage_error(cmd, "'%s' is not %s", optarg,
+							c == 'r' ? "A:B" : "OFFSET:LENGTH");
+			rows = c == 'r';
+			range = c == 'R';
 			break;
 		case 's':
 			if (strcmp(optarg, "mmap") == 0)
@@ -97,58 +169,76 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 	const char *path = argv[optind], *want = argv[optind + 1];
 
 	kiln_error err;
-	kiln_dir *dir;
-	int rc = kiln_dir_open(path, &opts, &dir, &err);
+	kiln_set *set;
+	int rc = kiln_set_open((const char *const[]){path}, 1, &opts, &set, &err);
 	if (rc) {
 		klnt_report(stderr, path, rc, &err);
 		return klnt_exit_for(rc);
 	}
-	kiln_dir_info info;
-	kiln_dir_get_info(dir, &info);
-	if (info.direct_fallback || info.uring_fallback) {
+	for (uint32_t s = 0; s < kiln_set_shards(set); s++) {
+		kiln_dir_info info;
+		kiln_dir_get_info(kiln_set_shard(set, s), &info);
 		/* The bytes are the same either way; say why the requested path was not taken. */
-		klnt_fputs_escaped(stderr, path);
-		if (info.direct_fallback)
+		const char *shard = kiln_set_path(set, s);
+		if (info.direct_fallback) {
+			klnt_fputs_escaped(stderr, shard);
 			fprintf(stderr, ": note: O_DIRECT unavailable (%s), read buffered\n",
 				strerror(info.direct_fallback));
-		if (info.uring_fallback)
+		}
+		if (info.uring_fallback) {
+			klnt_fputs_escaped(stderr, shard);
 			fprintf(stderr, ": note: io_uring unavailable (%s), read with pread\n",
 				strerror(info.uring_fallback));
+		}
 	}
 
 	const kiln_tensor *t;
+	uint32_t shard = 0;
 	uint64_t index;
 	struct klnt_buf what = {0};
 	if (!by_name && parse_index(want, &index)) {
-		t = index < kiln_dir_count(dir) ? kiln_dir_tensor(dir, (uint32_t)index) : NULL;
+		t = kiln_set_tensor(set, index, &shard);
 		klnt_buf_printf(&what, "#%" PRIu64, index);
 	} else {
-		t = kiln_dir_find_cstr(dir, want);
+		t = kiln_set_find_cstr(set, want, &shard);
 		klnt_buf_puts(&what, "named ");
 		klnt_escape(&what, want, strlen(want), 1);
 	}
 	if (!t) {
-		not_found(path, what.p, dir);
+		not_found(path, what.p, set);
 		klnt_buf_free(&what);
-		kiln_dir_close(dir);
+		kiln_set_close(set);
 		return KLNT_EXIT_INVALID;
 	}
-
-	/* The payload is written straight from the mapping or owned block; write() takes at most
-	 * about 2 GiB a call on Linux, which klnt_write_stdout's loop absorbs. */
-	int e = klnt_write_stdout(t->data, (size_t)t->byte_length);
+	kiln_dir *dir = kiln_set_shard(set, shard);
+	const char *shard_path = kiln_set_path(set, shard);
+	uint64_t off = 0, len = t->byte_length;
 	rc = KLNT_EXIT_OK;
-	if (e) {
-		/* The reader went away (| head): stop quietly, but do not claim success. */
-		if (e != EPIPE) {
-			klnt_fputs_escaped(stderr, path);
-			fprintf(stderr, ": IO: tensor %s: cannot write to stdout: %s\n", what.p,
-				strerror(e));
+	if (rows) {
+		kiln_slice s = {.axis = 0, .start = a, .stop = b};
+		const void *p;
+		int r = kiln_tensor_slice_data(dir, t->index, &s, &p, &len, &err);
+		if (r) {
+			klnt_report(stderr, shard_path, r, &err);
+			rc = KLNT_EXIT_USAGE;
 		}
-		rc = KLNT_EXIT_IO;
+		off = (uint64_t)((const uint8_t *)p - (const uint8_t *)t->data);
+	} else if (range) {
+		off = a;
+		len = b;
+		if (off > t->byte_length || len > t->byte_length - off) {
+			klnt_fputs_escaped(stderr, shard_path);
+			fprintf(stderr,
+				": INVAL: tensor %s has %" PRIu64 " bytes; [%" PRIu64 ", +%" PRIu64
+				") is not inside them\n",
+				what.p, t->byte_length, a, b);
+			rc = KLNT_EXIT_USAGE;
+		}
 	}
+	if (rc == KLNT_EXIT_OK)
+		rc = write_range(dir, t, off, len, shard_path, what.p);
 	klnt_buf_free(&what);
-	kiln_dir_close(dir);
+	kiln_set_close(set);
 	return rc;
 }
 
