@@ -176,7 +176,18 @@ expect 0 "$KLNT" cat --rows 2:4 "$TMP/ser-00001-of-00002.klnt" b
 expect 2 "$KLNT" cat --range 10:5 "$TMP/ser-00001-of-00002.klnt" a
 expect 2 "$KLNT" cat --rows 2 "$TMP/ser-00001-of-00002.klnt" a
 expect 2 "$KLNT" cat --rows 0:1 --range 0:1 "$TMP/ser-00001-of-00002.klnt" a
+expect 0 "$KLNT" check "$TMP/ser-00002-of-00002.klnt"
+has "$TMP/out" "ser-00002-of-00002.klnt: ok (2 shards, 2 tensors)"
+expect 0 "$KLNT" check --read-all "$TMP/ser-00001-of-00002.klnt"
+both=$(($(wc -c <"$TMP/ser-00001-of-00002.klnt") + $(wc -c <"$TMP/ser-00002-of-00002.klnt")))
+has "$TMP/out" "ok (2 shards, 2 tensors, $both bytes read"
+cp "$TMP/ser-00001-of-00002.klnt" "$TMP/dup-00001-of-00002.klnt"
+cp "$TMP/ser-00001-of-00002.klnt" "$TMP/dup-00002-of-00002.klnt"
+expect 1 "$KLNT" check "$TMP/dup-00001-of-00002.klnt"
+has "$TMP/out" "dup-00002-of-00002.klnt: tensor 0 has the name of tensor 0 of"
 rm -f "$TMP/ser-00002-of-00002.klnt"
+expect 3 "$KLNT" check "$TMP/ser-00001-of-00002.klnt"
+has "$TMP/out" "shard 2 of 2 is missing"
 expect 3 "$KLNT" cat "$TMP/ser-00001-of-00002.klnt" a
 has "$TMP/err" "shard 2 of 2 is missing"
 

@@ -19,6 +19,8 @@ static const char usage[] =
     "payload verification: the bytes between payloads and the unused high nibble of odd-count\n"
     "4-bit tensors must be zero. Verification reads only those bytes; the format has no\n"
     "checksum, so the other payload bytes have nothing to be checked against and are not read.\n"
+    "A FILE named like a shard of a series (STEM-NNNNN-of-MMMMM.klnt) checks the whole series:\n"
+    "every shard, that none is missing, and that no name is in two shards.\n"
     "\n"
     "With --read-all, every byte of each file is read as well (header, directory, gaps and\n"
     "payloads), with O_DIRECT where the file system allows it so the disk is read rather than\n"
@@ -29,6 +31,7 @@ static const char usage[] =
     "  FILE: ok\n"
     "  FILE: ok (N bytes read, O_DIRECT)   with --read-all; \"buffered\" instead of O_DIRECT\n"
     "                         when the file system refused direct reads\n"
+    "  FILE: ok (S shards, T tensors[, ...])   for a series\n"
     "  FILE: CLASS: message   CLASS is FRAME, TYPE, LIMIT or UTF8 for a rejected file,\n"
     "                         IO when the file could not be opened or read (with --read-all,\n"
     "                         the message names the offset of the read that failed)\n"
@@ -155,29 +158,45 @@ static int read_all(kiln_dir *dir, const char *path, kiln_stream_result *res, ki
 	return rc;
 }
 
-/* Check one file; returns 0 or the kiln code reported. */
+/* Check one file, or every shard of the series it belongs to (and the set's own rules: every
+ * shard there, no name in two); returns 0 or the kiln code reported. */
 static int check(const char *path, int all, int quiet)
 {
-	kiln_dir *dir;
+	kiln_set *set;
 	kiln_error err;
 	kiln_stream_result res = {0};
+	uint64_t bytes = 0;
+	int direct = 1;
 	/* Verification first: it is cheap, and a rejected file is not worth reading whole. */
 	kiln_open_options opts = {.size = sizeof(opts), .flags = KILN_OPEN_VERIFY_PAYLOAD};
-	int rc = kiln_dir_open(path, &opts, &dir, &err);
-	if (!rc && all)
-		rc = read_all(dir, path, &res, &err);
-	kiln_dir_close(dir);
+	int rc = kiln_set_open((const char *const[]){path}, 1, &opts, &set, &err);
+	uint32_t shards = kiln_set_shards(set);
+	for (uint32_t s = 0; !rc && all && s < shards; s++) {
+		rc = read_all(kiln_set_shard(set, s), kiln_set_path(set, s), &res, &err);
+		bytes += res.bytes;
+		direct &= res.direct != 0;
+	}
+	uint64_t tensors = kiln_set_count(set);
+	kiln_set_close(set);
 	if (rc) {
 		report(path, rc, &err);
-	} else if (!quiet) {
-		klnt_fputs_escaped(stdout, path);
-		if (all)
-			printf(": ok (%" PRIu64 " bytes read, %s)\n", res.bytes,
-			       res.direct ? "O_DIRECT" : "buffered");
-		else
-			fputs(": ok\n", stdout);
+		return rc;
 	}
-	return rc;
+	if (quiet)
+		return 0;
+	klnt_fputs_escaped(stdout, path);
+	struct klnt_buf what = {0};
+	if (shards > 1)
+		klnt_buf_printf(&what, "%" PRIu32 " shards, %" PRIu64 " tensors", shards, tensors);
+	if (all)
+		klnt_buf_printf(&what, "%s%" PRIu64 " bytes read, %s", shards > 1 ? ", " : "",
+				bytes, direct ? "O_DIRECT" : "buffered");
+	if (what.len)
+		printf(": ok (%s)\n", what.p);
+	else
+		fputs(": ok\n", stdout);
+	klnt_buf_free(&what);
+	return 0;
 }
 
 static int run(const struct klnt_cmd *cmd, int argc, char **argv)
