@@ -492,6 +492,23 @@ static int read_meta(struct kc_model *m, const kiln_dir *d, const kiln_tensor *v
 		return kiln_error_set(err, KILN_TYPE, 0,
 				      "%s: tensor %s does not hold a JSON object", path,
 				      KILN_METADATA_TENSOR);
+	/* The convention's version (docs/convert.md): a later one may mean something else. */
+	json_object *ver;
+	if (!json_object_object_get_ex(doc, "kiln.metadata", &ver) ||
+	    !json_object_is_type(ver, json_type_int)) {
+		json_object_put(doc);
+		return kiln_error_set(err, KILN_TYPE, 0,
+				      "%s: tensor %s: no \"kiln.metadata\" version in the document",
+				      path, KILN_METADATA_TENSOR);
+	}
+	if (json_object_get_int64(ver) != 1) {
+		int64_t version = json_object_get_int64(ver);
+		json_object_put(doc);
+		return kiln_error_set(err, KILN_UNSUPPORTED, 0,
+				      "%s: tensor %s: metadata convention version %" PRId64
+				      ", this build knows 1",
+				      path, KILN_METADATA_TENSOR, version);
+	}
 	json_object_put(m->meta);
 	m->meta = doc;
 	return 0;
@@ -580,5 +597,8 @@ int kc_klnt_read(struct kc_model *m, const char *const *paths, uint32_t n, kiln_
 		rc = read_one(m, paths[i], &seen_meta, err);
 	if (!rc)
 		rc = check_names(m, err);
+	/* A KLNT file not written by an import: say where the model came from all the same. */
+	if (!rc && !seen_meta)
+		json_object_object_add(m->meta, "source", json_object_new_string("klnt"));
 	return rc;
 }

@@ -407,6 +407,24 @@ Test(klnt, read_rejects_bad_metadata_and_unnamed_files)
 	unlink(path);
 	free(path);
 
+	/* a JSON object, but not this convention, or a later version of it */
+	const char *docs[] = {"{\"a\": 1}", "{\"kiln.metadata\": 2}", "[1]"};
+	const int want[] = {KILN_TYPE, KILN_UNSUPPORTED, KILN_TYPE};
+	for (int i = 0; i < 3; i++) {
+		t[1].shape[0] = strlen(docs[i]);
+		t[1].data = docs[i];
+		b = build(t, 2);
+		path = write_temp(b.p, b.len);
+		kc_model_init(&m);
+		paths[0] = path;
+		cr_assert_eq(kc_klnt_read(&m, paths, 1, &err), want[i], "%s: %s", docs[i],
+			     err.message);
+		kc_model_free(&m);
+		blob_free(&b);
+		unlink(path);
+		free(path);
+	}
+
 	/* no metadata tensor: NOTFOUND from the API, an empty document when read */
 	b = build(t, 1);
 	path = write_temp(b.p, b.len);
@@ -418,6 +436,9 @@ Test(klnt, read_rejects_bad_metadata_and_unnamed_files)
 	paths[0] = path;
 	cr_assert_eq(kc_klnt_read(&m, paths, 1, &err), 0, "%s", err.message);
 	cr_assert_eq(m.n, 1);
+	json_object *src;
+	cr_assert(json_object_object_get_ex(m.meta, "source", &src));
+	cr_assert_str_eq(json_object_get_string(src), "klnt");
 	kc_model_free(&m);
 	blob_free(&b);
 	unlink(path);
