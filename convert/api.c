@@ -178,7 +178,7 @@ int kiln_export(const char *const *inputs, uint32_t count, const char *out,
 		rc = kc_gguf_write(&m, out, &p, err);
 	else if (!rc)
 		rc = kc_st_write(&m, out, &p, err);
-	if (!rc && result) {
+	if ((!rc || rc == KILN_UNSYNCED) && result) {
 		result->files = 1;
 		result->tensors = m.n;
 		result->bytes = p.total;

@@ -38,11 +38,10 @@ static uint64_t sat_add(uint64_t a, uint64_t b)
 }
 
 /* Names are compared as bytes with their lengths (a name may hold U+0000). */
-static const struct kc_model *sort_model;
 static int by_name(const void *a, const void *b)
 {
-	const struct kc_tensor *x = &sort_model->tensors[*(const uint32_t *)a];
-	const struct kc_tensor *y = &sort_model->tensors[*(const uint32_t *)b];
+	const struct kc_tensor *x = *(const struct kc_tensor *const *)a;
+	const struct kc_tensor *y = *(const struct kc_tensor *const *)b;
 	size_t n = x->name_len < y->name_len ? x->name_len : y->name_len;
 	int c = memcmp(x->name, y->name, n);
 	if (c)
@@ -56,16 +55,15 @@ static int check_names(const struct kc_model *m, kiln_error *err)
 {
 	if (!m->n)
 		return 0;
-	uint32_t *idx = malloc((size_t)m->n * sizeof(*idx));
+	const struct kc_tensor **idx = malloc((size_t)m->n * sizeof(*idx));
 	if (!idx)
 		return nomem(err);
 	for (uint32_t i = 0; i < m->n; i++)
-		idx[i] = i;
-	sort_model = m;
+		idx[i] = &m->tensors[i];
 	qsort(idx, m->n, sizeof(*idx), by_name);
 	int rc = 0;
 	for (uint32_t i = 0; i < m->n && !rc; i++) {
-		const struct kc_tensor *t = &m->tensors[idx[i]];
+		const struct kc_tensor *t = idx[i];
 		if (t->name_len == META_NAME_LEN &&
 		    !memcmp(t->name, KILN_METADATA_TENSOR, META_NAME_LEN))
 			rc = kiln_error_set(
@@ -375,6 +373,7 @@ int kc_klnt_write(const struct kc_model *m, const char *path, uint64_t max_shard
 			p->total = sat_add(p->total, m->tensors[i].byte_length);
 
 	struct plan plan;
+	kiln_error unsynced = {0};
 	char **written = NULL;
 	uint32_t nwritten = 0;
 	if ((rc = plan_shards(m, meta_len, max_shard_size, &plan, err)))
@@ -421,8 +420,13 @@ int kc_klnt_write(const struct kc_model *m, const char *path, uint64_t max_shard
 		}
 		rc = kiln_write_file(sp, specs, n, 0, err);
 		free(specs);
-		if (rc == KILN_UNSYNCED)
-			rc = 0; /* in place; durability is the file system's to give */
+		if (rc == KILN_UNSYNCED) {
+			/* In place and complete, so the series goes on; the caller hears of it. */
+			if (err)
+				unsynced = *err;
+			unsynced.code = KILN_UNSYNCED;
+			rc = 0;
+		}
 		if (rc && f.failed && err) {
 			int code = f.saved.code;
 			*err = f.saved;
@@ -443,16 +447,21 @@ int kc_klnt_write(const struct kc_model *m, const char *path, uint64_t max_shard
 	}
 	if (!rc && res && nwritten)
 		snprintf(res->first, sizeof(res->first), "%s", written[0]);
+	if (!rc && unsynced.code) {
+		if (err)
+			*err = unsynced;
+		rc = KILN_UNSYNCED;
+	}
 out:
 	/* Nothing left behind: a series is all or nothing. */
 	for (uint32_t i = 0; i < nwritten; i++) {
-		if (rc)
+		if (rc && rc != KILN_UNSYNCED)
 			unlink(written[i]);
 		free(written[i]);
 	}
 	free(written);
 	plan_free(&plan);
-	if (rc && res)
+	if (rc && rc != KILN_UNSYNCED && res)
 		memset(res, 0, sizeof(*res));
 	return rc;
 }

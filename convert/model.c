@@ -150,10 +150,8 @@ int kc_copy_payload(const struct kc_model *m, const struct kc_tensor *t, int fd,
 int kc_write_atomic(const char *path, int (*fill)(void *ctx, int fd, kiln_error *err), void *ctx,
 		    kiln_error *err)
 {
-	int rc = kiln_write_atomic(path, fill, ctx, 0, err);
-	/* UNSYNCED: the file is complete and in place; a converter has nothing better to offer
-	 * than what the file system gives, so it counts as written. */
-	return rc == KILN_UNSYNCED ? 0 : rc;
+	/* UNSYNCED comes back as is: the file is complete and in place, not yet durable. */
+	return kiln_write_atomic(path, fill, ctx, 0, err);
 }
 
 json_object *kc_json_parse_object(const char *text, size_t len)

@@ -90,7 +90,7 @@ int kc_copy_payload(const struct kc_model *m, const struct kc_tensor *t, int fd,
 
 /* Write a file atomically: create a temporary (O_TMPFILE where possible) beside `path`, let
  * `fill` write it through fd, fsync, and link it into place; on any failure or cancellation
- * nothing is left behind. */
+ * nothing is left behind (kiln_write_atomic with flags 0: UNSYNCED means written, not durable). */
 int kc_write_atomic(const char *path, int (*fill)(void *ctx, int fd, kiln_error *err), void *ctx,
 		    kiln_error *err);
 

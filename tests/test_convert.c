@@ -8,11 +8,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "helpers.h"
 #include "kiln/convert.h"
 #include "model.h"
+#include "sys.h"
 
 #define SRC_BYTES (1u << 16)
 
@@ -552,6 +554,61 @@ Test(api, import_klnt_reshards)
 	kc_model_free(&m);
 	free(out);
 	free(one);
+	remove_dir(dir);
+	unlink(src);
+	free(src);
+}
+
+static int fsync_dir_eio(int fd)
+{
+	struct stat st;
+	cr_assert_eq(fstat(fd, &st), 0);
+	if (S_ISDIR(st.st_mode)) {
+		errno = EIO;
+		return -1;
+	}
+	return fsync(fd);
+}
+
+static int fsync_file_eio(int fd)
+{
+	struct stat st;
+	cr_assert_eq(fstat(fd, &st), 0);
+	if (!S_ISDIR(st.st_mode)) {
+		errno = EIO;
+		return -1;
+	}
+	return fsync(fd);
+}
+
+/* A directory that cannot be synced: every shard is written and kept, and the caller hears
+ * UNSYNCED. A file that cannot be synced: a failure like any other, nothing kept. */
+Test(klnt, unsynced_series_is_kept_and_reported)
+{
+	char *src = make_source(), *dir = temp_dir(), *out;
+	cr_assert(asprintf(&out, "%s/u.klnt", dir) > 0);
+	struct kc_model m;
+	make_model(&m, src, 8, 0);
+	kiln_error err;
+	kiln_convert_result res;
+	kiln__sys.fsync = fsync_dir_eio;
+	cr_assert_eq(kc_klnt_write(&m, out, 200, NULL, &res, &err), KILN_UNSYNCED, "%s",
+		     err.message);
+	cr_assert_eq(err.sys_errno, EIO);
+	cr_assert_gt(res.files, 1);
+	cr_assert_eq(res.tensors, 8);
+	cr_assert_eq(count_entries(dir), (int)res.files);
+	char **paths = series(dir, "u", res.files);
+	expect_series(paths, res.files, 8);
+	for (uint32_t k = 0; k < res.files; k++)
+		unlink(paths[k]);
+	free_series(paths, res.files);
+	kiln__sys.fsync = fsync_file_eio;
+	cr_assert_eq(kc_klnt_write(&m, out, 200, NULL, &res, &err), KILN_IO, "%s", err.message);
+	cr_assert_eq(count_entries(dir), 0);
+	kiln__sys = kiln__sys_default;
+	kc_model_free(&m);
+	free(out);
 	remove_dir(dir);
 	unlink(src);
 	free(src);

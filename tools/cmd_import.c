@@ -80,8 +80,8 @@ int klnt_convert_finish(struct klnt_progress *p, const char *out, const char *co
 	if (p->shown)
 		fprintf(stderr, "\r%70s\r", "");
 	int sig = klnt_caught_signal();
-	if (sig && (rc == KILN_CANCELED || rc == KILN_OK))
-		return klnt_interrupted(p->cmd, out, sig, rc == KILN_OK);
+	if (sig && (rc == KILN_CANCELED || rc == KILN_OK || rc == KILN_UNSYNCED))
+		return klnt_interrupted(p->cmd, out, sig, rc != KILN_CANCELED);
 	if (!rc)
 		return KLNT_EXIT_OK;
 	/* "FILE: CLASS: message" with the file the message is about: a source, or OUT. */
