@@ -94,7 +94,8 @@ struct shard {
 struct plan {
 	uint32_t *order;    /* model tensor indices, shard by shard, each shard in model order */
 	uint32_t *shard_of; /* per model tensor: its shard */
-	uint32_t *group;    /* per model tensor: the first tensor of its quantization group */
+	uint32_t *group;    /* per model tensor: the first tensor of its quantization group; once
+			     * planned, its index within its shard */
 	struct shard *shards;
 	uint32_t nshards;
 };
@@ -229,6 +230,7 @@ static int plan_shards(const struct kc_model *m, uint64_t meta_len, uint64_t max
 		return nomem(err);
 	for (uint32_t i = 0; i < m->n; i++) {
 		uint32_t s = p->shard_of[i];
+		p->group[i] = fill[s];
 		p->order[p->shards[s].first + fill[s]++] = i;
 	}
 	free(fill);
@@ -313,16 +315,10 @@ static int shard_specs(const struct kc_model *m, const struct plan *p, uint32_t 
 		specs[i].read_ctx = f;
 		if (t->quant_scheme) {
 			/* A group is never split, so its links land in this shard. */
-			uint32_t *links[2] = {&specs[i].scale_index, &specs[i].outer_index};
-			for (int l = 0; l < 2; l++) {
-				if (*links[l] == KILN_NONE32 || *links[l] >= m->n)
-					continue;
-				for (uint32_t j = 0; j < s->n; j++)
-					if (p->order[s->first + j] == *links[l]) {
-						*links[l] = j;
-						break;
-					}
-			}
+			if (specs[i].scale_index < m->n)
+				specs[i].scale_index = p->group[specs[i].scale_index];
+			if (specs[i].outer_index < m->n)
+				specs[i].outer_index = p->group[specs[i].outer_index];
 		}
 	}
 	if (k == 0) {
