@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "model.h"
@@ -521,6 +522,12 @@ static int read_meta(struct kc_model *m, const kiln_dir *d, const kiln_tensor *v
 
 static int read_one(struct kc_model *m, const char *path, int *seen_meta, kiln_error *err)
 {
+	/* Payloads are read later through a descriptor of our own, opened first; the directory
+	 * opened after it must be of the same file, not of one renamed over it in between (a
+	 * writer replacing the file, as kiln's does). */
+	int src = kc_model_add_source(m, path, err);
+	if (src < 0)
+		return err ? err->code : KILN_IO;
 	kiln_dir *d;
 	int rc = kiln_dir_open(path, NULL, &d, err);
 	if (rc) {
@@ -531,10 +538,12 @@ static int read_one(struct kc_model *m, const char *path, int *seen_meta, kiln_e
 		}
 		return rc;
 	}
-	int src = kc_model_add_source(m, path, err);
-	if (src < 0) {
+	struct stat mine, now;
+	if (fstat(m->srcs[src].fd, &mine) != 0 || stat(path, &now) != 0 ||
+	    mine.st_ino != now.st_ino || mine.st_dev != now.st_dev) {
 		kiln_dir_close(d);
-		return err ? err->code : KILN_IO;
+		return kiln_error_set(err, KILN_IO, ESTALE,
+				      "%s: the file was replaced while it was being opened", path);
 	}
 	uint32_t count = kiln_dir_count(d);
 	/* Quantization links are indices in this file; the model numbers tensors across files and
@@ -572,6 +581,13 @@ static int read_one(struct kc_model *m, const char *path, int *seen_meta, kiln_e
 		t->dtype = v->dtype;
 		t->rank = v->rank;
 		memcpy(t->shape, v->shape, sizeof(t->shape));
+		if (v->layout && memchr(v->layout, 0, v->layout_len)) {
+			/* the model keeps layouts as C strings; refuse rather than cut it short */
+			rc = kiln_error_set(err, KILN_UNSUPPORTED, 0,
+					    "%s: tensor %.*s%s: the layout name holds U+0000", path,
+					    SHORT(v->name, v->name_len));
+			break;
+		}
 		if (v->layout) {
 			if (!(t->layout = strndup(v->layout, v->layout_len))) {
 				rc = nomem(err);

@@ -5,6 +5,7 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -458,6 +459,28 @@ Test(klnt, read_rejects_bad_metadata_and_unnamed_files)
 	unlink(path);
 	free(path);
 
+	/* a layout name with U+0000 in it cannot be kept as the model's C string */
+	kiln_tensor_spec q = {.name = "q",
+			      .name_len = 1,
+			      .dtype = KILN_DT_OPAQUE_MIN,
+			      .rank = 1,
+			      .shape = {1},
+			      .layout = "Q4\0K",
+			      .layout_len = 4,
+			      .block_size = 1,
+			      .byte_length = 1,
+			      .data = "x"};
+	b = build(&q, 1);
+	path = write_temp(b.p, b.len);
+	kc_model_init(&m);
+	paths[0] = path;
+	cr_assert_eq(kc_klnt_read(&m, paths, 1, &err), KILN_UNSUPPORTED, "%s", err.message);
+	cr_assert(strstr(err.message, "U+0000"), "%s", err.message);
+	kc_model_free(&m);
+	blob_free(&b);
+	unlink(path);
+	free(path);
+
 	/* not a KLNT file: the message names it */
 	path = write_temp("hello", 5);
 	kc_model_init(&m);
@@ -612,4 +635,42 @@ Test(klnt, unsynced_series_is_kept_and_reported)
 	remove_dir(dir);
 	unlink(src);
 	free(src);
+}
+
+/* The file renamed over the input between the converter's own open and the directory's: the
+ * payload offsets would be another file's, so the read stops. */
+static const char *swap_from, *swap_to;
+static int open_after_swap(const char *path, int flags)
+{
+	if (swap_from) {
+		cr_assert_eq(rename(swap_from, swap_to), 0);
+		swap_from = NULL;
+	}
+	return open(path, flags);
+}
+
+Test(klnt, a_file_replaced_while_opened_is_io)
+{
+	kiln_tensor_spec t = {
+	    .name = "w", .name_len = 1, .dtype = KILN_DT_U8, .rank = 0, .data = "x"};
+	blob b = build(&t, 1);
+	char *a = write_temp(b.p, b.len), *other = write_temp(b.p, b.len);
+	struct kc_model m;
+	kc_model_init(&m);
+	const char *paths[] = {a};
+	kiln_error err;
+	swap_from = other, swap_to = a;
+	kiln__sys.open = open_after_swap;
+	cr_assert_eq(kc_klnt_read(&m, paths, 1, &err), KILN_IO);
+	kiln__sys = kiln__sys_default;
+	cr_assert_eq(err.sys_errno, ESTALE);
+	cr_assert(strstr(err.message, "replaced"), "%s", err.message);
+	kc_model_free(&m);
+	kc_model_init(&m);
+	cr_assert_eq(kc_klnt_read(&m, paths, 1, &err), 0, "%s", err.message);
+	kc_model_free(&m);
+	blob_free(&b);
+	unlink(a);
+	free(a);
+	free(other);
 }
