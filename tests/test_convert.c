@@ -192,21 +192,31 @@ Test(klnt, one_file_round_trip)
 	free(src);
 }
 
-/* Open every shard standalone; check names are disjoint and the metadata is in shard 1. */
-static void expect_series(char **paths, uint32_t n, uint32_t total)
+/* Open every shard standalone: each is valid, the metadata is in shard 1 only, and every tensor
+ * of the model is in exactly one shard (so the names are disjoint and none is lost). */
+static void expect_series(char **paths, uint32_t n, const struct kc_model *m)
 {
 	uint32_t seen = 0;
+	kiln_dir **d = calloc(n, sizeof(*d));
 	for (uint32_t k = 0; k < n; k++) {
-		kiln_dir *d;
 		kiln_error err;
-		cr_assert_eq(kiln_dir_open(paths[k], NULL, &d, &err), 0, "%s: %s", paths[k],
+		cr_assert_eq(kiln_dir_open(paths[k], NULL, &d[k], &err), 0, "%s: %s", paths[k],
 			     err.message);
-		cr_assert_eq(!!kiln_dir_find_cstr(d, KILN_METADATA_TENSOR), k == 0, "%s", paths[k]);
-		cr_assert_gt(kiln_dir_count(d), 0);
-		seen += kiln_dir_count(d) - (k == 0);
-		kiln_dir_close(d);
+		cr_assert_eq(!!kiln_dir_find_cstr(d[k], KILN_METADATA_TENSOR), k == 0, "%s",
+			     paths[k]);
+		cr_assert_gt(kiln_dir_count(d[k]), 0);
+		seen += kiln_dir_count(d[k]) - (k == 0);
 	}
-	cr_assert_eq(seen, total);
+	cr_assert_eq(seen, m->n);
+	for (uint32_t i = 0; i < m->n; i++) {
+		int in = 0;
+		for (uint32_t k = 0; k < n; k++)
+			in += !!kiln_dir_find(d[k], m->tensors[i].name, m->tensors[i].name_len);
+		cr_assert_eq(in, 1, "%s is in %d shards", m->tensors[i].name, in);
+	}
+	for (uint32_t k = 0; k < n; k++)
+		kiln_dir_close(d[k]);
+	free(d);
 }
 
 Test(klnt, long_names_force_a_series)
@@ -225,7 +235,7 @@ Test(klnt, long_names_force_a_series)
 	char **paths = series(dir, "big", 4);
 	cr_assert_str_eq(res.first, paths[0]);
 	cr_assert_eq(count_entries(dir), 4);
-	expect_series(paths, 4, 40);
+	expect_series(paths, 4, &m);
 	kc_model_init(&r);
 	cr_assert_eq(kc_klnt_read(&r, (const char *const *)paths, 4, &err), 0, "%s", err.message);
 	expect_same(&m, &r);
@@ -264,7 +274,7 @@ Test(klnt, names_just_below_the_heap_limit_share_one_file)
 	cr_assert_eq(count_entries(dir), 3); /* edge.klnt from before, and the series */
 	unlink(out);
 	char **paths = series(dir, "edge", 2);
-	expect_series(paths, 2, 2);
+	expect_series(paths, 2, &m);
 	free_series(paths, 2);
 	kc_model_free(&m);
 	free(out);
@@ -295,7 +305,7 @@ Test(klnt, max_shard_size_splits_and_keeps_quant_groups)
 	cr_assert_gt(res.files, 3, "%u files", res.files);
 	char **paths = series(dir, "s", res.files);
 	cr_assert_eq(count_entries(dir), (int)res.files);
-	expect_series(paths, res.files, 12);
+	expect_series(paths, res.files, &m);
 	/* The payload of every shard but one holding a single big group stays within 300. */
 	int together = 0;
 	for (uint32_t k = 0; k < res.files; k++) {
@@ -622,7 +632,7 @@ Test(klnt, unsynced_series_is_kept_and_reported)
 	cr_assert_eq(res.tensors, 8);
 	cr_assert_eq(count_entries(dir), (int)res.files);
 	char **paths = series(dir, "u", res.files);
-	expect_series(paths, res.files, 8);
+	expect_series(paths, res.files, &m);
 	for (uint32_t k = 0; k < res.files; k++)
 		unlink(paths[k]);
 	free_series(paths, res.files);
