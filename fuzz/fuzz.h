@@ -24,6 +24,9 @@ int kiln_fuzz_parse(const uint8_t *data, size_t size);
 int kiln_fuzz_roundtrip(const uint8_t *data, size_t size);
 /* Build a directory of chosen names and look names up; compare with a linear scan. */
 int kiln_fuzz_lookup(const uint8_t *data, size_t size);
+/* Read the bytes as a safetensors file (convert/safetensors.c); an accepted one obeys the rules
+ * and survives a write and a second read unchanged. */
+int kiln_fuzz_safetensors(const uint8_t *data, size_t size);
 
 #ifdef KILN_LIBFUZZER
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -251,6 +251,18 @@ const kiln_tensor *kiln__tensor_fits_or_fail(const kiln_dir *dir, uint32_t index
 
 struct kiln_dir *kiln__dir_new(const kiln_open_options *opts, kiln_error *err);
 
+/* --- slices (src/slice.c) ---------------------------------------------------------------- */
+
+/* A slice's bytes: `runs` runs of `len` bytes, the first at tensor offset `first`, each next one
+ * `stride` further; `bytes` in all (runs * len). All zero for an empty slice. */
+struct kiln__runs {
+	uint64_t runs, first, stride, len, bytes;
+};
+/* Check slice s of t (range, axis, whole bytes or blocks) and compute its runs; INVAL saying the
+ * nearest valid bounds otherwise. */
+int kiln__slice_runs(const kiln_tensor *t, const kiln_slice *s, struct kiln__runs *r,
+		     kiln_error *err);
+
 /* --- uses of an open directory ----------------------------------------------------------- */
 
 /* Unpin everything still pinned (calling the unpin hooks); used by close. */

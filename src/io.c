@@ -40,6 +40,7 @@ struct slot {
 	uint8_t *dst;
 	uint32_t tensor;
 	uint64_t tensor_off;
+	uint32_t file;   /* the range's file */
 	uint32_t buffer; /* staging buffer, or UINT32_MAX */
 	uint64_t slack;  /* writable bytes past dst + len */
 	/* the read issued for it */
@@ -58,7 +59,8 @@ struct run {
 	size_t n;
 	size_t next_range; /* chunk generator */
 	uint64_t next_pos;
-	int dfd;       /* O_DIRECT descriptor, -1 when not direct */
+	int *dfds; /* O_DIRECT descriptor of each file; NULL when not direct */
+	uint32_t nfiles;
 	int direct_ok; /* cleared when the file system refuses a direct read */
 	size_t bounce_size;
 	uint32_t A;  /* O_DIRECT file offset alignment */
@@ -118,6 +120,7 @@ static int next_chunk(struct run *r, struct slot *s)
 	s->len = end - abs;
 	s->tensor = g->tensor;
 	s->tensor_off = g->tensor_off + r->next_pos;
+	s->file = g->file;
 	s->dst = g->dst ? g->dst + r->next_pos : NULL;
 	s->slack = (end == g->off + g->len) ? g->slack : 0;
 	s->buffer = UINT32_MAX;
@@ -125,11 +128,17 @@ static int next_chunk(struct run *r, struct slot *s)
 	return 1;
 }
 
+/* The buffered descriptor of a range's file. */
+static int file_fd(const struct kiln__io *io, uint32_t file)
+{
+	return io->fds ? io->fds[file] : io->fd;
+}
+
 /* Choose how to read the slot's chunk: in place or through the bounce buffer, direct or not. */
 static void plan(struct run *r, struct slot *s)
 {
 	s->done = 0;
-	s->is_direct = r->dfd >= 0 && r->direct_ok;
+	s->is_direct = r->dfds && r->direct_ok;
 	if (s->is_direct) {
 		uint64_t A = r->A;
 		uint64_t roff = s->off / A * A;
@@ -140,7 +149,7 @@ static void plan(struct run *r, struct slot *s)
 		if (!in_place && !s->bounce)
 			s->bounce = kiln__owned_alloc(r->bounce_size);
 		if (in_place || s->bounce) {
-			s->fd = r->dfd;
+			s->fd = r->dfds[s->file];
 			s->roff = roff;
 			s->rlen = rend - roff;
 			s->rbuf = in_place ? s->dst : s->bounce;
@@ -148,7 +157,7 @@ static void plan(struct run *r, struct slot *s)
 		}
 		s->is_direct = 0; /* no memory for a bounce buffer: this chunk is read buffered */
 	}
-	s->fd = r->io->fd;
+	s->fd = file_fd(r->io, s->file);
 	s->roff = s->off;
 	s->rlen = s->len;
 	s->rbuf = s->dst;
@@ -249,7 +258,7 @@ static int complete(struct run *r, struct slot *s, ssize_t res)
 	/* Short read: ask for the rest. An unaligned remainder cannot be read directly. */
 	r->io->res.retries++;
 	if (s->is_direct && (s->roff + s->done) % r->A != 0) {
-		s->fd = r->io->fd;
+		s->fd = file_fd(r->io, s->file);
 		s->is_direct = 0;
 	}
 	return 1;
@@ -409,24 +418,46 @@ static int dio_alignment(int fd, uint32_t *off_align, uint32_t *mem_align)
 	return 0;
 }
 
+static void close_direct(struct run *r)
+{
+	for (uint32_t i = 0; r->dfds && i < r->nfiles; i++)
+		if (r->dfds[i] >= 0)
+			close(r->dfds[i]);
+	free(r->dfds);
+	r->dfds = NULL;
+}
+
+/* An O_DIRECT descriptor for every file, aligned for the strictest of them; any refusal means
+ * buffered reads for all (said in direct_fallback). */
 static void open_direct(struct run *r)
 {
 	struct kiln__io *io = r->io;
+	r->nfiles = io->fds ? io->nfds : 1;
+	r->dfds = malloc(r->nfiles * sizeof(*r->dfds));
+	if (!r->dfds) {
+		io->res.direct_fallback = ENOMEM;
+		return;
+	}
+	for (uint32_t i = 0; i < r->nfiles; i++)
+		r->dfds[i] = -1;
 	uint32_t A = 0, MA = 0;
-	int e = dio_alignment(io->fd, &A, &MA);
-	if (e) {
-		io->res.direct_fallback = e;
-		return;
+	for (uint32_t i = 0; i < r->nfiles; i++) {
+		int fd = file_fd(io, i);
+		uint32_t a = 0, ma = 0;
+		int e = dio_alignment(fd, &a, &ma);
+		/* Reopen the same open file, not the path: the path may name a newer file. */
+		char path[64];
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		if (!e && (r->dfds[i] = kiln__sys.open(path, O_RDONLY | O_DIRECT | O_CLOEXEC)) < 0)
+			e = errno;
+		if (e) {
+			io->res.direct_fallback = e;
+			close_direct(r);
+			return;
+		}
+		A = a > A ? a : A;
+		MA = ma > MA ? ma : MA;
 	}
-	/* Reopen the same open file, not the path: the path may name a newer file by now. */
-	char path[64];
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", io->fd);
-	int dfd = kiln__sys.open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
-	if (dfd < 0) {
-		io->res.direct_fallback = errno;
-		return;
-	}
-	r->dfd = dfd;
 	r->direct_ok = 1;
 	r->A = A;
 	r->MA = MA;
@@ -440,7 +471,7 @@ static void open_direct(struct run *r)
 int kiln__io_run(struct kiln__io *io, const struct kiln__range *ranges, size_t n, kiln_error *err)
 {
 	memset(&io->res, 0, sizeof(io->res));
-	struct run r = {.io = io, .ranges = ranges, .n = n, .dfd = -1, .err = err};
+	struct run r = {.io = io, .ranges = ranges, .n = n, .err = err};
 	int rc = 0;
 	if (io->direct && !io->mem)
 		open_direct(&r);
@@ -483,7 +514,6 @@ out:
 	free(r.slots);
 	free(r.buffer_used);
 	free(r.buffer_busy);
-	if (r.dfd >= 0)
-		close(r.dfd);
+	close_direct(&r);
 	return rc;
 }

@@ -58,7 +58,6 @@ int kiln__read_payload(struct kiln_dir *dir, const kiln_open_options *opts, kiln
 	struct kiln__io io = {
 	    .fd = dir->fd,
 	    .direct = opts && (opts->flags & KILN_OPEN_DIRECT),
-	    .file_size = dir->len,
 	    .chunk = opts && opts->chunk_size ? opts->chunk_size : KILN__CHUNK_DEFAULT,
 	    .qd = opts && opts->queue_depth ? opts->queue_depth : KILN__QD_DEFAULT,
 	    .engine = dir->info.source == KILN_SOURCE_URING ? KILN_ENGINE_URING : KILN_ENGINE_PREAD,

@@ -12,8 +12,8 @@
 
 /* The start every streaming call shares: clear *err and *result, copy the caller's options into
  * *o (all zero for NULL), and check them (size, flags, engine, limits, reserved words) and dir. */
-static int begin(const kiln_dir *dir, const kiln_stream_options *opts, kiln_stream_options *o,
-		 kiln_stream_result *result, kiln_error *err)
+static int begin_options(const kiln_stream_options *opts, kiln_stream_options *o,
+			 kiln_stream_result *result, kiln_error *err)
 {
 	kiln__clear_error(err);
 	if (result)
@@ -26,8 +26,6 @@ static int begin(const kiln_dir *dir, const kiln_stream_options *opts, kiln_stre
 						opts->size);
 		*o = *opts;
 	}
-	if (!dir)
-		return kiln__fail_inval(err, KILN_NO_INDEX, NULL, "dir is NULL");
 	if (o->flags & ~(uint32_t)KILN_STREAM_DIRECT || o->engine > KILN_ENGINE_PREAD)
 		return kiln__fail_inval(err, KILN_NO_INDEX, "flags",
 					"unknown stream flags 0x%x or engine %u", o->flags,
@@ -44,20 +42,31 @@ static int begin(const kiln_dir *dir, const kiln_stream_options *opts, kiln_stre
 	return 0;
 }
 
-/* Run the engine over `ranges` from the directory's file (or its borrowed buffer), staging
- * through o->staging when it is set. */
-static int run(const kiln_dir *dir, const kiln_stream_options *o, const struct kiln__range *ranges,
-	       size_t n, kiln_stream_result *result, kiln_error *err)
+static int begin(const kiln_dir *dir, const kiln_stream_options *opts, kiln_stream_options *o,
+		 kiln_stream_result *result, kiln_error *err)
+{
+	int rc = begin_options(opts, o, result, err);
+	if (!rc && !dir)
+		rc = kiln__fail_inval(err, KILN_NO_INDEX, NULL, "dir is NULL");
+	return rc;
+}
+
+/* Run the engine over `ranges` of the files `fds` (one queue for all of them), or of the single
+ * file `fd` when fds is NULL, or out of `mem` (a borrowed buffer), staging through o->staging
+ * when it is set. */
+static int run_files(const int *fds, uint32_t nfds, int fd, const uint8_t *mem,
+		     const kiln_stream_options *o, const struct kiln__range *ranges, size_t n,
+		     kiln_stream_result *result, kiln_error *err)
 {
 	struct kiln__io io = {
-	    .fd = dir->fd,
+	    .fd = fd,
+	    .fds = fds,
+	    .nfds = nfds,
 	    .direct = (o->flags & KILN_STREAM_DIRECT) != 0,
-	    .file_size = dir->len,
 	    .chunk = o->chunk_size ? o->chunk_size : KILN__CHUNK_DEFAULT,
 	    .qd = o->queue_depth ? o->queue_depth : KILN__QD_DEFAULT,
 	    .engine = o->engine == KILN_ENGINE_PREAD ? KILN_ENGINE_PREAD : KILN_ENGINE_URING,
-	    /* A borrowed buffer has no file behind it: copy from memory. */
-	    .mem = dir->info.source == KILN_SOURCE_BUFFER ? dir->base : NULL,
+	    .mem = mem,
 	    .staging = o->staging,
 	    .nstaging = o->staging_count,
 	    .staging_size = o->staging_size,
@@ -69,6 +78,34 @@ static int run(const kiln_dir *dir, const kiln_stream_options *o, const struct k
 	if (result)
 		*result = io.res;
 	return rc;
+}
+
+/* The engine over `ranges` of one directory's file (or its borrowed buffer). */
+static int run(const kiln_dir *dir, const kiln_stream_options *o, const struct kiln__range *ranges,
+	       size_t n, kiln_stream_result *result, kiln_error *err)
+{
+	/* A borrowed buffer has no file behind it: copy from memory. */
+	const uint8_t *mem = dir->info.source == KILN_SOURCE_BUFFER ? dir->base : NULL;
+	return run_files(NULL, 0, dir->fd, mem, o, ranges, n, result, err);
+}
+
+int kiln__stream_files(const int *fds, uint32_t nfds, const struct kiln__range *ranges, size_t n,
+		       void *const *dests, const kiln_stream_options *opts,
+		       kiln_stream_result *result, kiln_error *err)
+{
+	kiln_stream_options o;
+	int rc = begin_options(opts, &o, result, err);
+	if (rc)
+		return rc;
+	int staging = dests == NULL;
+	if (staging && (!o.staging || o.staging_count == 0 || o.staging_size == 0 || !o.on_chunk))
+		return kiln__fail_inval(
+		    err, KILN_NO_INDEX, "staging",
+		    "without destinations, staging buffers (count, size) and on_chunk "
+		    "are required");
+	if (!staging)
+		o.staging = NULL;
+	return run_files(fds, nfds, -1, NULL, &o, ranges, n, result, err);
 }
 
 int kiln_stream(const kiln_dir *dir, const uint32_t *tensors, uint32_t count, void *const *dests,
@@ -123,6 +160,102 @@ int kiln_tensor_read(const kiln_dir *dir, uint32_t index, void *dst, size_t cap,
 	struct kiln__range r = {
 	    .off = t->file_offset, .len = t->byte_length, .dst = dst, .tensor = index};
 	return run(dir, &o, &r, 1, NULL, err);
+}
+
+/* The runs of a slice or range go to the engine in batches of this many ranges, each batch's
+ * reads in flight together, so memory stays small whatever the number of runs. */
+#define RUN_BATCH 1024u
+
+static int read_runs(const kiln_dir *dir, const kiln_tensor *t, const struct kiln__runs *r,
+		     uint8_t *dst, kiln_chunk_fn on_chunk, void *ctx, kiln_error *err)
+{
+	if (!r->bytes)
+		return 0;
+	kiln_stream_options o = {.size = sizeof(o), .on_chunk = on_chunk, .ctx = ctx};
+	size_t cap = r->runs < RUN_BATCH ? (size_t)r->runs : RUN_BATCH;
+	struct kiln__range *ranges = calloc(cap, sizeof(*ranges));
+	if (!ranges)
+		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+	int rc = 0;
+	for (uint64_t k = 0; k < r->runs && !rc;) {
+		size_t n = r->runs - k < cap ? (size_t)(r->runs - k) : cap;
+		for (size_t j = 0; j < n; j++, k++)
+			ranges[j] =
+			    (struct kiln__range){.off = t->file_offset + r->first + k * r->stride,
+						 .len = r->len,
+						 .dst = dst + k * r->len,
+						 .tensor = t->index,
+						 .tensor_off = k * r->len};
+		rc = run(dir, &o, ranges, n, NULL, err);
+	}
+	free(ranges);
+	return rc;
+}
+
+static int fits(const kiln_tensor *t, uint64_t bytes, const void *dst, size_t cap, kiln_error *err)
+{
+	if (cap < bytes || (!dst && bytes))
+		return kiln__fail_inval(err, t->index, NULL,
+					"tensor %" PRIu32 ": %" PRIu64
+					" bytes to read; the buffer holds %zu",
+					t->index, bytes, dst ? cap : 0);
+	return 0;
+}
+
+int kiln_tensor_read_slice(const kiln_dir *dir, uint32_t index, const kiln_slice *s, void *dst,
+			   size_t cap, kiln_chunk_fn on_chunk, void *ctx, kiln_error *err)
+{
+	kiln__clear_error(err);
+	const kiln_tensor *t = kiln__tensor_or_fail(dir, index, err);
+	if (!t)
+		return KILN_INVAL;
+	struct kiln__runs r;
+	int rc = kiln__slice_runs(t, s, &r, err);
+	if (!rc)
+		rc = fits(t, r.bytes, dst, cap, err);
+	return rc ? rc : read_runs(dir, t, &r, dst, on_chunk, ctx, err);
+}
+
+int kiln_tensor_read_range(const kiln_dir *dir, uint32_t index, uint64_t offset, uint64_t length,
+			   void *dst, size_t cap, kiln_chunk_fn on_chunk, void *ctx,
+			   kiln_error *err)
+{
+	kiln__clear_error(err);
+	const kiln_tensor *t = kiln__tensor_or_fail(dir, index, err);
+	if (!t)
+		return KILN_INVAL;
+	uint64_t end;
+	if (kiln__add_overflows(offset, length, &end) || end > t->byte_length)
+		return kiln__fail_inval(err, index, "range",
+					"tensor %" PRIu32 ": bytes [%" PRIu64 ", +%" PRIu64
+					") pass its %" PRIu64 "-byte payload",
+					index, offset, length, t->byte_length);
+	int rc = fits(t, length, dst, cap, err);
+	struct kiln__runs r = {.runs = 1, .first = offset, .len = length, .bytes = length};
+	return rc ? rc : read_runs(dir, t, &r, dst, on_chunk, ctx, err);
+}
+
+int kiln_tensor_slice_data(const kiln_dir *dir, uint32_t index, const kiln_slice *s,
+			   const void **data, uint64_t *bytes, kiln_error *err)
+{
+	kiln__clear_error(err);
+	if (!data || !bytes)
+		return kiln__fail_inval(err, index, NULL, "data or bytes is NULL");
+	const kiln_tensor *t = kiln__tensor_or_fail(dir, index, err);
+	if (!t)
+		return KILN_INVAL;
+	struct kiln__runs r;
+	int rc = kiln__slice_runs(t, s, &r, err);
+	if (rc)
+		return rc;
+	if (r.runs > 1)
+		return kiln__fail(err, KILN_UNSUPPORTED, index, "slice", KILN_NO_OFFSET,
+				  "tensor %" PRIu32 ": a slice of axis %" PRIu32 " is %" PRIu64
+				  " runs, not one; read it with kiln_tensor_read_slice()",
+				  index, s->axis, r.runs);
+	*data = dir->base ? (const uint8_t *)t->data + r.first : NULL;
+	*bytes = r.bytes;
+	return 0;
 }
 
 /* Without the caller's staging buffers: this many of chunk_size bytes. Enough requests in flight

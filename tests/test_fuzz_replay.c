@@ -102,3 +102,8 @@ Test(replay, lookup)
 {
 	replay("lookup", kiln_fuzz_lookup);
 }
+
+Test(replay, safetensors)
+{
+	replay("safetensors", kiln_fuzz_safetensors);
+}

@@ -370,6 +370,60 @@ KILN_API const kiln_tensor *kiln_tensor_outer(const kiln_dir *dir, const kiln_te
 KILN_API int kiln_validate(const void *buf, size_t len, uint32_t flags, kiln_error *err);
 
 /* ---------------------------------------------------------------------------------------------
+ * Sets: several files as one model
+ *
+ * A model too large for one file's name heap is a shard series STEM-00001-of-0000N.klnt (what
+ * the converters write). A set opens every shard with kiln_dir_open (each is validated alone,
+ * with the same options, so scale references stay inside a shard) and adds one namespace: a
+ * global index and O(1) lookup by name across the shards. A name in two shards is TYPE.
+ * Views come from the shards' directories and live until kiln_set_close(); to copy, stream,
+ * hint or pin a tensor, pass its shard's directory (kiln_set_shard()) and the view's index.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct kiln_set kiln_set;
+
+/*
+ * Open `count` paths as one set. One path that is a series name opens the whole series, its
+ * siblings found by name beside it; one other path is a set of one file. A list is either the
+ * whole of one series (any order) or files that are no series at all (kept in the given
+ * order). Returns 0 and *out, or: IO naming a missing shard ("shard 2 of 3 is missing"); INVAL
+ * for a list that mixes series and other names, names two series, repeats a shard or leaves
+ * one out, and for another series of the same stem with a different shard count beside it;
+ * TYPE for a name in two shards (the message names both files); every error of
+ * kiln_dir_open() for a shard, with the shard's path in the message.
+ */
+KILN_API int kiln_set_open(const char *const *paths, uint32_t count, const kiln_open_options *opts,
+			   kiln_set **out, kiln_error *err);
+
+/* Close every shard. NULL is accepted. Views and pointers from the set die here. */
+KILN_API void kiln_set_close(kiln_set *set);
+
+/* Number of shards; 0 for NULL. */
+KILN_API uint32_t kiln_set_shards(const kiln_set *set);
+
+/* Shard `shard`'s directory (owned by the set: do not close it), or NULL when out of range. */
+KILN_API kiln_dir *kiln_set_shard(const kiln_set *set, uint32_t shard);
+
+/* Shard `shard`'s path, or NULL when out of range. */
+KILN_API const char *kiln_set_path(const kiln_set *set, uint32_t shard);
+
+/* Tensors in all shards. */
+KILN_API uint64_t kiln_set_count(const kiln_set *set);
+
+/* The view of tensor `index` of the whole set (shard 0's tensors first, then shard 1's, ...),
+ * or NULL when out of range; *shard (when not NULL) receives its shard. O(log shards). */
+KILN_API const kiln_tensor *kiln_set_tensor(const kiln_set *set, uint64_t index, uint32_t *shard);
+
+/* The tensor named exactly by the `len` bytes at `name` in any shard, or NULL; *shard (when not
+ * NULL) receives its shard. O(1) expected. */
+KILN_API const kiln_tensor *kiln_set_find(const kiln_set *set, const char *name, size_t len,
+					  uint32_t *shard);
+
+/* kiln_set_find() with a NUL-terminated name. */
+KILN_API const kiln_tensor *kiln_set_find_cstr(const kiln_set *set, const char *name,
+					       uint32_t *shard);
+
+/* ---------------------------------------------------------------------------------------------
  * Loading: hints, owned copies, streaming reads, pinning
  * ------------------------------------------------------------------------------------------- */
 
@@ -488,6 +542,16 @@ KILN_API int kiln_stream(const kiln_dir *dir, const uint32_t *tensors, uint32_t 
 			 kiln_stream_result *result, kiln_error *err);
 
 /*
+ * kiln_stream() over a set: the payloads of `count` tensors given by their set index (NULL: all,
+ * in order) from any shards, with one queue of reads in flight across the files. chunk->tensor is
+ * the set index. Same options, modes, callbacks and errors as kiln_stream(); INVAL as well for a
+ * set of more than 2^32 - 1 tensors.
+ */
+KILN_API int kiln_set_stream(const kiln_set *set, const uint64_t *tensors, uint32_t count,
+			     void *const *dests, const kiln_stream_options *opts,
+			     kiln_stream_result *result, kiln_error *err);
+
+/*
  * Read tensor `index` into dst[0, cap) with the stream engine's defaults: io_uring (falling back
  * to pread where it is unavailable), 4 MiB chunks, up to 32 in flight. on_chunk (optional) is
  * called with ctx as each chunk lands in dst, so a copy to a device can start while later chunks
@@ -515,6 +579,60 @@ KILN_API int kiln_tensor_read(const kiln_dir *dir, uint32_t index, void *dst, si
  */
 KILN_API int kiln_dir_read_all(const kiln_dir *dir, const kiln_stream_options *opts,
 			       kiln_stream_result *result, kiln_error *err);
+
+/*
+ * Slices: part of a tensor, for tensor parallelism. A slice keeps indices [start, stop) of one
+ * axis and every index of the others; its bytes are those elements, row-major, packed like the
+ * tensor (the tensor's shape with that axis cut to stop - start). Axis 0 (or any axis after
+ * axes of size 1) is one contiguous run of the payload; an inner axis is one run per index of
+ * the axes before it.
+ *
+ * Where a slice may be cut: anywhere for whole-byte dtypes; on whole bytes for 4-bit dtypes (an
+ * axis whose inner elements are odd in number cuts only at even indices, or at its end for the
+ * first axis); on whole blocks for opaque layouts, taken as rows (every axis but the last) of
+ * blocks that each hold the same number of elements of the last axis. Anything else is INVAL
+ * with a message giving the nearest valid bounds. The whole axis is always a valid slice.
+ */
+typedef struct kiln_slice {
+	uint32_t axis;
+	uint32_t reserved; /* zero */
+	uint64_t start, stop;
+} kiln_slice;
+
+/* Check slice `s` of tensor `t` and set *bytes to the bytes it takes. Returns 0 or INVAL (axis,
+ * range, or bounds that cut a byte or a block: the message gives the nearest valid ones). */
+KILN_API int kiln_slice_size(const kiln_tensor *t, const kiln_slice *s, uint64_t *bytes,
+			     kiln_error *err);
+
+/* Rank `rank` of `world`'s even share of axis `axis` of `t`: whole granules (bytes or blocks)
+ * split as evenly as they go, ranks in order, so the shares tile the axis. Returns 0 and *out,
+ * or INVAL (rank >= world, no such axis, an axis that cannot be cut). */
+KILN_API int kiln_slice_share(const kiln_tensor *t, uint32_t axis, uint32_t rank, uint32_t world,
+			      kiln_slice *out, kiln_error *err);
+
+/*
+ * Read slice `s` of tensor `index` into dst[0, cap) (cap >= kiln_slice_size()). Reads only the
+ * slice's bytes: one read per run, split in chunks, all in flight together through io_uring
+ * (pread where unavailable; memcpy for a borrowed buffer). on_chunk (optional) sees each chunk
+ * as it lands, with chunk->offset its offset in dst. Returns 0, INVAL (bad slice, index, cap),
+ * CANCELED, NOMEM, IO (a file that ends early is EIO, never SIGBUS).
+ */
+KILN_API int kiln_tensor_read_slice(const kiln_dir *dir, uint32_t index, const kiln_slice *s,
+				    void *dst, size_t cap, kiln_chunk_fn on_chunk, void *ctx,
+				    kiln_error *err);
+
+/* Read bytes [offset, offset + length) of tensor `index`'s payload into dst[0, cap), like
+ * kiln_tensor_read_slice(). INVAL when the range passes the payload's end or cap < length. */
+KILN_API int kiln_tensor_read_range(const kiln_dir *dir, uint32_t index, uint64_t offset,
+				    uint64_t length, void *dst, size_t cap, kiln_chunk_fn on_chunk,
+				    void *ctx, kiln_error *err);
+
+/* Zero copy: when slice `s` is one contiguous run (axis 0, or only size-1 axes before it), set
+ * *data to its first byte in the directory's memory (the mapping, the owned block or the
+ * buffer; valid until close) and *bytes to its length. UNSUPPORTED when the slice needs more
+ * than one run (read it with kiln_tensor_read_slice()); INVAL for a bad slice. */
+KILN_API int kiln_tensor_slice_data(const kiln_dir *dir, uint32_t index, const kiln_slice *s,
+				    const void **data, uint64_t *bytes, kiln_error *err);
 
 /*
  * Called by kiln_tensor_pin(), on its thread, with each newly pinned range after mlock: the place

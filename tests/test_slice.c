@@ -1,0 +1,348 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Slices and byte ranges: every source, every dtype class (whole bytes, 4-bit, opaque blocks),
+ * every axis, against a reference slicing done here element by element (or block by block);
+ * empty and out-of-range slices; bounds that cut a byte or a block; the even share of a rank;
+ * zero-copy views of contiguous slices; a file truncated after open.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "helpers.h"
+
+enum { NT = 6 };
+static kiln_tensor_spec spec[NT];
+static uint8_t *data[NT];
+static char *path;
+static blob file;
+
+/* An opaque layout like GGUF's Q4_0: 18-byte blocks of 32 elements along the last axis. */
+#define BLOCK_BYTES 18
+#define BLOCK_ELEMS 32
+
+static void make_file(void)
+{
+	static const struct {
+		const char *name;
+		uint16_t dtype;
+		uint8_t rank;
+		uint64_t shape[3];
+	} t[NT] = {
+	    {"u8", KILN_DT_U8, 3, {4, 6, 5}},         {"f32", KILN_DT_F32, 2, {3, 4}},
+	    {"u4.even", KILN_DT_U4, 2, {4, 6}},       {"u4.odd", KILN_DT_U4, 2, {3, 5}},
+	    {"q", 4096 + 2, 2, {4, 2 * BLOCK_ELEMS}}, {"bf16.r3", KILN_DT_BF16, 3, {2, 3, 2}},
+	};
+	uint64_t x = 99;
+	for (int i = 0; i < NT; i++) {
+		uint64_t count = 1;
+		for (int k = 0; k < t[i].rank; k++)
+			count *= t[i].shape[k];
+		int opaque = t[i].dtype >= 4096;
+		uint64_t len = opaque ? count / BLOCK_ELEMS * BLOCK_BYTES
+				      : (count * kiln_dtype_bits(t[i].dtype) + 7) / 8;
+		data[i] = malloc(len);
+		for (uint64_t k = 0; k < len; k++) {
+			x = x * 6364136223846793005ull + 1442695040888963407ull;
+			data[i][k] = (uint8_t)(x >> 56);
+		}
+		if (t[i].dtype == KILN_DT_U4 && (count & 1))
+			data[i][len - 1] &= 0x0F;
+		spec[i] = (kiln_tensor_spec){.name = t[i].name,
+					     .name_len = strlen(t[i].name),
+					     .dtype = t[i].dtype,
+					     .rank = t[i].rank,
+					     .data = data[i],
+					     .byte_length = opaque ? len : 0};
+		memcpy(spec[i].shape, t[i].shape, sizeof(t[i].shape));
+		if (opaque) {
+			spec[i].layout = "Q4_0";
+			spec[i].layout_len = 4;
+			spec[i].block_size = BLOCK_BYTES;
+		}
+	}
+	file = build(spec, NT);
+	path = write_temp(file.p, file.len);
+}
+
+static void drop_file(void)
+{
+	unlink(path);
+	free(path);
+	blob_free(&file);
+	for (int i = 0; i < NT; i++)
+		free(data[i]);
+}
+
+TestSuite(slice, .init = make_file, .fini = drop_file);
+
+/* --- the reference: element (or block) by element ------------------------------------------ */
+
+static unsigned nibble(const uint8_t *p, uint64_t e)
+{
+	return (p[e / 2] >> (e & 1 ? 4 : 0)) & 0xF;
+}
+
+/* Slice `s` of spec[i] computed by index arithmetic; returns the bytes (malloc'd), *len set. */
+static uint8_t *reference(int i, const kiln_slice *s, uint64_t *len)
+{
+	const kiln_tensor_spec *t = &spec[i];
+	uint64_t shape[8];
+	memcpy(shape, t->shape, sizeof(shape));
+	int opaque = t->dtype >= 4096;
+	unsigned bits = opaque ? 0 : kiln_dtype_bits(t->dtype);
+	/* Opaque: the unit is a block along the last axis. */
+	if (opaque)
+		shape[t->rank - 1] /= BLOCK_ELEMS;
+	uint64_t start = s->start, stop = s->stop;
+	if (opaque && s->axis == t->rank - 1u) /* valid bounds are whole blocks, or empty */
+		start /= BLOCK_ELEMS, stop = s->start == s->stop ? start : stop / BLOCK_ELEMS;
+	uint64_t out_shape[8], n = 1, total = 1;
+	for (int k = 0; k < t->rank; k++) {
+		out_shape[k] = (unsigned)k == s->axis ? stop - start : shape[k];
+		n *= out_shape[k];
+		total *= shape[k];
+	}
+	uint64_t unit = opaque ? BLOCK_BYTES : bits / 8; /* bytes per unit; 0 for 4-bit */
+	*len = bits == 4 ? (n + 1) / 2 : n * unit;
+	uint8_t *out = calloc(*len + 1, 1);
+	(void)total;
+	for (uint64_t e = 0; e < n; e++) {
+		/* index of element e of the slice, in the tensor */
+		uint64_t rem = e, src = 0, mul = 1;
+		for (int k = t->rank - 1; k >= 0; k--) {
+			uint64_t idx = rem % out_shape[k];
+			rem /= out_shape[k];
+			if ((unsigned)k == s->axis)
+				idx += start;
+			src += idx * mul;
+			mul *= shape[k];
+		}
+		if (bits == 4)
+			out[e / 2] |= (uint8_t)(nibble(t->data, src) << (e & 1 ? 4 : 0));
+		else
+			memcpy(out + e * unit, (const uint8_t *)t->data + src * unit, unit);
+	}
+	return out;
+}
+
+/* --- every slice of every axis, every source ----------------------------------------------- */
+
+static kiln_dir *open_source(unsigned source)
+{
+	kiln_dir *dir;
+	kiln_error err;
+	if (source == KILN_SOURCE_BUFFER)
+		cr_assert_eq(kiln_dir_parse(file.p, file.len, NULL, &dir, &err), 0, "%s",
+			     err.message);
+	else
+		cr_assert_eq(
+		    kiln_dir_open(path, &(kiln_open_options){.source = source}, &dir, &err), 0,
+		    "%s", err.message);
+	return dir;
+}
+
+/* Slice every valid [a, b) of every axis; the invalid ones must say why. */
+static void every_slice(kiln_dir *dir, const char *what)
+{
+	for (uint32_t i = 0; i < NT; i++) {
+		const kiln_tensor *t = kiln_dir_tensor(dir, i);
+		for (uint32_t axis = 0; axis < t->rank; axis++) {
+			uint64_t dim = t->shape[axis];
+			for (uint64_t a = 0; a <= dim; a++)
+				for (uint64_t b = a; b <= dim; b++) {
+					kiln_slice s = {.axis = axis, .start = a, .stop = b};
+					kiln_error err;
+					uint64_t bytes = 0;
+					int rc = kiln_slice_size(t, &s, &bytes, &err);
+					if (rc) {
+						cr_assert_eq(rc, KILN_INVAL);
+						cr_assert_not_null(strstr(err.message, "nearest"),
+								   "%s: %s", what, err.message);
+						cr_assert_neq(t->dtype, KILN_DT_U8,
+							      "whole bytes slice anywhere");
+						continue;
+					}
+					uint64_t want_len;
+					uint8_t *want = reference((int)i, &s, &want_len);
+					cr_assert_eq(bytes, want_len, "%s %s axis %u [%llu, %llu)",
+						     what, spec[i].name, axis,
+						     (unsigned long long)a, (unsigned long long)b);
+					uint8_t *got = malloc(bytes + 1);
+					cr_assert_eq(kiln_tensor_read_slice(dir, i, &s, got, bytes,
+									    NULL, NULL, &err),
+						     0, "%s", err.message);
+					cr_assert_eq(memcmp(got, want, bytes), 0,
+						     "%s %s axis %u [%llu, %llu): wrong bytes",
+						     what, spec[i].name, axis,
+						     (unsigned long long)a, (unsigned long long)b);
+					free(got);
+					free(want);
+				}
+		}
+	}
+}
+
+Test(slice, every_axis_every_source)
+{
+	static const unsigned sources[] = {KILN_SOURCE_MMAP, KILN_SOURCE_READ, KILN_SOURCE_URING,
+					   KILN_SOURCE_BUFFER};
+	for (size_t k = 0; k < sizeof(sources) / sizeof(sources[0]); k++) {
+		kiln_dir *dir = open_source(sources[k]);
+		every_slice(dir, kiln_source_name(sources[k]));
+		kiln_dir_close(dir);
+	}
+}
+
+Test(slice, cuts_that_split_a_byte_or_a_block)
+{
+	kiln_dir *dir = open_source(KILN_SOURCE_MMAP);
+	kiln_error err;
+	uint64_t bytes;
+	/* u4 [3, 5]: 5 nibbles a row, so axis 0 cuts at even rows (or the end). */
+	const kiln_tensor *odd = kiln_dir_find_cstr(dir, "u4.odd");
+	kiln_slice s = {.axis = 0, .start = 1, .stop = 3};
+	cr_assert_eq(kiln_slice_size(odd, &s, &bytes, &err), KILN_INVAL);
+	cr_assert_not_null(strstr(err.message, "nearest that do are [0, 3)"), "%s", err.message);
+	s = (kiln_slice){.axis = 0, .start = 2, .stop = 3}; /* the tail, padding nibble and all */
+	cr_assert_eq(kiln_slice_size(odd, &s, &bytes, &err), 0, "%s", err.message);
+	cr_assert_eq(bytes, 3);
+	/* ...and axis 1 only whole. */
+	s = (kiln_slice){.axis = 1, .start = 0, .stop = 2};
+	cr_assert_eq(kiln_slice_size(odd, &s, &bytes, &err), KILN_INVAL);
+	s = (kiln_slice){.axis = 1, .start = 0, .stop = 5};
+	cr_assert_eq(kiln_slice_size(odd, &s, &bytes, &err), 0);
+	/* The opaque tensor's last axis cuts every 32 elements (one 18-byte block). */
+	const kiln_tensor *q = kiln_dir_find_cstr(dir, "q");
+	s = (kiln_slice){.axis = 1, .start = 16, .stop = 64};
+	cr_assert_eq(kiln_slice_size(q, &s, &bytes, &err), KILN_INVAL);
+	cr_assert_not_null(strstr(err.message, "every 32 indices (whole blocks)"), "%s",
+			   err.message);
+	cr_assert_not_null(strstr(err.message, "[0, 64)"), "%s", err.message);
+	s.start = 32;
+	cr_assert_eq(kiln_slice_size(q, &s, &bytes, &err), 0);
+	cr_assert_eq(bytes, 4 * BLOCK_BYTES);
+	kiln_dir_close(dir);
+}
+
+Test(slice, empty_and_out_of_range)
+{
+	kiln_dir *dir = open_source(KILN_SOURCE_MMAP);
+	const kiln_tensor *t = kiln_dir_find_cstr(dir, "u8");
+	kiln_error err;
+	uint64_t bytes = 1;
+	kiln_slice s = {.axis = 1, .start = 3, .stop = 3};
+	cr_assert_eq(kiln_slice_size(t, &s, &bytes, &err), 0);
+	cr_assert_eq(bytes, 0);
+	cr_assert_eq(kiln_tensor_read_slice(dir, t->index, &s, NULL, 0, NULL, NULL, &err), 0);
+	s = (kiln_slice){.axis = 1, .start = 2, .stop = 7};
+	cr_assert_eq(kiln_slice_size(t, &s, &bytes, &err), KILN_INVAL);
+	cr_assert_str_eq(err.field, "slice");
+	s = (kiln_slice){.axis = 1, .start = 4, .stop = 2};
+	cr_assert_eq(kiln_slice_size(t, &s, &bytes, &err), KILN_INVAL);
+	s = (kiln_slice){.axis = 3, .start = 0, .stop = 1};
+	cr_assert_eq(kiln_slice_size(t, &s, &bytes, &err), KILN_INVAL);
+	cr_assert_str_eq(err.field, "axis");
+	s = (kiln_slice){.axis = 0, .reserved = 1, .stop = 1};
+	cr_assert_eq(kiln_slice_size(t, &s, &bytes, &err), KILN_INVAL);
+	/* A destination too small, a bad index. */
+	s = (kiln_slice){.axis = 0, .start = 0, .stop = 2};
+	uint8_t small[8];
+	cr_assert_eq(
+	    kiln_tensor_read_slice(dir, t->index, &s, small, sizeof(small), NULL, NULL, &err),
+	    KILN_INVAL);
+	cr_assert_eq(kiln_tensor_read_slice(dir, 99, &s, small, sizeof(small), NULL, NULL, &err),
+		     KILN_INVAL);
+	kiln_dir_close(dir);
+}
+
+Test(slice, shares_tile_the_axis)
+{
+	kiln_dir *dir = open_source(KILN_SOURCE_URING);
+	kiln_error err;
+	for (uint32_t i = 0; i < NT; i++) {
+		const kiln_tensor *t = kiln_dir_tensor(dir, i);
+		for (uint32_t world = 1; world <= 5; world++) {
+			uint64_t next = 0, total = 0;
+			for (uint32_t r = 0; r < world; r++) {
+				kiln_slice s;
+				int rc = kiln_slice_share(t, 0, r, world, &s, &err);
+				cr_assert_eq(rc, 0, "%s share %u of %u: %s", spec[i].name, r, world,
+					     err.message);
+				cr_assert_eq(s.start, next, "%s: shares must tile", spec[i].name);
+				next = s.stop;
+				uint64_t b;
+				cr_assert_eq(kiln_slice_size(t, &s, &b, &err), 0);
+				total += b;
+			}
+			cr_assert_eq(next, t->shape[0]);
+			cr_assert_eq(total, t->byte_length, "%s: the shares hold every byte",
+				     spec[i].name);
+		}
+	}
+	kiln_slice s;
+	cr_assert_eq(kiln_slice_share(kiln_dir_tensor(dir, 0), 0, 4, 4, &s, &err), KILN_INVAL);
+	cr_assert_eq(kiln_slice_share(kiln_dir_tensor(dir, 0), 0, 0, 0, &s, &err), KILN_INVAL);
+	kiln_dir_close(dir);
+}
+
+Test(slice, contiguous_slices_are_zero_copy)
+{
+	static const unsigned sources[] = {KILN_SOURCE_MMAP, KILN_SOURCE_READ, KILN_SOURCE_BUFFER};
+	for (size_t k = 0; k < 3; k++) {
+		kiln_dir *dir = open_source(sources[k]);
+		const kiln_tensor *t = kiln_dir_find_cstr(dir, "f32");
+		kiln_error err;
+		const void *p;
+		uint64_t bytes;
+		kiln_slice s = {.axis = 0, .start = 1, .stop = 3};
+		cr_assert_eq(kiln_tensor_slice_data(dir, t->index, &s, &p, &bytes, &err), 0, "%s",
+			     err.message);
+		cr_assert_eq(p, (const uint8_t *)t->data + 16);
+		cr_assert_eq(bytes, 32);
+		s = (kiln_slice){.axis = 1, .start = 1, .stop = 3};
+		cr_assert_eq(kiln_tensor_slice_data(dir, t->index, &s, &p, &bytes, &err),
+			     KILN_UNSUPPORTED);
+		kiln_dir_close(dir);
+	}
+}
+
+Test(slice, byte_ranges)
+{
+	kiln_dir *dir = open_source(KILN_SOURCE_MMAP);
+	const kiln_tensor *t = kiln_dir_find_cstr(dir, "u8");
+	kiln_error err;
+	uint8_t buf[64];
+	cr_assert_eq(
+	    kiln_tensor_read_range(dir, t->index, 17, 40, buf, sizeof(buf), NULL, NULL, &err), 0,
+	    "%s", err.message);
+	cr_assert_eq(memcmp(buf, data[0] + 17, 40), 0);
+	cr_assert_eq(
+	    kiln_tensor_read_range(dir, t->index, 100, 21, buf, sizeof(buf), NULL, NULL, &err),
+	    KILN_INVAL); /* 120 bytes: [100, 121) passes the end */
+	cr_assert_eq(kiln_tensor_read_range(dir, t->index, UINT64_MAX, 2, buf, sizeof(buf), NULL,
+					    NULL, &err),
+		     KILN_INVAL);
+	kiln_dir_close(dir);
+}
+
+Test(slice, truncated_after_open_is_io)
+{
+	char *copy = write_temp(file.p, file.len);
+	kiln_dir *dir;
+	kiln_error err;
+	cr_assert_eq(kiln_dir_open(copy, NULL, &dir, &err), 0);
+	cr_assert_eq(truncate(copy, 64), 0);
+	const kiln_tensor *t = kiln_dir_find_cstr(dir, "u8");
+	kiln_slice s = {.axis = 2, .start = 1, .stop = 4};
+	uint8_t buf[128];
+	cr_assert_eq(kiln_tensor_read_slice(dir, t->index, &s, buf, sizeof(buf), NULL, NULL, &err),
+		     KILN_IO);
+	cr_assert_eq(err.sys_errno, EIO);
+	kiln_dir_close(dir);
+	unlink(copy);
+	free(copy);
+}
