@@ -289,6 +289,29 @@ for cmd in import export; do
 	expect 0 "$KLNT" "$cmd" --help
 	has "$TMP/out" "usage: klnt $cmd"
 done
+# safetensors -> KLNT (one file, or a series) -> safetensors gives the same bytes, metadata
+# included (the header as the reference writer lays it out: padded with spaces to 8 bytes)
+hdr='{"__metadata__":{"format":"pt"},"b":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[],"data_offsets":[8,12]}}   '
+{
+	printf '\220\0\0\0\0\0\0\0'
+	printf '%s' "$hdr"
+	printf '\001\002\003\004\005\006\007\010\011\012\013\014'
+} >"$TMP/m.safetensors"
+expect 0 "$KLNT" import -o "$TMP/st.klnt" "$TMP/m.safetensors"
+has "$TMP/out" "wrote $TMP/st.klnt: 2 tensors, 12 payload bytes"
+expect 0 "$KLNT" inspect "$TMP/st.klnt"
+has "$TMP/out" "metadata         safetensors, 1 key"
+expect 0 "$KLNT" export --to safetensors -o "$TMP/back.safetensors" "$TMP/st.klnt"
+has "$TMP/out" "wrote $TMP/back.safetensors: 2 tensors, 12 payload bytes"
+cmp -s "$TMP/m.safetensors" "$TMP/back.safetensors" && ok || bad "safetensors round trip differs"
+mkdir "$TMP/stser"
+expect 0 "$KLNT" import --max-shard-size 1 -o "$TMP/stser/st.klnt" "$TMP/m.safetensors"
+has "$TMP/out" "(2 files)"
+expect 0 "$KLNT" export --to safetensors -o "$TMP/back2.safetensors" "$TMP"/stser/st-0000*.klnt
+cmp -s "$TMP/m.safetensors" "$TMP/back2.safetensors" && ok || bad "series round trip differs"
+# a tensor safetensors cannot express: an error, and nothing written
+expect 3 "$KLNT" export --to safetensors -o "$TMP/n.safetensors" "$TMP/gen.klnt"
+[ ! -e "$TMP/n.safetensors" ] && ok || bad "a failed export wrote its output"
 if command -v script >/dev/null 2>&1; then # progress on a terminal only
 	script -qc "'$KLNT' import -o '$TMP/tty.klnt' '$TMP/gen.klnt'" /dev/null >"$TMP/out" 2>&1
 	has "$TMP/out" "klnt import: "
