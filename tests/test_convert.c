@@ -236,6 +236,15 @@ Test(klnt, long_names_force_a_series)
 	cr_assert_str_eq(res.first, paths[0]);
 	cr_assert_eq(count_entries(dir), 4);
 	expect_series(paths, 4, &m);
+	/* the core opens the series as one model from its first shard's name */
+	kiln_set *set;
+	cr_assert_eq(kiln_set_open((const char *const *)paths, 1, NULL, &set, &err), 0, "%s",
+		     err.message);
+	cr_assert_eq(kiln_set_shards(set), 4);
+	cr_assert_eq(kiln_set_count(set), 41); /* and the metadata tensor */
+	for (uint32_t i = 0; i < m.n; i++)
+		cr_assert(kiln_set_find(set, m.tensors[i].name, m.tensors[i].name_len, NULL));
+	kiln_set_close(set);
 	kc_model_init(&r);
 	cr_assert_eq(kc_klnt_read(&r, (const char *const *)paths, 4, &err), 0, "%s", err.message);
 	expect_same(&m, &r);
