@@ -146,3 +146,27 @@ int kc_copy_payload(const struct kc_model *m, const struct kc_tensor *t, int fd,
 	}
 	return 0;
 }
+
+int kc_write_atomic(const char *path, int (*fill)(void *ctx, int fd, kiln_error *err), void *ctx,
+		    kiln_error *err)
+{
+	/* UNSYNCED comes back as is: the file is complete and in place, not yet durable. */
+	return kiln_write_atomic(path, fill, ctx, 0, err);
+}
+
+json_object *kc_json_parse_object(const char *text, size_t len)
+{
+	if (len > INT32_MAX)
+		return NULL;
+	json_tokener *tok = json_tokener_new_ex(KC_JSON_DEPTH);
+	if (!tok)
+		return NULL;
+	json_object *doc = json_tokener_parse_ex(tok, text, (int)len);
+	if (json_tokener_get_error(tok) != json_tokener_success ||
+	    json_tokener_get_parse_end(tok) != len || !json_object_is_type(doc, json_type_object)) {
+		json_object_put(doc);
+		doc = NULL;
+	}
+	json_tokener_free(tok);
+	return doc;
+}

@@ -90,9 +90,14 @@ int kc_copy_payload(const struct kc_model *m, const struct kc_tensor *t, int fd,
 
 /* Write a file atomically: create a temporary (O_TMPFILE where possible) beside `path`, let
  * `fill` write it through fd, fsync, and link it into place; on any failure or cancellation
- * nothing is left behind. */
+ * nothing is left behind (kiln_write_atomic with flags 0: UNSYNCED means written, not durable). */
 int kc_write_atomic(const char *path, int (*fill)(void *ctx, int fd, kiln_error *err), void *ctx,
 		    kiln_error *err);
+
+/* Parse text[0..len) as one JSON object (nothing after it, nesting up to KC_JSON_DEPTH levels);
+ * NULL when it is not one. The caller owns the result. */
+#define KC_JSON_DEPTH 512
+json_object *kc_json_parse_object(const char *text, size_t len);
 
 /* Format modules. Readers append to m (tensors and sources) and fill m->meta. */
 int kc_gguf_read(struct kc_model *m, const char *const *paths, uint32_t n, kiln_error *err);

@@ -315,14 +315,15 @@ out:
 }
 
 /*
- * kiln_write_file. The new file is built where the target lives, so that rename() can swap it in
- * atomically, and it stays invisible until it is complete:
+ * kiln_write_atomic (under kiln_write_file, and the converters' writers). The new file is built
+ * where the target lives, so that rename() can swap it in atomically, and it stays invisible until
+ * it is complete:
  *
  * 1. resolve: follow a symlink at `path` to the file it names (the link stays a link), note the
  *    mode and owner of the file being replaced;
  * 2. create: an O_TMPFILE in that directory, which has no name at all (a crash or kill leaves
  *    nothing behind); where the file system refuses O_TMPFILE, a file with a random name;
- * 3. write and fsync;
+ * 3. let the caller's fill write it, then fsync;
  * 4. publish: link the anonymous file to the target name when nothing is there, else to a random
  *    name that rename() then moves over the target;
  * 5. fsync the directory, so the new name survives a crash.
@@ -534,40 +535,6 @@ static int write_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
-/* The block: head, then each payload after its zero pad, streamed in chunks. */
-static int write_block(struct wfile *w, const struct plan *p, const kiln_tensor_spec *tensors,
-		       uint8_t *chunk, kiln_error *err)
-{
-	static const uint8_t zeros[64];
-	int e = write_all(w->fd, p->head, (size_t)p->payload_base);
-	uint64_t cursor = 0;
-	for (uint32_t i = 0; i < p->n && !e; i++) {
-		e = write_all(w->fd, zeros, (size_t)(p->offsets[i] - cursor));
-		uint64_t len = p->lengths[i];
-		uint8_t last = 0;
-		for (uint64_t done = 0; done < len && !e; done += CHUNK) {
-			size_t step = len - done < CHUNK ? (size_t)(len - done) : CHUNK;
-			const uint8_t *src = chunk;
-			if (tensors[i].data)
-				src = (const uint8_t *)tensors[i].data + done;
-			else {
-				int rc = produce(&tensors[i], i, done, chunk, step, err);
-				if (rc)
-					return rc;
-			}
-			e = write_all(w->fd, src, step);
-			last = src[step - 1];
-		}
-		if (!e && len) {
-			int rc = check_nibble(&tensors[i], i, last, err);
-			if (rc)
-				return rc;
-		}
-		cursor = p->offsets[i] + len;
-	}
-	return e ? step_fail(err, w, KILN_IO, e, "write failed") : 0;
-}
-
 /* Give the finished file the target's name. Until the rename, `path` is untouched. */
 static int publish(struct wfile *w, kiln_error *err)
 {
@@ -616,29 +583,76 @@ static int sync_dir(struct wfile *w, kiln_error *err)
 			 "in place but not durable, its directory cannot be synced");
 }
 
-int kiln_write_file(const char *path, const kiln_tensor_spec *tensors, uint32_t count,
-		    uint32_t flags, kiln_error *err)
+/* kiln_write_file's fill: the block, head, then each payload after its zero pad, streamed in
+ * chunks. */
+struct block_fill {
+	const char *path;
+	const struct plan *p;
+	const kiln_tensor_spec *tensors;
+	uint8_t *chunk;
+};
+
+static int write_block(void *ctx, int fd, kiln_error *err)
+{
+	static const uint8_t zeros[64];
+	const struct block_fill *b = ctx;
+	const struct plan *p = b->p;
+	const kiln_tensor_spec *tensors = b->tensors;
+	int e = write_all(fd, p->head, (size_t)p->payload_base);
+	uint64_t cursor = 0;
+	for (uint32_t i = 0; i < p->n && !e; i++) {
+		e = write_all(fd, zeros, (size_t)(p->offsets[i] - cursor));
+		uint64_t len = p->lengths[i];
+		uint8_t last = 0;
+		for (uint64_t done = 0; done < len && !e; done += CHUNK) {
+			size_t step = len - done < CHUNK ? (size_t)(len - done) : CHUNK;
+			const uint8_t *src = b->chunk;
+			if (tensors[i].data)
+				src = (const uint8_t *)tensors[i].data + done;
+			else {
+				int rc = produce(&tensors[i], i, done, b->chunk, step, err);
+				if (rc)
+					return rc;
+			}
+			e = write_all(fd, src, step);
+			last = src[step - 1];
+		}
+		if (!e && len) {
+			int rc = check_nibble(&tensors[i], i, last, err);
+			if (rc)
+				return rc;
+		}
+		cursor = p->offsets[i] + len;
+	}
+	return e ? kiln__fail_sys(err, KILN_IO, e, "%s: write failed: %s", b->path, strerror(e))
+		 : 0;
+}
+
+int kiln_write_atomic(const char *path, int (*fill)(void *ctx, int fd, kiln_error *err), void *ctx,
+		      uint32_t flags, kiln_error *err)
 {
 	kiln__clear_error(err);
 	if (!path)
 		return kiln__fail_inval(err, KILN_NO_INDEX, NULL, "path is NULL");
+	if (!fill)
+		return kiln__fail_inval(err, KILN_NO_INDEX, NULL, "fill is NULL");
 	if (flags & ~(uint32_t)KILN_WRITE_NO_SYNC)
 		return kiln__fail_inval(err, KILN_NO_INDEX, "flags", "unknown write flags 0x%x",
 					flags);
 	int sync = !(flags & KILN_WRITE_NO_SYNC);
 	struct wfile w = {.path = path, .dirfd = -1, .fd = -1};
-	uint8_t *chunk = NULL;
-	struct plan p;
-	int rc = plan_build(tensors, count, &p, err);
-	if (rc)
+	int rc;
+	if ((rc = resolve_target(&w, err)) || (rc = create_temp(&w, err)))
 		goto out;
-	if (!(chunk = malloc(CHUNK))) {
-		rc = kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+	if ((rc = fill(ctx, w.fd, err)) != 0) {
+		/* The fill's own error stands; one that said nothing still gets a line. */
+		if (err && err->code == KILN_OK)
+			kiln__fail_sys(err, rc > 0 ? rc : KILN_IO, 0,
+				       "%s: the fill callback failed (%d)", path, rc);
+		if (rc < 0)
+			rc = KILN_IO;
 		goto out;
 	}
-	if ((rc = resolve_target(&w, err)) || (rc = create_temp(&w, err)) ||
-	    (rc = write_block(&w, &p, tensors, chunk, err)))
-		goto out;
 	if (sync && kiln__sys.fsync(w.fd) != 0) {
 		rc = step_fail(err, &w, KILN_IO, errno, "fsync failed");
 		goto out;
@@ -666,6 +680,27 @@ out:
 	if (w.dirfd >= 0)
 		close(w.dirfd);
 	free(w.target);
+	return rc;
+}
+
+int kiln_write_file(const char *path, const kiln_tensor_spec *tensors, uint32_t count,
+		    uint32_t flags, kiln_error *err)
+{
+	kiln__clear_error(err);
+	if (!path)
+		return kiln__fail_inval(err, KILN_NO_INDEX, NULL, "path is NULL");
+	if (flags & ~(uint32_t)KILN_WRITE_NO_SYNC)
+		return kiln__fail_inval(err, KILN_NO_INDEX, "flags", "unknown write flags 0x%x",
+					flags);
+	struct plan p;
+	int rc = plan_build(tensors, count, &p, err);
+	uint8_t *chunk = NULL;
+	if (!rc && !(chunk = malloc(CHUNK)))
+		rc = kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+	if (!rc) {
+		struct block_fill b = {.path = path, .p = &p, .tensors = tensors, .chunk = chunk};
+		rc = kiln_write_atomic(path, write_block, &b, flags, err);
+	}
 	free(chunk);
 	plan_free(&p);
 	return rc;

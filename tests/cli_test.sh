@@ -1,6 +1,6 @@
 #!/bin/sh
 # The klnt tool end to end: golden verdicts, every single-defect block of the rules suite through
-# `klnt check`, inspect/cat/pack, I/O errors and exit codes.
+# `klnt check`, inspect/cat/pack/import/export, I/O errors and exit codes.
 # usage: cli_test.sh KLNT TEST_RULES SOURCE_DIR SCRATCH_DIR
 set -u
 KLNT=$1 RULES=$2 SRC=$3 TMP=$4
@@ -248,12 +248,13 @@ if command -v script >/dev/null 2>&1; then # util-linux: stderr on a pseudo-term
 	has "$TMP/out" "klnt gen: 0 of 4 MiB"
 	rm -f "$TMP/sig/tty.klnt"
 fi
-# interrupted SIGNAL STATUS COMMAND...: stop the command after 0.3 s (the writes below take
-# seconds); it must exit with STATUS, say so in one line, and leave $TMP/sig empty.
+# interrupted SIGNAL STATUS COMMAND...: stop the command after $after seconds (the writes below
+# take longer); it must exit with STATUS, say so in one line, and leave $TMP/sig empty.
+after=0.3
 interrupted() {
 	sig=$1 want=$2
 	shift 2
-	timeout --preserve-status -k 10 -s "$sig" 0.3 "$@" >"$TMP/out" 2>"$TMP/err"
+	timeout --preserve-status -k 10 -s "$sig" "$after" "$@" >"$TMP/out" 2>"$TMP/err"
 	got=$?
 	[ "$got" -eq "$want" ] && ok || bad "exit $got, want $want after SIG$sig: $*"
 	has "$TMP/err" "interrupted by SIG$sig; left as it was"
@@ -270,6 +271,105 @@ rm -f "$TMP/sparse.raw"
 expect 3 "$KLNT" gen "$TMP/sig/huge.klnt" --tensors 40 --bytes 900T
 has "$TMP/err" "bytes free; nothing was written"
 [ -z "$(ls -A "$TMP/sig")" ] && ok || bad "gen wrote despite the space check"
+
+# 10. import and export (GGUF and safetensors: tests/test_gguf.c, tests/test_safetensors.c; here
+# the command line, with KLNT sources, which import re-plans)
+expect 0 "$KLNT" import -o "$TMP/imp.klnt" "$TMP/gen.klnt"
+has "$TMP/out" "wrote $TMP/imp.klnt: 40 tensors, "
+[ ! -s "$TMP/err" ] && ok || bad "import printed progress without a terminal: $(cat "$TMP/err")"
+expect 0 "$KLNT" check "$TMP/imp.klnt"
+expect 0 "$KLNT" inspect "$TMP/imp.klnt"
+has "$TMP/out" "metadata         klnt, 0 keys"
+expect 0 "$KLNT" inspect --json "$TMP/imp.klnt"
+has "$TMP/out" '"metadata": {'
+has "$TMP/out" '"source": "klnt"'
+expect 0 "$KLNT" inspect --json "$TMP/gen.klnt"
+has "$TMP/out" '"metadata": null'
+mkdir "$TMP/series"
+expect 0 "$KLNT" import --max-shard-size 256K -o "$TMP/series/s.klnt" "$TMP/imp.klnt"
+n=$(ls "$TMP/series" | wc -l)
+last=$(printf '%05d-of-%05d' "$n" "$n")
+has "$TMP/out" "wrote $TMP/series/s-00001-of-${last#*-of-}.klnt .. $TMP/series/s-$last.klnt ($n files)"
+[ "$n" -gt 2 ] && ok || bad "--max-shard-size 256K made $n files"
+expect 0 "$KLNT" check "$TMP"/series/s-*.klnt
+has "$TMP/out" "s-$last.klnt: ok"
+# a series imports back into one file with the same tensors
+expect 0 "$KLNT" import -o "$TMP/back.klnt" "$TMP"/series/s-*.klnt
+has "$TMP/out" "wrote $TMP/back.klnt: 40 tensors, "
+for i in 0 5 39; do
+	"$KLNT" cat "$TMP/gen.klnt" "#$i" >"$TMP/a.raw"
+	"$KLNT" cat "$TMP/back.klnt" "#$i" >"$TMP/b.raw"
+	cmp -s "$TMP/a.raw" "$TMP/b.raw" && ok || bad "tensor $i differs after import"
+done
+# what is not a model is a clear error, and nothing is written
+printf 'just some text, not a model\n' >"$TMP/notes.txt"
+expect 1 "$KLNT" import -o "$TMP/n.klnt" "$TMP/notes.txt"
+has "$TMP/err" "$TMP/notes.txt: FRAME: not a GGUF, safetensors or KLNT file"
+expect 3 "$KLNT" import -o "$TMP/n.klnt" "$TMP/missing.gguf"
+has "$TMP/err" "$TMP/missing.gguf: IO: "
+[ ! -e "$TMP/n.klnt" ] && ok || bad "a failed import wrote its output"
+expect 2 "$KLNT" import "$TMP/gen.klnt"
+has "$TMP/err" "no output file"
+expect 2 "$KLNT" import -o "$TMP/n.klnt"
+expect 2 "$KLNT" import --max-shard-size 12Q -o "$TMP/n.klnt" "$TMP/gen.klnt"
+expect 2 "$KLNT" import --max-shard-size 0 -o "$TMP/n.klnt" "$TMP/gen.klnt"
+expect 2 "$KLNT" export -o "$TMP/n.gguf" "$TMP/imp.klnt"
+has "$TMP/err" "no target format"
+expect 2 "$KLNT" export --to
+expect 2 "$KLNT" export --to xml -o "$TMP/n.x" "$TMP/imp.klnt"
+expect 2 "$KLNT" export --to gguf "$TMP/imp.klnt"
+expect 2 "$KLNT" export --to safetensors -o "$TMP/n.st"
+expect 1 "$KLNT" export --to gguf -o "$TMP/n.gguf" "$TMP/notes.txt"
+has "$TMP/err" "$TMP/notes.txt: LIMIT: "
+for cmd in import export; do
+	expect 0 "$KLNT" "$cmd" --help
+	has "$TMP/out" "usage: klnt $cmd"
+done
+# safetensors -> KLNT (one file, or a series) -> safetensors gives the same bytes, metadata
+# included (the header as the reference writer lays it out: padded with spaces to 8 bytes)
+hdr='{"__metadata__":{"format":"pt"},"b":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,8]},"a":{"dtype":"F32","shape":[],"data_offsets":[8,12]}}   '
+{
+	printf '\220\0\0\0\0\0\0\0'
+	printf '%s' "$hdr"
+	printf '\001\002\003\004\005\006\007\010\011\012\013\014'
+} >"$TMP/m.safetensors"
+expect 0 "$KLNT" import -o "$TMP/st.klnt" "$TMP/m.safetensors"
+has "$TMP/out" "wrote $TMP/st.klnt: 2 tensors, 12 payload bytes"
+expect 0 "$KLNT" inspect "$TMP/st.klnt"
+has "$TMP/out" "metadata         safetensors, 1 key"
+expect 0 "$KLNT" export --to safetensors -o "$TMP/back.safetensors" "$TMP/st.klnt"
+has "$TMP/out" "wrote $TMP/back.safetensors: 2 tensors, 12 payload bytes"
+cmp -s "$TMP/m.safetensors" "$TMP/back.safetensors" && ok || bad "safetensors round trip differs"
+mkdir "$TMP/stser"
+expect 0 "$KLNT" import --max-shard-size 1 -o "$TMP/stser/st.klnt" "$TMP/m.safetensors"
+has "$TMP/out" "(2 files)"
+expect 0 "$KLNT" export --to safetensors -o "$TMP/back2.safetensors" "$TMP"/stser/st-0000*.klnt
+cmp -s "$TMP/m.safetensors" "$TMP/back2.safetensors" && ok || bad "series round trip differs"
+# a tensor safetensors cannot express: an error, and nothing written
+expect 3 "$KLNT" export --to safetensors -o "$TMP/n.safetensors" "$TMP/gen.klnt"
+[ ! -e "$TMP/n.safetensors" ] && ok || bad "a failed export wrote its output"
+if command -v script >/dev/null 2>&1; then # progress on a terminal only
+	script -qc "'$KLNT' import -o '$TMP/tty.klnt' '$TMP/gen.klnt'" /dev/null >"$TMP/out" 2>&1
+	has "$TMP/out" "klnt import: "
+	has "$TMP/out" " of 2 MiB ("
+	rm -f "$TMP/tty.klnt"
+fi
+# an interrupted import leaves nothing: the source is one u8 tensor "w" of 8 GiB of (sparse)
+# zeros: header, descriptor, the name, pad to 256, then truncate makes the payload
+{
+	echo 4b4c4e54 02 03 0000 01000000 01000000 0000000002000000 8100000000000000
+	echo 0000000000000000000000000000000000000000000000000000000000000000
+	echo 0200 01 00 0000 0100 ffff 0000 00000000 0000 ffff 00000000 ffffffff ffffffff
+	echo 0000000000000000 0000000002000000 0000000002000000
+	for i in 1 2 3 4 5 6 7 8 9; do echo 0000000000000000; done # shape[1..7], reserved
+	echo 77
+} | xxd -r -p >"$TMP/big.klnt"
+truncate -s $((256 + 8589934592)) "$TMP/big.klnt"
+expect 0 "$KLNT" check "$TMP/big.klnt"
+after=1 # on a loaded machine a signal at 0.3 s can come before klnt has started
+interrupted INT 130 "$KLNT" import -o "$TMP/sig/i.klnt" "$TMP/big.klnt"
+interrupted TERM 143 "$KLNT" import --max-shard-size 1M -o "$TMP/sig/i.klnt" "$TMP/gen.klnt" "$TMP/big.klnt"
+rm -f "$TMP/big.klnt"
 
 echo "cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -995,3 +995,113 @@ Test(memory, size_matches_and_is_deterministic)
 	blob_free(&a);
 	blob_free(&b);
 }
+
+/* kiln_write_atomic: any bytes, the same atomic publication as kiln_write_file. */
+struct fill_spec {
+	size_t len;  /* bytes to write, in two steps (write, then pwrite of the tail) */
+	int fail;    /* return this code after writing half, with *err filled */
+	int silent;  /* ... without filling *err */
+	int seen_fd; /* the descriptor the fill got */
+};
+
+static int fill_bytes(void *ctx, int fd, kiln_error *err)
+{
+	struct fill_spec *f = ctx;
+	f->seen_fd = fd;
+	uint8_t buf[4096];
+	size_t half = f->len / 2;
+	for (size_t i = 0; i < sizeof(buf); i++)
+		buf[i] = (uint8_t)(i * 7 + 3);
+	for (size_t done = 0; done < half;) {
+		size_t step = half - done < sizeof(buf) ? half - done : sizeof(buf);
+		cr_assert_eq(write(fd, buf, step), (ssize_t)step);
+		done += step;
+	}
+	if (f->fail)
+		return f->silent ? f->fail
+				 : kiln_error_set(err, f->fail, 0, "the fill stopped at %zu", half);
+	for (size_t done = half; done < f->len;) {
+		size_t step = f->len - done < sizeof(buf) ? f->len - done : sizeof(buf);
+		cr_assert_eq(pwrite(fd, buf, step, (off_t)done), (ssize_t)step);
+		done += step;
+	}
+	return 0;
+}
+
+static void expect_bytes(const char *path, size_t len)
+{
+	FILE *fp = fopen(path, "rb");
+	cr_assert(fp, "%s is missing", path);
+	size_t i = 0;
+	for (int c; (c = fgetc(fp)) != EOF; i++) {
+		size_t at = i < len / 2 ? i : i - len / 2;
+		cr_assert_eq(c, (uint8_t)((at % 4096) * 7 + 3), "byte %zu", i);
+	}
+	fclose(fp);
+	cr_assert_eq(i, len);
+}
+
+Test(atomic, a_fill_lands_whole_and_replaces_the_target)
+{
+	char *path, *dir = dir_with("a.bin", 1, &path);
+	cr_assert_eq(chmod(path, 0640), 0);
+	struct fill_spec f = {.len = 10000};
+	kiln_error err;
+	cr_assert_eq(kiln_write_atomic(path, fill_bytes, &f, 0, &err), 0, "%s", err.message);
+	cr_assert_eq(err.code, KILN_OK);
+	expect_bytes(path, f.len);
+	struct stat st;
+	cr_assert_eq(stat(path, &st), 0);
+	cr_assert_eq(st.st_mode & 07777, 0640, "the mode of the replaced file is kept");
+	cr_assert_eq(fcntl(f.seen_fd, F_GETFD), -1, "the fill's descriptor was closed");
+	cr_assert_eq(entries(dir), 1);
+	f = (struct fill_spec){.len = 0};
+	cr_assert_eq(kiln_write_atomic(path, fill_bytes, &f, KILN_WRITE_NO_SYNC, &err), 0);
+	expect_bytes(path, 0);
+	free(path);
+	drop_dir(dir);
+}
+
+Test(atomic, a_failing_fill_leaves_nothing)
+{
+	char *dir = temp_dir(), *path;
+	cr_assert(asprintf(&path, "%s/new.bin", dir) > 0);
+	const int codes[] = {KILN_CANCELED, KILN_TYPE, KILN_IO};
+	for (int i = 0; i < 3; i++) {
+		struct fill_spec f = {.len = 3u << 20, .fail = codes[i]};
+		kiln_error err;
+		cr_assert_eq(kiln_write_atomic(path, fill_bytes, &f, 0, &err), codes[i]);
+		cr_assert_eq(err.code, codes[i]);
+		cr_assert(strstr(err.message, "the fill stopped"), "%s", err.message);
+		cr_assert_eq(entries(dir), 0, "a new target or a temporary file was left");
+		/* without O_TMPFILE the fill writes a named temporary file: removed too */
+		kiln__sys.openat = open_no_tmpfile;
+		cr_assert_eq(kiln_write_atomic(path, fill_bytes, &f, 0, &err), codes[i]);
+		kiln__sys = kiln__sys_default;
+		cr_assert_eq(entries(dir), 0, "the named temporary file was left");
+	}
+	/* a fill that fails without a word still gets one, and the old file stays */
+	free(path);
+	drop_dir(dir);
+	dir = dir_with("old.klnt", 5, &path);
+	struct fill_spec f = {.len = 100, .fail = KILN_CANCELED, .silent = 1};
+	kiln_error err;
+	cr_assert_eq(kiln_write_atomic(path, fill_bytes, &f, 0, &err), KILN_CANCELED);
+	cr_assert(strstr(err.message, "fill"), "%s", err.message);
+	f.fail = -1;
+	cr_assert_eq(kiln_write_atomic(path, fill_bytes, &f, 0, &err), KILN_IO);
+	cr_assert_eq(first_byte(path), 5);
+	cr_assert_eq(entries(dir), 1);
+	free(path);
+	drop_dir(dir);
+}
+
+Test(atomic, bad_arguments_are_inval)
+{
+	kiln_error err;
+	struct fill_spec f = {.len = 1};
+	cr_assert_eq(kiln_write_atomic(NULL, fill_bytes, &f, 0, &err), KILN_INVAL);
+	cr_assert_eq(kiln_write_atomic("x", NULL, &f, 0, &err), KILN_INVAL);
+	cr_assert_eq(kiln_write_atomic("x", fill_bytes, &f, 2, &err), KILN_INVAL);
+	cr_assert_eq(access("x", F_OK), -1);
+}

@@ -129,46 +129,6 @@ static int produce(void *ctx, uint32_t tensor, uint64_t offset, void *buf, size_
 	return 0;
 }
 
-/* SIZE with an optional K/M/G suffix (powers of 1024). */
-static int parse_size(const char *s, uint64_t *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || end == s || *s == '-')
-		return -1;
-	unsigned shift = 0;
-	if (*end) {
-		switch (*end) {
-		case 'k':
-		case 'K':
-			shift = 10;
-			break;
-		case 'm':
-		case 'M':
-			shift = 20;
-			break;
-		case 'g':
-		case 'G':
-			shift = 30;
-			break;
-		case 't':
-		case 'T':
-			shift = 40;
-			break;
-		default:
-			return -1;
-		}
-		end++;
-		if (strcmp(end, "") != 0 && strcmp(end, "iB") != 0 && strcmp(end, "B") != 0)
-			return -1;
-	}
-	if (shift && v > (UINT64_MAX >> shift))
-		return -1;
-	*out = (uint64_t)v << shift;
-	return 0;
-}
-
 /* Refuse up front when the file system cannot hold the file: finding out after minutes of
  * writing, with the disk full for everyone else, is worse. The file being replaced is only freed
  * after the rename, so it does not count as free space. Returns 0 or an exit status. */
@@ -243,7 +203,7 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 			have_n = 1;
 			break;
 		case 'b':
-			if (parse_size(optarg, &bytes))
+			if (klnt_parse_size(optarg, &bytes))
 				return klnt_usage_error(
 				    cmd, "--bytes wants a size like 1G, not '%s'", optarg);
 			have_bytes = 1;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kiln/convert.h"
 #include "klnt.h"
 
 static const char usage[] =
@@ -30,13 +31,18 @@ static const char usage[] =
     "  layout  '-', or the opaque layout name and block size, e.g. 'Q4_K bs=18'\n"
     "  name    the name in double quotes, or - (no quotes) for an unnamed tensor\n"
     "\n"
+    "A file written by 'klnt import' keeps its source's metadata as a JSON document in the\n"
+    "tensor \"kiln.metadata\"; the text output sums it up on a \"metadata\" line (the source\n"
+    "format and how many keys), --json shows all of it.\n"
+    "\n"
     "Names and layout names are printed with control characters and other unsafe bytes\n"
     "escaped (\\n, \\t, \\\\, \\\", \\xNN, \\u{NNNN}); other UTF-8 is printed as is.\n"
     "\n"
     "Options:\n"
     "  -j, --json  print one JSON object instead: \"file\", \"header\", \"tensors\" (one\n"
     "              object per tensor; \"name\" is null when unnamed, \"quant\" null for\n"
-    "              none, \"layout\" and \"block_size\" null unless opaque) and \"totals\"\n"
+    "              none, \"layout\" and \"block_size\" null unless opaque), \"totals\" and\n"
+    "              \"metadata\" (the whole metadata document, or null)\n"
     "  -h, --help  show this help and exit\n"
     "\n"
     "Exit status: 0 ok; 1 the file was rejected (FRAME, TYPE, LIMIT, UTF8); 2 usage error;\n"
@@ -130,6 +136,67 @@ static void print_flags(unsigned flags)
 	puts(")");
 }
 
+/* The metadata document klnt import keeps (kiln_metadata_json), parsed; NULL when the file has
+ * none. *bad is set when the tensor is there but does not hold a JSON object. */
+static json_object *load_metadata(const kiln_dir *dir, int *bad)
+{
+	char *text;
+	kiln_error err;
+	*bad = 0;
+	int rc = kiln_metadata_json(dir, &text, &err);
+	if (rc) {
+		*bad = rc != KILN_NOTFOUND;
+		return NULL;
+	}
+	/* nesting as deep as the converters write it (GGUF arrays of arrays) */
+	json_tokener *tok = json_tokener_new_ex(512);
+	json_object *doc = tok ? json_tokener_parse_ex(tok, text, (int)strlen(text)) : NULL;
+	if (tok)
+		json_tokener_free(tok);
+	kiln_free(text);
+	*bad = !doc;
+	return doc;
+}
+
+static size_t count_keys(json_object *o)
+{
+	return json_object_is_type(o, json_type_object) ? (size_t)json_object_object_length(o) : 0;
+}
+
+/* "gguf, 24 keys": the source format and the keys it had (GGUF key/values; safetensors
+ * __metadata__ entries plus the index file's). */
+static void print_metadata(const kiln_dir *dir)
+{
+	int bad;
+	json_object *doc = load_metadata(dir, &bad);
+	if (!doc) {
+		if (bad)
+			printf("metadata         (the %s tensor does not hold a JSON object)\n",
+			       KILN_METADATA_TENSOR);
+		return;
+	}
+	json_object *v;
+	const char *source = "unknown";
+	if (json_object_object_get_ex(doc, "source", &v) &&
+	    json_object_is_type(v, json_type_string))
+		source = json_object_get_string(v);
+	size_t keys = 0;
+	json_object *g, *st;
+	if (json_object_object_get_ex(doc, "gguf", &g) && json_object_object_get_ex(g, "kv", &v) &&
+	    json_object_is_type(v, json_type_array))
+		keys += json_object_array_length(v);
+	if (json_object_object_get_ex(doc, "safetensors", &st)) {
+		if (json_object_object_get_ex(st, "metadata", &v))
+			keys += count_keys(v);
+		if (json_object_object_get_ex(st, "index_metadata", &v))
+			keys += count_keys(v);
+	}
+	fputs("metadata         ", stdout);
+	klnt_fputs_escaped(stdout, source);
+	printf(", %zu key%s\n", keys, keys == 1 ? "" : "s");
+	json_object_put(doc);
+}
+
 static void inspect_text(const char *path, const kiln_dir *dir)
 {
 	kiln_dir_info info;
@@ -144,6 +211,7 @@ static void inspect_text(const char *path, const kiln_dir *dir)
 	printf("payload_base     %" PRIu64 "\n", info.payload_base);
 	printf("payload_bytes    %" PRIu64 "\n", info.payload_bytes);
 	printf("block_length     %" PRIu64 "\n", info.block_length);
+	print_metadata(dir);
 
 	uint32_t n = kiln_dir_count(dir);
 	struct totals tot = {0};
@@ -310,6 +378,8 @@ static void inspect_json(const char *path, const kiln_dir *dir)
 	jset(totals, "payload_bytes", ju64(info.payload_bytes));
 	jset(totals, "elements", tot.elements_overflow ? NULL : ju64(tot.elements));
 	jset(root, "totals", totals);
+	int bad;
+	jset(root, "metadata", load_metadata(dir, &bad));
 
 	int jflags =
 	    JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_NOSLASHESCAPE;

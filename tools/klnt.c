@@ -19,18 +19,20 @@
 #include "klnt.h"
 
 static const struct klnt_cmd *const commands[] = {
-    &klnt_cmd_check, &klnt_cmd_inspect, &klnt_cmd_cat,
-    &klnt_cmd_pack,  &klnt_cmd_gen,     &klnt_cmd_bench,
+    &klnt_cmd_check, &klnt_cmd_inspect, &klnt_cmd_cat,    &klnt_cmd_pack,
+    &klnt_cmd_gen,   &klnt_cmd_import,  &klnt_cmd_export, &klnt_cmd_bench,
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
-static const char main_usage_head[] = "usage: klnt COMMAND [OPTION]... [ARG]...\n"
-				      "       klnt --help | --version | help [COMMAND]\n"
-				      "\n"
-				      "Validate, inspect, extract and build KLNT v2 tensor files.\n"
-				      "\n"
-				      "Commands:\n";
+static const char main_usage_head[] =
+    "usage: klnt COMMAND [OPTION]... [ARG]...\n"
+    "       klnt --help | --version | help [COMMAND]\n"
+    "\n"
+    "Validate, inspect, extract, build and convert KLNT v2 tensor "
+    "files.\n"
+    "\n"
+    "Commands:\n";
 
 static const char main_usage_tail[] =
     "  help      show this text, or a command's with 'klnt help COMMAND'\n"
@@ -54,8 +56,8 @@ static const char main_usage_tail[] =
     "  2  usage error: unknown command or option, missing or malformed argument\n"
     "  3  a file could not be opened, read or written (IO), or memory ran out;\n"
     "     for check, this wins over 1\n"
-    "  130, 143  gen or pack was interrupted by SIGINT or SIGTERM (128 + the signal); the\n"
-    "     output file was left as it was, and no temporary file remains\n";
+    "  130, 143  gen, pack, import or export was interrupted by SIGINT or SIGTERM (128 + the\n"
+    "     signal); the output file was left as it was, and no temporary file remains\n";
 
 static void main_usage(FILE *f)
 {

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 
 #include "kiln/kiln.h"
 
@@ -36,6 +37,8 @@ extern const struct klnt_cmd klnt_cmd_cat;
 extern const struct klnt_cmd klnt_cmd_pack;
 extern const struct klnt_cmd klnt_cmd_gen;
 extern const struct klnt_cmd klnt_cmd_bench;
+extern const struct klnt_cmd klnt_cmd_import;
+extern const struct klnt_cmd klnt_cmd_export;
 
 /* --- command-line handling (klnt.c) ------------------------------------------------------ */
 
@@ -91,6 +94,23 @@ int klnt_caught_signal(void);
  * `out` was written (`written`) or left as it was, and return KLNT_EXIT_SIGNAL + sig. */
 int klnt_interrupted(const struct klnt_cmd *cmd, const char *out, int sig, int written);
 
+/* --- converting (cmd_import.c, shared by import and export) ------------------------------ */
+
+/* The progress line on a terminal (stderr) and the signal check, as a kiln_convert_progress_fn
+ * with a struct klnt_progress as its context. */
+struct klnt_progress {
+	const struct klnt_cmd *cmd;
+	int tty, shown;
+	struct timespec start, last;
+};
+int klnt_convert_progress(void *ctx, uint64_t done, uint64_t total);
+
+/* After kiln_import/kiln_export returned rc: clear the progress line, report an interruption
+ * or an error ("FILE: CLASS: message", FILE the input the message is about, else out), and
+ * return the exit status. */
+int klnt_convert_finish(struct klnt_progress *p, const char *out, const char *const *files,
+			int nfiles, int rc, const kiln_error *err);
+
 /* --- text (text.c) ------------------------------------------------------------------------- */
 
 /* A growable byte string, always NUL-terminated. Allocation failure exits with KLNT_EXIT_IO:
@@ -128,6 +148,10 @@ char *klnt_utf8_sanitize(const char *s);
 
 /* Parse a decimal number without sign, spaces or trailing text, at most max. Returns 0 or -1. */
 int klnt_parse_u64(const char *s, uint64_t max, uint64_t *out);
+
+/* A byte count with an optional suffix K, M, G, T (powers of 1024; KiB, KB... accepted too).
+ * Returns 0 or -1. */
+int klnt_parse_size(const char *s, uint64_t *out);
 
 /* "f32", or "opaque(4096)" for an opaque code. */
 void klnt_dtype_text(struct klnt_buf *b, unsigned dtype);

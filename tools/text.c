@@ -222,6 +222,45 @@ int klnt_parse_u64(const char *s, uint64_t max, uint64_t *out)
 	return 0;
 }
 
+int klnt_parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || end == s || *s == '-')
+		return -1;
+	unsigned shift = 0;
+	if (*end) {
+		switch (*end) {
+		case 'k':
+		case 'K':
+			shift = 10;
+			break;
+		case 'm':
+		case 'M':
+			shift = 20;
+			break;
+		case 'g':
+		case 'G':
+			shift = 30;
+			break;
+		case 't':
+		case 'T':
+			shift = 40;
+			break;
+		default:
+			return -1;
+		}
+		end++;
+		if (strcmp(end, "") != 0 && strcmp(end, "iB") != 0 && strcmp(end, "B") != 0)
+			return -1;
+	}
+	if (shift && v > (UINT64_MAX >> shift))
+		return -1;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
 void klnt_dtype_text(struct klnt_buf *b, unsigned dtype)
 {
 	const char *name = kiln_dtype_name(dtype);

@@ -771,6 +771,24 @@ KILN_API int kiln_write_memory(const kiln_tensor_spec *tensors, uint32_t count, 
 KILN_API int kiln_write_file(const char *path, const kiln_tensor_spec *tensors, uint32_t count,
 			     uint32_t flags, kiln_error *err);
 
+/*
+ * Write any file to `path` the way kiln_write_file() writes a block: `fill` writes the contents
+ * through `fd` (a new, empty regular file opened for writing at offset 0; write or pwrite it, do
+ * not close it) and returns 0, or a nonzero kiln_code with *err filled (kiln_error_set()) to stop:
+ * the file is then never visible and no temporary file is left. A fill that returns nonzero
+ * without filling *err gets a generic message; a negative return is reported as IO. `ctx` is
+ * passed through. Everything else is kiln_write_file()'s contract: the new file is created,
+ * fsync'ed and renamed into place as described there (O_TMPFILE or a random hidden name, symlinks
+ * followed, mode and owner of a replaced file kept, the directory fsync'ed), `flags` is a mask of
+ * enum kiln_write_flags.
+ *
+ * Returns 0 or UNSYNCED as kiln_write_file(); the fill's code (with its *err) when it stops;
+ * INVAL for a NULL path or fill or an unknown flag; IO with sys_errno for a system call, the
+ * message naming the path and the step. Every code but 0 and UNSYNCED leaves `path` as it was.
+ */
+KILN_API int kiln_write_atomic(const char *path, int (*fill)(void *ctx, int fd, kiln_error *err),
+			       void *ctx, uint32_t flags, kiln_error *err);
+
 #ifdef __cplusplus
 }
 #endif

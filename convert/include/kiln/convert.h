@@ -56,7 +56,9 @@ typedef struct kiln_convert_result {
  * finding the others; safetensors: shards, or a model.safetensors.index.json) into the KLNT file
  * `out`, or a shard series beside it. Returns 0, or FRAME/TYPE/LIMIT/UTF8 for a source that is
  * not a valid GGUF or safetensors file (the message names the file and what is wrong), IO,
- * NOMEM, INVAL, CANCELED.
+ * NOMEM, INVAL, CANCELED; on any of these nothing is left behind (shards already written are
+ * removed). UNSYNCED: every file is written and in place (result filled), but a directory could
+ * not be fsync'ed. A KLNT source (a file or a series) is accepted too: it is re-planned.
  */
 KILN_API int kiln_import(const char *const *sources, uint32_t count, const char *out,
 			 const kiln_convert_options *opts, kiln_convert_result *result,

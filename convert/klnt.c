@@ -1,0 +1,625 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * KLNT in and out for the converters. A model is written as one KLNT file or, when the names
+ * cannot share one name heap (its 16-bit offsets) or max_shard_size asks for smaller files, as a
+ * shard series STEM-00001-of-0000N.klnt beside the output path. Every shard is a standalone
+ * valid file; the metadata document is the last tensor of the first shard (docs/convert.md).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "model.h"
+
+#define NAME_LIMIT    0xFFFFu /* heap slices must start below this offset (u16, 0xFFFF = none) */
+#define META_NAME_LEN (sizeof(KILN_METADATA_TENSOR) - 1)
+
+static int nomem(kiln_error *err)
+{
+	return kiln_error_set(err, KILN_NOMEM, ENOMEM, "out of memory");
+}
+
+/* At most this much of a name in a message (names may be 64 KiB long). */
+#define SHOWN            80
+#define SHORT(name, len) (int)((len) < SHOWN ? (len) : SHOWN), (name), ((len) > SHOWN ? "..." : "")
+
+static uint64_t align64(uint64_t x)
+{
+	return x > UINT64_MAX - 63 ? UINT64_MAX : (x + 63) & ~(uint64_t)63;
+}
+
+static uint64_t sat_add(uint64_t a, uint64_t b)
+{
+	return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+/* Names are compared as bytes with their lengths (a name may hold U+0000). */
+static int by_name(const void *a, const void *b)
+{
+	const struct kc_tensor *x = *(const struct kc_tensor *const *)a;
+	const struct kc_tensor *y = *(const struct kc_tensor *const *)b;
+	size_t n = x->name_len < y->name_len ? x->name_len : y->name_len;
+	int c = memcmp(x->name, y->name, n);
+	if (c)
+		return c;
+	return x->name_len < y->name_len ? -1 : x->name_len > y->name_len;
+}
+
+/* Every name once, and none is the metadata tensor's: a series is one namespace, and the reader
+ * of a single shard could not tell the duplicates apart. */
+static int check_names(const struct kc_model *m, kiln_error *err)
+{
+	if (!m->n)
+		return 0;
+	const struct kc_tensor **idx = malloc((size_t)m->n * sizeof(*idx));
+	if (!idx)
+		return nomem(err);
+	for (uint32_t i = 0; i < m->n; i++)
+		idx[i] = &m->tensors[i];
+	qsort(idx, m->n, sizeof(*idx), by_name);
+	int rc = 0;
+	for (uint32_t i = 0; i < m->n && !rc; i++) {
+		const struct kc_tensor *t = idx[i];
+		if (t->name_len == META_NAME_LEN &&
+		    !memcmp(t->name, KILN_METADATA_TENSOR, META_NAME_LEN))
+			rc = kiln_error_set(
+			    err, KILN_TYPE, 0,
+			    "tensor %s: the name is reserved for the metadata document",
+			    KILN_METADATA_TENSOR);
+		else if (i && !by_name(&idx[i - 1], &idx[i]))
+			rc = kiln_error_set(err, KILN_TYPE, 0,
+					    "tensor %.*s%s: the name appears twice",
+					    SHORT(t->name, t->name_len));
+	}
+	free(idx);
+	return rc;
+}
+
+/* ----------------------------------------------------------------------------------------------
+ * Planning the shards
+ * -------------------------------------------------------------------------------------------- */
+
+struct shard {
+	uint32_t first, n; /* a run of plan.order */
+	uint64_t names;    /* heap bytes of the tensor names (the metadata name included) */
+	uint64_t layouts;  /* heap bytes of the layout names */
+	uint32_t last_name, last_layout; /* lengths of the last heap slices of each kind */
+	uint64_t payload;                /* aligned payload bytes */
+};
+
+struct plan {
+	uint32_t *order;    /* model tensor indices, shard by shard, each shard in model order */
+	uint32_t *shard_of; /* per model tensor: its shard */
+	uint32_t *group;    /* per model tensor: the first tensor of its quantization group; once
+			     * planned, its index within its shard */
+	struct shard *shards;
+	uint32_t nshards;
+};
+
+static void plan_free(struct plan *p)
+{
+	free(p->order);
+	free(p->shard_of);
+	free(p->group);
+	free(p->shards);
+}
+
+static uint32_t find(uint32_t *g, uint32_t i)
+{
+	while (g[i] != i)
+		i = g[i] = g[g[i]];
+	return i;
+}
+
+/* Would the heap of shard s (plus tensor t) start every slice below 0xFFFF? The heap is the names
+ * in order, then the layout names; the metadata name is the last name of shard 0. */
+static int heap_fits(const struct shard *s, int first_shard)
+{
+	uint64_t last_name_at = s->names - (first_shard ? META_NAME_LEN : s->last_name);
+	if (s->names && last_name_at >= NAME_LIMIT)
+		return 0;
+	return !s->layouts || s->names + s->layouts - s->last_layout < NAME_LIMIT;
+}
+
+static void shard_add(struct shard *s, const struct kc_tensor *t, int first_shard)
+{
+	/* In shard 0 the metadata name stays last; the last model name does not matter. */
+	s->names += t->name_len;
+	if (!first_shard)
+		s->last_name = (uint32_t)t->name_len;
+	if (t->layout && *t->layout) {
+		s->layouts += strlen(t->layout);
+		s->last_layout = (uint32_t)strlen(t->layout);
+	}
+	s->payload = sat_add(s->payload, align64(t->byte_length));
+}
+
+/*
+ * Greedy, in tensor order: a tensor starts a new shard when its quantization group (the tensor
+ * with its scale and outer tensors) would push the current shard's heap past the 16-bit offsets
+ * or its payload past max_shard. A group that does not fit an empty shard still gets one (the
+ * writer then says why it cannot be written), except the first shard, which holds the metadata
+ * tensor: that one is then left with the metadata alone. Members of a group after its first tensor
+ * are placed with it, so a shard's tensors stay in model order but a group may pull a later tensor
+ * forward.
+ */
+static int plan_shards(const struct kc_model *m, uint64_t meta_len, uint64_t max_shard,
+		       struct plan *p, kiln_error *err)
+{
+	memset(p, 0, sizeof(*p));
+	size_t n = m->n;
+	p->order = malloc((n ? n : 1) * sizeof(uint32_t));
+	p->shard_of = malloc((n ? n : 1) * sizeof(uint32_t));
+	p->group = malloc((n ? n : 1) * sizeof(uint32_t));
+	p->shards = calloc(n + 1, sizeof(struct shard)); /* one more: metadata alone */
+	if (!p->order || !p->shard_of || !p->group || !p->shards)
+		return nomem(err);
+	for (uint32_t i = 0; i < m->n; i++)
+		p->group[i] = i;
+	for (uint32_t i = 0; i < m->n; i++) {
+		const struct kc_tensor *t = &m->tensors[i];
+		if (!t->quant_scheme)
+			continue;
+		uint32_t links[2] = {t->scale_index, t->outer_index};
+		for (int k = 0; k < 2; k++) {
+			if (links[k] == KILN_NONE32 ||
+			    (k && t->quant_scheme != KILN_QUANT_BLOCK_OUTER))
+				continue;
+			if (links[k] >= m->n)
+				return kiln_error_set(err, KILN_TYPE, 0,
+						      "tensor %.*s%s: %s %" PRIu32
+						      " is not a tensor of the model",
+						      SHORT(t->name, t->name_len),
+						      k ? "outer_index" : "scale_index", links[k]);
+			uint32_t a = find(p->group, i), b = find(p->group, links[k]);
+			if (a != b)
+				p->group[a > b ? a : b] = a < b ? a : b;
+		}
+	}
+	for (uint32_t i = 0; i < m->n; i++)
+		p->group[i] = find(p->group, i);
+
+	/* Each group as a list from its first (smallest) tensor: next[j] is the next member. */
+	uint32_t *next = malloc((n ? n : 1) * sizeof(uint32_t)), *head = p->order;
+	if (!next)
+		return nomem(err);
+	for (uint32_t i = 0; i < m->n; i++)
+		head[i] = KILN_NONE32;
+	for (uint32_t i = m->n; i-- > 0;) {
+		next[i] = head[p->group[i]];
+		head[p->group[i]] = i;
+	}
+
+	struct shard *cur = &p->shards[0];
+	p->nshards = 1;
+	cur->names = META_NAME_LEN;
+	cur->payload = align64(meta_len);
+	uint32_t placed = 0;
+	for (uint32_t i = 0; i < m->n; i++) {
+		if (p->group[i] != i)
+			continue; /* placed with the first tensor of its group */
+		int first = cur == &p->shards[0];
+		struct shard try = *cur;
+		uint32_t members = 0;
+		for (uint32_t j = i; j != KILN_NONE32; j = next[j])
+			shard_add(&try, &m->tensors[j], first), members++;
+		/* Shard 1 may end up with the metadata alone, when the first names crowd it out. */
+		int fits = heap_fits(&try, first);
+		if ((cur->n && (!fits || (max_shard && try.payload > max_shard))) ||
+		    (!fits && first)) {
+			cur = &p->shards[p->nshards++];
+			cur->first = placed;
+			try = *cur;
+			for (uint32_t j = i; j != KILN_NONE32; j = next[j])
+				shard_add(&try, &m->tensors[j], 0);
+		}
+		*cur = try;
+		cur->n += members;
+		for (uint32_t j = i; j != KILN_NONE32; j = next[j])
+			p->shard_of[j] = (uint32_t)(cur - p->shards);
+		placed += members;
+	}
+	free(next);
+	/* The order: shard by shard, model order within each. */
+	uint32_t *fill = calloc(p->nshards, sizeof(uint32_t));
+	if (!fill)
+		return nomem(err);
+	for (uint32_t i = 0; i < m->n; i++) {
+		uint32_t s = p->shard_of[i];
+		p->group[i] = fill[s];
+		p->order[p->shards[s].first + fill[s]++] = i;
+	}
+	free(fill);
+	return 0;
+}
+
+/* ----------------------------------------------------------------------------------------------
+ * Writing
+ * -------------------------------------------------------------------------------------------- */
+
+/* The read callbacks' context: one shard. A failure keeps its own message (naming the source
+ * file and the tensor) for the caller, since the writer only knows the errno. */
+struct feed {
+	const struct kc_model *m;
+	const uint32_t *order; /* the shard's model tensor indices */
+	struct kc_progress *p;
+	kiln_error saved;
+	int failed;
+};
+
+static int feed_read(void *ctx, uint32_t i, uint64_t off, void *buf, size_t len)
+{
+	struct feed *f = ctx;
+	const struct kc_tensor *t = &f->m->tensors[f->order[i]];
+	const struct kc_source *s = &f->m->srcs[t->src];
+	for (size_t done = 0; done < len;) {
+		ssize_t r = pread(s->fd, (uint8_t *)buf + done, len - done,
+				  (off_t)(t->src_off + off + done));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			int e = r < 0 ? errno : EIO;
+			kiln_error_set(&f->saved, KILN_IO, e,
+				       "%s: tensor %.*s%s: read at offset %" PRIu64 " failed: %s",
+				       s->path, SHORT(t->name, t->name_len),
+				       t->src_off + off + done,
+				       r < 0 ? strerror(e) : "the file ended");
+			f->failed = 1;
+			return e;
+		}
+		done += (size_t)r;
+	}
+	if (kc_progress_add(f->p, len, &f->saved)) {
+		f->failed = 1;
+		return ECANCELED;
+	}
+	return 0;
+}
+
+static void spec_of(kiln_tensor_spec *s, const struct kc_tensor *t)
+{
+	*s = (kiln_tensor_spec){.name = t->name,
+				.name_len = t->name_len,
+				.dtype = t->dtype,
+				.rank = t->rank,
+				.layout = t->layout,
+				.layout_len = t->layout ? strlen(t->layout) : 0,
+				.block_size = t->block_size,
+				.quant_scheme = t->quant_scheme,
+				.quant_axis = t->quant_axis,
+				.group_size = t->group_size,
+				.scale_index = t->scale_index,
+				.outer_index = t->outer_index,
+				.byte_length = t->byte_length};
+	memcpy(s->shape, t->shape, sizeof(s->shape));
+}
+
+/* Build shard k's tensor list; quantization links become indices within the shard. */
+static int shard_specs(const struct kc_model *m, const struct plan *p, uint32_t k, const char *meta,
+		       size_t meta_len, struct feed *f, kiln_tensor_spec **out, uint32_t *count,
+		       kiln_error *err)
+{
+	const struct shard *s = &p->shards[k];
+	uint32_t n = s->n + (k == 0);
+	kiln_tensor_spec *specs = calloc(n ? n : 1, sizeof(*specs));
+	if (!specs)
+		return nomem(err);
+	for (uint32_t i = 0; i < s->n; i++) {
+		const struct kc_tensor *t = &m->tensors[p->order[s->first + i]];
+		spec_of(&specs[i], t);
+		specs[i].read = feed_read;
+		specs[i].read_ctx = f;
+		if (t->quant_scheme) {
+			/* A group is never split, so its links land in this shard. */
+			if (specs[i].scale_index < m->n)
+				specs[i].scale_index = p->group[specs[i].scale_index];
+			if (specs[i].outer_index < m->n)
+				specs[i].outer_index = p->group[specs[i].outer_index];
+		}
+	}
+	if (k == 0) {
+		kiln_tensor_spec *ms = &specs[s->n];
+		*ms = (kiln_tensor_spec){.name = KILN_METADATA_TENSOR,
+					 .name_len = META_NAME_LEN,
+					 .dtype = KILN_DT_U8,
+					 .rank = 1,
+					 .shape = {meta_len},
+					 .byte_length = meta_len,
+					 .data = meta};
+	}
+	*out = specs;
+	*count = n;
+	return 0;
+}
+
+/* OUT itself for one file; STEM-0000k-of-0000N.klnt beside it for a series, STEM being OUT
+ * without its ".klnt". */
+static char *shard_path(const char *out, uint32_t k, uint32_t n)
+{
+	if (n == 1)
+		return strdup(out);
+	size_t len = strlen(out);
+	if (len > 5 && !strcmp(out + len - 5, ".klnt"))
+		len -= 5;
+	char *s = NULL;
+	if (asprintf(&s, "%.*s-%05" PRIu32 "-of-%05" PRIu32 ".klnt", (int)len, out, k + 1, n) < 0)
+		return NULL;
+	return s;
+}
+
+int kc_klnt_write(const struct kc_model *m, const char *path, uint64_t max_shard_size,
+		  struct kc_progress *p, kiln_convert_result *res, kiln_error *err)
+{
+	if (res)
+		memset(res, 0, sizeof(*res));
+	int rc = check_names(m, err);
+	if (rc)
+		return rc;
+	const char *meta = json_object_to_json_string_ext(
+	    m->meta, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE);
+	if (!meta)
+		return nomem(err);
+	size_t meta_len = strlen(meta);
+	if (p && !p->total)
+		for (uint32_t i = 0; i < m->n; i++)
+			p->total = sat_add(p->total, m->tensors[i].byte_length);
+
+	struct plan plan;
+	kiln_error unsynced = {0};
+	char **written = NULL;
+	uint32_t nwritten = 0;
+	if ((rc = plan_shards(m, meta_len, max_shard_size, &plan, err)))
+		goto out;
+	if (!(written = calloc(plan.nshards, sizeof(char *)))) {
+		rc = nomem(err);
+		goto out;
+	}
+	if (plan.nshards > 99999) {
+		rc = kiln_error_set(err, KILN_LIMIT, 0, "%s: %" PRIu32 " shards, more than 99999",
+				    path, plan.nshards);
+		goto out;
+	}
+	/* Every shard is proven writable before the first is written. */
+	for (uint32_t k = 0; k < plan.nshards && !rc; k++) {
+		kiln_tensor_spec *specs;
+		uint32_t n;
+		struct feed f = {0};
+		if ((rc = shard_specs(m, &plan, k, meta, meta_len, &f, &specs, &n, err)))
+			break;
+		rc = kiln_write_size(specs, n, NULL, err);
+		if (rc && err) {
+			/* The writer's index is within the shard: name the tensor. */
+			char msg[sizeof(err->message)];
+			snprintf(msg, sizeof(msg), "%s", err->message);
+			const char *name = err->tensor < n ? specs[err->tensor].name : NULL;
+			if (name)
+				kiln_error_set(err, rc, err->sys_errno, "tensor %.*s%s: %s",
+					       SHORT(name, specs[err->tensor].name_len), msg);
+		}
+		free(specs);
+	}
+	for (uint32_t k = 0; k < plan.nshards && !rc; k++) {
+		kiln_tensor_spec *specs;
+		uint32_t n;
+		struct feed f = {.m = m, .order = plan.order + plan.shards[k].first, .p = p};
+		if ((rc = shard_specs(m, &plan, k, meta, meta_len, &f, &specs, &n, err)))
+			break;
+		char *sp = shard_path(path, k, plan.nshards);
+		if (!sp) {
+			free(specs);
+			rc = nomem(err);
+			break;
+		}
+		rc = kiln_write_file(sp, specs, n, 0, err);
+		free(specs);
+		if (rc == KILN_UNSYNCED) {
+			/* In place and complete, so the series goes on; the caller hears of it. */
+			if (err)
+				unsynced = *err;
+			unsynced.code = KILN_UNSYNCED;
+			rc = 0;
+		}
+		if (rc && f.failed && err) {
+			int code = f.saved.code;
+			*err = f.saved;
+			rc = code;
+		}
+		if (rc) {
+			free(sp);
+			break;
+		}
+		written[nwritten++] = sp;
+		if (res) {
+			res->files++;
+			res->tensors += plan.shards[k].n;
+			for (uint32_t i = 0; i < plan.shards[k].n; i++)
+				res->bytes +=
+				    m->tensors[plan.order[plan.shards[k].first + i]].byte_length;
+		}
+	}
+	if (!rc && res && nwritten)
+		snprintf(res->first, sizeof(res->first), "%s", written[0]);
+	if (!rc && unsynced.code) {
+		if (err)
+			*err = unsynced;
+		rc = KILN_UNSYNCED;
+	}
+out:
+	/* Nothing left behind: a series is all or nothing. */
+	for (uint32_t i = 0; i < nwritten; i++) {
+		if (rc && rc != KILN_UNSYNCED)
+			unlink(written[i]);
+		free(written[i]);
+	}
+	free(written);
+	plan_free(&plan);
+	if (rc && rc != KILN_UNSYNCED && res)
+		memset(res, 0, sizeof(*res));
+	return rc;
+}
+
+/* ----------------------------------------------------------------------------------------------
+ * Reading
+ * -------------------------------------------------------------------------------------------- */
+
+static int read_meta(struct kc_model *m, const kiln_dir *d, const kiln_tensor *v, const char *path,
+		     int *seen, kiln_error *err)
+{
+	if (*seen)
+		return kiln_error_set(err, KILN_TYPE, 0,
+				      "%s: a second %s tensor (one series has one document)", path,
+				      KILN_METADATA_TENSOR);
+	*seen = 1;
+	if (v->dtype != KILN_DT_U8 || v->rank != 1)
+		return kiln_error_set(err, KILN_TYPE, 0, "%s: tensor %s is not a u8 vector", path,
+				      KILN_METADATA_TENSOR);
+	if (v->byte_length > INT32_MAX)
+		return kiln_error_set(err, KILN_LIMIT, 0,
+				      "%s: tensor %s: %" PRIu64 " bytes of JSON, more than 2 GiB",
+				      path, KILN_METADATA_TENSOR, v->byte_length);
+	size_t len = (size_t)v->byte_length;
+	char *text = malloc(len + 1);
+	if (!text)
+		return nomem(err);
+	int rc = kiln_tensor_copy(d, v->index, text, len, err);
+	if (rc) {
+		free(text);
+		return rc;
+	}
+	text[len] = '\0';
+	json_object *doc = kc_json_parse_object(text, len);
+	free(text);
+	if (!doc)
+		return kiln_error_set(err, KILN_TYPE, 0,
+				      "%s: tensor %s does not hold a JSON object", path,
+				      KILN_METADATA_TENSOR);
+	/* The convention's version (docs/convert.md): a later one may mean something else. */
+	json_object *ver;
+	if (!json_object_object_get_ex(doc, "kiln.metadata", &ver) ||
+	    !json_object_is_type(ver, json_type_int)) {
+		json_object_put(doc);
+		return kiln_error_set(err, KILN_TYPE, 0,
+				      "%s: tensor %s: no \"kiln.metadata\" version in the document",
+				      path, KILN_METADATA_TENSOR);
+	}
+	if (json_object_get_int64(ver) != 1) {
+		int64_t version = json_object_get_int64(ver);
+		json_object_put(doc);
+		return kiln_error_set(err, KILN_UNSUPPORTED, 0,
+				      "%s: tensor %s: metadata convention version %" PRId64
+				      ", this build knows 1",
+				      path, KILN_METADATA_TENSOR, version);
+	}
+	json_object_put(m->meta);
+	m->meta = doc;
+	return 0;
+}
+
+static int read_one(struct kc_model *m, const char *path, int *seen_meta, kiln_error *err)
+{
+	/* Payloads are read later through a descriptor of our own, opened first; the directory
+	 * opened after it must be of the same file, not of one renamed over it in between (a
+	 * writer replacing the file, as kiln's does). */
+	int src = kc_model_add_source(m, path, err);
+	if (src < 0)
+		return err ? err->code : KILN_IO;
+	kiln_dir *d;
+	int rc = kiln_dir_open(path, NULL, &d, err);
+	if (rc) {
+		if (err && !strstr(err->message, path)) {
+			char msg[sizeof(err->message)];
+			snprintf(msg, sizeof(msg), "%s", err->message);
+			kiln_error_set(err, rc, err->sys_errno, "%s: %s", path, msg);
+		}
+		return rc;
+	}
+	struct stat mine, now;
+	if (fstat(m->srcs[src].fd, &mine) != 0 || stat(path, &now) != 0 ||
+	    mine.st_ino != now.st_ino || mine.st_dev != now.st_dev) {
+		kiln_dir_close(d);
+		return kiln_error_set(err, KILN_IO, ESTALE,
+				      "%s: the file was replaced while it was being opened", path);
+	}
+	uint32_t count = kiln_dir_count(d);
+	/* Quantization links are indices in this file; the model numbers tensors across files and
+	 * without the metadata tensor. The index exists, so count fits in memory. */
+	uint32_t *map = malloc((count ? count : 1) * sizeof(uint32_t));
+	if (!map) {
+		kiln_dir_close(d);
+		return nomem(err);
+	}
+	uint32_t next = m->n;
+	for (uint32_t i = 0; i < count; i++) {
+		const kiln_tensor *v = kiln_dir_tensor(d, i);
+		int is_meta = v->name && v->name_len == META_NAME_LEN &&
+			      !memcmp(v->name, KILN_METADATA_TENSOR, META_NAME_LEN);
+		map[i] = is_meta ? KILN_NONE32 : next++;
+	}
+	for (uint32_t i = 0; i < count && !rc; i++) {
+		const kiln_tensor *v = kiln_dir_tensor(d, i);
+		if (!v->name) {
+			rc = kiln_error_set(err, KILN_UNSUPPORTED, 0,
+					    "%s: tensor %" PRIu32
+					    " has no name; only named tensors can be converted",
+					    path, i);
+			break;
+		}
+		if (map[i] == KILN_NONE32) {
+			rc = read_meta(m, d, v, path, seen_meta, err);
+			continue;
+		}
+		struct kc_tensor *t = kc_model_add_tensor(m, v->name, v->name_len, err);
+		if (!t) {
+			rc = err ? err->code : KILN_NOMEM;
+			break;
+		}
+		t->dtype = v->dtype;
+		t->rank = v->rank;
+		memcpy(t->shape, v->shape, sizeof(t->shape));
+		if (v->layout && memchr(v->layout, 0, v->layout_len)) {
+			/* the model keeps layouts as C strings; refuse rather than cut it short */
+			rc = kiln_error_set(err, KILN_UNSUPPORTED, 0,
+					    "%s: tensor %.*s%s: the layout name holds U+0000", path,
+					    SHORT(v->name, v->name_len));
+			break;
+		}
+		if (v->layout) {
+			if (!(t->layout = strndup(v->layout, v->layout_len))) {
+				rc = nomem(err);
+				break;
+			}
+		}
+		t->block_size = v->block_size;
+		t->byte_length = v->byte_length;
+		t->src = (uint32_t)src;
+		t->src_off = v->file_offset;
+		t->quant_scheme = v->quant_scheme;
+		if (v->quant_scheme) {
+			t->quant_axis = v->quant_axis;
+			t->group_size = v->group_size;
+			t->scale_index = v->scale_index < count ? map[v->scale_index] : KILN_NONE32;
+			t->outer_index = v->outer_index < count ? map[v->outer_index] : KILN_NONE32;
+		}
+	}
+	free(map);
+	kiln_dir_close(d);
+	return rc;
+}
+
+int kc_klnt_read(struct kc_model *m, const char *const *paths, uint32_t n, kiln_error *err)
+{
+	int seen_meta = 0, rc = 0;
+	for (uint32_t i = 0; i < n && !rc; i++)
+		rc = read_one(m, paths[i], &seen_meta, err);
+	if (!rc)
+		rc = check_names(m, err);
+	/* A KLNT file not written by an import: say where the model came from all the same. */
+	if (!rc && !seen_meta)
+		json_object_object_add(m->meta, "source", json_object_new_string("klnt"));
+	return rc;
+}
