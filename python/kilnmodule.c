@@ -311,6 +311,40 @@ static PyObject *no_type(const kiln_tensor *t, const char *what, const char *hin
 /* A data pointer for empty payloads, so numpy never allocates memory of its own. */
 static _Alignas(64) const unsigned char empty_payload[64];
 
+/* The numpy type, rank and dims of a tensor's array (raw: its bytes as 1-D uint8); -1 with an
+ * exception set when numpy cannot hold it. */
+static int array_shape(const kiln_tensor *t, int raw, int *type, int *nd, npy_intp *dims)
+{
+	if (raw) {
+		*type = NPY_UINT8;
+		*nd = 1;
+		if (t->byte_length > (uint64_t)NPY_MAX_INTP) {
+			PyErr_Format(PyExc_OverflowError, "tensor %u is too large", t->index);
+			return -1;
+		}
+		dims[0] = (npy_intp)t->byte_length;
+		return 0;
+	}
+	*type = npy_type(t->dtype);
+	if (*type < 0) {
+		no_type(t, "numpy",
+			t->dtype == KILN_DT_BF16 ? "numpy(raw=True) gives its bytes as uint8, and "
+						   "torch.from_dlpack() gives torch.bfloat16"
+						 : "numpy(raw=True) gives its bytes as uint8");
+		return -1;
+	}
+	*nd = t->rank;
+	for (int i = 0; i < *nd; i++) {
+		if (t->shape[i] > (uint64_t)NPY_MAX_INTP) {
+			PyErr_Format(PyExc_OverflowError,
+				     "tensor %u: dimension %d is too large for numpy", t->index, i);
+			return -1;
+		}
+		dims[i] = (npy_intp)t->shape[i];
+	}
+	return 0;
+}
+
 static PyObject *tensor_numpy(TensorObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"raw", NULL};
@@ -320,30 +354,8 @@ static PyObject *tensor_numpy(TensorObject *self, PyObject *args, PyObject *kw)
 	const kiln_tensor *t = self->t;
 	npy_intp dims[KILN_MAX_RANK];
 	int nd, type;
-	if (raw) {
-		type = NPY_UINT8;
-		nd = 1;
-		if (t->byte_length > (uint64_t)NPY_MAX_INTP)
-			return PyErr_Format(PyExc_OverflowError, "tensor %u is too large",
-					    t->index);
-		dims[0] = (npy_intp)t->byte_length;
-	} else {
-		type = npy_type(t->dtype);
-		if (type < 0)
-			return no_type(t, "numpy",
-				       t->dtype == KILN_DT_BF16
-					   ? "numpy(raw=True) gives its bytes as uint8, and "
-					     "torch.from_dlpack() gives torch.bfloat16"
-					   : "numpy(raw=True) gives its bytes as uint8");
-		nd = t->rank;
-		for (int i = 0; i < nd; i++) {
-			if (t->shape[i] > (uint64_t)NPY_MAX_INTP)
-				return PyErr_Format(
-				    PyExc_OverflowError,
-				    "tensor %u: dimension %d is too large for numpy", t->index, i);
-			dims[i] = (npy_intp)t->shape[i];
-		}
-	}
+	if (array_shape(t, raw, &type, &nd, dims) < 0)
+		return NULL;
 	void *data = t->data ? (void *)t->data : (void *)empty_payload;
 	PyArray_Descr *descr = PyArray_DescrFromType(type);
 	if (!descr)
@@ -355,6 +367,59 @@ static PyObject *tensor_numpy(TensorObject *self, PyObject *args, PyObject *kw)
 		return NULL;
 	Py_INCREF(self->owner);
 	if (PyArray_SetBaseObject((PyArrayObject *)arr, (PyObject *)self->owner) < 0) {
+		Py_DECREF(arr);
+		return NULL;
+	}
+	return arr;
+}
+
+/* kiln_tensor_read into dst[0, cap) with the GIL released; -1 with the exception set. */
+static int read_payload(TensorObject *self, void *dst, size_t cap)
+{
+	kiln_error err;
+	int rc;
+	kiln_dir *dir = self->owner->dir;
+	uint32_t index = self->t->index;
+	Py_BEGIN_ALLOW_THREADS rc = kiln_tensor_read(dir, index, dst, cap, NULL, NULL, &err);
+	Py_END_ALLOW_THREADS if (rc)
+	{
+		raise_kiln(rc, &err);
+		return -1;
+	}
+	return 0;
+}
+
+static PyObject *tensor_read_into(TensorObject *self, PyObject *arg)
+{
+	Py_buffer view;
+	if (PyObject_GetBuffer(arg, &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+		return NULL;
+	int rc = -1;
+	if ((uint64_t)view.len < self->t->byte_length)
+		PyErr_Format(PyExc_ValueError,
+			     "a buffer of %zd bytes cannot hold tensor %u (%llu bytes)", view.len,
+			     self->t->index, (unsigned long long)self->t->byte_length);
+	else
+		rc = read_payload(self, view.buf, (size_t)view.len);
+	PyBuffer_Release(&view);
+	return rc ? NULL : PyLong_FromUnsignedLongLong(self->t->byte_length);
+}
+
+static PyObject *tensor_copy(TensorObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"raw", NULL};
+	int raw = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|p:copy", kwlist, &raw))
+		return NULL;
+	npy_intp dims[KILN_MAX_RANK];
+	int nd, type;
+	if (array_shape(self->t, raw, &type, &nd, dims) < 0)
+		return NULL;
+	PyObject *arr = PyArray_Empty(nd, dims, PyArray_DescrFromType(type), 0);
+	if (!arr)
+		return NULL;
+	if (read_payload(self, PyArray_DATA((PyArrayObject *)arr),
+			 (size_t)PyArray_NBYTES((PyArrayObject *)arr)) < 0) {
 		Py_DECREF(arr);
 		return NULL;
 	}
@@ -514,6 +579,12 @@ static PyMethodDef tensor_methods[] = {
     {"__dlpack__", (PyCFunction)(void (*)(void))tensor_dlpack, METH_VARARGS | METH_KEYWORDS,
      "A DLPack capsule viewing the payload (no copy). DLPack v0.x has no read-only flag: the\n"
      "memory is read-only (a mapping), so tensors made from it must not be written."},
+    {"copy", (PyCFunction)(void (*)(void))tensor_copy, METH_VARARGS | METH_KEYWORDS,
+     "copy(raw=False): a new, writable numpy array holding the payload, read from the file\n"
+     "(io_uring or pread, the GIL released), not through the mapping."},
+    {"read_into", (PyCFunction)tensor_read_into, METH_O,
+     "read_into(buffer): read the payload into any writable buffer of at least nbytes bytes\n"
+     "(a bytearray, a numpy array, ...), the GIL released. Returns nbytes."},
     {"to_dlpack", (PyCFunction)(void (*)(void))tensor_to_dlpack, METH_VARARGS | METH_KEYWORDS,
      "to_dlpack(raw=False): a DLPack capsule as __dlpack__ gives; raw=True views the payload\n"
      "bytes as a 1-D uint8 tensor (for dtypes the consumer has no type for)."},
@@ -676,6 +747,189 @@ static PyObject *dir_verify_payload(DirObject *self, PyObject *unused)
 	Py_RETURN_NONE;
 }
 
+/* The descriptor index a key names: a str (name), an int (index, negative from the end) or a
+ * Tensor of this directory. -1 with an exception set otherwise. */
+static int resolve_index(OwnerObject *o, PyObject *key, uint32_t *out)
+{
+	uint32_t n = kiln_dir_count(o->dir);
+	if (PyUnicode_Check(key)) {
+		const kiln_tensor *t = find_name(o, key);
+		if (!t)
+			return -1;
+		*out = t->index;
+		return 0;
+	}
+	if (PyObject_TypeCheck(key, &TensorType)) {
+		TensorObject *t = (TensorObject *)key;
+		if (t->owner != o) {
+			PyErr_SetString(PyExc_ValueError,
+					"the tensor belongs to another directory");
+			return -1;
+		}
+		*out = t->t->index;
+		return 0;
+	}
+	Py_ssize_t i = PyNumber_AsSsize_t(key, PyExc_IndexError);
+	if (i == -1 && PyErr_Occurred())
+		return -1;
+	if (i < 0)
+		i += n;
+	if (i < 0 || i >= (Py_ssize_t)n) {
+		PyErr_SetString(PyExc_IndexError, "tensor index out of range");
+		return -1;
+	}
+	*out = (uint32_t)i;
+	return 0;
+}
+
+/* Indices for a sequence of keys (None: every tensor) in new PyMem memory (*out, *count). */
+static int resolve_indices(OwnerObject *o, PyObject *keys, uint32_t **out, uint32_t *count)
+{
+	uint32_t n = kiln_dir_count(o->dir);
+	PyObject *seq = keys == Py_None ? NULL : PySequence_Fast(keys, "expected a sequence");
+	if (keys != Py_None && !seq)
+		return -1;
+	Py_ssize_t len = seq ? PySequence_Fast_GET_SIZE(seq) : (Py_ssize_t)n;
+	uint32_t *idx = PyMem_Malloc(len ? (size_t)len * sizeof(*idx) : 1);
+	if (!idx) {
+		Py_XDECREF(seq);
+		PyErr_NoMemory();
+		return -1;
+	}
+	for (Py_ssize_t i = 0; i < len; i++) {
+		if (!seq) {
+			idx[i] = (uint32_t)i;
+		} else if (resolve_index(o, PySequence_Fast_GET_ITEM(seq, i), &idx[i]) < 0) {
+			Py_DECREF(seq);
+			PyMem_Free(idx);
+			return -1;
+		}
+	}
+	Py_XDECREF(seq);
+	*out = idx;
+	*count = (uint32_t)len;
+	return 0;
+}
+
+static PyObject *dir_hint(DirObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"tensors", "hint", NULL};
+	PyObject *keys = Py_None;
+	const char *name = "willneed";
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|Os:hint", kwlist, &keys, &name))
+		return NULL;
+	static const char *const hints[] = {"willneed", "dontneed", "cold", "pageout"};
+	unsigned hint = 0;
+	while (hint < 4 && strcmp(name, hints[hint]))
+		hint++;
+	if (hint == 4)
+		return PyErr_Format(PyExc_ValueError,
+				    "hint must be willneed, dontneed, cold or pageout, not \"%s\"",
+				    name);
+	OwnerObject *o = dir_owner(self);
+	uint32_t *idx, count;
+	if (!o || resolve_indices(o, keys, &idx, &count) < 0)
+		return NULL;
+	kiln_error err;
+	int rc;
+	Py_INCREF(o);
+	Py_BEGIN_ALLOW_THREADS rc = kiln_tensor_hint(o->dir, idx, count, hint, &err);
+	Py_END_ALLOW_THREADS Py_DECREF(o);
+	PyMem_Free(idx);
+	if (rc)
+		return raise_kiln(rc, &err);
+	Py_RETURN_NONE;
+}
+
+/*
+ * stream(pairs, *, engine="auto", direct=False, chunk_size=0, queue_depth=0): read payloads
+ * from the file into caller buffers; pairs is a sequence of (key, writable buffer).
+ */
+static PyObject *dir_stream(DirObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"pairs", "engine", "direct", "chunk_size", "queue_depth", NULL};
+	PyObject *pairs;
+	const char *engine = "auto";
+	int direct = 0;
+	unsigned int chunk = 0, depth = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$spII:stream", kwlist, &pairs, &engine,
+					 &direct, &chunk, &depth))
+		return NULL;
+	kiln_stream_options so;
+	memset(&so, 0, sizeof(so));
+	so.size = sizeof(so);
+	if (!strcmp(engine, "auto"))
+		so.engine = KILN_ENGINE_AUTO;
+	else if (!strcmp(engine, "uring"))
+		so.engine = KILN_ENGINE_URING;
+	else if (!strcmp(engine, "pread"))
+		so.engine = KILN_ENGINE_PREAD;
+	else
+		return PyErr_Format(PyExc_ValueError,
+				    "engine must be auto, uring or pread, not \"%s\"", engine);
+	so.flags = direct ? KILN_STREAM_DIRECT : 0;
+	so.chunk_size = chunk;
+	so.queue_depth = depth;
+	OwnerObject *o = dir_owner(self);
+	if (!o)
+		return NULL;
+	PyObject *seq = PySequence_Fast(pairs, "pairs must be a sequence of (tensor, buffer)");
+	if (!seq)
+		return NULL;
+	Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), got = 0;
+	PyObject *ret = NULL;
+	uint32_t *idx = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*idx));
+	void **dests = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*dests));
+	Py_buffer *views = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*views));
+	if (!idx || !dests || !views) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *key, *buf;
+		if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "OO:stream pair", &key,
+				      &buf) ||
+		    resolve_index(o, key, &idx[i]) < 0 ||
+		    PyObject_GetBuffer(buf, &views[i], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+			goto out;
+		got = i + 1;
+		const kiln_tensor *t = kiln_dir_tensor(o->dir, idx[i]);
+		if ((uint64_t)views[i].len < t->byte_length) {
+			PyErr_Format(PyExc_ValueError,
+				     "a buffer of %zd bytes cannot hold tensor %u (%llu bytes)",
+				     views[i].len, t->index, (unsigned long long)t->byte_length);
+			goto out;
+		}
+		dests[i] = views[i].buf;
+	}
+	kiln_stream_result res;
+	kiln_error err;
+	int rc;
+	memset(&res, 0, sizeof(res));
+	Py_INCREF(o);
+	Py_BEGIN_ALLOW_THREADS rc =
+	    kiln_stream(o->dir, idx, (uint32_t)n, (void *const *)dests, &so, &res, &err);
+	Py_END_ALLOW_THREADS Py_DECREF(o);
+	if (rc) {
+		raise_kiln(rc, &err);
+		goto out;
+	}
+	ret = Py_BuildValue("{s:K,s:K,s:K,s:s,s:O,s:i,s:i}", "bytes", (unsigned long long)res.bytes,
+			    "chunks", (unsigned long long)res.chunks, "retries",
+			    (unsigned long long)res.retries, "engine",
+			    res.engine == KILN_ENGINE_URING ? "uring" : "pread", "direct",
+			    res.direct ? Py_True : Py_False, "uring_fallback", res.uring_fallback,
+			    "direct_fallback", res.direct_fallback);
+out:
+	for (Py_ssize_t i = 0; i < got; i++)
+		PyBuffer_Release(&views[i]);
+	PyMem_Free(idx);
+	PyMem_Free(dests);
+	PyMem_Free(views);
+	Py_DECREF(seq);
+	return ret;
+}
+
 static PyObject *dir_get_info(DirObject *self, void *c)
 {
 	(void)c;
@@ -715,6 +969,13 @@ static PyMethodDef dir_methods[] = {
     {"verify_payload", (PyCFunction)dir_verify_payload, METH_NOARGS,
      "Check the bytes between payloads and the 4-bit padding are zero (raises "
      "FormatTypeError)."},
+    {"hint", (PyCFunction)(void (*)(void))dir_hint, METH_VARARGS | METH_KEYWORDS,
+     "hint(tensors=None, hint=\"willneed\"): advise the kernel about these tensors' pages\n"
+     "(names, indices or Tensors; None: all): willneed, dontneed, cold, pageout. mmap only."},
+    {"stream", (PyCFunction)(void (*)(void))dir_stream, METH_VARARGS | METH_KEYWORDS,
+     "stream(pairs, *, engine=\"auto\", direct=False, chunk_size=0, queue_depth=0) -> dict\n"
+     "Read payloads from the file into caller buffers, many reads in flight, the GIL\n"
+     "released; pairs: (name, index or Tensor, writable buffer of at least nbytes)."},
     {"close", (PyCFunction)dir_close, METH_NOARGS,
      "Drop this Dir's hold on the directory. Arrays, tensors and views made from it stay\n"
      "valid: the directory is closed when the last of them is gone."},

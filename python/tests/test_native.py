@@ -1,0 +1,113 @@
+# SPDX-License-Identifier: MIT
+"""The native API beyond views: copies, reads into caller buffers, streams, hints, threads."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import kiln
+
+DATA = {"a": np.arange(3000, dtype=np.float32).reshape(30, 100),
+        "b": np.arange(17, dtype=np.uint8), "e": np.zeros((0, 4), np.int16)}
+
+
+@pytest.fixture
+def path(tmp_path):
+    p = str(tmp_path / "n.klnt")
+    kiln.save_file(DATA, p)
+    return p
+
+
+@pytest.mark.parametrize("source", ["mmap", "read", "uring"])
+def test_copy_is_writable_and_separate(path, source):
+    with kiln.open(path, source=source) as d:
+        for k, v in DATA.items():
+            c = d[k].copy()
+            assert c.flags.writeable and c.dtype == v.dtype
+            np.testing.assert_array_equal(c, v)
+            assert not np.shares_memory(c, d[k].numpy())
+            c[...] = 1  # ours to write
+        assert d["a"].copy(raw=True).tobytes() == DATA["a"].tobytes()
+
+
+def test_read_into(path):
+    with kiln.open(path) as d:
+        buf = bytearray(d["a"].nbytes + 5)
+        assert d["a"].read_into(buf) == DATA["a"].nbytes
+        assert bytes(buf[:DATA["a"].nbytes]) == DATA["a"].tobytes()
+        out = np.empty(17, np.uint8)
+        d["b"].read_into(out)
+        np.testing.assert_array_equal(out, DATA["b"])
+        with pytest.raises(ValueError, match="cannot hold"):
+            d["a"].read_into(bytearray(10))
+        with pytest.raises(BufferError):
+            d["a"].read_into(bytes(20000))  # not writable
+
+
+@pytest.mark.parametrize("engine", ["auto", "uring", "pread"])
+def test_stream(path, engine):
+    with kiln.open(path) as d:
+        a = np.empty_like(DATA["a"])
+        b = bytearray(17)
+        e = np.empty((0, 4), np.int16)
+        res = d.stream([("a", a), (1, b), (d["e"], e)], engine=engine, chunk_size=4096)
+        np.testing.assert_array_equal(a, DATA["a"])
+        assert bytes(b) == DATA["b"].tobytes()
+        assert res["bytes"] == DATA["a"].nbytes + 17
+        assert res["engine"] in ("uring", "pread") and res["chunks"] >= 3
+        with pytest.raises(ValueError, match="cannot hold"):
+            d.stream([("a", bytearray(1))])
+        with pytest.raises(KeyError):
+            d.stream([("zzz", bytearray(1))])
+        with pytest.raises(ValueError, match="engine"):
+            d.stream([], engine="carrier-pigeon")
+        with kiln.open(path) as other:
+            with pytest.raises(ValueError, match="another directory"):
+                d.stream([(other["a"], a)])
+
+
+def test_hint(path):
+    with kiln.open(path) as d:
+        d.hint()
+        d.hint(["a", 1], "dontneed")
+        d.hint([d["a"]], hint="cold")
+        with pytest.raises(ValueError, match="hint"):
+            d.hint(None, "forget")
+        with pytest.raises(IndexError):
+            d.hint([3])
+    with kiln.open(path, source="read") as d:
+        with pytest.raises(kiln.Error) as e:
+            d.hint()
+        assert e.value.cls == "UNSUPPORTED" and type(e.value) is kiln.Error
+
+
+def test_threads_share_a_directory(path):
+    d = kiln.open(path)
+    views = {k: d[k] for k in DATA}
+    errors = []
+
+    def work(k):
+        try:
+            for _ in range(50):
+                np.testing.assert_array_equal(views[k].copy(), DATA[k])
+                np.testing.assert_array_equal(views[k].numpy(), DATA[k])
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    def verify():
+        try:
+            with kiln.open(path) as own:
+                for _ in range(50):
+                    own.verify_payload()
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in ("a", "b") * 4]
+    threads += [threading.Thread(target=verify) for _ in range(2)]
+    for t in threads:
+        t.start()
+    d.close()  # while they run: the views they hold keep the directory open
+    for t in threads:
+        t.join()
+    assert errors == []
