@@ -23,6 +23,7 @@ import json as _json
 
 import numpy as _np
 
+from . import _kiln
 from ._kiln import (  # noqa: F401
     Dir,
     Error,
@@ -69,13 +70,37 @@ def _is_torch(x):
     return type(x).__module__.startswith("torch")
 
 
-def _torch_of(t):
+# dtypes numpy has no type for, and the torch dtype each becomes where this torch has it (the
+# float8 types arrived in torch 2.1, e8m0 in 2.7). Their bytes go through DLPack as uint8 and are
+# reinterpreted, which works for every torch version and needs no DLPack float8 codes.
+_TORCH_ONLY = {"bf16": "bfloat16", "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2",
+               "e8m0": "float8_e8m0fnu"}
+_NUMPY_NATIVE = set(_FROM_NUMPY.values())
+
+
+def _torch_dtype(t):
+    """The torch dtype for a tensor numpy cannot hold; None for numpy's own dtypes."""
     import torch
 
-    if t.dtype == "bool":
-        # torch before 2.0 has no DLPack bool: view the bytes as uint8, then as bool.
-        return torch.from_dlpack(t.to_dlpack(raw=True)).view(torch.bool).reshape(t.shape)
-    return torch.from_dlpack(t)
+    if t.dtype in _NUMPY_NATIVE:
+        return None
+    tdtype = getattr(torch, _TORCH_ONLY.get(t.dtype, ""), None)
+    if tdtype is None:
+        raise TypeError(f"tensor {t.index} ({t.name!r}) has dtype {t.dtype}, which PyTorch "
+                        f"{torch.__version__} has no type for; numpy(raw=True) or "
+                        f"to_dlpack(raw=True) give its bytes as uint8")
+    return tdtype
+
+
+def _torch_of(t):
+    """A torch tensor viewing the payload (zero copy, through DLPack)."""
+    import torch
+
+    tdtype = _torch_dtype(t)
+    if tdtype is None and t.dtype != "bool":
+        return torch.from_dlpack(t)
+    # bool: torch before 2.0 has no DLPack bool; the others as above.
+    return torch.from_dlpack(t.to_dlpack(raw=True)).view(tdtype or torch.bool).reshape(t.shape)
 
 
 class _Slice:
@@ -97,11 +122,13 @@ class _Slice:
             return t.numpy()[key]
         import torch
 
-        if t.dtype == "bf16":
-            raw = t.numpy(raw=True).view(_np.int16).reshape(t.shape)[key]
-            return torch.from_numpy(_np.array(raw)).view(torch.bfloat16)
         # A copy, as safetensors gives: torch has no negative steps to view.
-        return torch.from_numpy(_np.array(t.numpy()[key]))
+        tdtype = _torch_dtype(t)
+        if tdtype is None:
+            return torch.from_numpy(_np.array(t.numpy()[key]))
+        same_width = {1: _np.uint8, 2: _np.int16}[_kiln.dtype_bits(t.dtype) // 8]
+        raw = t.numpy(raw=True).view(same_width).reshape(t.shape)[key]
+        return torch.from_numpy(_np.array(raw)).view(tdtype)
 
 
 class safe_open:

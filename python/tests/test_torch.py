@@ -67,3 +67,33 @@ def test_raw_capsule(path):
         raw = torch.from_dlpack(d["bf"].to_dlpack(raw=True))
         assert raw.dtype == torch.uint8 and raw.numel() == 12
         assert torch.equal(raw.view(torch.bfloat16).reshape(2, 3), torch.from_dlpack(d["bf"]))
+
+
+@pytest.fixture
+def f8path(tmp_path):
+    p = str(tmp_path / "f8.klnt")
+    kiln.write_file(p, [("e4", "f8e4m3", (2, 2), bytes([0x38, 0xC0, 0x00, 0x40])),
+                        ("e5", "f8e5m2", (2,), bytes([0x3C, 0xC0])),
+                        ("m0", "e8m0", (), bytes([0x7F])),
+                        ("q", "e2m1", (4,), bytes([0x21, 0x43]))])
+    return p
+
+
+def test_float8(f8path):
+    """float8 types where this torch has them; a TypeError naming the dtype where it has not."""
+    with kiln.safe_open(f8path, framework="pt") as f:
+        if not hasattr(torch, "float8_e4m3fn"):
+            with pytest.raises(TypeError, match=r"f8e4m3.*PyTorch.*raw=True"):
+                f.get_tensor("e4")
+            with pytest.raises(TypeError, match="f8e5m2"):
+                f.get_slice("e5")[:1]
+        else:
+            e4 = f.get_tensor("e4")
+            assert e4.dtype == torch.float8_e4m3fn and tuple(e4.shape) == (2, 2)
+            assert e4.float().tolist() == [[1.0, -2.0], [0.0, 2.0]]
+            assert f.get_slice("e4")[:, ::-1].float().tolist() == [[-2.0, 1.0], [2.0, 0.0]]
+            assert f.get_tensor("e5").float().tolist() == [1.0, -2.0]
+        with pytest.raises(TypeError, match="e2m1"):
+            f.get_tensor("q")
+    with kiln.open(f8path) as d:
+        assert torch.from_dlpack(d["q"].to_dlpack(raw=True)).tolist() == [0x21, 0x43]
