@@ -1073,9 +1073,68 @@ static void release_buffers(Py_buffer *bufs, Py_ssize_t n)
 		PyBuffer_Release(&bufs[i]);
 }
 
+/* The optional fields of a write_file tensor: layout, block_size and the quantization fields. */
+static int spec_extra(PyObject *extra, kiln_tensor_spec *s)
+{
+	static const char *const keys[] = {"layout",     "block_size", "quant_scheme",
+					   "quant_axis", "group_size", "scale_index",
+					   "outer_index"};
+	PyObject *key, *value;
+	Py_ssize_t pos = 0;
+	while (PyDict_Next(extra, &pos, &key, &value)) {
+		const char *k = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : NULL;
+		size_t which = 0;
+		while (k && which < sizeof(keys) / sizeof(keys[0]) && strcmp(k, keys[which]))
+			which++;
+		if (!k || which == sizeof(keys) / sizeof(keys[0])) {
+			if (!PyErr_Occurred())
+				PyErr_Format(PyExc_ValueError, "unknown tensor field %R", key);
+			return -1;
+		}
+		if (which == 0) {
+			Py_ssize_t len;
+			s->layout = PyUnicode_AsUTF8AndSize(value, &len);
+			if (!s->layout)
+				return -1;
+			s->layout_len = (size_t)len;
+			continue;
+		}
+		unsigned long v = PyLong_AsUnsignedLong(value);
+		if (v == (unsigned long)-1 && PyErr_Occurred())
+			return -1;
+		uint32_t max = which == 2 || which == 3 ? UINT16_MAX : UINT32_MAX;
+		if (v > max) {
+			PyErr_Format(PyExc_OverflowError, "%s %lu is out of range", k, v);
+			return -1;
+		}
+		switch (which) {
+		case 1:
+			s->block_size = (uint32_t)v;
+			break;
+		case 2:
+			s->quant_scheme = (uint16_t)v;
+			break;
+		case 3:
+			s->quant_axis = (uint16_t)v;
+			break;
+		case 4:
+			s->group_size = (uint32_t)v;
+			break;
+		case 5:
+			s->scale_index = (uint32_t)v;
+			break;
+		default:
+			s->outer_index = (uint32_t)v;
+			break;
+		}
+	}
+	return 0;
+}
+
 /*
- * write_file(path, tensors, sync=True): tensors is a sequence of (name or None, dtype name,
- * shape, data) where data supports the buffer protocol (C-contiguous) and holds the payload.
+ * write_file(path, tensors, sync=True): tensors is a sequence of (name or None, dtype name or
+ * code, shape, data[, fields]) where data supports the buffer protocol (C-contiguous) and holds
+ * the payload, and fields is a dict of layout, block_size and the quantization fields.
  */
 static PyObject *mod_write_file(PyObject *mod, PyObject *args, PyObject *kw)
 {
@@ -1104,11 +1163,14 @@ static PyObject *mod_write_file(PyObject *mod, PyObject *args, PyObject *kw)
 		goto free;
 	}
 	for (Py_ssize_t i = 0; i < n; i++) {
-		PyObject *item = PySequence_Fast_GET_ITEM(seq, i), *name, *shape, *data;
-		const char *dtype;
-		if (!PyArg_ParseTuple(item, "OsOO:write_file tensor", &name, &dtype, &shape, &data))
+		PyObject *item = PySequence_Fast_GET_ITEM(seq, i), *name, *dtype, *shape, *data;
+		PyObject *extra = NULL;
+		if (!PyArg_ParseTuple(item, "OOOO|O!:write_file tensor", &name, &dtype, &shape,
+				      &data, &PyDict_Type, &extra))
 			goto free;
 		kiln_tensor_spec *s = &specs[i];
+		if (extra && spec_extra(extra, s) < 0)
+			goto free;
 		if (name != Py_None) {
 			Py_ssize_t len;
 			s->name = PyUnicode_AsUTF8AndSize(name, &len);
@@ -1116,9 +1178,17 @@ static PyObject *mod_write_file(PyObject *mod, PyObject *args, PyObject *kw)
 				goto free;
 			s->name_len = (size_t)len;
 		}
-		s->dtype = (uint16_t)kiln_dtype_from_name(dtype);
+		if (PyLong_Check(dtype)) {
+			unsigned long code = PyLong_AsUnsignedLong(dtype);
+			if (PyErr_Occurred())
+				goto free;
+			s->dtype = code <= UINT16_MAX ? (uint16_t)code : 0;
+		} else {
+			const char *dn = PyUnicode_Check(dtype) ? PyUnicode_AsUTF8(dtype) : NULL;
+			s->dtype = dn ? (uint16_t)kiln_dtype_from_name(dn) : 0;
+		}
 		if (!s->dtype) {
-			PyErr_Format(PyExc_ValueError, "unknown dtype %s", dtype);
+			PyErr_Format(PyExc_ValueError, "unknown dtype %R", dtype);
 			goto free;
 		}
 		PyObject *sh = PySequence_Fast(shape, "shape must be a sequence");
@@ -1184,7 +1254,8 @@ static PyMethodDef module_methods[] = {
      "\"uring\" (the block read into owned memory). Raises a kiln.Error subclass."},
     {"write_file", (PyCFunction)(void (*)(void))mod_write_file, METH_VARARGS | METH_KEYWORDS,
      "write_file(path, tensors, *, sync=True): write a canonical KLNT file; tensors is a\n"
-     "sequence of (name or None, dtype name, shape, buffer)."},
+     "sequence of (name or None, dtype name or code, shape, buffer[, fields]), fields a dict\n"
+     "of layout, block_size, quant_scheme, quant_axis, group_size, scale_index, outer_index."},
     {"dtype_bits", (PyCFunction)mod_dtype_bits, METH_O, "Bits per element of a dtype name."},
     {NULL, NULL, 0, NULL}};
 

@@ -215,8 +215,10 @@ def save_file(tensors, filename, metadata=None):
     if metadata:
         # TODO: store it under the converters' metadata convention (docs/convert.md).
         raise NotImplementedError("save_file: metadata is not supported yet")
-    specs = [_spec(name, value) for name, value in tensors.items()]
-    for name, *_ in specs:
+    for name in tensors:
         if not isinstance(name, str):
             raise TypeError(f"tensor names must be str, not {type(name).__name__}")
+        if not name:
+            raise ValueError("tensor names must not be empty (KLNT has no empty names)")
+    specs = [_spec(name, value) for name, value in tensors.items()]
     write_file(filename, specs)

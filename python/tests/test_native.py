@@ -111,3 +111,48 @@ def test_threads_share_a_directory(path):
     for t in threads:
         t.join()
     assert errors == []
+
+
+def test_write_quantized_and_opaque(tmp_path):
+    p = str(tmp_path / "q.klnt")
+    kiln.write_file(p, [
+        ("q", "e2m1", (4, 16), bytes(range(32)),
+         {"quant_scheme": 2, "quant_axis": 1, "group_size": 16, "scale_index": 1,
+          "outer_index": 2}),
+        ("q.scale", "f8e4m3", (4, 1), bytes([0x38] * 4)),
+        ("q.outer", "f32", (), np.float32(0.5).tobytes()),
+        ("blk", 4096, (64,), bytes(68), {"layout": "Q8_0", "block_size": 34}),
+    ])
+    with kiln.open(p, verify=True) as d:
+        q = d["q"]
+        assert (q.quant_scheme, q.quant_axis, q.group_size) == (2, 1, 16)
+        assert q.scale.name == "q.scale" and q.outer.name == "q.outer"
+        assert q.outer.numpy() == np.float32(0.5) and q.outer.shape == ()
+        assert q.numpy(raw=True).tobytes() == bytes(range(32))
+        b = d["blk"]
+        assert (b.dtype, b.dtype_code, b.layout, b.block_size, b.nbytes) == \
+            ("opaque", 4096, "Q8_0", 34, 68)
+        assert b.quant_axis is None and b.scale is None
+    with pytest.raises(kiln.FormatTypeError) as e:  # the writer refuses what the reader would
+        kiln.write_file(p, [("q", "e2m1", (4,), bytes(2), {"quant_scheme": 1, "quant_axis": 3,
+                                                           "group_size": 4, "scale_index": 0})])
+    assert e.value.tensor == 0 and e.value.field is not None
+    with pytest.raises(ValueError, match="unknown tensor field"):
+        kiln.write_file(p, [("q", "u8", (1,), b"x", {"colour": 1})])
+    with pytest.raises(ValueError, match="unknown dtype"):
+        kiln.write_file(p, [("q", "u7", (1,), b"x")])
+    with pytest.raises(OverflowError):
+        kiln.write_file(p, [("q", "u8", (1,), b"x", {"quant_axis": 1 << 16})])
+
+
+def test_names_with_nul_and_unicode(tmp_path):
+    p = str(tmp_path / "names.klnt")
+    names = ["a\0b", "a", "\u00e9t\u00e9/\U0001f525"]
+    kiln.save_file({n: np.array([i], np.int32) for i, n in enumerate(names)}, p)
+    with kiln.open(p) as d:
+        assert d.keys() == names
+        for i, n in enumerate(names):
+            assert d[n].index == i and d[n].name == n and n in d
+        assert "a\0" not in d
+    with pytest.raises(ValueError, match="empty"):
+        kiln.save_file({"": np.zeros(1)}, p)
