@@ -534,12 +534,29 @@ static PyObject *make_capsule(TensorObject *self, int raw)
 
 static PyObject *tensor_dlpack(TensorObject *self, PyObject *args, PyObject *kw)
 {
-	/* stream, max_version, dl_device and copy are accepted and ignored: the bytes are host
-	 * memory and the capsule is the legacy (v0.x) "dltensor", which every consumer reads. */
-	(void)kw;
-	if (PyTuple_GET_SIZE(args) > 1)
-		return PyErr_Format(PyExc_TypeError,
-				    "__dlpack__() takes at most one positional argument");
+	/* The array API's keywords: stream is meaningless for host memory; max_version is met
+	 * with the legacy (v0.x) "dltensor" capsule, which every consumer reads; a copy or another
+	 * device cannot be given, and the protocol says to raise BufferError then. */
+	static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
+	PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$OOO:__dlpack__", kwlist, &stream,
+					 &max_version, &dl_device, &copy))
+		return NULL;
+	if (copy == Py_True) {
+		PyErr_SetString(PyExc_BufferError,
+				"kiln tensors export views only; Tensor.copy() gives a copy");
+		return NULL;
+	}
+	if (dl_device != Py_None) {
+		int type = 0, id = -1;
+		if (!PyArg_ParseTuple(dl_device, "ii:dl_device", &type, &id))
+			return NULL;
+		if (type != 1 || id != 0) {
+			PyErr_Format(PyExc_BufferError,
+				     "kiln tensors are on the CPU (1, 0), not (%d, %d)", type, id);
+			return NULL;
+		}
+	}
 	return make_capsule(self, 0);
 }
 
@@ -994,10 +1011,22 @@ static PyMappingMethods dir_as_mapping = {
     .mp_subscript = (binaryfunc)dir_subscript,
 };
 
+static PyObject *dir_repr(DirObject *self)
+{
+	if (!self->owner)
+		return PyUnicode_FromString("<kiln.Dir closed>");
+	kiln_dir_info in;
+	kiln_dir_get_info(self->owner->dir, &in);
+	const char *src = kiln_source_name(in.source);
+	return PyUnicode_FromFormat("<kiln.Dir %u tensors, %llu bytes, %s>", in.tensor_count,
+				    (unsigned long long)in.block_length, src ? src : "unknown");
+}
+
 static PyTypeObject DirType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kiln.Dir",
     .tp_basicsize = sizeof(DirObject),
     .tp_dealloc = (destructor)dir_dealloc,
+    .tp_repr = (reprfunc)dir_repr,
     .tp_as_sequence = &dir_as_sequence,
     .tp_as_mapping = &dir_as_mapping,
     .tp_flags = Py_TPFLAGS_DEFAULT,

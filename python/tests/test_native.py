@@ -33,6 +33,8 @@ def test_copy_is_writable_and_separate(path, source):
 
 def test_read_into(path):
     with kiln.open(path) as d:
+        assert repr(d).startswith("<kiln.Dir 3 tensors, ") and repr(d).endswith(" mmap>")
+        assert repr(d["b"]) == "<kiln.Tensor 1 'b' u8 (17,)>"
         buf = bytearray(d["a"].nbytes + 5)
         assert d["a"].read_into(buf) == DATA["a"].nbytes
         assert bytes(buf[:DATA["a"].nbytes]) == DATA["a"].tobytes()
@@ -43,6 +45,7 @@ def test_read_into(path):
             d["a"].read_into(bytearray(10))
         with pytest.raises(BufferError):
             d["a"].read_into(bytes(20000))  # not writable
+    assert repr(d) == "<kiln.Dir closed>"
 
 
 @pytest.mark.parametrize("engine", ["auto", "uring", "pread"])

@@ -114,3 +114,22 @@ def test_write_file_unnamed_and_dtypes_by_name(tmp_path):
         assert d[1].numpy(raw=True).tolist() == [0x21, 0x03]
         with pytest.raises(TypeError, match="bf16.*raw=True.*torch"):
             d[0].numpy()
+
+
+def test_metadata_read_from_the_converters_tensor(tmp_path):
+    """metadata() reads safetensors' __metadata__ from the kiln.metadata document (model.h)."""
+    import json
+
+    p = str(tmp_path / "m.klnt")
+    doc = {"kiln.metadata": 1, "source": "safetensors",
+           "safetensors": {"metadata": {"format": "pt", "n": "1"}}}
+    raw = json.dumps(doc).encode()
+    kiln.write_file(p, [("w", "f32", (1,), np.float32(1).tobytes()),
+                        (kiln.METADATA_TENSOR, "u8", (len(raw),), raw)])
+    with kiln.safe_open(p, "np") as f:
+        assert f.metadata() == {"format": "pt", "n": "1"}
+        assert f.keys() == ["w"]
+    for bad in (b"{not json", b"[1, 2]", b'{"safetensors": 3}', b"\xff"):
+        kiln.write_file(p, [(kiln.METADATA_TENSOR, "u8", (len(bad),), bad)])
+        with kiln.safe_open(p, "np") as f:
+            assert f.metadata() == {} and f.keys() == []

@@ -56,3 +56,31 @@ def test_no_rss_growth(tmp_path):
     assert arr.nbytes == n and np.shares_memory(arr, again)
     assert grown < 4096, f"RSS grew by {grown} KiB getting a {n >> 20} MiB tensor"
     assert arr[n // 2] == 0 and arr[-1] == 0
+
+
+def test_dlpack_protocol_keywords(path):
+    with kiln.open(path) as d:
+        t = d["a"]
+        assert t.__dlpack_device__() == (1, 0)
+        for kw in ({}, {"stream": None}, {"max_version": (1, 0)}, {"dl_device": (1, 0)},
+                   {"copy": False}, {"copy": None}):
+            np.testing.assert_array_equal(np.from_dlpack(_Exporter(t, kw)), t.numpy())
+        with pytest.raises(BufferError, match="copy"):
+            t.__dlpack__(copy=True)
+        with pytest.raises(BufferError, match="CPU"):
+            t.__dlpack__(dl_device=(2, 0))
+        with pytest.raises(TypeError):
+            t.__dlpack__(colour=1)
+
+
+class _Exporter:
+    """Calls kiln's __dlpack__ with the given keywords, as a newer consumer would."""
+
+    def __init__(self, t, kw):
+        self.t, self.kw = t, kw
+
+    def __dlpack__(self, stream=None):
+        return self.t.__dlpack__(**self.kw)
+
+    def __dlpack_device__(self):
+        return self.t.__dlpack_device__()
