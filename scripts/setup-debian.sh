@@ -5,7 +5,8 @@ set -eu
 
 # libclang-rt-14-dev holds clang's sanitizer and libFuzzer runtimes; clang only recommends it.
 PACKAGES="build-essential cmake pkg-config clang libclang-rt-14-dev clang-format xxd liburing-dev \
-libcriterion-dev libxxhash-dev libjson-c-dev libbenchmark-dev"
+libcriterion-dev libxxhash-dev libjson-c-dev libbenchmark-dev \
+python3-dev python3-numpy python3-pytest python3-torch"
 
 missing=""
 for p in $PACKAGES; do

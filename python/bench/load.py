@@ -1,0 +1,116 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""Load every tensor of a KLNT file from Python: kiln.safe_open + get_tensor against
+numpy.memmap and numpy.fromfile of the same bytes, cold (page cache dropped for the file) and
+warm, in one run, with ratios.
+
+    PYTHONPATH=build/python /usr/bin/python3 python/bench/load.py --size-mib 1024 --dir /var/tmp
+
+Each method gets every tensor and then reads every byte of it (a uint64 sum), since a zero-copy
+get alone costs nothing until the pages are touched; both times are printed. The file is
+written with kiln.write_file (one reused buffer, so memory stays at one tensor) and removed at
+the end unless --keep.
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+import kiln
+
+
+def make_file(path, size, count):
+    per = size // count // 4 * 4
+    buf = np.random.default_rng(0).integers(0, 1 << 32, per // 4, dtype=np.uint32)
+    kiln.write_file(path, [(f"t{i}", "f32", (per // 4,), buf) for i in range(count)])
+
+
+def drop_cache(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def touch(arrays):
+    total = 0
+    for a in arrays:
+        total += int(a.view(np.uint8).view(np.uint64).sum(dtype=np.uint64)) if a.nbytes else 0
+    return total
+
+
+def via_kiln(path, layout):
+    with kiln.safe_open(path, "np") as f:
+        return [f.get_tensor(k) for k in f.keys()]
+
+
+def via_memmap(path, layout):
+    return [np.memmap(path, np.float32, "r", offset=off, shape=(n,)) for off, n in layout]
+
+
+def via_fromfile(path, layout):
+    return [np.fromfile(path, np.float32, count=n, offset=off) for off, n in layout]
+
+
+METHODS = [("numpy.memmap", via_memmap), ("kiln.safe_open", via_kiln),
+           ("numpy.fromfile", via_fromfile)]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size-mib", type=int, default=1024)
+    ap.add_argument("--tensors", type=int, default=64)
+    ap.add_argument("--runs", type=int, default=3, help="best of this many per case")
+    ap.add_argument("--dir", default=None, help="where the file goes (default: $TMPDIR)")
+    ap.add_argument("--keep", action="store_true")
+    args = ap.parse_args()
+
+    fd, path = tempfile.mkstemp(suffix=".klnt", dir=args.dir)
+    os.close(fd)
+    try:
+        make_file(path, args.size_mib << 20, args.tensors)
+        with kiln.open(path) as d:
+            layout = [(t.file_offset, t.count) for t in d]
+            nbytes = sum(t.nbytes for t in d)
+        want = touch(via_memmap(path, layout))
+        print(f"{args.tensors} f32 tensors, {nbytes / 2**20:.0f} MiB of payload; best of "
+              f"{args.runs}; get = every tensor, read = get + every byte summed")
+        print(f"{'method':16} {'state':5} {'get ms':>9} {'read ms':>9} {'GB/s':>7} "
+              f"{'read vs memmap':>15}")
+        results = {}
+        for state in ("cold", "warm"):
+            for name, fn in METHODS:
+                best_get = best_read = float("inf")
+                for _ in range(args.runs):
+                    if state == "cold":
+                        drop_cache(path)
+                    else:
+                        touch(via_memmap(path, layout))
+                    t0 = time.perf_counter()
+                    arrays = fn(path, layout)
+                    t1 = time.perf_counter()
+                    got = touch(arrays)
+                    t2 = time.perf_counter()
+                    assert got == want, f"{name}: wrong bytes"
+                    del arrays
+                    best_get, best_read = min(best_get, t1 - t0), min(best_read, t2 - t0)
+                results[name, state] = best_read
+                ratio = best_read / results["numpy.memmap", state]
+                print(f"{name:16} {state:5} {best_get * 1e3:9.2f} {best_read * 1e3:9.2f} "
+                      f"{nbytes / best_read / 1e9:7.2f} {ratio:15.2f}")
+        print("(in a VM the host may still cache a 'cold' file; cold here means "
+              "POSIX_FADV_DONTNEED on the guest's page cache)")
+    finally:
+        if not args.keep:
+            os.unlink(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,224 @@
+# SPDX-License-Identifier: MIT
+"""kiln: validated, zero-copy loading of KLNT v2 tensor files.
+
+Native API: ``kiln.open(path)`` gives a ``Dir`` of ``Tensor`` views; ``Tensor.numpy()`` and
+``Tensor.__dlpack__()`` view the payload without copying.
+
+safetensors-style API: ``safe_open``, ``load_file``, ``save_file``.
+
+Lifetime: arrays and tensors view the file's mapping (or the block read into memory with
+``source="read"``/``"uring"``). Closing a ``Dir`` or leaving a ``with`` block does not unmap
+while any of them is alive: the directory is closed when the last array, DLPack capsule,
+``Tensor`` view or ``Dir`` using it is gone. The arrays are read-only; a tensor made by
+``torch.from_dlpack`` is not marked read-only (DLPack v0.x has no such flag) and must not be
+written (for the mmap source a write is a segmentation fault).
+
+Errors: ``kiln.Error`` (attributes ``code``, ``cls``, ``tensor``, ``field``, ``offset``,
+``errno``) with ``FormatError`` (``FrameError``, ``FormatTypeError``, ``LimitError``,
+``UTF8Error``) for rejected bytes and ``FileError`` (also an ``OSError``) for failed system
+calls; other codes (``NOMEM``, ``INVAL``, ...) are plain ``kiln.Error`` with ``cls`` set.
+"""
+
+import json as _json
+
+import numpy as _np
+
+from . import _kiln
+from ._kiln import (  # noqa: F401
+    Dir,
+    Error,
+    FileError,
+    FormatError,
+    FormatTypeError,
+    FrameError,
+    LimitError,
+    Tensor,
+    UTF8Error,
+    library_version,
+    open,
+    write_file,
+)
+
+__version__ = library_version
+
+__all__ = [
+    "open", "Dir", "Tensor", "safe_open", "load_file", "save_file", "write_file",
+    "Error", "FormatError", "FrameError", "FormatTypeError", "LimitError", "UTF8Error",
+    "FileError",
+]
+
+# The tensor the converters keep their metadata document in (docs/convert.md).
+METADATA_TENSOR = "kiln.metadata"
+
+_FROM_NUMPY = {
+    _np.dtype(_np.bool_): "bool",
+    _np.dtype(_np.uint8): "u8",
+    _np.dtype(_np.int8): "i8",
+    _np.dtype(_np.uint16): "u16",
+    _np.dtype(_np.int16): "i16",
+    _np.dtype(_np.uint32): "u32",
+    _np.dtype(_np.int32): "i32",
+    _np.dtype(_np.uint64): "u64",
+    _np.dtype(_np.int64): "i64",
+    _np.dtype(_np.float16): "f16",
+    _np.dtype(_np.float32): "f32",
+    _np.dtype(_np.float64): "f64",
+}
+
+
+def _is_torch(x):
+    return type(x).__module__.startswith("torch")
+
+
+# dtypes numpy has no type for, and the torch dtype each becomes where this torch has it (the
+# float8 types arrived in torch 2.1, e8m0 in 2.7). Their bytes go through DLPack as uint8 and are
+# reinterpreted, which works for every torch version and needs no DLPack float8 codes.
+_TORCH_ONLY = {"bf16": "bfloat16", "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2",
+               "e8m0": "float8_e8m0fnu"}
+_NUMPY_NATIVE = set(_FROM_NUMPY.values())
+
+
+def _torch_dtype(t):
+    """The torch dtype for a tensor numpy cannot hold; None for numpy's own dtypes."""
+    import torch
+
+    if t.dtype in _NUMPY_NATIVE:
+        return None
+    tdtype = getattr(torch, _TORCH_ONLY.get(t.dtype, ""), None)
+    if tdtype is None:
+        raise TypeError(f"tensor {t.index} ({t.name!r}) has dtype {t.dtype}, which PyTorch "
+                        f"{torch.__version__} has no type for; numpy(raw=True) or "
+                        f"to_dlpack(raw=True) give its bytes as uint8")
+    return tdtype
+
+
+def _torch_of(t):
+    """A torch tensor viewing the payload (zero copy, through DLPack)."""
+    import torch
+
+    tdtype = _torch_dtype(t)
+    if tdtype is None and t.dtype != "bool":
+        return torch.from_dlpack(t)
+    # bool: torch before 2.0 has no DLPack bool; the others as above.
+    return torch.from_dlpack(t.to_dlpack(raw=True)).view(tdtype or torch.bool).reshape(t.shape)
+
+
+class _Slice:
+    """A tensor to be sliced: ``s[a:b, ::2]`` reads only the pages the slice touches (mmap)."""
+
+    def __init__(self, tensor, framework):
+        self._t = tensor
+        self._framework = framework
+
+    def get_shape(self):
+        return list(self._t.shape)
+
+    def get_dtype(self):
+        return self._t.dtype
+
+    def __getitem__(self, key):
+        t = self._t
+        if self._framework == "np":
+            return t.numpy()[key]
+        import torch
+
+        # A copy, as safetensors gives: torch has no negative steps to view.
+        tdtype = _torch_dtype(t)
+        if tdtype is None:
+            return torch.from_numpy(_np.array(t.numpy()[key]))
+        same_width = {1: _np.uint8, 2: _np.int16}[_kiln.dtype_bits(t.dtype) // 8]
+        raw = t.numpy(raw=True).view(same_width).reshape(t.shape)[key]
+        return torch.from_numpy(_np.array(raw)).view(tdtype)
+
+
+class safe_open:
+    """``safe_open(path, framework="np"|"pt", device="cpu")``, as in safetensors.
+
+    get_tensor() returns a read-only numpy array viewing the file ("np"), or a torch tensor made
+    with DLPack ("pt", same memory: do not write it). Arrays outlive the ``with`` block safely.
+    keys() lists the named tensors, sorted, without the metadata tensor.
+    """
+
+    def __init__(self, filename, framework="np", device="cpu"):
+        fw = {"np": "np", "numpy": "np", "pt": "pt", "torch": "pt", "pytorch": "pt"}.get(framework)
+        if fw is None:
+            raise ValueError(f"framework must be 'np' or 'pt', not {framework!r}")
+        if str(device) != "cpu":
+            raise ValueError(f"device {device!r}: only 'cpu' is supported")
+        self._framework = fw
+        self._dir = open(filename)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def close(self):
+        self._dir.close()
+
+    def keys(self):
+        return sorted(k for k in self._dir.keys() if k != METADATA_TENSOR)
+
+    def metadata(self):
+        """The str -> str metadata kept with the file (safetensors' __metadata__), or {}."""
+        if METADATA_TENSOR not in self._dir:
+            return {}
+        t = self._dir[METADATA_TENSOR]
+        try:
+            doc = _json.loads(t.numpy(raw=True).tobytes().decode("utf-8"))
+            meta = doc.get("safetensors", {}).get("metadata", {})
+        except (ValueError, AttributeError):
+            return {}
+        return {str(k): str(v) for k, v in meta.items()} if isinstance(meta, dict) else {}
+
+    def get_tensor(self, name):
+        t = self._dir[name]
+        return t.numpy() if self._framework == "np" else _torch_of(t)
+
+    def get_slice(self, name):
+        return _Slice(self._dir[name], self._framework)
+
+
+def load_file(filename, framework="np"):
+    """Every named tensor of the file in a dict (name -> array), zero copy."""
+    with safe_open(filename, framework) as f:
+        return {k: f.get_tensor(k) for k in f.keys()}
+
+
+def _spec(name, value):
+    if _is_torch(value):
+        import torch
+
+        value = value.detach().cpu().contiguous()
+        if value.dtype == torch.bfloat16:
+            return (name, "bf16", tuple(value.shape), value.view(torch.int16).numpy())
+        value = value.numpy()
+    arr = _np.asarray(value)
+    if not arr.flags.c_contiguous:  # (not ascontiguousarray: it makes 0-d arrays 1-d)
+        arr = _np.array(arr, order="C")
+    if arr.dtype.byteorder == ">":
+        arr = arr.astype(arr.dtype.newbyteorder("<"))
+    dtype = _FROM_NUMPY.get(arr.dtype)
+    if dtype is None:
+        raise TypeError(f"tensor {name!r}: dtype {arr.dtype} has no KLNT type")
+    return (name, dtype, arr.shape, arr.reshape(-1).view(_np.uint8))
+
+
+def save_file(tensors, filename, metadata=None):
+    """Write ``tensors`` (name -> numpy array or torch tensor) as a canonical KLNT file.
+
+    The file replaces ``filename`` atomically. ``metadata`` is not written yet: a non-empty
+    dict raises NotImplementedError rather than being dropped.
+    """
+    if metadata:
+        # TODO: store it under the converters' metadata convention (docs/convert.md).
+        raise NotImplementedError("save_file: metadata is not supported yet")
+    for name in tensors:
+        if not isinstance(name, str):
+            raise TypeError(f"tensor names must be str, not {type(name).__name__}")
+        if not name:
+            raise ValueError("tensor names must not be empty (KLNT has no empty names)")
+    specs = [_spec(name, value) for name, value in tensors.items()]
+    write_file(filename, specs)

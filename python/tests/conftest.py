@@ -1,0 +1,47 @@
+# SPDX-License-Identifier: MIT
+"""Shared helpers for the kiln module's tests (run by ctest as the `python` test)."""
+
+import os
+import pathlib
+
+import pytest
+
+GOLDEN = pathlib.Path(
+    os.environ.get("KILN_GOLDEN_DIR", pathlib.Path(__file__).resolve().parents[2] / "golden"))
+
+
+def hex_decode(text):
+    """Decode a golden .hex file as tests/helpers.c does: hex pairs, '#' comments to line end."""
+    digits = "".join(line.split("#", 1)[0] for line in text.splitlines())
+    digits = "".join(digits.split())
+    assert len(digits) % 2 == 0, "odd number of hex digits"
+    return bytes.fromhex(digits)
+
+
+def golden_cases():
+    """(name, length, expected) for each MANIFEST line."""
+    cases = []
+    for line in (GOLDEN / "MANIFEST").read_text().splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        name, length, expected = line.split()
+        cases.append((name, int(length), expected))
+    return cases
+
+
+def golden_bytes(name):
+    return hex_decode((GOLDEN / f"{name}.hex").read_text())
+
+
+@pytest.fixture
+def write_bytes(tmp_path):
+    """Write bytes to a fresh file and return its path."""
+    counter = [0]
+
+    def write(data, name=None):
+        counter[0] += 1
+        p = tmp_path / (name or f"f{counter[0]}.klnt")
+        p.write_bytes(data)
+        return str(p)
+
+    return write
