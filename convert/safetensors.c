@@ -1089,43 +1089,6 @@ static int fill(void *ctx, int fd, kiln_error *err)
 	return rc;
 }
 
-/*
- * LOCAL STAND-IN for kc_write_atomic (convert-core is building it on the core's atomic-file
- * machinery): a temporary file beside `path`, filled, fsynced and renamed into place; removed
- * on any failure. Replace the call with kc_write_atomic once it is on main.
- */
-static int st_write_atomic(const char *path, int (*fn)(void *ctx, int fd, kiln_error *err),
-			   void *ctx, kiln_error *err)
-{
-	size_t len = strlen(path);
-	char *tmp = malloc(len + 16);
-	if (!tmp)
-		return nomem(err);
-	memcpy(tmp, path, len);
-	memcpy(tmp + len, ".tmp-XXXXXX", 12);
-	int fd = mkostemp(tmp, O_CLOEXEC);
-	if (fd < 0) {
-		int e = errno;
-		free(tmp);
-		return kiln_error_set(err, KILN_IO, e, "%s: cannot create a temporary file: %s",
-				      path, strerror(e));
-	}
-	int rc = fn(ctx, fd, err);
-	if (!rc && fsync(fd) != 0)
-		rc = kiln_error_set(err, KILN_IO, errno, "%s: fsync failed: %s", path,
-				    strerror(errno));
-	if (close(fd) != 0 && !rc)
-		rc = kiln_error_set(err, KILN_IO, errno, "%s: close failed: %s", path,
-				    strerror(errno));
-	if (!rc && rename(tmp, path) != 0)
-		rc = kiln_error_set(err, KILN_IO, errno, "%s: rename failed: %s", path,
-				    strerror(errno));
-	if (rc)
-		unlink(tmp);
-	free(tmp);
-	return rc;
-}
-
 /* The header entry of tensor t, or INVAL naming it and why. */
 static int header_entry(const struct kc_tensor *t, uint64_t begin, json_object **out,
 			kiln_error *err)
@@ -1255,7 +1218,7 @@ int kc_st_write(const struct kc_model *m, const char *path, struct kc_progress *
 	if (p && p->total == 0)
 		p->total = at;
 	struct writer w = {.m = m, .header = text, .header_len = len, .padded = padded, .p = p};
-	rc = st_write_atomic(path, fill, &w, err);
+	rc = kc_write_atomic(path, fill, &w, err);
 out:
 	json_object_put(root);
 	return rc;

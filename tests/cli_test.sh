@@ -249,8 +249,9 @@ if command -v script >/dev/null 2>&1; then # util-linux: stderr on a pseudo-term
 	rm -f "$TMP/sig/tty.klnt"
 fi
 # interrupted SIGNAL STATUS COMMAND...: stop the command after $after seconds (the writes below
-# take longer); it must exit with STATUS, say so in one line, and leave $TMP/sig empty.
-after=0.3
+# take longer); it must exit with STATUS, say so in one line, and leave $TMP/sig empty. On a
+# loaded machine a signal at 0.3 s could come before klnt had installed its handlers: 1 s.
+after=1
 interrupted() {
 	sig=$1 want=$2
 	shift 2
@@ -366,7 +367,6 @@ fi
 } | xxd -r -p >"$TMP/big.klnt"
 truncate -s $((256 + 8589934592)) "$TMP/big.klnt"
 expect 0 "$KLNT" check "$TMP/big.klnt"
-after=1 # on a loaded machine a signal at 0.3 s can come before klnt has started
 interrupted INT 130 "$KLNT" import -o "$TMP/sig/i.klnt" "$TMP/big.klnt"
 interrupted TERM 143 "$KLNT" import --max-shard-size 1M -o "$TMP/sig/i.klnt" "$TMP/gen.klnt" "$TMP/big.klnt"
 rm -f "$TMP/big.klnt"
