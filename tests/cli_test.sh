@@ -178,6 +178,13 @@ expect 2 "$KLNT" cat --rows 2 "$TMP/ser-00001-of-00002.klnt" a
 expect 2 "$KLNT" cat --rows 0:1 --range 0:1 "$TMP/ser-00001-of-00002.klnt" a
 expect 0 "$KLNT" check "$TMP/ser-00002-of-00002.klnt"
 has "$TMP/out" "ser-00002-of-00002.klnt: ok (2 shards, 2 tensors)"
+expect 0 "$KLNT" inspect "$TMP/ser-00001-of-00002.klnt"
+has "$TMP/out" "shard  index  dtype"
+has "$TMP/out" "in 2 shards"
+grep -q '^ *2 *1 *u4 *\[4, 3\]' "$TMP/out" && ok || bad "inspect row of b: $(cat "$TMP/out")"
+expect 0 "$KLNT" inspect --json "$TMP/ser-00001-of-00002.klnt"
+has "$TMP/out" '"shards"'
+has "$TMP/out" '"shard": 2'
 expect 0 "$KLNT" check --read-all "$TMP/ser-00001-of-00002.klnt"
 both=$(($(wc -c <"$TMP/ser-00001-of-00002.klnt") + $(wc -c <"$TMP/ser-00002-of-00002.klnt")))
 has "$TMP/out" "ok (2 shards, 2 tensors, $both bytes read"

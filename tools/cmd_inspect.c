@@ -18,10 +18,15 @@ static const char usage[] =
     "\n"
     "Print the header fields and a table of the tensors of FILE. Only the structure is\n"
     "validated (header, descriptors, name heap, pad); payload bytes are not read. Use\n"
-    "'klnt check' to certify a file.\n"
+    "'klnt check' to certify a file. A FILE named like a shard of a series\n"
+    "(STEM-NNNNN-of-MMMMM.klnt) shows the whole series: a line per shard instead of the\n"
+    "header, one table with a shard column and indices counted across the shards, and totals\n"
+    "for the set (--json: \"shards\" with each file's header, \"shard\" in every tensor).\n"
     "\n"
     "Table columns:\n"
-    "  index   descriptor index, as used by 'klnt cat FILE #INDEX'\n"
+    "  shard   (a series only) the shard, from 1\n"
+    "  index   descriptor index (in a series, counted across the shards), as used by\n"
+    "          'klnt cat FILE #INDEX'\n"
     "  dtype   dtype name; opaque(CODE) for a foreign layout code 4096..32767\n"
     "  shape   dimensions, [] for a scalar\n"
     "  bytes   byte_length of the payload\n"
@@ -70,17 +75,22 @@ static void add_totals(struct totals *tot, const kiln_tensor *t)
 
 /* --- text ----------------------------------------------------------------------------------- */
 
-enum { C_INDEX, C_DTYPE, C_SHAPE, C_BYTES, C_OFFSET, C_QUANT, C_LAYOUT, C_NAME, NCOLS };
+enum { C_SHARD, C_INDEX, C_DTYPE, C_SHAPE, C_BYTES, C_OFFSET, C_QUANT, C_LAYOUT, C_NAME, NCOLS };
 
-static const char *const col_title[NCOLS] = {"index",  "dtype", "shape",  "bytes",
+static const char *const col_title[NCOLS] = {"shard",  "index", "dtype",  "shape", "bytes",
 					     "offset", "quant", "layout", "name"};
-static const int col_right[NCOLS] = {[C_INDEX] = 1, [C_BYTES] = 1, [C_OFFSET] = 1};
+static const int col_right[NCOLS] = {[C_SHARD] = 1, [C_INDEX] = 1, [C_BYTES] = 1, [C_OFFSET] = 1};
 
-static void fill_row(struct klnt_buf *cell, const kiln_tensor *t)
+/* A series shows which shard each tensor is in (and its index counts across the shards); a
+ * single file has no shard column. */
+static int first_col = C_INDEX;
+
+static void fill_row(struct klnt_buf *cell, const kiln_tensor *t, uint64_t index, uint32_t shard)
 {
 	for (int c = 0; c < NCOLS; c++)
 		klnt_buf_reset(&cell[c]);
-	klnt_buf_printf(&cell[C_INDEX], "%" PRIu32, t->index);
+	klnt_buf_printf(&cell[C_SHARD], "%" PRIu32, shard + 1);
+	klnt_buf_printf(&cell[C_INDEX], "%" PRIu64, index);
 	klnt_dtype_text(&cell[C_DTYPE], t->dtype);
 	klnt_shape_text(&cell[C_SHAPE], t->shape, t->rank);
 	klnt_buf_printf(&cell[C_BYTES], "%" PRIu64, t->byte_length);
@@ -110,7 +120,7 @@ static void fill_row(struct klnt_buf *cell, const kiln_tensor *t)
 static void print_row(const struct klnt_buf *cell, const size_t *width)
 {
 	/* The name goes last and unpadded: names are unbounded and would stretch every row. */
-	for (int c = 0; c < NCOLS; c++) {
+	for (int c = first_col; c < NCOLS; c++) {
 		size_t w = klnt_text_width(cell[c].p, cell[c].len);
 		size_t pad = c == C_NAME || w >= width[c] ? 0 : width[c] - w;
 		if (col_right[c])
@@ -197,7 +207,7 @@ static void print_metadata(const kiln_dir *dir)
 	json_object_put(doc);
 }
 
-static void inspect_text(const char *path, const kiln_dir *dir)
+static void print_header(const char *path, const kiln_dir *dir)
 {
 	kiln_dir_info info;
 	kiln_dir_get_info(dir, &info);
@@ -211,9 +221,42 @@ static void inspect_text(const char *path, const kiln_dir *dir)
 	printf("payload_base     %" PRIu64 "\n", info.payload_base);
 	printf("payload_bytes    %" PRIu64 "\n", info.payload_bytes);
 	printf("block_length     %" PRIu64 "\n", info.block_length);
-	print_metadata(dir);
+}
 
-	uint32_t n = kiln_dir_count(dir);
+/* The shards of a series, one line each. */
+static void print_shards(const char *path, const kiln_set *set)
+{
+	uint32_t n = kiln_set_shards(set);
+	fputs("series           ", stdout);
+	klnt_fputs_escaped(stdout, path);
+	printf(": %" PRIu32 " shards\n", n);
+	for (uint32_t s = 0; s < n; s++) {
+		kiln_dir_info info;
+		kiln_dir_get_info(kiln_set_shard(set, s), &info);
+		printf("shard %-10" PRIu32 " ", s + 1);
+		klnt_fputs_escaped(stdout, kiln_set_path(set, s));
+		printf(": %" PRIu32 " tensor%s, %" PRIu64 " payload bytes\n", info.tensor_count,
+		       info.tensor_count == 1 ? "" : "s", info.payload_bytes);
+	}
+}
+
+static void inspect_text(const char *path, const kiln_set *set)
+{
+	uint32_t shards = kiln_set_shards(set);
+	first_col = shards > 1 ? C_SHARD : C_INDEX;
+	uint64_t payload = 0;
+	for (uint32_t s = 0; s < shards; s++) {
+		kiln_dir_info info;
+		kiln_dir_get_info(kiln_set_shard(set, s), &info);
+		payload += info.payload_bytes;
+	}
+	if (shards > 1)
+		print_shards(path, set);
+	else
+		print_header(path, kiln_set_shard(set, 0));
+	print_metadata(kiln_set_shard(set, 0)); /* the converters keep it in the first shard */
+
+	uint64_t n = kiln_set_count(set);
 	struct totals tot = {0};
 	if (n) {
 		/* Two passes, measuring then printing, so no row has to be kept: a directory may
@@ -224,8 +267,9 @@ static void inspect_text(const char *path, const kiln_dir *dir)
 			width[c] = strlen(col_title[c]);
 			klnt_buf_puts(&cell[c], col_title[c]);
 		}
-		for (uint32_t i = 0; i < n; i++) {
-			fill_row(cell, kiln_dir_tensor(dir, i));
+		for (uint64_t i = 0; i < n; i++) {
+			uint32_t s;
+			fill_row(cell, kiln_set_tensor(set, i, &s), i, s);
 			for (int c = 0; c < C_NAME; c++) {
 				size_t w = klnt_text_width(cell[c].p, cell[c].len);
 				if (w > width[c])
@@ -238,23 +282,26 @@ static void inspect_text(const char *path, const kiln_dir *dir)
 			klnt_buf_puts(&cell[c], col_title[c]);
 		}
 		print_row(cell, width);
-		for (uint32_t i = 0; i < n; i++) {
-			const kiln_tensor *t = kiln_dir_tensor(dir, i);
-			fill_row(cell, t);
+		for (uint64_t i = 0; i < n; i++) {
+			uint32_t s;
+			const kiln_tensor *t = kiln_set_tensor(set, i, &s);
+			fill_row(cell, t, i, s);
 			print_row(cell, width);
 			add_totals(&tot, t);
 		}
 		for (int c = 0; c < NCOLS; c++)
 			klnt_buf_free(&cell[c]);
 	}
-	printf("\n%" PRIu32 " tensor%s, %" PRIu64 " tensor bytes + %" PRIu64 " gap bytes = %" PRIu64
+	printf("\n%" PRIu64 " tensor%s, %" PRIu64 " tensor bytes + %" PRIu64 " gap bytes = %" PRIu64
 	       " payload bytes, ",
-	       n, n == 1 ? "" : "s", tot.tensor_bytes, info.payload_bytes - tot.tensor_bytes,
-	       info.payload_bytes);
+	       n, n == 1 ? "" : "s", tot.tensor_bytes, payload - tot.tensor_bytes, payload);
 	if (tot.elements_overflow)
-		puts("more than 2^64-1 elements");
+		printf("more than 2^64-1 elements");
 	else
-		printf("%" PRIu64 " element%s\n", tot.elements, tot.elements == 1 ? "" : "s");
+		printf("%" PRIu64 " element%s", tot.elements, tot.elements == 1 ? "" : "s");
+	if (shards > 1)
+		printf(", in %" PRIu32 " shards", shards);
+	putchar('\n');
 }
 
 /* --- JSON ----------------------------------------------------------------------------------- */
@@ -316,10 +363,12 @@ static json_object *json_header(const kiln_dir_info *info)
 	return h;
 }
 
-static json_object *json_tensor(const kiln_tensor *t)
+static json_object *json_tensor(const kiln_tensor *t, uint64_t index, uint32_t shard, int sharded)
 {
 	json_object *o = jnew(json_object_new_object());
-	jset(o, "index", ju64(t->index));
+	if (sharded)
+		jset(o, "shard", ju64(shard + 1));
+	jset(o, "index", ju64(index));
 	jset(o, "name", t->name ? jstr(t->name, t->name_len) : NULL);
 	const char *dtype = kiln_dtype_name(t->dtype);
 	jset(o, "dtype", dtype ? jstr(dtype, strlen(dtype)) : NULL);
@@ -350,23 +399,41 @@ static json_object *json_tensor(const kiln_tensor *t)
 	return o;
 }
 
-static void inspect_json(const char *path, const kiln_dir *dir)
+static void inspect_json(const char *path, const kiln_set *set)
 {
-	kiln_dir_info info;
-	kiln_dir_get_info(dir, &info);
+	uint32_t shards = kiln_set_shards(set);
 	json_object *root = jnew(json_object_new_object());
 	/* A path is any bytes; JSON must be UTF-8. */
 	char *file = klnt_utf8_sanitize(path);
 	jset(root, "file", jstr(file, strlen(file)));
 	free(file);
-	jset(root, "header", json_header(&info));
+	uint64_t payload = 0;
+	json_object *list = shards > 1 ? jnew(json_object_new_array()) : NULL;
+	for (uint32_t s = 0; s < shards; s++) {
+		kiln_dir_info info;
+		kiln_dir_get_info(kiln_set_shard(set, s), &info);
+		payload += info.payload_bytes;
+		if (!list) {
+			jset(root, "header", json_header(&info));
+			continue;
+		}
+		json_object *sh = jnew(json_object_new_object());
+		char *p = klnt_utf8_sanitize(kiln_set_path(set, s));
+		jset(sh, "file", jstr(p, strlen(p)));
+		free(p);
+		jset(sh, "header", json_header(&info));
+		jpush(list, sh);
+	}
+	if (list)
+		jset(root, "shards", list);
 
 	json_object *tensors = jnew(json_object_new_array());
 	struct totals tot = {0};
-	uint32_t n = kiln_dir_count(dir);
-	for (uint32_t i = 0; i < n; i++) {
-		const kiln_tensor *t = kiln_dir_tensor(dir, i);
-		jpush(tensors, json_tensor(t));
+	uint64_t n = kiln_set_count(set);
+	for (uint64_t i = 0; i < n; i++) {
+		uint32_t s;
+		const kiln_tensor *t = kiln_set_tensor(set, i, &s);
+		jpush(tensors, json_tensor(t, i, s, shards > 1));
 		add_totals(&tot, t);
 	}
 	jset(root, "tensors", tensors);
@@ -374,12 +441,14 @@ static void inspect_json(const char *path, const kiln_dir *dir)
 	json_object *totals = jnew(json_object_new_object());
 	jset(totals, "tensors", ju64(n));
 	jset(totals, "tensor_bytes", ju64(tot.tensor_bytes));
-	jset(totals, "gap_bytes", ju64(info.payload_bytes - tot.tensor_bytes));
-	jset(totals, "payload_bytes", ju64(info.payload_bytes));
+	jset(totals, "gap_bytes", ju64(payload - tot.tensor_bytes));
+	jset(totals, "payload_bytes", ju64(payload));
 	jset(totals, "elements", tot.elements_overflow ? NULL : ju64(tot.elements));
+	if (list)
+		jset(totals, "shards", ju64(shards));
 	jset(root, "totals", totals);
 	int bad;
-	jset(root, "metadata", load_metadata(dir, &bad));
+	jset(root, "metadata", load_metadata(kiln_set_shard(set, 0), &bad));
 
 	int jflags =
 	    JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_NOSLASHESCAPE;
@@ -418,17 +487,17 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 	const char *path = argv[optind];
 
 	kiln_error err;
-	kiln_dir *dir;
-	int rc = kiln_dir_open(path, NULL, &dir, &err);
+	kiln_set *set;
+	int rc = kiln_set_open((const char *const[]){path}, 1, NULL, &set, &err);
 	if (rc) {
 		klnt_report(stderr, path, rc, &err);
 		return klnt_exit_for(rc);
 	}
 	if (json)
-		inspect_json(path, dir);
+		inspect_json(path, set);
 	else
-		inspect_text(path, dir);
-	kiln_dir_close(dir);
+		inspect_text(path, set);
+	kiln_set_close(set);
 	return KLNT_EXIT_OK;
 }
 
