@@ -185,6 +185,12 @@ static int utf8_ok(const uint8_t *s, size_t n)
 	return 1;
 }
 
+/* Key (klen bytes, which may hold U+0000) is exactly `want`. */
+static int is_key(const char *key, uint64_t klen, const char *want)
+{
+	return klen == strlen(want) && memcmp(key, want, klen) == 0;
+}
+
 /* A growing set of byte strings (keys, tensor names) for duplicate detection. With `owns` the
  * set keeps its own copies; otherwise the caller keeps the bytes alive. */
 struct nameset {
@@ -669,7 +675,7 @@ static int read_part(struct kc_model *m, uint32_t src, struct nameset *names, st
 		if ((rc = rd_value(&r, t, key, 0, &v)))
 			goto out;
 		int64_t iv;
-		if (strcmp(key, "general.alignment") == 0) {
+		if (is_key(key, klen, "general.alignment")) {
 			uint32_t a = t == GT_U32 ? (uint32_t)json_object_get_int64(v) : 0;
 			if (t != GT_U32 || a == 0 || (a & (a - 1))) {
 				json_object_put(v);
@@ -680,13 +686,13 @@ static int read_part(struct kc_model *m, uint32_t src, struct nameset *names, st
 			}
 			align_seen = a;
 		}
-		if (strncmp(key, "split.", 6) == 0) {
+		if ((klen >= 6 && memcmp(key, "split.", 6) == 0)) {
 			int isint = kv_int(v, t, &iv);
-			if (strcmp(key, "split.no") == 0 && isint)
+			if (is_key(key, klen, "split.no") && isint)
 				pt->split_no = iv;
-			else if (strcmp(key, "split.count") == 0 && isint)
+			else if (is_key(key, klen, "split.count") && isint)
 				pt->split_count = iv;
-			else if (strcmp(key, "split.tensors.count") == 0 && isint)
+			else if (is_key(key, klen, "split.tensors.count") && isint)
 				pt->split_tensors = iv;
 			json_object_put(v);
 			continue;
@@ -1349,7 +1355,7 @@ int kc_gguf_write(const struct kc_model *m, const char *path, struct kc_progress
 					    path, key, json_object_get_string(t));
 			break;
 		}
-		if (strncmp(key, "split.", 6) == 0)
+		if ((klen >= 6 && memcmp(key, "split.", 6) == 0))
 			continue; /* bookkeeping of a split, never model metadata */
 		int dup = nameset_add(&keys, key, klen);
 		if (dup) {
@@ -1358,7 +1364,7 @@ int kc_gguf_write(const struct kc_model *m, const char *path, struct kc_progress
 						      "%s: key %s appears twice", path, key);
 			break;
 		}
-		if (strcmp(key, "general.alignment") == 0) {
+		if (is_key(key, klen, "general.alignment")) {
 			int64_t a = json_object_get_int64(v);
 			if (ty != GT_U32 || a <= 0 || a > UINT32_MAX || (a & (a - 1))) {
 				rc = kiln_error_set(

@@ -24,6 +24,9 @@ int kiln_fuzz_parse(const uint8_t *data, size_t size);
 int kiln_fuzz_roundtrip(const uint8_t *data, size_t size);
 /* Build a directory of chosen names and look names up; compare with a linear scan. */
 int kiln_fuzz_lookup(const uint8_t *data, size_t size);
+/* The bytes are a GGUF file: kc_gguf_read refuses it cleanly or accepts a consistent model,
+ * which kc_gguf_write writes back to the same metadata and payload bytes. */
+int kiln_fuzz_gguf(const uint8_t *data, size_t size);
 
 #ifdef KILN_LIBFUZZER
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

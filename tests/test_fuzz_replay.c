@@ -102,3 +102,8 @@ Test(replay, lookup)
 {
 	replay("lookup", kiln_fuzz_lookup);
 }
+
+Test(replay, gguf)
+{
+	replay("gguf", kiln_fuzz_gguf);
+}
