@@ -185,6 +185,27 @@ static int utf8_ok(const uint8_t *s, size_t n)
 	return 1;
 }
 
+/* A name or key as a message shows it: control bytes (a newline, U+0000) as \xNN so the
+ * message stays one line, cut with "..." past about 60 bytes (at a character boundary). */
+#define SHOW 80
+static const char *shown(const char *s, size_t n, char buf[SHOW])
+{
+	size_t o = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint8_t c = (uint8_t)s[i];
+		if (o >= SHOW - 12 && (c & 0xC0) != 0x80) {
+			memcpy(buf + o, "...", 4);
+			return buf;
+		}
+		if (c < 0x20 || c == 0x7f)
+			o += (size_t)snprintf(buf + o, SHOW - o, "\\x%02x", c);
+		else
+			buf[o++] = (char)c;
+	}
+	buf[o] = '\0';
+	return buf;
+}
+
 /* Key (klen bytes, which may hold U+0000) is exactly `want`. */
 static int is_key(const char *key, uint64_t klen, const char *want)
 {
@@ -658,21 +679,23 @@ static int read_part(struct kc_model *m, uint32_t src, struct nameset *names, st
 			rc = fail(&r, KILN_UTF8, at, "key %" PRIu64 " is not valid UTF-8", i);
 			goto out;
 		}
+		char kshow[SHOW];
+		shown(key, (size_t)klen, kshow);
 		int dup = nameset_add(&keys, key, (size_t)klen);
 		if (dup) {
 			rc = dup < 0 ? nomem(err)
-				     : fail(&r, KILN_TYPE, at, "key %s appears twice", key);
+				     : fail(&r, KILN_TYPE, at, "key %s appears twice", kshow);
 			goto out;
 		}
 		uint64_t tat = r.pos;
-		if ((rc = rd_u32(&r, &t, key)))
+		if ((rc = rd_u32(&r, &t, kshow)))
 			goto out;
 		if (t >= GT_COUNT) {
-			rc =
-			    fail(&r, KILN_TYPE, tat, "key %s: unknown value type %" PRIu32, key, t);
+			rc = fail(&r, KILN_TYPE, tat, "key %s: unknown value type %" PRIu32, kshow,
+				  t);
 			goto out;
 		}
-		if ((rc = rd_value(&r, t, key, 0, &v)))
+		if ((rc = rd_value(&r, t, kshow, 0, &v)))
 			goto out;
 		int64_t iv;
 		if (is_key(key, klen, "general.alignment")) {
@@ -741,7 +764,8 @@ static int read_part(struct kc_model *m, uint32_t src, struct nameset *names, st
 		free(name);
 		if (rc)
 			goto out;
-		const char *tn = t->name;
+		char tshow[SHOW];
+		const char *tn = shown(t->name, t->name_len, tshow);
 		int dup = nameset_add(names, t->name, t->name_len);
 		if (dup) {
 			rc = dup < 0 ? nomem(err)
@@ -827,6 +851,7 @@ static int read_part(struct kc_model *m, uint32_t src, struct nameset *names, st
 	/* The data section starts at the next multiple of the alignment. */
 	uint64_t data = r.pos + (pt->alignment - r.pos % pt->alignment) % pt->alignment;
 	uint64_t dsize = data < s->size ? s->size - data : 0;
+	char show[SHOW], show2[SHOW];
 	for (uint64_t i = 0; i < nt; i++) {
 		struct kc_tensor *t = &m->tensors[ti[i].idx];
 		if (ti[i].off > dsize || ti[i].bytes > dsize - ti[i].off) {
@@ -834,7 +859,7 @@ static int read_part(struct kc_model *m, uint32_t src, struct nameset *names, st
 				  "tensor %s: %" PRIu64 " bytes at data offset %" PRIu64
 				  " are past the end of the file (the data section has %" PRIu64
 				  " bytes)",
-				  t->name, ti[i].bytes, ti[i].off, dsize);
+				  shown(t->name, t->name_len, show), ti[i].bytes, ti[i].off, dsize);
 			goto out;
 		}
 		t->src_off = data + ti[i].off;
@@ -843,8 +868,10 @@ static int read_part(struct kc_model *m, uint32_t src, struct nameset *names, st
 	for (uint64_t i = 1; i < nt; i++) {
 		const struct tinfo *a = &ti[i - 1], *b = &ti[i];
 		if (a->bytes && b->bytes && a->off + a->bytes > b->off) {
+			const struct kc_tensor *x = &m->tensors[a->idx], *y = &m->tensors[b->idx];
 			rc = fail(&r, KILN_TYPE, KILN_NO_OFFSET, "tensors %s and %s overlap",
-				  m->tensors[a->idx].name, m->tensors[b->idx].name);
+				  shown(x->name, x->name_len, show),
+				  shown(y->name, y->name_len, show2));
 			goto out;
 		}
 	}
@@ -1000,7 +1027,7 @@ struct wb {
 
 static void wb_put(struct wb *b, const void *src, size_t n)
 {
-	if (b->oom)
+	if (b->oom || n == 0) /* n == 0: src may be NULL (an empty kv buffer) */
 		return;
 	if (n > b->cap - b->len) {
 		size_t cap = b->cap ? b->cap : 4096;
@@ -1186,6 +1213,8 @@ static int tensor_ggml_type(const struct kc_tensor *t, const char *path,
 			    const struct kc_ggml_type **out, kiln_error *err)
 {
 	uint32_t id;
+	char ns[SHOW], ls[SHOW];
+	const char *name = shown(t->name, t->name_len, ns);
 	switch (t->dtype) {
 	case KILN_DT_F32:
 		id = 0;
@@ -1215,17 +1244,17 @@ static int tensor_ggml_type(const struct kc_tensor *t, const char *path,
 		if (t->dtype < KILN_DT_OPAQUE_MIN)
 			return kiln_error_set(err, KILN_INVAL, 0,
 					      "%s: tensor %s: dtype %s has no GGUF type", path,
-					      t->name, kiln_dtype_name(t->dtype));
+					      name, kiln_dtype_name(t->dtype));
 		const struct kc_ggml_type *g = kc_ggml_type_by_name(t->layout);
 		if (!g)
-			return kiln_error_set(err, KILN_INVAL, 0,
-					      "%s: tensor %s: layout %s is not a ggml type", path,
-					      t->name, t->layout ? t->layout : "(none)");
+			return kiln_error_set(
+			    err, KILN_INVAL, 0, "%s: tensor %s: layout %s is not a ggml type", path,
+			    name, t->layout ? shown(t->layout, strlen(t->layout), ls) : "(none)");
 		if (t->dtype != KILN_DT_OPAQUE_MIN + g->id || t->block_size != g->size)
 			return kiln_error_set(err, KILN_INVAL, 0,
 					      "%s: tensor %s: opaque code %u / block size %" PRIu32
 					      " do not match ggml %s (code %u, %" PRIu32 " bytes)",
-					      path, t->name, t->dtype, t->block_size, g->name,
+					      path, name, t->dtype, t->block_size, g->name,
 					      KILN_DT_OPAQUE_MIN + g->id, g->size);
 		*out = g;
 		return 0;
@@ -1347,24 +1376,29 @@ int kc_gguf_write(const struct kc_model *m, const char *path, struct kc_progress
 					    path, i);
 			break;
 		}
-		const char *key = json_object_get_string(k);
+		const char *raw = json_object_get_string(k);
 		size_t klen = (size_t)json_object_get_string_len(k);
+		char key[SHOW]; /* for messages; raw has the bytes */
+		shown(raw, klen, key);
 		int ty = gt_by_name(json_object_get_string(t));
 		if (ty < 0) {
+			char tshow[SHOW];
 			rc = kiln_error_set(err, KILN_INVAL, 0, "%s: key %s: unknown GGUF type %s",
-					    path, key, json_object_get_string(t));
+					    path, key,
+					    shown(json_object_get_string(t),
+						  (size_t)json_object_get_string_len(t), tshow));
 			break;
 		}
-		if ((klen >= 6 && memcmp(key, "split.", 6) == 0))
+		if ((klen >= 6 && memcmp(raw, "split.", 6) == 0))
 			continue; /* bookkeeping of a split, never model metadata */
-		int dup = nameset_add(&keys, key, klen);
+		int dup = nameset_add(&keys, raw, klen);
 		if (dup) {
 			rc = dup < 0 ? nomem(err)
 				     : kiln_error_set(err, KILN_INVAL, 0,
 						      "%s: key %s appears twice", path, key);
 			break;
 		}
-		if (is_key(key, klen, "general.alignment")) {
+		if (is_key(raw, klen, "general.alignment")) {
 			int64_t a = json_object_get_int64(v);
 			if (ty != GT_U32 || a <= 0 || a > UINT32_MAX || (a & (a - 1))) {
 				rc = kiln_error_set(
@@ -1374,7 +1408,7 @@ int kc_gguf_write(const struct kc_model *m, const char *path, struct kc_progress
 			}
 			alignment = (uint32_t)a;
 		}
-		wb_str(&kvb, key, klen);
+		wb_str(&kvb, raw, klen);
 		wb_u(&kvb, (uint64_t)ty, 4);
 		rc = put_value(&kvb, key, ty, v, 0, path, err);
 		written++;
@@ -1390,13 +1424,14 @@ int kc_gguf_write(const struct kc_model *m, const char *path, struct kc_progress
 	for (uint32_t i = 0; i < m->n && !rc; i++) {
 		const struct kc_tensor *t = &m->tensors[i];
 		const struct kc_ggml_type *gt = NULL;
+		char ns[SHOW];
 		if ((rc = tensor_ggml_type(t, path, &gt, err)))
 			break;
 		if (t->rank > GGUF_MAX_DIMS) {
 			rc = kiln_error_set(
 			    err, KILN_INVAL, 0,
 			    "%s: tensor %s: rank %u is more than GGUF's %d dimensions", path,
-			    t->name, t->rank, GGUF_MAX_DIMS);
+			    shown(t->name, t->name_len, ns), t->rank, GGUF_MAX_DIMS);
 			break;
 		}
 		uint64_t ne0 = t->rank ? t->shape[t->rank - 1] : 1, rows = 1, bytes = 0;
@@ -1413,7 +1448,8 @@ int kc_gguf_write(const struct kc_model *m, const char *path, struct kc_progress
 			rc = kiln_error_set(err, KILN_INVAL, 0,
 					    "%s: tensor %s: shape and %" PRIu64
 					    " bytes do not make a whole %s tensor",
-					    path, t->name, t->byte_length, gt->name);
+					    path, shown(t->name, t->name_len, ns), t->byte_length,
+					    gt->name);
 			break;
 		}
 		wb_str(&b, t->name, t->name_len);

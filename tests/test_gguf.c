@@ -1232,3 +1232,28 @@ Test(gguf_write, canceled_leaves_nothing)
 	free(dir);
 	free(f.p);
 }
+
+Test(gguf_hostile, control_bytes_in_messages)
+{
+	/* A key and a tensor name are shown with control bytes escaped: the message stays one
+	 * line (fuzz_gguf found a newline breaking it). */
+	struct g kv = {0};
+	gkey(&kv, "bad\nkey", 77), g32(&kv, 0);
+	struct g f = gguf(3, &kv, 1, NULL, 0, 32);
+	expect(&f, KILN_TYPE, "key bad\\x0akey: unknown value type 77");
+	free(f.p);
+	free(kv.p);
+	char name[] = "t\n\0x";
+	struct tspec t[] = {{name, 1, {8}, 1000, 0}};
+	f = gguf(3, NULL, 0, t, 1, 32);
+	expect(&f, KILN_TYPE, "tensor t\\x0a: unknown ggml type id 1000");
+	free(f.p);
+	/* A long name is cut. */
+	char longname[300];
+	memset(longname, 'n', sizeof(longname) - 1);
+	longname[299] = '\0';
+	struct tspec u[] = {{longname, 1, {8}, 1000, 0}};
+	f = gguf(3, NULL, 0, u, 1, 32);
+	expect(&f, KILN_TYPE, "...: unknown ggml type id 1000");
+	free(f.p);
+}
