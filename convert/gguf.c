@@ -962,7 +962,14 @@ int kc_gguf_read(struct kc_model *m, const char *const *paths, uint32_t n, kiln_
 		int64_t want_count = count > 1 ? (int64_t)count : -1;
 		if (count > 1 || pt.split_count > 1) {
 			if (pt.split_count != (int64_t)count || pt.split_no != (int64_t)i) {
-				if (pt.split_count > 1 && count == 1)
+				if (pt.split_count < 0 || pt.split_no < 0)
+					rc = kiln_error_set(
+					    err, KILN_TYPE, 0,
+					    "%s: not part of a split model (no "
+					    "split.no/split.count): give "
+					    "one GGUF file, or the parts of one split model",
+					    p);
+				else if (pt.split_count > 1 && count == 1)
 					rc = kiln_error_set(
 					    err, KILN_TYPE, 0,
 					    "%s: part %" PRId64 " of a split model of %" PRId64

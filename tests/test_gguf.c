@@ -6,6 +6,7 @@
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -1255,5 +1256,150 @@ Test(gguf_hostile, control_bytes_in_messages)
 	struct tspec u[] = {{longname, 1, {8}, 1000, 0}};
 	f = gguf(3, NULL, 0, u, 1, 32);
 	expect(&f, KILN_TYPE, "...: unknown ggml type id 1000");
+	free(f.p);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The model is valid KLNT: written with kiln_write_memory from the GGUF model's tensors and
+ * parsed back, every descriptor and payload byte is as read from the GGUF file
+ * ------------------------------------------------------------------------------------------- */
+
+static int from_source(void *ctx, uint32_t i, uint64_t off, void *buf, size_t len)
+{
+	const struct kc_model *m = ctx;
+	const struct kc_tensor *t = &m->tensors[i];
+	ssize_t k = pread(m->srcs[t->src].fd, buf, len, (off_t)(t->src_off + off));
+	return k == (ssize_t)len ? 0 : EIO;
+}
+
+static void klnt_accepts(const struct kc_model *m)
+{
+	kiln_tensor_spec *s = calloc(m->n, sizeof(*s));
+	for (uint32_t i = 0; i < m->n; i++) {
+		const struct kc_tensor *t = &m->tensors[i];
+		s[i] = (kiln_tensor_spec){.name = t->name,
+					  .name_len = t->name_len,
+					  .dtype = t->dtype,
+					  .rank = t->rank,
+					  .layout = t->layout,
+					  .layout_len = t->layout ? strlen(t->layout) : 0,
+					  .block_size = t->block_size,
+					  .byte_length = t->byte_length,
+					  .read = from_source,
+					  .read_ctx = (void *)m};
+		memcpy(s[i].shape, t->shape, sizeof(t->shape));
+	}
+	uint64_t len;
+	kiln_error err;
+	cr_assert_eq(kiln_write_size(s, m->n, &len, &err), 0, "%s", err.message);
+	void *buf = aligned_alloc(64, (size_t)(len + 63) / 64 * 64);
+	size_t written;
+	cr_assert_eq(kiln_write_memory(s, m->n, buf, (size_t)len, &written, &err), 0, "%s",
+		     err.message);
+	kiln_dir *d;
+	kiln_open_options o = {.size = sizeof(o), .flags = KILN_OPEN_VERIFY_PAYLOAD};
+	cr_assert_eq(kiln_dir_parse(buf, written, &o, &d, &err), 0, "%s", err.message);
+	cr_assert_eq(kiln_dir_count(d), m->n);
+	for (uint32_t i = 0; i < m->n; i++) {
+		const struct kc_tensor *t = &m->tensors[i];
+		const kiln_tensor *v = kiln_dir_tensor(d, i);
+		cr_assert_eq(v->dtype, t->dtype);
+		cr_assert_eq(v->rank, t->rank);
+		cr_assert(memcmp(v->shape, t->shape, sizeof(t->shape)) == 0);
+		cr_assert_eq(v->byte_length, t->byte_length, "%s", t->name);
+		cr_assert_eq(v->block_size, t->block_size);
+		uint8_t *p = slurp(m->srcs[t->src].fd, t->src_off, t->byte_length);
+		cr_assert(memcmp(p, v->data, t->byte_length) == 0, "payload of %s", t->name);
+		free(p);
+	}
+	kiln_dir_close(d);
+	free(buf);
+	free(s);
+}
+
+Test(gguf, klnt_accepts_the_model)
+{
+	uint32_t nt = kc_ggml_type_count();
+	struct tspec *t = calloc(nt + 3, sizeof(*t));
+	char **names = calloc(nt, sizeof(char *));
+	for (uint32_t i = 0; i < nt; i++) {
+		const struct kc_ggml_type *gt = kc_ggml_type_at(i);
+		cr_assert(asprintf(&names[i], "t.%s", gt->name) > 0);
+		t[i] = (struct tspec){names[i], 2, {gt->blck, 2}, gt->id, AUTO};
+	}
+	t[nt] = (struct tspec){"scalar", 0, {0}, 0, AUTO};
+	t[nt + 1] = (struct tspec){"empty.q4k", 2, {256, 0}, 12, AUTO};
+	t[nt + 2] = (struct tspec){"\xe6\x9d\x83\xe9\x87\x8d", 1, {3}, 1, AUTO};
+	struct g f = gguf(3, NULL, 0, t, nt + 3, 32);
+	char *path = gsave(&f);
+	struct kc_model m;
+	kiln_error err;
+	cr_assert_eq(read1(&m, path, &err), 0, "%s", err.message);
+	klnt_accepts(&m);
+	kc_model_free(&m);
+	unlink(path);
+	for (uint32_t i = 0; i < nt; i++)
+		free(names[i]);
+	free(names);
+	free(t);
+	free(f.p);
+	free(path);
+}
+
+Test(gguf, split_duplicate_across_parts)
+{
+	char *dir = temp_dir();
+	for (uint32_t p = 0; p < 2; p++) {
+		struct g kv = {0};
+		gkey(&kv, "split.no", U16), g16(&kv, p);
+		gkey(&kv, "split.count", U16), g16(&kv, 2);
+		struct tspec t[] = {{p ? "shared" : "a", 1, {8}, 0, AUTO},
+				    {p ? "b" : "shared", 1, {8}, 0, AUTO}};
+		struct g f = gguf(3, &kv, 2, t, 2, 32);
+		char path[1024];
+		snprintf(path, sizeof(path), "%s/dup-%05u-of-00002.gguf", dir, p + 1);
+		FILE *fp = fopen(path, "wb");
+		cr_assert_eq(fwrite(f.p, 1, f.n, fp), f.n);
+		fclose(fp);
+		free(kv.p);
+		free(f.p);
+	}
+	char first[1024];
+	snprintf(first, sizeof(first), "%s/dup-00001-of-00002.gguf", dir);
+	struct kc_model m;
+	kiln_error err;
+	cr_assert_eq(read1(&m, first, &err), KILN_TYPE);
+	cr_assert(strstr(err.message, "dup-00002-of-00002.gguf") &&
+		      strstr(err.message, "tensor shared appears twice"),
+		  "%s", err.message);
+	kc_model_free(&m);
+	rm_dir(dir);
+	free(dir);
+}
+
+Test(gguf, unrelated_files_are_not_a_split_model)
+{
+	struct g a = small_valid();
+	char *p1 = gsave(&a), *p2 = gsave(&a);
+	const char *both[] = {p1, p2};
+	struct kc_model m;
+	kiln_error err;
+	kc_model_init(&m);
+	cr_assert_eq(kc_gguf_read(&m, both, 2, &err), KILN_TYPE);
+	cr_assert(strstr(err.message, p1) && strstr(err.message, "not part of a split model"), "%s",
+		  err.message);
+	kc_model_free(&m);
+	unlink(p1);
+	unlink(p2);
+	free(p1);
+	free(p2);
+	free(a.p);
+}
+
+Test(gguf_hostile, empty_tensor_name)
+{
+	struct tspec t[] = {{"", 1, {8}, 0, AUTO}};
+	struct g f = gguf(3, NULL, 0, t, 1, 32);
+	expect(&f, KILN_TYPE, "tensor 0: empty name");
 	free(f.p);
 }
