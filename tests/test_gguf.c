@@ -1403,3 +1403,19 @@ Test(gguf_hostile, empty_tensor_name)
 	expect(&f, KILN_TYPE, "tensor 0: empty name");
 	free(f.p);
 }
+
+Test(gguf_hostile, overlap_around_a_zero_size_tensor)
+{
+	/* In offset order: big [0, 64), empty at 32, small [32, 48): the empty tensor between
+	 * them must not hide the overlap (fuzz_gguf found it did). */
+	struct tspec t[] = {
+	    {"big", 1, {16}, 0, 0}, {"empty", 1, {0}, 0, 32}, {"small", 1, {4}, 0, 32}};
+	struct g f = gguf(3, NULL, 0, t, 3, 32);
+	expect(&f, KILN_TYPE, "tensors big and small overlap");
+	free(f.p);
+	/* A long tensor overlapping one that is not its neighbour in offset order. */
+	struct tspec u[] = {{"long", 1, {32}, 0, 0}, {"x", 1, {4}, 0, 32}, {"y", 1, {4}, 0, 64}};
+	f = gguf(3, NULL, 0, u, 3, 32);
+	expect(&f, KILN_TYPE, "overlap");
+	free(f.p);
+}
