@@ -850,6 +850,14 @@ static int read_part(struct kc_model *m, uint32_t src, struct nameset *names, st
 	}
 	/* The data section starts at the next multiple of the alignment. */
 	uint64_t data = r.pos + (pt->alignment - r.pos % pt->alignment) % pt->alignment;
+	if (nt && data > s->size) {
+		/* Even zero-size tensors point into the data section: it must be there. */
+		rc = fail(&r, KILN_LIMIT, KILN_NO_OFFSET,
+			  "the data section starts at %" PRIu64
+			  ", past the end of the file (%" PRIu64 " bytes)",
+			  data, s->size);
+		goto out;
+	}
 	uint64_t dsize = data < s->size ? s->size - data : 0;
 	char show[SHOW], show2[SHOW];
 	for (uint64_t i = 0; i < nt; i++) {

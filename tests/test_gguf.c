@@ -1419,3 +1419,15 @@ Test(gguf_hostile, overlap_around_a_zero_size_tensor)
 	expect(&f, KILN_TYPE, "overlap");
 	free(f.p);
 }
+
+Test(gguf_hostile, data_section_past_the_end)
+{
+	/* Only zero-size tensors, and the file ends before the aligned data section starts:
+	 * their offsets would point past the end (fuzz_gguf found it accepted). */
+	struct tspec t[] = {{"v", 1, {0}, 0, 0}};
+	struct g f = gguf(3, NULL, 0, t, 1, 32);
+	f.n -= 4; /* into the padding after the tensor infos */
+	cr_assert_neq(f.n % 32, 0);
+	expect(&f, KILN_LIMIT, "the data section starts at");
+	free(f.p);
+}
