@@ -638,7 +638,7 @@ static int read_part(struct kc_model *m, uint32_t src, struct nameset *names, st
 			  "GGUF version 1 is not supported (versions 2 and 3 are)");
 		goto out;
 	}
-	if ((pt->version & 0xFFFF) == 0 && pt->version >> 16 != 0) {
+	if (__builtin_bswap32(pt->version) >= 1 && __builtin_bswap32(pt->version) <= 3) {
 		rc = fail(&r, KILN_FRAME, 4,
 			  "a big-endian GGUF file (version %" PRIu32
 			  " byte-swapped); only little-endian files are supported",
@@ -1382,7 +1382,7 @@ int kc_gguf_write(const struct kc_model *m, const char *path, struct kc_progress
 	size_t nkv = kv ? json_object_array_length(kv) : 0;
 	uint32_t alignment = 32;
 	struct wb b = {0};
-	struct nameset keys = {0};
+	struct nameset keys = {0}, names = {0};
 	int rc = 0;
 
 	/* The key/value pairs first, into their own buffer, to count them. */
@@ -1403,6 +1403,11 @@ int kc_gguf_write(const struct kc_model *m, const char *path, struct kc_progress
 		size_t klen = (size_t)json_object_get_string_len(k);
 		char key[SHOW]; /* for messages; raw has the bytes */
 		shown(raw, klen, key);
+		if (!utf8_ok((const uint8_t *)raw, klen)) {
+			rc = kiln_error_set(err, KILN_INVAL, 0, "%s: key %s is not valid UTF-8",
+					    path, key);
+			break;
+		}
 		int ty = gt_by_name(json_object_get_string(t));
 		if (ty < 0) {
 			char tshow[SHOW];
@@ -1457,22 +1462,40 @@ int kc_gguf_write(const struct kc_model *m, const char *path, struct kc_progress
 			    shown(t->name, t->name_len, ns), t->rank, GGUF_MAX_DIMS);
 			break;
 		}
-		uint64_t ne0 = t->rank ? t->shape[t->rank - 1] : 1, rows = 1, bytes = 0;
-		int zero = 0;
-		for (unsigned k = 0; k < t->rank; k++)
+		/* What the reader will demand: a UTF-8 name, once; dimensions and the element count
+		 * below 2^63; whole blocks; the byte length the type gives the shape. */
+		const char *why = NULL;
+		uint64_t ne0 = t->rank ? t->shape[t->rank - 1] : 1, elems = 1, bytes = 0;
+		int zero = 0, big = 0;
+		for (unsigned k = 0; k < t->rank; k++) {
 			zero |= t->shape[k] == 0;
-		for (unsigned k = 0; k + 1 < t->rank; k++)
-			if (__builtin_mul_overflow(rows, t->shape[k], &rows))
-				zero = -1;
-		if (ne0 % gt->blck || zero < 0 ||
-		    (!zero && (__builtin_mul_overflow(ne0 / gt->blck, (uint64_t)gt->size, &bytes) ||
-			       __builtin_mul_overflow(bytes, rows, &bytes))) ||
-		    (zero ? 0 : bytes) != t->byte_length) {
-			rc = kiln_error_set(err, KILN_INVAL, 0,
-					    "%s: tensor %s: shape and %" PRIu64
-					    " bytes do not make a whole %s tensor",
-					    path, shown(t->name, t->name_len, ns), t->byte_length,
-					    gt->name);
+			big |= t->shape[k] > INT64_MAX;
+		}
+		for (unsigned k = 0; k < t->rank && !zero && !big; k++)
+			big |=
+			    __builtin_mul_overflow(elems, t->shape[k], &elems) || elems > INT64_MAX;
+		int dup = nameset_add(&names, t->name, t->name_len);
+		if (dup < 0) {
+			rc = nomem(err);
+			break;
+		}
+		if (!t->name_len || !utf8_ok((const uint8_t *)t->name, t->name_len))
+			why = "the name is empty or not UTF-8";
+		else if (dup)
+			why = "a second tensor of this name";
+		else if (big)
+			why = "a dimension or the element count is 2^63 or more";
+		else if (ne0 % gt->blck)
+			why = "the innermost dimension is not a whole number of blocks";
+		else if (!zero &&
+			 __builtin_mul_overflow(elems / gt->blck, (uint64_t)gt->size, &bytes))
+			why = "the byte size overflows";
+		else if (bytes != t->byte_length)
+			why = "the byte length is not the size of the shape in this type";
+		if (why) {
+			rc = kiln_error_set(
+			    err, KILN_INVAL, 0, "%s: tensor %s (%s, %" PRIu64 " bytes): %s", path,
+			    shown(t->name, t->name_len, ns), gt->name, t->byte_length, why);
 			break;
 		}
 		wb_str(&b, t->name, t->name_len);
@@ -1499,5 +1522,6 @@ int kc_gguf_write(const struct kc_model *m, const char *path, struct kc_progress
 	free(kvb.p);
 	free(b.p);
 	nameset_free(&keys);
+	nameset_free(&names);
 	return rc;
 }

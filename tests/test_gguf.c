@@ -1431,3 +1431,47 @@ Test(gguf_hostile, data_section_past_the_end)
 	expect(&f, KILN_LIMIT, "the data section starts at");
 	free(f.p);
 }
+
+Test(gguf_write, refuses_what_the_reader_would)
+{
+	/* The writer never writes a file its reader refuses: each case is INVAL naming the
+	 * tensor and why. */
+	struct g f = small_valid();
+	char *src = gsave(&f), *dir = temp_dir(), out[1024];
+	snprintf(out, sizeof(out), "%s/out.gguf", dir);
+	struct kc_model m;
+	kiln_error err;
+	cr_assert_eq(read1(&m, src, &err), 0, "%s", err.message);
+	struct kc_tensor *t = &m.tensors[1]; /* b: f32 [4] */
+	struct kc_tensor keep = *t;
+	char *name = t->name;
+
+	t->name = m.tensors[0].name, t->name_len = m.tensors[0].name_len;
+	cr_assert_eq(kc_gguf_write(&m, out, NULL, &err), KILN_INVAL);
+	cr_assert(strstr(err.message, "a second tensor of this name"), "%s", err.message);
+	t->name = "\xff", t->name_len = 1;
+	cr_assert_eq(kc_gguf_write(&m, out, NULL, &err), KILN_INVAL);
+	cr_assert(strstr(err.message, "not UTF-8"), "%s", err.message);
+	t->name = name, t->name_len = keep.name_len;
+	t->shape[0] = 1ull << 63;
+	cr_assert_eq(kc_gguf_write(&m, out, NULL, &err), KILN_INVAL);
+	cr_assert(strstr(err.message, "tensor b") && strstr(err.message, "2^63"), "%s",
+		  err.message);
+	/* Zero-size with huge other dimensions: fine (the reader takes it too). */
+	t->rank = 3, t->shape[0] = 1ull << 40, t->shape[1] = 1ull << 40, t->shape[2] = 0;
+	t->byte_length = 0;
+	cr_assert_eq(kc_gguf_write(&m, out, NULL, &err), 0, "%s", err.message);
+	roundtrip(&m, out);
+	*t = keep;
+	json_object *e = kv_at(&m, "f");
+	json_object_object_add(e, "key", json_object_new_string_len("f\xc3", 2));
+	cr_assert_eq(kc_gguf_write(&m, out, NULL, &err), KILN_INVAL);
+	cr_assert(strstr(err.message, "not valid UTF-8"), "%s", err.message);
+	kc_model_free(&m);
+	unlink(out);
+	rmdir(dir);
+	unlink(src);
+	free(src);
+	free(dir);
+	free(f.p);
+}
