@@ -27,6 +27,9 @@ int kiln_fuzz_lookup(const uint8_t *data, size_t size);
 /* Read the bytes as a safetensors file (convert/safetensors.c); an accepted one obeys the rules
  * and survives a write and a second read unchanged. */
 int kiln_fuzz_safetensors(const uint8_t *data, size_t size);
+/* The bytes are a GGUF file: kc_gguf_read refuses it cleanly or accepts a consistent model,
+ * which kc_gguf_write writes back to the same metadata and payload bytes. */
+int kiln_fuzz_gguf(const uint8_t *data, size_t size);
 
 #ifdef KILN_LIBFUZZER
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -6,13 +6,13 @@
 # to keep what adds coverage, merge it into the committed corpus:
 #   build-fuzz/fuzz/fuzz_parse -merge=1 -use_counters=0 fuzz/corpus/parse WORK/parse
 #
-# usage: fuzz/run.sh BUILD_DIR SECONDS [TARGET...]   (targets: parse roundtrip lookup safetensors)
+# usage: fuzz/run.sh BUILD_DIR SECONDS [TARGET...]   (targets: parse roundtrip lookup safetensors gguf)
 # Build first: CC=clang cmake -S . -B build-fuzz -DKILN_FUZZ=ON && cmake --build build-fuzz
 set -eu
 build=$1
 seconds=$2
 shift 2
-targets=${*:-parse roundtrip lookup safetensors}
+targets=${*:-parse roundtrip lookup safetensors gguf}
 src=$(cd "$(dirname "$0")" && pwd)
 work=${KILN_FUZZ_WORK:-}
 if [ -z "$work" ]; then
@@ -26,6 +26,8 @@ for t in $targets; do
 	dict="$src/klnt.dict" # a target's own dictionary when it has one (fuzz/<target>.dict)
 	[ -f "$src/$t.dict" ] && dict="$src/$t.dict"
 	echo "fuzz: $t for $seconds s"
+	dict="$src/klnt.dict" # a target's own dictionary when it has one (gguf.dict)
+	[ -f "$src/$t.dict" ] && dict="$src/$t.dict"
 	if ! "$build/fuzz/fuzz_$t" "$work/$t" -max_total_time="$seconds" -timeout=10 \
 		-rss_limit_mb=2048 -dict="$dict" -artifact_prefix="$work/$t-" \
 		-print_final_stats=1 >"$work/$t.log" 2>&1; then

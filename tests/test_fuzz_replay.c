@@ -107,3 +107,8 @@ Test(replay, safetensors)
 {
 	replay("safetensors", kiln_fuzz_safetensors);
 }
+
+Test(replay, gguf)
+{
+	replay("gguf", kiln_fuzz_gguf);
+}
