@@ -1334,41 +1334,6 @@ static int gguf_fill(void *ctx, int fd, kiln_error *err)
 	return rc;
 }
 
-/*
- * TEMPORARY (until convert-core's kc_write_atomic lands on main): write `path` through a
- * temporary file beside it, renamed into place once complete; removed on any failure. Swap this
- * for kc_write_atomic (same signature).
- */
-static int write_file(const char *path, int (*fill)(void *ctx, int fd, kiln_error *err), void *ctx,
-		      kiln_error *err)
-{
-	size_t n = strlen(path);
-	char *tmp = malloc(n + 16);
-	if (!tmp)
-		return nomem(err);
-	snprintf(tmp, n + 16, "%s.tmp.XXXXXX", path);
-	int fd = mkostemp(tmp, O_CLOEXEC);
-	if (fd < 0) {
-		int e = errno;
-		free(tmp);
-		return kiln_error_set(err, KILN_IO, e, "%s: cannot create a temporary file: %s",
-				      path, strerror(e));
-	}
-	int rc = fill(ctx, fd, err);
-	if (!rc && fchmod(fd, 0644) != 0)
-		rc = kiln_error_set(err, KILN_IO, errno, "%s: chmod: %s", path, strerror(errno));
-	if (!rc && fsync(fd) != 0)
-		rc = kiln_error_set(err, KILN_IO, errno, "%s: fsync: %s", path, strerror(errno));
-	if (close(fd) != 0 && !rc)
-		rc = kiln_error_set(err, KILN_IO, errno, "%s: close: %s", path, strerror(errno));
-	if (!rc && rename(tmp, path) != 0)
-		rc = kiln_error_set(err, KILN_IO, errno, "%s: rename: %s", path, strerror(errno));
-	if (rc)
-		unlink(tmp);
-	free(tmp);
-	return rc;
-}
-
 int kc_gguf_write(const struct kc_model *m, const char *path, struct kc_progress *p,
 		  kiln_error *err)
 {
@@ -1517,7 +1482,7 @@ int kc_gguf_write(const struct kc_model *m, const char *path, struct kc_progress
 		if (p && !p->total)
 			p->total = total;
 		struct gguf_fill f = {.m = m, .head = &b, .alignment = alignment, .p = p};
-		rc = write_file(path, gguf_fill, &f, err);
+		rc = kc_write_atomic(path, gguf_fill, &f, err);
 	}
 	free(kvb.p);
 	free(b.p);
