@@ -96,12 +96,10 @@ static void report(const char *path, int rc, const kiln_error *err)
 	if (rc == KILN_FRAME && err->field && strcmp(err->field, "magic") == 0 &&
 	    foreign_format(path, what, sizeof(what))) {
 		klnt_fputs_escaped(stdout, path);
-		printf(
-		    ": FRAME: not a KLNT v2 block: this is %s. kiln reads only KLNT v2 files and "
-		    "cannot convert this one yet (a `klnt import` command is planned); until "
-		    "then, write each tensor's bytes to a raw file and build a KLNT v2 file from "
-		    "them with `klnt pack`\n",
-		    what);
+		printf(": FRAME: not a KLNT v2 block: this is %s; convert it with "
+		       "`klnt import -o OUT.klnt FILE` (safetensors shards: all of them, or their "
+		       "model.safetensors.index.json)\n",
+		       what);
 		return;
 	}
 	klnt_report(stdout, path, rc, err);
