@@ -3,9 +3,23 @@
  * the validator fills the index through kiln__index_alloc and kiln__index_insert, and
  * src/open.c creates and releases the directory. */
 #include <inttypes.h>
+#include <sys/random.h>
 #include <xxhash.h>
 
 #include "internal.h"
+
+void kiln__hash_key(uint8_t key[KILN__SECRET_SIZE], const void *salt)
+{
+	/* Names come from untrusted files: a random key keeps an attacker from choosing names
+	 * that collide in a table. A short read still leaves a usable key. */
+	if (getrandom(key, KILN__SECRET_SIZE, GRND_NONBLOCK) != (ssize_t)KILN__SECRET_SIZE) {
+		uint64_t x = (uint64_t)(uintptr_t)salt ^ 0x9E3779B97F4A7C15u;
+		for (size_t i = 0; i < KILN__SECRET_SIZE; i++) {
+			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+			key[i] ^= (uint8_t)x;
+		}
+	}
+}
 
 uint64_t kiln__name_hash(const struct kiln_dir *dir, const void *name, size_t len)
 {

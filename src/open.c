@@ -14,7 +14,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -74,16 +73,7 @@ struct kiln_dir *kiln__dir_new(const kiln_open_options *opts, kiln_error *err)
 	memset(dir, 0, sizeof(*dir));
 	dir->alloc = a;
 	dir->fd = -1;
-	/* Names come from untrusted files: a per-directory random key keeps an attacker from
-	 * choosing names that collide in the table. A short read still leaves a usable key. */
-	if (getrandom(dir->secret, sizeof(dir->secret), GRND_NONBLOCK) !=
-	    (ssize_t)sizeof(dir->secret)) {
-		uint64_t x = (uint64_t)(uintptr_t)dir ^ 0x9E3779B97F4A7C15u;
-		for (size_t i = 0; i < sizeof(dir->secret); i++) {
-			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-			dir->secret[i] ^= (uint8_t)x;
-		}
-	}
+	kiln__hash_key(dir->secret, dir); /* per directory: names from a file are hostile */
 	return dir;
 }
 

@@ -14,7 +14,6 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/random.h>
 #include <xxhash.h>
 
 #include "internal.h"
@@ -255,14 +254,7 @@ static int build_names(kiln_set *set, kiln_error *err)
 	if (!set->slots)
 		return nomem(err);
 	set->slot_mask = table - 1;
-	if (getrandom(set->secret, sizeof(set->secret), GRND_NONBLOCK) !=
-	    (ssize_t)sizeof(set->secret)) {
-		uint64_t x = (uint64_t)(uintptr_t)set ^ 0x9E3779B97F4A7C15u;
-		for (size_t i = 0; i < sizeof(set->secret); i++) {
-			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-			set->secret[i] ^= (uint8_t)x;
-		}
-	}
+	kiln__hash_key(set->secret, set);
 	/* In batches: hash a batch of names and prefetch their slots, then insert them, so the
 	 * table's cache misses overlap instead of coming one after another. */
 	enum { BATCH = 16 };

@@ -93,6 +93,22 @@ static int run(const kiln_dir *dir, const kiln_stream_options *o, const struct k
 	return run_files(NULL, 0, dir->fd, mem, o, ranges, n, result, err);
 }
 
+/* The two modes of a stream: destinations given (the staging fields do not apply), or else a
+ * ring of staging buffers with the callback that consumes them. */
+static int stream_mode(kiln_stream_options *o, void *const *dests, kiln_error *err)
+{
+	if (dests) {
+		o->staging = NULL;
+		return 0;
+	}
+	if (!o->staging || o->staging_count == 0 || o->staging_size == 0 || !o->on_chunk)
+		return kiln__fail_inval(
+		    err, KILN_NO_INDEX, "staging",
+		    "without destinations, staging buffers (count, size) and on_chunk "
+		    "are required");
+	return 0;
+}
+
 int kiln__stream_files(const int *fds, uint32_t nfds, const struct kiln__range *ranges, size_t n,
 		       void *const *dests, const kiln_stream_options *opts,
 		       kiln_stream_result *result, kiln_error *err)
@@ -101,15 +117,8 @@ int kiln__stream_files(const int *fds, uint32_t nfds, const struct kiln__range *
 	int rc = begin_options(opts, &o, result, err);
 	if (rc)
 		return rc;
-	int staging = dests == NULL;
-	if (staging && (!o.staging || o.staging_count == 0 || o.staging_size == 0 || !o.on_chunk))
-		return kiln__fail_inval(
-		    err, KILN_NO_INDEX, "staging",
-		    "without destinations, staging buffers (count, size) and on_chunk "
-		    "are required");
-	if (!staging)
-		o.staging = NULL;
-	return run_files(fds, nfds, -1, NULL, &o, ranges, n, result, err);
+	rc = stream_mode(&o, dests, err);
+	return rc ? rc : run_files(fds, nfds, -1, NULL, &o, ranges, n, result, err);
 }
 
 int kiln_stream(const kiln_dir *dir, const uint32_t *tensors, uint32_t count, void *const *dests,
@@ -119,14 +128,10 @@ int kiln_stream(const kiln_dir *dir, const uint32_t *tensors, uint32_t count, vo
 	int rc = begin(dir, opts, &o, result, err);
 	if (rc)
 		return rc;
+	rc = stream_mode(&o, dests, err);
+	if (rc)
+		return rc;
 	int staging = dests == NULL;
-	if (staging && (!o.staging || o.staging_count == 0 || o.staging_size == 0 || !o.on_chunk))
-		return kiln__fail_inval(
-		    err, KILN_NO_INDEX, "staging",
-		    "without destinations, staging buffers (count, size) and on_chunk "
-		    "are required");
-	if (!staging)
-		o.staging = NULL; /* destinations given: the staging fields do not apply */
 	if (!tensors)
 		count = dir->info.tensor_count;
 

@@ -253,6 +253,29 @@ static int desc_3_shape(struct pass *s, struct desc *c)
 	return 0;
 }
 
+/* The heap slice [off, off + len) of a name (or, with `layout`, a layout name) that starts at the
+ * running cursor: inside the heap, then UTF-8. *str points at its bytes. */
+static int heap_string(struct pass *s, const struct desc *c, int layout, unsigned off, unsigned len,
+		       const uint8_t **str)
+{
+	const char *what = layout ? "layout name" : "name";
+	uint32_t heap_bytes = s->dir->info.name_bytes;
+	if (s->heap_cursor + len > heap_bytes)
+		return kiln__fail_desc(s->err, KILN_TYPE, c->i, layout ? "layout_len" : "name_len",
+				       c->off + (layout ? KILN__D_LAYOUT_LEN : KILN__D_NAME_LEN),
+				       "%s [%u, %" PRIu64 ") ends past the %" PRIu32 "-byte heap",
+				       what, off, s->heap_cursor + len, heap_bytes);
+	int rc = at(s->dir, s->heap + off, len, str, s->err);
+	if (rc)
+		return rc;
+	size_t bad = kiln__utf8_check(*str, len);
+	if (bad != SIZE_MAX)
+		return kiln__fail_desc(
+		    s->err, KILN_UTF8, c->i, layout ? "layout" : "name", s->heap + off + bad,
+		    "%s byte %zu (0x%02x) is not well-formed UTF-8", what, bad, (*str)[bad]);
+	return 0;
+}
+
 /* A name exactly when the NAMES flag is set: at the running heap cursor (names are concatenated
  * in descriptor order), inside the heap, UTF-8, and unlike every earlier name. */
 static int desc_4_name(struct pass *s, struct desc *c)
@@ -284,20 +307,10 @@ static int desc_4_name(struct pass *s, struct desc *c)
 		    "name_off is %u but the name must start at heap offset %" PRIu64
 		    " (names are concatenated in descriptor order)",
 		    off, s->heap_cursor);
-	if (s->heap_cursor + len > info->name_bytes)
-		return kiln__fail_desc(s->err, KILN_TYPE, c->i, "name_len",
-				       c->off + KILN__D_NAME_LEN,
-				       "name [%u, %" PRIu64 ") ends past the %" PRIu32 "-byte heap",
-				       off, s->heap_cursor + len, info->name_bytes);
 	const uint8_t *name;
-	int rc = at(s->dir, s->heap + off, len, &name, s->err);
+	int rc = heap_string(s, c, 0, off, len, &name);
 	if (rc)
 		return rc;
-	size_t bad = kiln__utf8_check(name, len);
-	if (bad != SIZE_MAX)
-		return kiln__fail_desc(s->err, KILN_UTF8, c->i, "name", s->heap + off + bad,
-				       "name byte %zu (0x%02x) is not well-formed UTF-8", bad,
-				       name[bad]);
 	c->t->name = (const char *)name;
 	c->t->name_len = len;
 	uint32_t prev = kiln__index_insert(s->dir, c->i, c->t->name, len);
@@ -517,21 +530,10 @@ static int after_1_layouts(struct pass *s)
 					       "layout_off is %u but the layout name must start at "
 					       "heap offset %" PRIu64,
 					       off, s->heap_cursor);
-		if (s->heap_cursor + len > info->name_bytes)
-			return kiln__fail_desc(
-			    s->err, KILN_TYPE, i, "layout_len", c.off + KILN__D_LAYOUT_LEN,
-			    "layout name [%u, %" PRIu64 ") ends past the %" PRIu32 "-byte heap",
-			    off, s->heap_cursor + len, info->name_bytes);
 		const uint8_t *str;
-		int rc = at(s->dir, s->heap + off, len, &str, s->err);
+		int rc = heap_string(s, &c, 1, off, len, &str);
 		if (rc)
 			return rc;
-		size_t bad = kiln__utf8_check(str, len);
-		if (bad != SIZE_MAX)
-			return kiln__fail_desc(
-			    s->err, KILN_UTF8, i, "layout", s->heap + off + bad,
-			    "layout name byte %zu (0x%02x) is not well-formed UTF-8", bad,
-			    str[bad]);
 		c.t->layout = (const char *)str;
 		c.t->layout_len = len;
 		s->heap_cursor += len;
