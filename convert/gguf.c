@@ -147,42 +147,15 @@ static uint32_t ld32(const uint8_t *p)
 {
 	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
+/* Well-formed UTF-8, as the format wants its names. */
+static int utf8_ok(const uint8_t *s, size_t n)
+{
+	return kiln_utf8_check(s, n) == SIZE_MAX;
+}
+
 static uint64_t ld64(const uint8_t *p)
 {
 	return (uint64_t)ld32(p) | (uint64_t)ld32(p + 4) << 32;
-}
-
-/* RFC 3629: shortest forms, no surrogates, nothing past U+10FFFF. */
-static int utf8_ok(const uint8_t *s, size_t n)
-{
-	for (size_t i = 0; i < n;) {
-		uint8_t c = s[i];
-		size_t k;
-		uint32_t cp, min;
-		if (c < 0x80) {
-			i++;
-			continue;
-		}
-		if ((c & 0xE0) == 0xC0)
-			k = 1, cp = c & 0x1Fu, min = 0x80;
-		else if ((c & 0xF0) == 0xE0)
-			k = 2, cp = c & 0x0Fu, min = 0x800;
-		else if ((c & 0xF8) == 0xF0)
-			k = 3, cp = c & 0x07u, min = 0x10000;
-		else
-			return 0;
-		if (n - i - 1 < k)
-			return 0;
-		for (size_t j = 1; j <= k; j++) {
-			if ((s[i + j] & 0xC0) != 0x80)
-				return 0;
-			cp = cp << 6 | (s[i + j] & 0x3Fu);
-		}
-		if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-			return 0;
-		i += k + 1;
-	}
-	return 1;
 }
 
 /* A name or key as a message shows it: control bytes (a newline, U+0000) as \xNN so the

@@ -148,40 +148,6 @@ static int nomem(kiln_error *err)
 	return kiln_error_set(err, KILN_NOMEM, ENOMEM, "out of memory");
 }
 
-/* RFC 3629: no overlongs, no surrogates, nothing past U+10FFFF. Returns the offset of the first
- * bad byte, or len. */
-static size_t utf8_check(const uint8_t *s, size_t len)
-{
-	for (size_t i = 0; i < len;) {
-		uint8_t c = s[i];
-		size_t k;
-		uint32_t cp, min;
-		if (c < 0x80) {
-			i++;
-			continue;
-		} else if ((c & 0xE0) == 0xC0) {
-			k = 1, cp = c & 0x1Fu, min = 0x80;
-		} else if ((c & 0xF0) == 0xE0) {
-			k = 2, cp = c & 0x0Fu, min = 0x800;
-		} else if ((c & 0xF8) == 0xF0) {
-			k = 3, cp = c & 0x07u, min = 0x10000;
-		} else {
-			return i;
-		}
-		if (len - i - 1 < k)
-			return i;
-		for (size_t j = 1; j <= k; j++) {
-			if ((s[i + j] & 0xC0) != 0x80)
-				return i;
-			cp = cp << 6 | (s[i + j] & 0x3Fu);
-		}
-		if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-			return i;
-		i += k + 1;
-	}
-	return len;
-}
-
 static int pread_all(int fd, void *buf, size_t len, uint64_t off)
 {
 	for (size_t done = 0; done < len;) {
@@ -714,7 +680,8 @@ static int read_file(struct reader *r, const char *path, const char *for_tensor,
 		goto out;
 	}
 	text[n] = '\0';
-	size_t bad = utf8_check((const uint8_t *)text, (size_t)n);
+	size_t bad = kiln_utf8_check(text, (size_t)n);
+	bad = bad == SIZE_MAX ? (size_t)n : bad;
 	if (bad != n) {
 		rc = kiln_error_set(err, KILN_UTF8, 0,
 				    "%s: header byte %zu (file offset %zu) is not UTF-8", path, bad,
@@ -891,7 +858,8 @@ static int read_index(struct reader *r, const char *path, json_object **index_me
 	int rc = read_small(path, ST_HEADER_CAP, &text, &len, err);
 	if (rc)
 		return rc;
-	size_t bad = utf8_check((const uint8_t *)text, len);
+	size_t bad = kiln_utf8_check(text, len);
+	bad = bad == SIZE_MAX ? len : bad;
 	if (bad != len) {
 		rc = kiln_error_set(err, KILN_UTF8, 0, "%s: byte %zu is not UTF-8", path, bad);
 		goto out;

@@ -41,3 +41,8 @@ size_t kiln__utf8_check(const uint8_t *s, size_t len)
 	}
 	return SIZE_MAX;
 }
+
+size_t kiln_utf8_check(const void *s, size_t len)
+{
+	return s || !len ? kiln__utf8_check(s, len) : 0;
+}

@@ -107,6 +107,11 @@ typedef struct kiln_error {
 KILN_API int kiln_error_set(kiln_error *err, int code, int sys_errno, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* The offset of the first byte of s[0, len) that is not well-formed UTF-8 (RFC 3629: no
+ * overlong forms, no surrogates, nothing past U+10FFFF), or SIZE_MAX when all of it is. The
+ * check the format applies to names, for layered libraries (the converters) to apply too. */
+KILN_API size_t kiln_utf8_check(const void *s, size_t len);
+
 /* ---------------------------------------------------------------------------------------------
  * Data types
  * ------------------------------------------------------------------------------------------- */
