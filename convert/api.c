@@ -99,15 +99,23 @@ static int check_paths(const char *const *paths, uint32_t count, const char *out
 	return 0;
 }
 
+/* The start of an import or export: an error struct to fill even when the caller gave none,
+ * cleared, and a cleared result. */
+static kiln_error *begin(kiln_error *err, kiln_error *local, kiln_convert_result *result)
+{
+	if (!err)
+		err = local;
+	kiln_error_set(err, KILN_OK, 0, "%s", "");
+	if (result)
+		memset(result, 0, sizeof(*result));
+	return err;
+}
+
 int kiln_import(const char *const *sources, uint32_t count, const char *out,
 		const kiln_convert_options *opts, kiln_convert_result *result, kiln_error *err)
 {
 	kiln_error local;
-	if (!err)
-		err = &local;
-	kiln_error_set(err, KILN_OK, 0, "%s", "");
-	if (result)
-		memset(result, 0, sizeof(*result));
+	err = begin(err, &local, result);
 	kiln_convert_options o = {0};
 	if (opts)
 		o = *opts;
@@ -152,11 +160,7 @@ int kiln_export(const char *const *inputs, uint32_t count, const char *out,
 		const kiln_convert_options *opts, kiln_convert_result *result, kiln_error *err)
 {
 	kiln_error local;
-	if (!err)
-		err = &local;
-	kiln_error_set(err, KILN_OK, 0, "%s", "");
-	if (result)
-		memset(result, 0, sizeof(*result));
+	err = begin(err, &local, result);
 	if (!opts)
 		return kiln_error_set(err, KILN_INVAL, 0, "export needs options with a format");
 	int rc = check_options(opts, err);

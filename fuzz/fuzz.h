@@ -132,4 +132,24 @@ static inline int fuzz_utf8_ok(const uint8_t *s, size_t n)
 	return 1;
 }
 
+#ifdef MFD_CLOEXEC /* targets that include <sys/mman.h> with _GNU_SOURCE */
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+/* The converters read files, not buffers: put the bytes in a memfd and name it by its
+ * /proc/self/fd path (path holds at least 64 bytes). Returns the descriptor to close. */
+static inline int kiln_fuzz_memfd(const char *name, const uint8_t *data, size_t size, char *path)
+{
+	int fd = memfd_create(name, MFD_CLOEXEC);
+	FUZZ_CHECK(fd >= 0, "memfd_create: %s", strerror(errno));
+	for (size_t w = 0; w < size;) {
+		ssize_t k = write(fd, data + w, size - w);
+		FUZZ_CHECK(k > 0, "write: %s", strerror(errno));
+		w += (size_t)k;
+	}
+	snprintf(path, 64, "/proc/self/fd/%d", fd);
+	return fd;
+}
+#endif
+
 #endif

@@ -163,15 +163,8 @@ static void roundtrip(const struct kc_model *m)
 
 int kiln_fuzz_gguf(const uint8_t *data, size_t size)
 {
-	int fd = memfd_create("fuzz.gguf", MFD_CLOEXEC);
-	FUZZ_CHECK(fd >= 0, "memfd_create: %s", strerror(errno));
-	for (size_t w = 0; w < size;) {
-		ssize_t k = write(fd, data + w, size - w);
-		FUZZ_CHECK(k > 0, "write: %s", strerror(errno));
-		w += (size_t)k;
-	}
 	char path[64];
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	int fd = kiln_fuzz_memfd("fuzz.gguf", data, size, path);
 	const char *p = path;
 	struct kc_model m;
 	kiln_error err = {0};

@@ -126,15 +126,8 @@ static void roundtrip(const struct kc_model *a)
 
 int kiln_fuzz_safetensors(const uint8_t *data, size_t size)
 {
-	int fd = memfd_create("fuzz.safetensors", MFD_CLOEXEC);
-	FUZZ_CHECK(fd >= 0, "memfd_create: %s", strerror(errno));
-	for (size_t w = 0; w < size;) {
-		ssize_t k = write(fd, data + w, size - w);
-		FUZZ_CHECK(k > 0, "write: %s", strerror(errno));
-		w += (size_t)k;
-	}
 	char path[64];
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	int fd = kiln_fuzz_memfd("fuzz.safetensors", data, size, path);
 	struct kc_model m;
 	kiln_error err;
 	kc_model_init(&m);
