@@ -21,7 +21,7 @@ void kiln__hash_key(uint8_t key[KILN__SECRET_SIZE], const void *salt)
 	}
 }
 
-uint64_t kiln__name_hash(const struct kiln_dir *dir, const void *name, size_t len)
+static uint64_t name_hash(const struct kiln_dir *dir, const void *name, size_t len)
 {
 	return XXH3_64bits_withSecret(name, len, dir->secret, sizeof(dir->secret));
 }
@@ -94,7 +94,7 @@ static uint64_t slot_of(const struct kiln_dir *dir, uint64_t h, const char *name
 
 uint32_t kiln__index_insert(struct kiln_dir *dir, uint32_t i, const char *name, size_t len)
 {
-	uint64_t h = kiln__name_hash(dir, name, len);
+	uint64_t h = name_hash(dir, name, len);
 	dir->hashes[i] = h;
 	uint64_t s = slot_of(dir, h, name, len, &dir->probes);
 	if (dir->slots[s] != KILN_NONE32)
@@ -150,7 +150,7 @@ const kiln_tensor *kiln_dir_find(const kiln_dir *dir, const char *name, size_t l
 {
 	if (!dir || !dir->slot_mask || (!name && len))
 		return NULL;
-	uint64_t s = slot_of(dir, kiln__name_hash(dir, name, len), name, len, NULL);
+	uint64_t s = slot_of(dir, name_hash(dir, name, len), name, len, NULL);
 	uint32_t j = dir->slots[s];
 	return j == KILN_NONE32 ? NULL : &dir->tensors[j];
 }

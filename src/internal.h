@@ -226,8 +226,6 @@ int kiln__verify_payload(const struct kiln_dir *dir, kiln__read_fn read, kiln_er
 
 /* --- the index (src/dir.c) --------------------------------------------------------------- */
 
-uint64_t kiln__name_hash(const struct kiln_dir *dir, const void *name, size_t len);
-
 /* Fill a name-hash key with random bytes (`salt` mixes in when the kernel has none to give). */
 void kiln__hash_key(uint8_t key[KILN__SECRET_SIZE], const void *salt);
 
