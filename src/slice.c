@@ -130,7 +130,7 @@ int kiln__slice_runs(const kiln_tensor *t, const kiln_slice *s, struct kiln__run
 int kiln_slice_size(const kiln_tensor *t, const kiln_slice *s, uint64_t *bytes, kiln_error *err)
 {
 	kiln__clear_error(err);
-	struct kiln__runs r;
+	struct kiln__runs r = {0}; /* gcc -O2 cannot see that a 0 return filled it */
 	int rc = kiln__slice_runs(t, s, &r, err);
 	if (!rc && bytes)
 		*bytes = r.bytes;
