@@ -69,7 +69,7 @@ static int run_files(const int *fds, uint32_t nfds, int fd, const uint8_t *mem,
 	    .direct = (o->flags & KILN_STREAM_DIRECT) != 0,
 	    .chunk = o->chunk_size ? o->chunk_size : KILN__CHUNK_DEFAULT,
 	    .qd = o->queue_depth ? o->queue_depth : KILN__QD_DEFAULT,
-	    .engine = o->engine == KILN_ENGINE_PREAD ? KILN_ENGINE_PREAD : KILN_ENGINE_URING,
+	    .engine = (int)o->engine,
 	    .mem = mem,
 	    .staging = o->staging,
 	    .nstaging = o->staging_count,
@@ -84,13 +84,20 @@ static int run_files(const int *fds, uint32_t nfds, int fd, const uint8_t *mem,
 	return rc;
 }
 
-/* The engine over `ranges` of one directory's file (or its borrowed buffer). */
+/* Where payload reads come from when not from the file: the block in memory. A borrowed buffer
+ * has no file behind it; READ and URING hold the whole block already, and reading the file again
+ * would cost a second pass over the disk or page cache for bytes a memcpy gives. A mapping is not
+ * memory in that sense: its pages may still have to come from the disk. */
+static const uint8_t *block_memory(const kiln_dir *dir)
+{
+	return dir->info.source == KILN_SOURCE_MMAP ? NULL : dir->base;
+}
+
+/* The engine over `ranges` of one directory's payloads. */
 static int run(const kiln_dir *dir, const kiln_stream_options *o, const struct kiln__range *ranges,
 	       size_t n, kiln_stream_result *result, kiln_error *err)
 {
-	/* A borrowed buffer has no file behind it: copy from memory. */
-	const uint8_t *mem = dir->info.source == KILN_SOURCE_BUFFER ? dir->base : NULL;
-	return run_files(NULL, 0, dir->fd, mem, o, ranges, n, result, err);
+	return run_files(NULL, 0, dir->fd, block_memory(dir), o, ranges, n, result, err);
 }
 
 /* The two modes of a stream: destinations given (the staging fields do not apply), or else a
@@ -195,7 +202,7 @@ static int read_runs(const kiln_dir *dir, const kiln_tensor *t, const struct kil
 			fd = own;
 		}
 	}
-	const uint8_t *mem = dir->info.source == KILN_SOURCE_BUFFER ? dir->base : NULL;
+	const uint8_t *mem = block_memory(dir);
 	size_t cap = r->runs < RUN_BATCH ? (size_t)r->runs : RUN_BATCH;
 	struct kiln__range *ranges = calloc(cap, sizeof(*ranges));
 	if (!ranges)
@@ -324,7 +331,9 @@ int kiln_dir_read_all(const kiln_dir *dir, const kiln_stream_options *opts,
 	/* One range over the whole block: the header, directory, pad, payloads and the gaps
 	 * between them. Chunks report their offset in the block. */
 	struct kiln__range r = {.off = 0, .len = dir->info.block_length, .tensor = KILN_NO_INDEX};
-	rc = run(dir, &o, &r, 1, result, err);
+	/* This one reads the file whatever the source: finding unreadable sectors is its point. */
+	rc = run_files(NULL, 0, dir->fd, dir->info.source == KILN_SOURCE_BUFFER ? dir->base : NULL,
+		       &o, &r, 1, result, err);
 	if (mem)
 		kiln__owned_free(mem, mem_len);
 	free(own);

@@ -306,6 +306,20 @@ static int before_reuse(void *ctx, uint32_t buffer)
 	return 0;
 }
 
+/* What AUTO picks for a file whose pages are all cached: pread where the kernel has cachestat(2)
+ * to say so, else io_uring. */
+static uint32_t auto_engine_when_cached(void)
+{
+	int fd = open(path, O_RDONLY);
+	struct {
+		uint64_t off, len;
+	} range = {0, 0};
+	uint64_t stat[5];
+	long rc = syscall(451 /* cachestat */, fd, &range, stat, 0);
+	close(fd);
+	return rc == 0 ? KILN_ENGINE_PREAD : KILN_ENGINE_URING;
+}
+
 Test(load, stream_into_destinations)
 {
 	for (unsigned src = 0; src <= 3; src++) {
@@ -339,10 +353,17 @@ Test(load, stream_into_destinations)
 				}
 				cr_assert_eq(res.chunks, l.chunks);
 				cr_assert_gt(res.chunks, 48, "3 MiB in 64 KiB chunks");
-				cr_assert_eq(res.engine, engine == KILN_ENGINE_PREAD
-							     ? KILN_ENGINE_PREAD
-							     : KILN_ENGINE_URING);
-				cr_assert_eq(res.direct, (uint32_t)direct);
+				/* READ and URING hold the block: those streams are copies from
+				 * memory, reported as PREAD, never direct. */
+				int from_memory = src != KILN_SOURCE_MMAP;
+				uint32_t want = engine == KILN_ENGINE_PREAD || from_memory
+						    ? KILN_ENGINE_PREAD
+						: engine == KILN_ENGINE_URING || direct
+						    ? KILN_ENGINE_URING
+						    : auto_engine_when_cached();
+				cr_assert_eq(res.engine, want, "%s, engine %u, direct %d",
+					     kiln_source_name(src), engine, direct);
+				cr_assert_eq(res.direct, (uint32_t)(direct && !from_memory));
 				kiln_dir_close(dir);
 			}
 		}
@@ -697,7 +718,8 @@ Test(faults, eintr_and_eagain_are_retried)
 	for (int i = 0; i < NT; i++)
 		dests[i] = malloc(sizes[i] + 1);
 	kiln_stream_result res;
-	kiln_stream_options o = {.chunk_size = 65536};
+	/* The file is cached, where AUTO would pick pread: io_uring's retries are the point. */
+	kiln_stream_options o = {.chunk_size = 65536, .engine = KILN_ENGINE_URING};
 	cr_assert_eq(kiln_stream(dir, NULL, 0, dests, &o, &res, NULL), 0);
 	cr_assert_gt(res.retries, 10);
 	for (int i = 0; i < NT; i++) {
@@ -735,8 +757,11 @@ Test(faults, eio_on_the_third_chunk)
 	for (int i = 0; i < NT; i++)
 		dests[i] = malloc(sizes[i] + 1);
 	struct landing l = {0};
-	kiln_stream_options o = {
-	    .chunk_size = 65536, .queue_depth = 8, .on_chunk = on_chunk, .ctx = &l};
+	kiln_stream_options o = {.engine = KILN_ENGINE_URING,
+				 .chunk_size = 65536,
+				 .queue_depth = 8,
+				 .on_chunk = on_chunk,
+				 .ctx = &l};
 	kiln_error err;
 	cr_assert_eq(kiln_stream(dir, NULL, 0, dests, &o, NULL, &err), KILN_IO);
 	cr_assert_eq(err.sys_errno, EIO);
@@ -813,12 +838,18 @@ Test(faults, io_uring_unavailable_falls_back_to_pread)
 		void *dests[NT];
 		for (int i = 0; i < NT; i++)
 			dests[i] = malloc(sizes[i] + 1);
+		kiln_dir_close(dir);
+		/* A stream reads the file only for a mapped directory (the others copy). */
+		dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
 		kiln_stream_result res;
-		cr_assert_eq(kiln_stream(dir, NULL, 0, dests, NULL, &res, NULL), 0);
+		kiln_stream_options so = {.engine = KILN_ENGINE_URING};
+		cr_assert_eq(kiln_stream(dir, NULL, 0, dests, &so, &res, NULL), 0);
 		cr_assert_eq(res.engine, KILN_ENGINE_PREAD);
 		cr_assert_eq(res.uring_fallback, errs[k]);
-		for (int i = 0; i < NT; i++)
+		for (int i = 0; i < NT; i++) {
+			cr_assert_eq(memcmp(dests[i], data[i], sizes[i]), 0);
 			free(dests[i]);
+		}
 		kiln_dir_close(dir);
 	}
 	reset_faults();
@@ -854,5 +885,110 @@ Test(faults, mlock_refused_says_the_limit)
 	/* With the real mlock it works (the 3 MiB tensor fits the default 8 MiB limit). */
 	o = (kiln_open_options){.flags = KILN_OPEN_LOCK};
 	cr_assert_eq(kiln_dir_open(path, &o, &dir, &err), 0, "%s", err.message);
+	kiln_dir_close(dir);
+}
+
+/* ---- where a stream's bytes come from ---------------------------------------------------- */
+
+static int file_reads;
+static ssize_t counting_pread(int fd, void *buf, size_t len, off_t off)
+{
+	file_reads++;
+	return pread(fd, buf, len, off);
+}
+static int counting_result(int res, int fd, uint64_t off, size_t len)
+{
+	(void)fd;
+	(void)off;
+	(void)len;
+	file_reads++;
+	return res;
+}
+
+Test(faults, owned_sources_stream_from_memory_not_the_file)
+{
+	for (unsigned src = KILN_SOURCE_READ; src <= KILN_SOURCE_URING; src++) {
+		reset_faults();
+		kiln_dir *dir = open_with(src, 0, 0, 0);
+		kiln__sys.pread = counting_pread;
+		kiln__sys.uring_result = counting_result;
+		file_reads = 0;
+		void *dests[NT];
+		for (int i = 0; i < NT; i++)
+			dests[i] = malloc(sizes[i] + 1);
+		kiln_stream_options o = {.engine = KILN_ENGINE_URING, .chunk_size = 65536};
+		kiln_stream_result res;
+		kiln_error err;
+		cr_assert_eq(kiln_stream(dir, NULL, 0, dests, &o, &res, &err), 0, "%s",
+			     err.message);
+		cr_assert_eq(file_reads, 0,
+			     "%s: the block is in memory; the file was read %d times",
+			     kiln_source_name(src), file_reads);
+		cr_assert_eq(res.engine, KILN_ENGINE_PREAD, "copies are reported as PREAD");
+		for (int i = 0; i < NT; i++) {
+			cr_assert_eq(memcmp(dests[i], data[i], sizes[i]), 0);
+			free(dests[i]);
+		}
+		/* kiln_dir_read_all is for finding unreadable sectors: it reads the file always. */
+		file_reads = 0;
+		cr_assert_eq(kiln_dir_read_all(dir, NULL, NULL, &err), 0, "%s", err.message);
+		cr_assert_gt(file_reads, 0, "%s: read_all must read the file",
+			     kiln_source_name(src));
+		kiln_dir_close(dir);
+	}
+	reset_faults();
+}
+
+/* Pages of `path` in the page cache, through mincore on a fresh mapping; -1 on failure. */
+static long cached_pages(size_t *total)
+{
+	int fd = open(path, O_RDONLY);
+	struct stat st;
+	fstat(fd, &st);
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), n = ((size_t)st.st_size + page - 1) / page;
+	void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	unsigned char *v = malloc(n);
+	long c = -1;
+	if (m != MAP_FAILED && v && mincore(m, (size_t)st.st_size, v) == 0)
+		for (size_t i = c = 0; i < n; i++)
+			c += v[i] & 1;
+	if (m != MAP_FAILED)
+		munmap(m, (size_t)st.st_size);
+	free(v);
+	*total = n;
+	return c;
+}
+
+Test(load, auto_engine_follows_the_page_cache)
+{
+	if (auto_engine_when_cached() != KILN_ENGINE_PREAD)
+		cr_skip_test("no cachestat(2) in this kernel: AUTO is always io_uring here");
+	kiln_dir *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
+	void *dests[NT];
+	for (int i = 0; i < NT; i++)
+		dests[i] = malloc(sizes[i] + 1);
+	kiln_stream_result res;
+	kiln_error err;
+	/* Warm: every page asked for is cached (the whole file was just read through). */
+	cr_assert_eq(kiln_dir_read_all(dir, NULL, NULL, &err), 0, "%s", err.message);
+	cr_assert_eq(kiln_stream(dir, NULL, 0, dests, NULL, &res, &err), 0, "%s", err.message);
+	cr_assert_eq(res.engine, KILN_ENGINE_PREAD, "a cached file is copied with pread");
+	/* Cold: dropped from the page cache, so requests in flight pay. */
+	int fd = open(path, O_RDONLY);
+	fdatasync(fd);
+	posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	close(fd);
+	size_t total;
+	long left = cached_pages(&total);
+	if (left < 0 || (size_t)left == total)
+		cr_skip_test("cannot evict %s here (%ld of %zu pages stay cached)", path, left,
+			     total);
+	cr_assert_eq(kiln_stream(dir, NULL, 0, dests, NULL, &res, &err), 0, "%s", err.message);
+	cr_assert_eq(res.engine, KILN_ENGINE_URING, "an uncached file is read with io_uring");
+	for (int i = 0; i < NT; i++) {
+		cr_assert_eq(memcmp(dests[i], data[i], sizes[i]), 0);
+		free(dests[i]);
+	}
 	kiln_dir_close(dir);
 }

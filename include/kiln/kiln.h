@@ -489,7 +489,10 @@ typedef int (*kiln_chunk_fn)(void *ctx, const kiln_chunk *chunk);
 typedef int (*kiln_reuse_fn)(void *ctx, uint32_t buffer);
 
 enum kiln_stream_engine {
-	KILN_ENGINE_AUTO = 0,  /* io_uring, falling back to pread when unavailable */
+	/* pread when the page cache holds every page asked for (cachestat(2), Linux 6.5+; a copy
+	 * gains nothing from requests in flight), else io_uring, falling back to pread when
+	 * unavailable. kiln_stream_result.engine says which ran. */
+	KILN_ENGINE_AUTO = 0,
 	KILN_ENGINE_URING = 1, /* io_uring; still falls back, and says so in the result */
 	KILN_ENGINE_PREAD = 2  /* plain pread, one request at a time */
 };
@@ -537,10 +540,12 @@ typedef struct kiln_stream_result {
  * the caller's staging buffers in rotation; on_chunk must consume each one (or start an
  * asynchronous copy that before_reuse waits for). Needs staging_count >= 1.
  *
- * Works for the MMAP, READ and URING sources (from the file) and for BUFFER (memcpy, reported as
- * PREAD). EINTR, EAGAIN and short reads are retried; a file that ends early is IO (EIO). On any
- * failure every read in flight is waited for before returning, so no buffer is written after the
- * call returns. Returns 0, INVAL, CANCELED, NOMEM or IO; *result (optional) is filled either way.
+ * Works for every source. MMAP reads the file (the mapping's pages may not be in memory); READ,
+ * URING and BUFFER hold the whole block already and copy it from memory (reported as PREAD;
+ * KILN_STREAM_DIRECT has nothing to do there). EINTR, EAGAIN and short reads are retried; a file
+ * that ends early is IO (EIO). On any failure every read in flight is waited for before returning,
+ * so no buffer is written after the call returns. Returns 0, INVAL, CANCELED, NOMEM or IO; *result
+ * (optional) is filled either way.
  */
 KILN_API int kiln_stream(const kiln_dir *dir, const uint32_t *tensors, uint32_t count,
 			 void *const *dests, const kiln_stream_options *opts,
@@ -561,10 +566,11 @@ KILN_API int kiln_set_stream(const kiln_set *set, const uint64_t *tensors, uint3
  * to pread where it is unavailable), 4 MiB chunks, up to 32 in flight. on_chunk (optional) is
  * called with ctx as each chunk lands in dst, so a copy to a device can start while later chunks
  * are read. The one-call form of kiln_stream() for one tensor; unlike kiln_tensor_copy() (one
- * pread), it keeps several reads in flight. Works for every source (BUFFER copies from memory);
- * any alignment of dst. Returns 0, INVAL when the index is bad or cap < byte_length (or dst is
- * NULL for a non-empty tensor), CANCELED when on_chunk returned nonzero, NOMEM, IO (a file that
- * ends early is EIO). On failure no read is left in flight: dst is not written after the call.
+ * pread), it keeps several reads in flight. Works for every source (READ, URING and BUFFER copy
+ * from memory); any alignment of dst. Returns 0, INVAL when the index is bad or cap < byte_length
+ * (or dst is NULL for a non-empty tensor), CANCELED when on_chunk returned nonzero, NOMEM, IO (a
+ * file that ends early is EIO). On failure no read is left in flight: dst is not written after the
+ * call.
  */
 KILN_API int kiln_tensor_read(const kiln_dir *dir, uint32_t index, void *dst, size_t cap,
 			      kiln_chunk_fn on_chunk, void *ctx, kiln_error *err);
