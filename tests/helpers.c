@@ -111,11 +111,20 @@ uint64_t get64(const blob *b, size_t off)
 	return v;
 }
 
+/* Where test files go: KILN_TEST_TMPDIR when set (a build carried to another machine, where the
+ * build tree's path does not exist), else the build tree's test-tmp. Not /tmp: it may be tmpfs,
+ * where O_DIRECT and page-cache eviction behave differently. */
+static const char *test_tmp(void)
+{
+	const char *d = getenv("KILN_TEST_TMPDIR");
+	return d && *d ? d : KILN_TEST_TMP;
+}
+
 char *temp_dir(void)
 {
 	char *path;
-	cr_assert(asprintf(&path, "%s/scratch-XXXXXX", KILN_TEST_TMP) > 0);
-	mkdir(KILN_TEST_TMP, 0777);
+	cr_assert(asprintf(&path, "%s/scratch-XXXXXX", test_tmp()) > 0);
+	mkdir(test_tmp(), 0777);
 	cr_assert_not_null(mkdtemp(path), "mkdtemp %s", path);
 	return path;
 }
@@ -123,8 +132,8 @@ char *temp_dir(void)
 char *write_temp(const void *p, size_t len)
 {
 	char *path;
-	cr_assert(asprintf(&path, "%s/file-XXXXXX", KILN_TEST_TMP) > 0);
-	mkdir(KILN_TEST_TMP, 0777);
+	cr_assert(asprintf(&path, "%s/file-XXXXXX", test_tmp()) > 0);
+	mkdir(test_tmp(), 0777);
 	int fd = mkstemp(path);
 	cr_assert(fd >= 0, "mkstemp %s", path);
 	cr_assert_eq(write(fd, p, len), (ssize_t)len);

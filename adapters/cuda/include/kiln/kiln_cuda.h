@@ -29,9 +29,9 @@ typedef struct kiln_cuda_load_options {
 	uint32_t size;          /* 0 or sizeof(kiln_cuda_load_options) */
 	uint32_t flags;         /* KILN_STREAM_DIRECT to read with O_DIRECT */
 	uint32_t staging_count; /* pinned staging buffers; 0 means 4 */
-	uint32_t reserved0;
-	size_t staging_size; /* bytes per staging buffer; 0 means 8 MiB */
-	void *stream;        /* a cudaStream_t to copy on; NULL: kiln creates one */
+	uint32_t engine;        /* enum kiln_stream_engine for the reads; 0 (AUTO): io_uring */
+	size_t staging_size;    /* bytes per staging buffer; 0: 2 MiB, or 8 MiB with DIRECT */
+	void *stream;           /* a cudaStream_t to copy on; NULL: kiln creates one */
 	uint64_t reserved[4];
 } kiln_cuda_load_options;
 

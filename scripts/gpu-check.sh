@@ -1,0 +1,112 @@
+#!/bin/sh
+# The device check: build kiln with the CUDA adapter, run the adapter's tests, and benchmark
+# loading a file into GPU memory through the pinned staging ring (bench/bench_cuda.c: cold and
+# warm, every source, against cudaMemcpy from pinned memory and against a plain read of the same
+# file, GB/s and ratios). Takes under 2 minutes with a GPU (80 s on an H200 host, results in
+# docs/benchmarks.md), plus the build; without one it builds, runs the
+# tests that need no device, prints "no GPU: <reason>" and exits 0.
+#
+#   scripts/gpu-check.sh [--build-dir DIR] [--no-build] [--bundle] [--size MIB] [--reps N]
+#                        [--out DIR]
+#
+#   --build-dir DIR  where to build (default build-gpu)
+#   --no-build       use what DIR already holds (for example a bundle made elsewhere)
+#   --bundle         after building, copy the shared libraries the two programs need (but glibc
+#                    and the CUDA driver) into DIR/lib, so DIR runs on a machine with a GPU and
+#                    the CUDA driver but without this project's Debian packages
+#   --size MIB       size of the benchmark file (default 1024)
+#   --reps N         repetitions per benchmark row (default 5)
+#   --out DIR        also keep the benchmark's JSON (bench_cuda.json) and the test log there
+#
+# The benchmark file goes under DIR (it must be on a disk-backed file system: eviction is checked
+# with mincore) and is removed when the benchmark exits.
+set -eu
+
+build=build-gpu
+do_build=1
+bundle=0
+size=1024
+reps=5
+out=""
+while [ $# -gt 0 ]; do
+	case $1 in
+	--build-dir) build=$2; shift 2 ;;
+	--no-build) do_build=0; shift ;;
+	--bundle) bundle=1; shift ;;
+	--size) size=$2; shift 2 ;;
+	--reps) reps=$2; shift 2 ;;
+	--out) out=$2; shift 2 ;;
+	-h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	*) echo "gpu-check: unknown argument $1 (see --help)" >&2; exit 2 ;;
+	esac
+done
+src=$(cd "$(dirname "$0")/.." && pwd)
+start=$(date +%s)
+
+if [ "$do_build" = 1 ]; then
+	cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_PYTHON=OFF \
+		>"$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
+	if ! grep -q "building kiln_cuda" "$build.configure.log"; then
+		echo "gpu-check: the CUDA toolkit was not found (nvcc, libcudart): nothing to check"
+		echo "no GPU: no CUDA toolkit"
+		exit 0
+	fi
+	cmake --build "$build" -j"$(nproc)" --target test_cuda bench_cuda
+fi
+test_bin=$build/tests/test_cuda
+bench_bin=$build/bench/bench_cuda
+for b in "$test_bin" "$bench_bin"; do
+	[ -x "$b" ] || { echo "gpu-check: $b is missing (build first, without --no-build)" >&2; exit 1; }
+done
+
+if [ "$bundle" = 1 ]; then
+	mkdir -p "$build/lib"
+	# Everything the programs load but glibc itself and the driver, which belong to the machine.
+	ldd "$test_bin" "$bench_bin" | awk '/=> \// {print $3}' | sort -u |
+		grep -Ev '/(libc|libm|libdl|libpthread|librt|libresolv|ld-linux[^/]*|libcuda)\.so' |
+		while read -r lib; do cp -L "$lib" "$build/lib/"; done
+	echo "gpu-check: bundled $(ls "$build/lib" | wc -l) libraries into $build/lib"
+fi
+if [ -d "$build/lib" ]; then
+	LD_LIBRARY_PATH="$(cd "$build/lib" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+	export LD_LIBRARY_PATH
+fi
+
+echo "== CUDA adapter tests"
+[ -n "$out" ] && mkdir -p "$out"
+set +e
+mkdir -p "$build/test-tmp"
+KILN_TEST_TMPDIR="$build/test-tmp" "$test_bin" --verbose=0 >"$build/test_cuda.log" 2>&1
+trc=$?
+set -e
+cat "$build/test_cuda.log"
+[ -n "$out" ] && cp "$build/test_cuda.log" "$out/"
+[ "$trc" = 0 ] || { echo "gpu-check: the CUDA adapter tests failed" >&2; exit 1; }
+
+echo "== host-to-device loading, ${size} MiB, $reps repetitions per row"
+mkdir -p "$build/bench-files"
+txt=${out:-$build}/bench_cuda.txt
+json=${out:+--benchmark_out=$out/bench_cuda.json --benchmark_out_format=json}
+set +e
+# shellcheck disable=SC2086 # $json is empty or two arguments
+KILN_BENCH_DIR="$build/bench-files" KILN_BENCH_SIZE_MIB=$size KILN_BENCH_REPS=$reps \
+	"$bench_bin" $json >"$txt" 2>&1
+rc=$?
+set -e
+rm -rf "$build/bench-files"
+if [ "$rc" = 77 ]; then
+	cat "$txt"
+	echo "gpu-check: CUDA adapter built and its no-device tests passed; nothing to benchmark"
+	exit 0
+fi
+if [ "$rc" != 0 ]; then
+	cat "$txt"
+	echo "gpu-check: bench_cuda failed ($rc)" >&2
+	exit 1
+fi
+# The medians over repetitions, one row each: GB/s and the ratios (bench/bench_cuda.c says what
+# each one compares with).
+grep -E '^device:' "$txt" || true
+grep -E '_median|SKIPPED|ERROR' "$txt" |
+	sed -e 's#/iterations:[0-9]*/repeats:[0-9]*/real_time_median# #' -e 's/  */ /g'
+echo "gpu-check: done in $(($(date +%s) - start)) s"
