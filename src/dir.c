@@ -105,7 +105,7 @@ uint32_t kiln__index_insert(struct kiln_dir *dir, uint32_t i, const char *name, 
 
 const char *kiln_source_name(unsigned source)
 {
-	static const char *const names[] = {"mmap", "buffer", "read", "uring"};
+	static const char *const names[] = {"mmap", "buffer", "read", "uring", "auto"};
 	return source < sizeof(names) / sizeof(names[0]) ? names[source] : NULL;
 }
 

@@ -15,9 +15,9 @@ int kiln__map_attach(struct kiln_dir *dir, const char *path, kiln_error *err)
 {
 	if (dir->len == 0)
 		return 0; /* an empty file: validation rejects it with no mapping */
-	void *p = mmap(NULL, (size_t)dir->len, PROT_READ, MAP_SHARED, dir->fd, 0);
+	void *p = kiln__sys.mmap(NULL, (size_t)dir->len, PROT_READ, MAP_SHARED, dir->fd, 0);
 	if (p == MAP_FAILED) {
-		int e = errno;
+		int e = dir->map_errno = errno;
 		return kiln__fail_sys(err, e == ENOMEM ? KILN_NOMEM : KILN_IO, e,
 				      "%s: cannot map: %s", path, strerror(e));
 	}
@@ -50,11 +50,61 @@ static void populate(const uint8_t *p, size_t len)
 	(void)sink;
 }
 
+/* KILN_SOURCE_AUTO's evidence: AUTO_WINDOWS windows of AUTO_PAGES pages, evenly spread from the
+ * start of the payload to the end of the file (the directory was just read, so its pages say
+ * nothing about the payload's). */
+#define AUTO_WINDOWS 8
+#define AUTO_PAGES   16
+
+static int sampled_all_cached(const struct kiln_dir *dir)
+{
+	size_t page = kiln__page_size();
+	size_t first = (size_t)dir->info.payload_base / page,
+	       pages = (dir->map_len + page - 1) / page;
+	if (first >= pages)
+		first = 0;
+	size_t span = pages - first;
+	unsigned char vec[AUTO_PAGES];
+	for (size_t w = 0; w < AUTO_WINDOWS; w++) {
+		size_t at = first + span * w / AUTO_WINDOWS, n = AUTO_PAGES;
+		if (at + n > pages)
+			n = pages - at;
+		if (w > 0 && span < AUTO_WINDOWS * AUTO_PAGES &&
+		    at < first + span * (w - 1) / AUTO_WINDOWS + AUTO_PAGES)
+			continue; /* a small file: the windows overlap; each page is asked once */
+		if (mincore((uint8_t *)dir->map_addr + at * page, n * page, vec))
+			return 0;
+		for (size_t i = 0; i < n; i++)
+			if (!(vec[i] & 1))
+				return 0;
+	}
+	return 1;
+}
+
+/* KILN_SOURCE_AUTO on a mapped file: whether to populate it. */
+static uint32_t auto_flags(struct kiln_dir *dir, uint32_t flags)
+{
+	dir->auto_pending = 0;
+	if (sampled_all_cached(dir)) {
+		dir->info.auto_choice = KILN_AUTO_CACHED;
+		return flags;
+	}
+	uint64_t avail = kiln__sys.mem_available();
+	if (avail && (uint64_t)dir->map_len > avail / 2) {
+		dir->info.auto_choice = KILN_AUTO_LARGE;
+		return flags;
+	}
+	dir->info.auto_choice = KILN_AUTO_COLD;
+	return flags | KILN_OPEN_POPULATE;
+}
+
 int kiln__map_finish(struct kiln_dir *dir, const kiln_open_options *opts, kiln_error *err)
 {
 	if (!dir->map_addr)
 		return 0;
 	uint32_t flags = opts ? opts->flags : 0;
+	if (dir->auto_pending)
+		flags = auto_flags(dir, flags);
 	unsigned advice = opts ? opts->advice : KILN_ADVICE_NORMAL;
 	/* NORMAL is what a new mapping has: no call needed. */
 	if (advice != KILN_ADVICE_NORMAL && madvise(dir->map_addr, dir->map_len, advice_of[advice]))

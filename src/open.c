@@ -36,7 +36,7 @@ static int check_options(const kiln_open_options *opts, kiln_error *err)
 	if (opts->flags & ~known)
 		return kiln__fail_inval(err, KILN_NO_INDEX, "flags", "unknown open flags 0x%x",
 					opts->flags & ~known);
-	if (opts->source > KILN_SOURCE_URING)
+	if (opts->source > KILN_SOURCE_AUTO)
 		return kiln__fail_inval(err, KILN_NO_INDEX, "source", "unknown source %u",
 					opts->source);
 	if (opts->advice > KILN_ADVICE_WILLNEED)
@@ -355,6 +355,14 @@ static int read_directory(struct kiln_dir *dir, const kiln_open_options *opts, c
 	dir->filled[1] = KILN__HEADER_SIZE + (uint64_t)dir->info.tensor_count * KILN__DESC_SIZE;
 	if (dir->info.source == KILN_SOURCE_MMAP) {
 		rc = kiln__map_attach(dir, path, err);
+		if (rc && dir->auto_pending && dir->map_errno == ENODEV) {
+			/* AUTO on a file system that cannot map files: read it instead. */
+			kiln__clear_error(err);
+			dir->auto_pending = 0;
+			dir->info.auto_choice = KILN_AUTO_UNMAPPABLE;
+			dir->info.source = KILN_SOURCE_READ;
+			return read_directory(dir, opts, path, err);
+		}
 		dir->fetch = fetch_mapped;
 		/* The heap first (where a large table ends), then the table's start: one read each
 		 * in flight before the first descriptor is asked for. */
@@ -390,6 +398,8 @@ static int load_file(struct kiln_dir *dir, const kiln_open_options *opts, const 
 	int rc = read_directory(dir, opts, path, err);
 	if (quiet)
 		posix_fadvise(dir->fd, 0, 0, POSIX_FADV_NORMAL);
+	if (!rc && dir->info.source != KILN_SOURCE_MMAP) /* AUTO fell back to READ */
+		return kiln__read_payload(dir, opts, err);
 	return rc ? rc : kiln__map_finish(dir, opts, err);
 }
 
@@ -405,6 +415,14 @@ int kiln_dir_open(const char *path, const kiln_open_options *opts, kiln_dir **ou
 	if (rc)
 		return rc;
 	unsigned source = opts ? opts->source : KILN_SOURCE_MMAP;
+	uint32_t auto_choice = KILN_AUTO_NONE;
+	if (source == KILN_SOURCE_AUTO) {
+		/* Owned bytes asked for in so many words: io_uring, the faster owned load. Else a
+		 * mapping, and the rest is decided once it exists (kiln__map_finish). */
+		int owned = opts->buffer || (opts->flags & KILN_OPEN_DIRECT);
+		source = owned ? KILN_SOURCE_URING : KILN_SOURCE_MMAP;
+		auto_choice = owned ? KILN_AUTO_OWNED : KILN_AUTO_NONE;
+	}
 	if (opts && (opts->flags & KILN_OPEN_ALLOW_TRAILING))
 		return kiln__fail_inval(
 		    err, KILN_NO_INDEX, "flags",
@@ -429,6 +447,8 @@ int kiln_dir_open(const char *path, const kiln_open_options *opts, kiln_dir **ou
 	dir->fd = fd;
 	dir->len = size;
 	dir->info.source = source;
+	dir->info.auto_choice = auto_choice;
+	dir->auto_pending = opts && opts->source == KILN_SOURCE_AUTO && source == KILN_SOURCE_MMAP;
 	rc = load_file(dir, opts, path, err);
 	return finish_open(dir, opts, rc, out, err);
 }

@@ -2,7 +2,7 @@
 /*
  * The system calls the loading paths and the file writer make, behind one table so tests can
  * inject faults (short reads, EINTR, EIO on the Nth request, O_DIRECT, io_uring or O_TMPFILE
- * refused, mlock refused, a directory that cannot be synced) without special kernels or
+ * refused, mlock or mmap refused, a directory that cannot be synced) without special kernels or
  * privileges. Production code never changes it.
  */
 #ifndef KILN_SYS_H
@@ -16,6 +16,10 @@ struct kiln__sys {
 	int (*open)(const char *path, int flags);
 	ssize_t (*pread)(int fd, void *buf, size_t len, off_t off);
 	int (*mlock)(const void *addr, size_t len);
+	/* mmap of a file (the MMAP source): tests refuse it as a file system without mmap does. */
+	void *(*mmap)(void *addr, size_t len, int prot, int flags, int fd, off_t off);
+	/* MemAvailable in bytes (0: unknown), for KILN_SOURCE_AUTO; tests make memory small. */
+	uint64_t (*mem_available)(void);
 	/* io_uring_queue_init: 0 or -errno. `ring` is a struct io_uring. */
 	int (*uring_init)(unsigned entries, void *ring);
 	/* Sees every io_uring completion before kiln does and may rewrite its result. */

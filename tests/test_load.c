@@ -992,3 +992,123 @@ Test(load, auto_engine_follows_the_page_cache)
 	}
 	kiln_dir_close(dir);
 }
+
+/* ---- KILN_SOURCE_AUTO ------------------------------------------------------------------- */
+
+static kiln_dir *open_auto(uint32_t flags, kiln_dir_info *info)
+{
+	kiln_dir *dir = open_with(KILN_SOURCE_AUTO, flags, 0, 0);
+	kiln_dir_get_info(dir, info);
+	expect_same_bytes(dir, "auto");
+	return dir;
+}
+
+/* Evict the test file; false when this file system keeps it cached (tmpfs). */
+static int evict(void)
+{
+	int fd = open(path, O_RDONLY);
+	fdatasync(fd);
+	posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	close(fd);
+	size_t total;
+	long left = cached_pages(&total);
+	return left >= 0 && (size_t)left < total;
+}
+
+Test(faults, auto_maps_a_cached_file_as_it_is)
+{
+	reset_faults();
+	kiln_dir *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
+	cr_assert_eq(kiln_dir_read_all(dir, NULL, NULL, NULL), 0);
+	kiln_dir_close(dir);
+	kiln_dir_info info;
+	dir = open_auto(0, &info);
+	cr_assert_eq(info.source, KILN_SOURCE_MMAP);
+	cr_assert_eq(info.auto_choice, KILN_AUTO_CACHED);
+	kiln_dir_close(dir);
+	/* Not asked for: nothing to report. */
+	dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
+	kiln_dir_get_info(dir, &info);
+	cr_assert_eq(info.auto_choice, KILN_AUTO_NONE);
+	kiln_dir_close(dir);
+}
+
+Test(faults, auto_populates_a_cold_file_that_fits)
+{
+	reset_faults();
+	if (!evict())
+		cr_skip_test("cannot evict %s here", path);
+	kiln_dir *dir = open_with(KILN_SOURCE_AUTO, 0, 0, 0);
+	kiln_dir_info info;
+	kiln_dir_get_info(dir, &info);
+	cr_assert_eq(info.source, KILN_SOURCE_MMAP);
+	cr_assert_eq(info.auto_choice, KILN_AUTO_COLD);
+	/* Populated at open: every page is in before anything touches the payload. */
+	size_t total;
+	cr_assert_eq(cached_pages(&total), (long)total, "a cold AUTO open reads the whole file");
+	expect_same_bytes(dir, "auto, cold");
+	kiln_dir_close(dir);
+}
+
+static uint64_t tiny_memory(void)
+{
+	return 4096;
+}
+
+Test(faults, auto_leaves_a_file_larger_than_memory_unpopulated)
+{
+	reset_faults();
+	if (!evict())
+		cr_skip_test("cannot evict %s here", path);
+	kiln__sys.mem_available = tiny_memory;
+	kiln_dir *dir = open_with(KILN_SOURCE_AUTO, 0, 0, 0);
+	kiln_dir_info info;
+	kiln_dir_get_info(dir, &info);
+	cr_assert_eq(info.source, KILN_SOURCE_MMAP);
+	cr_assert_eq(info.auto_choice, KILN_AUTO_LARGE);
+	size_t total;
+	cr_assert_lt(cached_pages(&total), (long)total, "nothing was populated");
+	expect_same_bytes(dir, "auto, large");
+	kiln_dir_close(dir);
+	reset_faults();
+}
+
+static void *refuse_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	(void)addr;
+	(void)len;
+	(void)prot;
+	(void)flags;
+	(void)fd;
+	(void)off;
+	errno = ENODEV;
+	return MAP_FAILED;
+}
+
+Test(faults, auto_reads_a_file_that_cannot_be_mapped)
+{
+	reset_faults();
+	kiln__sys.mmap = refuse_mmap;
+	kiln_dir_info info;
+	kiln_dir *dir = open_auto(0, &info);
+	cr_assert_eq(info.source, KILN_SOURCE_READ);
+	cr_assert_eq(info.auto_choice, KILN_AUTO_UNMAPPABLE);
+	kiln_dir_close(dir);
+	/* Asked for by name, the mapping's failure is the answer. */
+	kiln_open_options o = {.source = KILN_SOURCE_MMAP};
+	kiln_error err;
+	cr_assert_eq(kiln_dir_open(path, &o, &dir, &err), KILN_IO);
+	cr_assert_eq(err.sys_errno, ENODEV);
+	reset_faults();
+}
+
+Test(faults, auto_with_owned_options_reads_with_io_uring)
+{
+	reset_faults();
+	kiln_dir_info info;
+	kiln_dir *dir = open_auto(KILN_OPEN_DIRECT, &info);
+	cr_assert_eq(info.source, KILN_SOURCE_URING);
+	cr_assert_eq(info.auto_choice, KILN_AUTO_OWNED);
+	kiln_dir_close(dir);
+	cr_assert_str_eq(kiln_source_name(KILN_SOURCE_AUTO), "auto");
+}

@@ -212,9 +212,9 @@ typedef struct kiln_dir_info {
 	int32_t direct_fallback;
 	int32_t uring_fallback;
 	int32_t advice_errno;
-	uint32_t dio_align; /* file offset alignment used for O_DIRECT, 0 when not direct */
-	uint32_t pinned;    /* ranges currently pinned with kiln_tensor_pin() */
-	uint32_t reserved1;
+	uint32_t dio_align;   /* file offset alignment used for O_DIRECT, 0 when not direct */
+	uint32_t pinned;      /* ranges currently pinned with kiln_tensor_pin() */
+	uint32_t auto_choice; /* enum kiln_auto_choice: what KILN_SOURCE_AUTO chose, and why */
 	uint64_t reserved[2];
 } kiln_dir_info;
 
@@ -226,10 +226,33 @@ enum kiln_source {
 	KILN_SOURCE_MMAP = 0,   /* read-only shared mapping of the file (default for paths) */
 	KILN_SOURCE_BUFFER = 1, /* the caller's buffer, borrowed (kiln_dir_parse) */
 	KILN_SOURCE_READ = 2,   /* the whole block read into owned memory with pread */
-	KILN_SOURCE_URING = 3   /* the whole block read into owned memory with io_uring */
+	KILN_SOURCE_URING = 3,  /* the whole block read into owned memory with io_uring */
+	/* Paths only: kiln picks one of the above per open from cheap evidence (see
+	 * kiln_auto_choice); kiln_dir_info.source says which, auto_choice why. */
+	KILN_SOURCE_AUTO = 4
 };
 
-/* Name of a source ("mmap", "buffer", "read", "uring"), or NULL. */
+/*
+ * What KILN_SOURCE_AUTO chose (kiln_dir_info.auto_choice; 0 when AUTO was not asked for).
+ * The evidence: mincore() of up to 8 windows of 16 pages spread over the file, right after it is
+ * mapped (a few microseconds), and MemAvailable from /proc/meminfo when that matters. AUTO never
+ * picks O_DIRECT on its own: cold, it measured level with populating the mapping, and it would
+ * leave the page cache cold for the next open too.
+ */
+enum kiln_auto_choice {
+	KILN_AUTO_NONE = 0,
+	KILN_AUTO_CACHED = 1,     /* MMAP: the sampled pages were all in the page cache */
+	KILN_AUTO_COLD = 2,       /* MMAP + KILN_OPEN_POPULATE: not all cached, and the file fits in
+				   * half of MemAvailable, so one sequential pass at open is the fastest
+				   * way in and every later touch is free */
+	KILN_AUTO_LARGE = 3,      /* MMAP: not all cached and larger than half of MemAvailable;
+				   * populating would evict its own first pages, so pages come in as the
+				   * caller touches them */
+	KILN_AUTO_UNMAPPABLE = 4, /* READ: the file system refused the mapping (ENODEV) */
+	KILN_AUTO_OWNED = 5 /* URING: a load buffer or KILN_OPEN_DIRECT asked for owned bytes */
+};
+
+/* Name of a source ("mmap", "buffer", "read", "uring", "auto"), or NULL. */
 KILN_API const char *kiln_source_name(unsigned source);
 
 /* Open flags (kiln_open_options.flags). */
