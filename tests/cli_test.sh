@@ -184,6 +184,11 @@ grep -q '^ *2 *1 *u4 *\[4, 3\]' "$TMP/out" && ok || bad "inspect row of b: $(cat
 expect 0 "$KLNT" inspect --json "$TMP/ser-00001-of-00002.klnt"
 has "$TMP/out" '"shards"'
 has "$TMP/out" '"shard": 2'
+# A series name benches the whole set; -reuse rows need one file.
+expect 0 "$KLNT" bench "$TMP/ser-00002-of-00002.klnt" --warm --repeat 1
+has "$TMP/out" "set of 2 files"
+has "$TMP/out" "warm   stream "
+! grep -q "reuse" "$TMP/out" && ok || bad "bench of a set ran a -reuse row"
 expect 0 "$KLNT" check --read-all "$TMP/ser-00001-of-00002.klnt"
 both=$(($(wc -c <"$TMP/ser-00001-of-00002.klnt") + $(wc -c <"$TMP/ser-00002-of-00002.klnt")))
 has "$TMP/out" "ok (2 shards, 2 tensors, $both bytes read"
@@ -231,12 +236,17 @@ has "$TMP/err" "LIMIT"
 expect 0 "$KLNT" gen "$TMP/gen3.klnt" --tensors 20000 --bytes 1M --unnamed --no-sync
 expect 2 "$KLNT" gen "$TMP/gen4.klnt" --tensors 10
 expect 0 "$KLNT" bench "$TMP/gen.klnt" --repeat 1
-for src in open mmap populate read uring read-direct uring-direct stream plain; do
+for src in open mmap populate auto read uring read-direct uring-direct stream plain plain-fresh \
+	cat; do
 	has "$TMP/out" "warm   $src "
 	has "$TMP/out" "cold   $src "
 done
+has "$TMP/out" "warm   memcpy "
+! grep -q "cold   memcpy " "$TMP/out" && ok || bad "bench: memcpy has no cold row"
+grep -q "^warm   auto .*(mmap, cached)" "$TMP/out" && ok || bad "bench: warm auto did not map a cached file"
 expect 0 "$KLNT" bench "$TMP/gen.klnt" --warm --source read --repeat 2
-[ "$(grep -c '^warm' "$TMP/out")" -eq 2 ] && ok || bad "bench --source read: read and plain only"
+[ "$(grep -c '^warm' "$TMP/out")" -eq 5 ] && ok ||
+	bad "bench --source read: read and the four plain rows only"
 expect 1 "$KLNT" bench "$TMP/kiln-v2-opaque-no-layout.klnt"
 expect 2 "$KLNT" bench "$TMP/gen.klnt" --source tape
 

@@ -1,54 +1,68 @@
 /* SPDX-License-Identifier: MIT */
-/* klnt bench: cold and warm load times of a user's own file, for every way kiln can load it,
- * next to a plain sequential read() of the same file measured in the same run. */
+/* klnt bench: cold and warm load times of a user's own file or set, for every way kiln can load
+ * it, next to plain programs reading the same files, all interleaved in the same run. */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "klnt.h"
 #include "measure.h"
 
 static const char usage[] =
-    "usage: klnt bench FILE [--cold | --warm] [--source NAME]... [--repeat N]\n"
+    "usage: klnt bench FILE... [--cold | --warm] [--source NAME]... [--repeat N]\n"
     "\n"
     "Time loading FILE in each way kiln offers, warm (file in the page cache) and cold (its\n"
     "pages dropped with posix_fadvise(POSIX_FADV_DONTNEED) before every run, checked with\n"
-    "mincore), and print median, min and max, throughput, and the ratio to a plain\n"
-    "sequential read() of the same file with a 4 MiB buffer measured in the same run.\n"
+    "mincore), next to plain programs reading the same bytes, and print median, min and max,\n"
+    "throughput, and the ratio to a plain read() measured in the same round. Every round runs\n"
+    "each row once, in a new random order, so slow moments of a shared machine hit every row.\n"
+    "A FILE named like a shard of a series (STEM-NNNNN-of-MMMMM.klnt), or several FILEs, are\n"
+    "loaded as one set (kiln_set_open): every row then covers every shard.\n"
     "\n"
     "Sources (default: all):\n"
-    "  open          kiln_dir_open + close: validation only, time to the first tensor pointer\n"
+    "  open          open + close: validation only, time to the first tensor pointer\n"
     "  mmap          open (sequential advice) and touch every page of the file\n"
     "  populate      open with KILN_OPEN_POPULATE (the kernel faults everything in)\n"
-    "  read          KILN_SOURCE_READ: the whole block into owned memory with pread\n"
-    "  uring         KILN_SOURCE_URING: the same with io_uring (4 MiB chunks, 32 in flight)\n"
+    "  auto          KILN_SOURCE_AUTO (kiln picks; the choice is printed), pages touched\n"
+    "  read          KILN_SOURCE_READ: the whole block into fresh owned memory with pread\n"
+    "  uring         KILN_SOURCE_URING: the same with io_uring\n"
     "  read-direct   read with O_DIRECT\n"
     "  uring-direct  uring with O_DIRECT\n"
-    "  read-reuse    read into one caller buffer reused across runs (kiln_open_options.buffer)\n"
-    "  uring-reuse   uring into one reused caller buffer\n"
-    "  stream        kiln_stream of every tensor through 4 reused 4 MiB staging buffers\n"
-    "  plain         the baseline: read() into one reused 4 MiB buffer, no kiln\n"
+    "  read-reuse    read into one caller buffer reused across runs (one file only)\n"
+    "  uring-reuse   uring into one reused caller buffer (one file only)\n"
+    "  stream        kiln_stream of every tensor through 4 reused 2 MiB staging buffers\n"
+    "Plain programs, no kiln (always measured):\n"
+    "  plain         read() into one reused, page-aligned 4 MiB buffer: the ratio's base\n"
+    "  plain-fresh   read() of each file into fresh memory of its size (as an owned load)\n"
+    "  cat           read() with a 128 KiB buffer, as cat(1) does\n"
+    "  memcpy        memcpy of the files' size between two warm buffers (warm only)\n"
     "\n"
     "Options:\n"
     "  -c, --cold        cold runs only\n"
     "  -w, --warm        warm runs only\n"
-    "  -s, --source NAME a source from the list (repeatable; plain is always measured)\n"
-    "  -r, --repeat N    runs per measurement (default 5); the first warm run is not counted\n"
+    "  -s, --source NAME a source from the list (repeatable; the plain rows always run)\n"
+    "  -r, --repeat N    rounds (default 5); one untimed warm-up round comes first when warm\n"
     "  -h, --help        show this help and exit\n"
     "\n"
-    "read and uring write into freshly allocated memory each run, so they include first-touch\n"
-    "page faults; the -reuse rows, stream and plain reuse their buffers. In a VM the host may "
-    "keep\n"
-    "pages the guest dropped, so cold numbers can be better than a real cold disk.\n"
+    "read, uring and plain-fresh write into freshly allocated memory each run, so they include\n"
+    "first-touch page faults; the -reuse rows, stream and plain reuse their buffers. In a VM the\n"
+    "host may keep pages the guest dropped, so cold numbers can be better than a real cold disk.\n"
     "Progress goes to stderr when it is a terminal.\n";
 
 enum src {
+	S_PLAIN,
+	S_PLAIN_FRESH,
+	S_CAT,
+	S_MEMCPY,
 	S_OPEN,
 	S_MMAP,
 	S_POPULATE,
+	S_AUTO,
 	S_READ,
 	S_URING,
 	S_READ_D,
@@ -56,21 +70,47 @@ enum src {
 	S_READ_R,
 	S_URING_R,
 	S_STREAM,
-	S_PLAIN,
 	NSRC
 };
+#define FIRST_KILN S_OPEN
 
 static const char *const src_name[NSRC] = {
-    "open",         "mmap",       "populate",    "read",   "uring", "read-direct",
-    "uring-direct", "read-reuse", "uring-reuse", "stream", "plain",
+    "plain",       "plain-fresh",  "cat",        "memcpy",      "open",
+    "mmap",        "populate",     "auto",       "read",        "uring",
+    "read-direct", "uring-direct", "read-reuse", "uring-reuse", "stream",
 };
 
-/* Drop the file's pages; returns the fraction still resident afterwards (1 when unknown). */
-static double evict(const char *path)
+#define PLAIN_BUF (4u << 20)
+#define CAT_BUF   (128u << 10)
+#define RING_N    4
+#define RING_SIZE (2u << 20)
+
+struct bench {
+	const char *const *paths;
+	uint32_t npaths;
+	uint64_t total;     /* bytes of all files */
+	uint64_t *sizes;    /* each file's */
+	uint8_t *plain_buf; /* PLAIN_BUF, page aligned */
+	void *ring[RING_N]; /* RING_SIZE each */
+	void *block_buf;    /* -reuse rows: the one file's block */
+	size_t block_cap;
+	uint8_t *copy_src, *copy_dst; /* memcpy row: `total` bytes each */
+	int cold;                     /* the mode now running */
+	char auto_choice[2][64];      /* what AUTO picked last, warm and cold, for the table */
+};
+
+/* Drop the files' pages; returns the largest fraction still resident (1 when unknown). */
+static double evict(const struct bench *b)
 {
-	long total = 0, left = kmeasure_evict(path);
-	kmeasure_resident(path, &total);
-	return left < 0 ? 1 : total ? (double)left / (double)total : 0;
+	double worst = 0;
+	for (uint32_t i = 0; i < b->npaths; i++) {
+		long total = 0, left = kmeasure_evict(b->paths[i]);
+		kmeasure_resident(b->paths[i], &total);
+		double f = left < 0 ? 1 : total ? (double)left / (double)total : 0;
+		if (f > worst)
+			worst = f;
+	}
+	return worst;
 }
 
 static int nothing(void *ctx, const kiln_chunk *c)
@@ -80,7 +120,6 @@ static int nothing(void *ctx, const kiln_chunk *c)
 	return 0;
 }
 
-/* One timed run; returns seconds, or a negative value with the error reported. */
 static void *page_buffer(size_t len)
 {
 	void *p = NULL;
@@ -88,16 +127,79 @@ static void *page_buffer(size_t len)
 		fputs("klnt: out of memory\n", stderr);
 		exit(KLNT_EXIT_IO);
 	}
-	memset(p, 0, len);
+	memset(p, 1, len);
 	return p;
 }
 
-static double run_once(const char *path, enum src s, uint8_t *plain_buf, void **ring,
-		       void *block_buf, size_t block_cap)
+/* read() of the whole file through buf[0, len) (advancing through it when `advance`). */
+static int read_through(const char *path, uint8_t *buf, size_t len, int advance)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	size_t at = 0;
+	for (;;) {
+		ssize_t n = read(fd, buf + (advance ? at : 0), advance ? len - at : len);
+		if (n < 0) {
+			close(fd);
+			return -1;
+		}
+		if (n == 0 || (advance && (at += (size_t)n) == len))
+			break;
+	}
+	close(fd);
+	return 0;
+}
+
+/* The plain programs. */
+static int run_plain(const struct bench *b, enum src s)
+{
+	if (s == S_MEMCPY) {
+		memcpy(b->copy_dst, b->copy_src, b->total);
+		return 0;
+	}
+	for (uint32_t i = 0; i < b->npaths; i++) {
+		int rc;
+		if (s == S_PLAIN_FRESH) {
+			size_t len = b->sizes[i] ? (size_t)b->sizes[i] : 1;
+			uint8_t *m = mmap(NULL, len, PROT_READ | PROT_WRITE,
+					  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+			if (m == MAP_FAILED)
+				return -1;
+			rc = read_through(b->paths[i], m, len, 1);
+			munmap(m, len);
+		} else {
+			rc = read_through(b->paths[i], b->plain_buf,
+					  s == S_CAT ? CAT_BUF : PLAIN_BUF, 0);
+		}
+		if (rc)
+			return -1;
+	}
+	return 0;
+}
+
+static void touch(const kiln_dir *dir)
+{
+	kiln_dir_info info;
+	kiln_dir_get_info(dir, &info);
+	if (info.source != KILN_SOURCE_MMAP)
+		return; /* owned memory is loaded already */
+	volatile uint8_t sink = 0;
+	const uint8_t *p = info.base;
+	for (uint64_t i = 0; i < info.block_length; i += 4096)
+		sink ^= p[i];
+	(void)sink;
+}
+
+static const char *const auto_why[] = {
+    "", "cached", "cold: populated", "larger than memory", "cannot be mapped", "owned"};
+
+/* One timed run of source s; returns seconds, or a negative value with the error reported. */
+static double run_once(struct bench *b, enum src s)
 {
 	double t0 = kmeasure_now();
-	if (s == S_PLAIN)
-		return kmeasure_read_file(path, plain_buf, 4u << 20) < 0 ? -1 : kmeasure_now() - t0;
+	if (s < FIRST_KILN)
+		return run_plain(b, s) ? -1 : kmeasure_now() - t0;
 	kiln_open_options o = {.size = sizeof(o)};
 	switch (s) {
 	case S_MMAP:
@@ -105,6 +207,9 @@ static double run_once(const char *path, enum src s, uint8_t *plain_buf, void **
 		break;
 	case S_POPULATE:
 		o.flags = KILN_OPEN_POPULATE;
+		break;
+	case S_AUTO:
+		o.source = KILN_SOURCE_AUTO;
 		break;
 	case S_READ_D:
 		o.flags = KILN_OPEN_DIRECT; /* fall through */
@@ -119,41 +224,44 @@ static double run_once(const char *path, enum src s, uint8_t *plain_buf, void **
 	case S_READ_R:
 	case S_URING_R:
 		o.source = s == S_READ_R ? KILN_SOURCE_READ : KILN_SOURCE_URING;
-		o.buffer = block_buf;
-		o.buffer_size = block_cap;
+		o.buffer = b->block_buf;
+		o.buffer_size = b->block_cap;
 		break;
 	default:
 		break;
 	}
-	kiln_dir *dir;
+	kiln_set *set;
 	kiln_error err;
-	int rc = kiln_dir_open(path, &o, &dir, &err);
+	int rc = kiln_set_open(b->paths, b->npaths, &o, &set, &err);
 	if (rc) {
-		klnt_report(stderr, path, rc, &err);
+		klnt_report(stderr, b->paths[0], rc, &err);
 		return -1;
 	}
-	kiln_dir_info info;
-	kiln_dir_get_info(dir, &info);
-	if (s == S_MMAP) {
-		volatile uint8_t sink = 0;
-		const uint8_t *p = info.base;
-		for (uint64_t i = 0; i < info.block_length; i += 4096)
-			sink ^= p[i];
-		(void)sink;
+	if (s == S_MMAP || s == S_AUTO)
+		for (uint32_t i = 0; i < kiln_set_shards(set); i++)
+			touch(kiln_set_shard(set, i));
+	if (s == S_AUTO) {
+		kiln_dir_info info;
+		kiln_dir_get_info(kiln_set_shard(set, 0), &info);
+		snprintf(b->auto_choice[b->cold], sizeof(b->auto_choice[0]), "%s, %s",
+			 kiln_source_name(info.source),
+			 info.auto_choice < sizeof(auto_why) / sizeof(auto_why[0])
+			     ? auto_why[info.auto_choice]
+			     : "?");
 	} else if (s == S_STREAM) {
 		kiln_stream_options so = {.size = sizeof(so),
-					  .staging = ring,
-					  .staging_count = 4,
-					  .staging_size = 4u << 20,
+					  .staging = b->ring,
+					  .staging_count = RING_N,
+					  .staging_size = RING_SIZE,
 					  .on_chunk = nothing};
-		rc = kiln_stream(dir, NULL, 0, NULL, &so, NULL, &err);
+		rc = kiln_set_stream(set, NULL, 0, NULL, &so, NULL, &err);
 		if (rc) {
-			klnt_report(stderr, path, rc, &err);
-			kiln_dir_close(dir);
+			klnt_report(stderr, b->paths[0], rc, &err);
+			kiln_set_close(set);
 			return -1;
 		}
 	}
-	kiln_dir_close(dir);
+	kiln_set_close(set);
 	return kmeasure_now() - t0;
 }
 
@@ -163,10 +271,25 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+static double median(double *v, uint64_t n)
+{
+	qsort(v, n, sizeof(double), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 struct result {
-	double med, min, max, residual;
+	double med, min, max, ratio; /* ratio: median over rounds of plain's time / this time */
 	int ok;
 };
+
+/* xorshift: the rounds' orders need to differ, not to be unpredictable. */
+static uint64_t next_random(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
 
 static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 {
@@ -207,133 +330,173 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 			return klnt_bad_option(cmd, c, argv);
 		}
 	}
-	if (argc - optind != 1)
-		return klnt_usage_error(cmd,
-					argc == optind ? "no file given" : "one file at a time");
-	const char *path = argv[optind];
+	if (argc == optind)
+		return klnt_usage_error(cmd, "no file given");
+	struct bench b = {.paths = (const char *const *)argv + optind,
+			  .npaths = (uint32_t)(argc - optind)};
 	for (int k = 0; k < NSRC; k++)
-		if (!any || k == S_PLAIN)
+		if (!any || k < FIRST_KILN)
 			want[k] = 1;
 
-	/* Validate once up front so a bad file gets one clear line, not one per run. */
-	kiln_dir *dir;
+	/* Validate once up front so a bad file gets one clear line, not one per run; a series
+	 * name brings its siblings, whose paths the rows then use. */
+	kiln_set *set;
 	kiln_error err;
-	int rc = kiln_dir_open(path, NULL, &dir, &err);
+	int rc = kiln_set_open(b.paths, b.npaths, NULL, &set, &err);
 	if (rc) {
-		klnt_report(stderr, path, rc, &err);
+		klnt_report(stderr, b.paths[0], rc, &err);
 		return klnt_exit_for(rc);
 	}
-	kiln_dir_info info;
-	kiln_dir_get_info(dir, &info);
-	kiln_dir_close(dir);
+	b.npaths = kiln_set_shards(set);
+	char **own_paths = klnt_xmalloc(b.npaths * sizeof(char *));
+	b.sizes = klnt_xmalloc(b.npaths * sizeof(uint64_t));
+	uint64_t tensors = kiln_set_count(set);
+	for (uint32_t i = 0; i < b.npaths; i++) {
+		own_paths[i] = strdup(kiln_set_path(set, i));
+		kiln_dir_info info;
+		kiln_dir_get_info(kiln_set_shard(set, i), &info);
+		b.sizes[i] = info.block_length;
+		b.total += info.block_length;
+	}
+	kiln_set_close(set);
+	b.paths = (const char *const *)own_paths;
 
-	/* Page-aligned and touched once: malloc's 4 MiB blocks start 16 bytes past a page, which
-	 * on some CPUs makes every copy into them several times slower, and the plain baseline
-	 * with them. */
-	uint8_t *plain_buf = page_buffer(4u << 20);
-	void *ring[4];
-	for (int i = 0; i < 4; i++)
-		ring[i] = page_buffer(4u << 20);
-	double *t = klnt_xmalloc(repeat * sizeof(double));
-	/* One block-sized buffer, touched once, for the -reuse rows. */
-	size_t block_cap = ((size_t)info.block_length + 4095) & ~(size_t)4095;
-	void *block_buf = NULL;
-	if ((want[S_READ_R] || want[S_URING_R]) && posix_memalign(&block_buf, 4096, block_cap))
-		block_buf = NULL;
-	if (block_buf)
-		memset(block_buf, 0, block_cap);
-	else
+	b.plain_buf = page_buffer(PLAIN_BUF);
+	for (int i = 0; i < RING_N; i++)
+		b.ring[i] = page_buffer(RING_SIZE);
+	if (b.npaths != 1) /* one caller buffer holds one block */
 		want[S_READ_R] = want[S_URING_R] = 0;
+	if (want[S_READ_R] || want[S_URING_R]) {
+		b.block_cap = ((size_t)b.sizes[0] + 4095) & ~(size_t)4095;
+		b.block_buf = page_buffer(b.block_cap ? b.block_cap : 4096);
+	}
+	b.copy_src = page_buffer(b.total ? (size_t)b.total : 1);
+	b.copy_dst = page_buffer(b.total ? (size_t)b.total : 1);
+
+	double *t[NSRC], *ratio[NSRC];
+	for (int s = 0; s < NSRC; s++) {
+		t[s] = klnt_xmalloc(repeat * sizeof(double));
+		ratio[s] = klnt_xmalloc(repeat * sizeof(double));
+	}
 	struct result res[2][NSRC] = {{{0}}};
 	int tty = isatty(STDERR_FILENO), failed = 0;
-	/* plain first in each mode: the ratios need it. */
-	static const enum src order[NSRC] = {S_PLAIN,  S_OPEN,    S_MMAP,   S_POPULATE,
-					     S_READ,   S_URING,   S_READ_D, S_URING_D,
-					     S_READ_R, S_URING_R, S_STREAM};
+	double residual = 0;
+	uint64_t rnd = 0x9e3779b97f4a7c15ull;
 	for (int mode = 0; mode < 2; mode++) {
-		int is_cold = mode == 1;
+		int is_cold = b.cold = mode == 1;
 		if ((is_cold && !cold) || (!is_cold && !warm))
 			continue;
-		for (int oi = 0; oi < NSRC; oi++) {
-			enum src s = order[oi];
-			if (!want[s])
-				continue;
-			struct result *r = &res[mode][s];
-			if (!is_cold && run_once(path, s, plain_buf, ring, block_buf, block_cap) <
-					    0) { /* warm-up */
-				failed = 1;
-				continue;
+		int live[NSRC];
+		for (int s = 0; s < NSRC; s++)
+			live[s] = want[s] && !(is_cold && s == S_MEMCPY);
+		/* Warm: one untimed round first, so every row starts from the same cache state. */
+		for (uint64_t round = is_cold ? 1 : 0; round <= repeat; round++) {
+			enum src order[NSRC];
+			for (int s = 0; s < NSRC; s++)
+				order[s] = (enum src)s;
+			for (int s = NSRC - 1; s > 0; s--) {
+				int k = (int)(next_random(&rnd) % (uint64_t)(s + 1));
+				enum src x = order[s];
+				order[s] = order[k];
+				order[k] = x;
 			}
-			r->ok = 1;
-			for (uint64_t i = 0; i < repeat && r->ok; i++) {
+			for (int oi = 0; oi < NSRC; oi++) {
+				enum src s = order[oi];
+				if (!live[s])
+					continue;
 				if (tty)
 					fprintf(stderr,
-						"\rklnt bench: %s %-12s %" PRIu64 "/%" PRIu64 "   ",
-						is_cold ? "cold" : "warm", src_name[s], i + 1,
-						repeat);
+						"\rklnt bench: %s round %" PRIu64 "/%" PRIu64
+						" %-12s   ",
+						is_cold ? "cold" : "warm", round, repeat,
+						src_name[s]);
 				if (is_cold) {
-					double left = evict(path);
-					if (left > r->residual)
-						r->residual = left;
+					double left = evict(&b);
+					if (left > residual)
+						residual = left;
 				}
-				t[i] = run_once(path, s, plain_buf, ring, block_buf, block_cap);
-				if (t[i] < 0)
-					r->ok = 0, failed = 1;
+				double dt = run_once(&b, s);
+				if (dt < 0) {
+					live[s] = 0, failed = 1;
+					continue;
+				}
+				if (round > 0)
+					t[s][round - 1] = dt;
 			}
-			if (!r->ok)
+		}
+		/* Ratios first, while t[][i] are still the rounds' times (median() sorts). */
+		for (int s = 0; s < NSRC; s++)
+			if (live[s] && live[S_PLAIN]) {
+				for (uint64_t i = 0; i < repeat; i++)
+					ratio[s][i] = t[S_PLAIN][i] / t[s][i];
+				res[mode][s].ratio = median(ratio[s], repeat);
+			}
+		for (int s = 0; s < NSRC; s++) {
+			struct result *r = &res[mode][s];
+			if (!live[s])
 				continue;
-			qsort(t, repeat, sizeof(double), cmp_double);
-			r->med =
-			    repeat % 2 ? t[repeat / 2] : (t[repeat / 2 - 1] + t[repeat / 2]) / 2;
-			r->min = t[0];
-			r->max = t[repeat - 1];
+			r->ok = 1;
+			r->med = median(t[s], repeat);
+			r->min = t[s][0];
+			r->max = t[s][repeat - 1];
 		}
 	}
 	if (tty)
-		fprintf(stderr, "\r%60s\r", "");
+		fprintf(stderr, "\r%70s\r", "");
 
-	double gb = (double)info.block_length / 1e9;
-	printf("file %s: %" PRIu32 " tensors, %" PRIu64 " bytes (payload_base %" PRIu64
-	       "), %" PRIu64 " runs each\n\n",
-	       path, info.tensor_count, info.block_length, info.payload_base, repeat);
+	double gb = (double)b.total / 1e9;
+	if (b.npaths == 1)
+		printf("file %s: %" PRIu64 " tensors, %" PRIu64 " bytes, %" PRIu64 " rounds\n\n",
+		       b.paths[0], tensors, b.total, repeat);
+	else
+		printf("set of %" PRIu32 " files (%s, ...): %" PRIu64 " tensors, %" PRIu64
+		       " bytes, %" PRIu64 " rounds\n\n",
+		       b.npaths, b.paths[0], tensors, b.total, repeat);
 	printf("%-5s  %-12s  %10s  %10s  %10s  %8s  %9s\n", "mode", "source", "median ms", "min ms",
 	       "max ms", "GB/s", "vs plain");
 	for (int mode = 0; mode < 2; mode++) {
-		const struct result *plain = &res[mode][S_PLAIN];
-		for (int oi = 0; oi < NSRC; oi++) {
-			enum src s = order[oi];
+		for (int s = 0; s < NSRC; s++) {
 			const struct result *r = &res[mode][s];
 			if (!r->ok)
 				continue;
 			printf("%-5s  %-12s  %10.3f  %10.3f  %10.3f  ", mode ? "cold" : "warm",
 			       src_name[s], r->med * 1e3, r->min * 1e3, r->max * 1e3);
 			if (s == S_OPEN)
-				printf("%8s  %9s\n", "-", "-"); /* reads the directory only */
+				printf("%8s  %9s", "-", "-"); /* reads the directory only */
 			else
-				printf("%8.2f  %8.2fx\n", gb / r->med,
-				       plain->ok ? plain->med / r->med : 0.0);
+				printf("%8.2f  %8.2fx", gb / r->med, r->ratio);
+			if (s == S_AUTO)
+				printf("  (%s)", b.auto_choice[mode]);
+			putchar('\n');
 		}
 	}
-	double worst = 0;
-	for (int s = 0; s < NSRC; s++)
-		if (res[1][s].residual > worst)
-			worst = res[1][s].residual;
+	printf("\nvs plain: the median over rounds of plain's time over the row's, both from the "
+	       "same round\n");
 	if (cold)
-		printf("\ncold runs: at most %.2f%% of the file's pages were still cached after "
+		printf("cold runs: at most %.2f%% of the files' pages were still cached after "
 		       "eviction (mincore)\n",
-		       worst * 100);
-	free(t);
-	free(block_buf);
-	free(plain_buf);
-	for (int i = 0; i < 4; i++)
-		free(ring[i]);
+		       residual * 100);
+	for (int s = 0; s < NSRC; s++) {
+		free(t[s]);
+		free(ratio[s]);
+	}
+	for (uint32_t i = 0; i < b.npaths; i++)
+		free(own_paths[i]);
+	free(own_paths);
+	free(b.sizes);
+	free(b.block_buf);
+	free(b.plain_buf);
+	free(b.copy_src);
+	free(b.copy_dst);
+	for (int i = 0; i < RING_N; i++)
+		free(b.ring[i]);
 	int e = klnt_flush_stdout();
 	return e ? KLNT_EXIT_IO : failed ? KLNT_EXIT_IO : KLNT_EXIT_OK;
 }
 
 const struct klnt_cmd klnt_cmd_bench = {
     .name = "bench",
-    .summary = "time cold and warm loads of a file, for every source, against plain read()",
+    .summary = "time cold and warm loads of a file or set, every source, against plain programs",
     .usage = usage,
     .run = run,
 };
