@@ -115,14 +115,16 @@ def main():
                     del arrays
                     times[name, state][0].append(t1 - t0)
                     times[name, state][1].append(t2 - t0)
-        print(f"{'method':16} {'state':5} {'get ms':>9} {'read ms':>9} {'GB/s':>7} "
-              f"{'get vs memmap':>14} {'read vs memmap':>15}")
+        print(f"{'method':16} {'state':5} {'get ms':>9} {'read ms':>9} {'read range ms':>15} "
+              f"{'GB/s':>7} {'get vs memmap':>14} {'read vs memmap':>15}")
         for state in ("cold", "warm"):
             base_get = median(times["numpy.memmap", state][0])
             base_read = median(times["numpy.memmap", state][1])
             for name, _ in METHODS:
                 g, r = (median(x) for x in times[name, state])
-                print(f"{name:16} {state:5} {g * 1e3:9.2f} {r * 1e3:9.2f} "
+                lo, hi = min(times[name, state][1]), max(times[name, state][1])
+                spread = f"{lo * 1e3:.0f}-{hi * 1e3:.0f}"
+                print(f"{name:16} {state:5} {g * 1e3:9.2f} {r * 1e3:9.2f} {spread:>15} "
                       f"{nbytes / r / 1e9:7.2f} {g / base_get:14.2f} {r / base_read:15.2f}")
         print("(in a VM the host may still cache a 'cold' file; cold here means "
               "POSIX_FADV_DONTNEED on the guest's page cache)")
