@@ -185,8 +185,11 @@ def test_save_file_metadata_through_klnt_export(tmp_path):
     meta = {"format": "pt", "note": "ünïcode ✓", "k": ""}
     w = np.arange(6, dtype=np.float32).reshape(2, 3)
     kiln.save_file({"w": w}, p, metadata=meta)
-    subprocess.run([klnt, "export", "--to", "safetensors", "-o", out, p], check=True,
-                   capture_output=True)
+    # The CLI links its own sanitizer runtime (if any): not the one preloaded into Python.
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    r = subprocess.run([klnt, "export", "--to", "safetensors", "-o", out, p],
+                       capture_output=True, env=env)
+    assert r.returncode == 0, r.stderr
     raw = open(out, "rb").read()
     (hlen,) = struct.unpack("<Q", raw[:8])
     header = json.loads(raw[8:8 + hlen].decode("utf-8"))
