@@ -178,9 +178,12 @@ def test_save_file_metadata_through_klnt_export(tmp_path):
     import struct
     import subprocess
 
-    klnt = os.environ.get("KILN_KLNT")
-    if not klnt or not os.path.exists(klnt):
-        pytest.skip("the klnt CLI is not built (KILN_KLNT is unset)")
+    import pathlib
+
+    klnt = os.environ.get("KILN_KLNT") or str(
+        pathlib.Path(__file__).resolve().parents[2] / "build" / "klnt")
+    if not os.path.exists(klnt):
+        pytest.skip(f"the klnt CLI is not built ({klnt}; KILN_KLNT names it)")
     p, out = str(tmp_path / "m.klnt"), str(tmp_path / "m.safetensors")
     meta = {"format": "pt", "note": "ünïcode ✓", "k": ""}
     w = np.arange(6, dtype=np.float32).reshape(2, 3)

@@ -165,7 +165,9 @@ def test_read_only_mapping_is_still_available(path):
             "print('wrote')\n")
     # Under the ASan build the preloaded runtime would turn the signal into its own report.
     asan = os.environ.get("ASAN_OPTIONS", "")
-    env = dict(os.environ, PYTHONFAULTHANDLER="", ASAN_OPTIONS=f"{asan}:handle_segv=0".lstrip(":"))
+    env = dict(os.environ, PYTHONFAULTHANDLER="", ASAN_OPTIONS=f"{asan}:handle_segv=0".lstrip(":"),
+               PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(kiln.__file__)),
+                                           os.environ.get("PYTHONPATH", "")]))
     r = subprocess.run([sys.executable, "-c", code, path], capture_output=True, env=env)
     assert r.returncode == -signal.SIGSEGV, (r.returncode, r.stdout, r.stderr)
     r = subprocess.run([sys.executable, "-c", code.replace("False", "True"), path],
