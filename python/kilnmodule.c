@@ -678,8 +678,10 @@ static PyMethodDef tensor_methods[] = {
      "numpy(raw=False): a read-only numpy array viewing the payload (no copy). raw=True gives\n"
      "the payload bytes as a 1-D uint8 array, for dtypes numpy has no type for."},
     {"__dlpack__", (PyCFunction)(void (*)(void))tensor_dlpack, METH_VARARGS | METH_KEYWORDS,
-     "A DLPack capsule viewing the payload (no copy). DLPack v0.x has no read-only flag: the\n"
-     "memory is read-only (a mapping), so tensors made from it must not be written."},
+     "A DLPack capsule viewing the payload (no copy). DLPack v0.x has no read-only flag, so a\n"
+     "consumer may write: with the default copy-on-write mapping a write changes this\n"
+     "process's copy of the page only (seen by the Dir's other views, never by the file);\n"
+     "with copy_on_write=False it is a segmentation fault."},
     {"copy", (PyCFunction)(void (*)(void))tensor_copy, METH_VARARGS | METH_KEYWORDS,
      "copy(raw=False): a new, writable numpy array holding the payload, read from the file\n"
      "(io_uring or pread, the GIL released), not through the mapping."},
