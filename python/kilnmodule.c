@@ -3,11 +3,18 @@
  * kiln._kiln: the CPython extension under the `kiln` package, over the public API
  * (include/kiln/kiln.h) only.
  *
- * Lifetime: every open directory belongs to one Owner object. The Dir, every Tensor view, every
- * numpy array (as its base) and every DLPack capsule (through its manager context) hold a
- * reference on the Owner, and only the Owner's deallocation calls kiln_dir_close(). Dir.close()
- * drops the Dir's reference, so arrays made before it keep the mapping (or the owned block of
- * the read/uring sources) alive until the last of them is gone: no array can dangle.
+ * A path that is a shard of a series (STEM-NNNNN-of-MMMMM.klnt) opens the whole series as a
+ * kiln_set; any other path opens one kiln_dir. The Owner holds either, and Dir indexes run over
+ * the whole set (shard 0's tensors first); a Tensor keeps its shard's directory.
+ *
+ * Lifetime: every open directory (or set) belongs to one Owner object. The Dir, every Tensor
+ * view, every numpy array (as its base) and every DLPack capsule (through its manager context)
+ * hold a reference on the Owner, and only the Owner's deallocation closes it. Dir.close() drops
+ * the Dir's reference, so arrays made before it keep the mappings (or the owned blocks of the
+ * read/uring sources) alive until the last of them is gone: no array can dangle.
+ *
+ * Files are mapped copy-on-write by default (KILN_OPEN_PRIVATE): torch has no read-only tensors,
+ * so a tensor made through DLPack may be written, and the write must copy a page, not fault.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -94,13 +101,59 @@ static PyObject *raise_kiln(int code, const kiln_error *e)
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct {
-	PyObject_HEAD kiln_dir *dir;
+	PyObject_HEAD kiln_dir *dir; /* one file; NULL for a series */
+	kiln_set *set;               /* a series; NULL for one file */
+	PyObject *path;              /* the path opened, as bytes */
 } OwnerObject;
 
 static void owner_dealloc(OwnerObject *self)
 {
 	kiln_dir_close(self->dir);
+	kiln_set_close(self->set);
+	Py_XDECREF(self->path);
 	Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* The set and the single file seen alike: shards, tensors by global index, names. */
+static uint32_t owner_shards(const OwnerObject *o)
+{
+	return o->set ? kiln_set_shards(o->set) : 1;
+}
+
+static kiln_dir *owner_shard(const OwnerObject *o, uint32_t shard)
+{
+	return o->set ? kiln_set_shard(o->set, shard) : shard == 0 ? o->dir : NULL;
+}
+
+static uint64_t owner_count(const OwnerObject *o)
+{
+	return o->set ? kiln_set_count(o->set) : kiln_dir_count(o->dir);
+}
+
+static const kiln_tensor *owner_tensor(const OwnerObject *o, uint64_t i, uint32_t *shard)
+{
+	*shard = 0;
+	if (o->set)
+		return kiln_set_tensor(o->set, i, shard);
+	return i < kiln_dir_count(o->dir) ? kiln_dir_tensor(o->dir, (uint32_t)i) : NULL;
+}
+
+static const kiln_tensor *owner_find(const OwnerObject *o, const char *s, size_t len,
+				     uint32_t *shard)
+{
+	*shard = 0;
+	if (o->set)
+		return kiln_set_find(o->set, s, len, shard);
+	return kiln_dir_find(o->dir, s, len);
+}
+
+/* The global index of the first tensor of `shard`. */
+static uint64_t owner_first(const OwnerObject *o, uint32_t shard)
+{
+	uint64_t first = 0;
+	for (uint32_t s = 0; s < shard; s++)
+		first += kiln_dir_count(owner_shard(o, s));
+	return first;
 }
 
 static PyTypeObject OwnerType = {
@@ -108,8 +161,8 @@ static PyTypeObject OwnerType = {
     .tp_basicsize = sizeof(OwnerObject),
     .tp_dealloc = (destructor)owner_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Keeps an open directory (its mapping or owned block) alive; closed when the last "
-	      "Dir, Tensor, array or DLPack capsule using it is gone.",
+    .tp_doc = "Keeps an open directory or series (mappings or owned blocks) alive; closed when "
+	      "the last Dir, Tensor, array or DLPack capsule using it is gone.",
 };
 
 /* ---------------------------------------------------------------------------------------------
@@ -119,11 +172,15 @@ static PyTypeObject OwnerType = {
 typedef struct {
 	PyObject_HEAD OwnerObject *owner;
 	const kiln_tensor *t;
+	kiln_dir *dir;   /* the shard's directory (the file's for one file) */
+	uint32_t shard;  /* 0 for one file */
+	uint64_t gindex; /* index in the whole set (the descriptor index for one file) */
 } TensorObject;
 
 static PyTypeObject TensorType;
 
-static PyObject *tensor_new(OwnerObject *owner, const kiln_tensor *t)
+static PyObject *tensor_new(OwnerObject *owner, uint32_t shard, const kiln_tensor *t,
+			    uint64_t gindex)
 {
 	if (!t)
 		Py_RETURN_NONE;
@@ -133,7 +190,18 @@ static PyObject *tensor_new(OwnerObject *owner, const kiln_tensor *t)
 	Py_INCREF(owner);
 	self->owner = owner;
 	self->t = t;
+	self->dir = owner_shard(owner, shard);
+	self->shard = shard;
+	self->gindex = gindex;
 	return (PyObject *)self;
+}
+
+/* A tensor of the same shard as `self` (its scale or outer scale). */
+static PyObject *tensor_sibling(TensorObject *self, const kiln_tensor *t)
+{
+	if (!t)
+		Py_RETURN_NONE;
+	return tensor_new(self->owner, self->shard, t, self->gindex - self->t->index + t->index);
 }
 
 static void tensor_dealloc(TensorObject *self)
@@ -202,13 +270,13 @@ static PyObject *tensor_get_quant_axis(TensorObject *self, void *c)
 static PyObject *tensor_get_scale(TensorObject *self, void *c)
 {
 	(void)c;
-	return tensor_new(self->owner, kiln_tensor_scale(self->owner->dir, self->t));
+	return tensor_sibling(self, kiln_tensor_scale(self->dir, self->t));
 }
 
 static PyObject *tensor_get_outer(TensorObject *self, void *c)
 {
 	(void)c;
-	return tensor_new(self->owner, kiln_tensor_outer(self->owner->dir, self->t));
+	return tensor_sibling(self, kiln_tensor_outer(self->dir, self->t));
 }
 
 static PyObject *tensor_get_address(TensorObject *self, void *c)
@@ -234,6 +302,18 @@ TENSOR_U64(quant_scheme)
 TENSOR_U64(group_size)
 #undef TENSOR_U64
 
+static PyObject *tensor_get_shard(TensorObject *self, void *c)
+{
+	(void)c;
+	return PyLong_FromUnsignedLong(self->shard);
+}
+
+static PyObject *tensor_get_gindex(TensorObject *self, void *c)
+{
+	(void)c;
+	return PyLong_FromUnsignedLongLong(self->gindex);
+}
+
 static PyObject *tensor_get_dtype_code(TensorObject *self, void *c)
 {
 	(void)c;
@@ -242,7 +322,11 @@ static PyObject *tensor_get_dtype_code(TensorObject *self, void *c)
 
 static PyGetSetDef tensor_getset[] = {
     {"name", (getter)tensor_get_name, NULL, "Name (str), or None when unnamed.", NULL},
-    {"index", (getter)tensor_get_index, NULL, "Descriptor index.", NULL},
+    {"index", (getter)tensor_get_index, NULL, "Descriptor index (in its shard's file).", NULL},
+    {"shard", (getter)tensor_get_shard, NULL, "Shard of a series holding it (0 for one file).",
+     NULL},
+    {"set_index", (getter)tensor_get_gindex, NULL,
+     "Index in the Dir: over the whole series (the descriptor index for one file).", NULL},
     {"dtype", (getter)tensor_get_dtype, NULL, "dtype name as kiln spells it (\"f32\", ...).", NULL},
     {"dtype_code", (getter)tensor_get_dtype_code, NULL, "dtype code from the format's table.",
      NULL},
@@ -378,7 +462,7 @@ static int read_payload(TensorObject *self, void *dst, size_t cap)
 {
 	kiln_error err;
 	int rc;
-	kiln_dir *dir = self->owner->dir;
+	kiln_dir *dir = self->dir;
 	uint32_t index = self->t->index;
 	Py_BEGIN_ALLOW_THREADS rc = kiln_tensor_read(dir, index, dst, cap, NULL, NULL, &err);
 	Py_END_ALLOW_THREADS if (rc)
@@ -594,8 +678,10 @@ static PyMethodDef tensor_methods[] = {
      "numpy(raw=False): a read-only numpy array viewing the payload (no copy). raw=True gives\n"
      "the payload bytes as a 1-D uint8 array, for dtypes numpy has no type for."},
     {"__dlpack__", (PyCFunction)(void (*)(void))tensor_dlpack, METH_VARARGS | METH_KEYWORDS,
-     "A DLPack capsule viewing the payload (no copy). DLPack v0.x has no read-only flag: the\n"
-     "memory is read-only (a mapping), so tensors made from it must not be written."},
+     "A DLPack capsule viewing the payload (no copy). DLPack v0.x has no read-only flag, so a\n"
+     "consumer may write: with the default copy-on-write mapping a write changes this\n"
+     "process's copy of the page only (seen by the Dir's other views, never by the file);\n"
+     "with copy_on_write=False it is a segmentation fault."},
     {"copy", (PyCFunction)(void (*)(void))tensor_copy, METH_VARARGS | METH_KEYWORDS,
      "copy(raw=False): a new, writable numpy array holding the payload, read from the file\n"
      "(io_uring or pread, the GIL released), not through the mapping."},
@@ -643,7 +729,7 @@ static void dir_dealloc(DirObject *self)
 static Py_ssize_t dir_len(DirObject *self)
 {
 	OwnerObject *o = dir_owner(self);
-	return o ? (Py_ssize_t)kiln_dir_count(o->dir) : -1;
+	return o ? (Py_ssize_t)owner_count(o) : -1;
 }
 
 static PyObject *dir_item(DirObject *self, Py_ssize_t i)
@@ -651,23 +737,26 @@ static PyObject *dir_item(DirObject *self, Py_ssize_t i)
 	OwnerObject *o = dir_owner(self);
 	if (!o)
 		return NULL;
-	Py_ssize_t n = (Py_ssize_t)kiln_dir_count(o->dir);
+	Py_ssize_t n = (Py_ssize_t)owner_count(o);
 	if (i < 0)
 		i += n;
 	if (i < 0 || i >= n) {
 		PyErr_SetString(PyExc_IndexError, "tensor index out of range");
 		return NULL;
 	}
-	return tensor_new(o, kiln_dir_tensor(o->dir, (uint32_t)i));
+	uint32_t shard;
+	const kiln_tensor *t = owner_tensor(o, (uint64_t)i, &shard);
+	return tensor_new(o, shard, t, (uint64_t)i);
 }
 
-static const kiln_tensor *find_name(OwnerObject *o, PyObject *key)
+/* The tensor a str names, in any shard, with its shard; NULL with KeyError when none. */
+static const kiln_tensor *find_name(OwnerObject *o, PyObject *key, uint32_t *shard)
 {
 	Py_ssize_t len;
 	const char *s = PyUnicode_AsUTF8AndSize(key, &len);
 	if (!s)
 		return NULL;
-	const kiln_tensor *t = kiln_dir_find(o->dir, s, (size_t)len);
+	const kiln_tensor *t = owner_find(o, s, (size_t)len, shard);
 	if (!t)
 		PyErr_SetObject(PyExc_KeyError, key);
 	return t;
@@ -679,8 +768,9 @@ static PyObject *dir_subscript(DirObject *self, PyObject *key)
 	if (!o)
 		return NULL;
 	if (PyUnicode_Check(key)) {
-		const kiln_tensor *t = find_name(o, key);
-		return t ? tensor_new(o, t) : NULL;
+		uint32_t shard;
+		const kiln_tensor *t = find_name(o, key, &shard);
+		return t ? tensor_new(o, shard, t, owner_first(o, shard) + t->index) : NULL;
 	}
 	Py_ssize_t i = PyNumber_AsSsize_t(key, PyExc_IndexError);
 	if (i == -1 && PyErr_Occurred())
@@ -699,7 +789,8 @@ static int dir_contains(DirObject *self, PyObject *key)
 	const char *s = PyUnicode_AsUTF8AndSize(key, &len);
 	if (!s)
 		return -1;
-	return kiln_dir_find(o->dir, s, (size_t)len) != NULL;
+	uint32_t shard;
+	return owner_find(o, s, (size_t)len, &shard) != NULL;
 }
 
 static PyObject *dir_keys(DirObject *self, PyObject *unused)
@@ -708,10 +799,11 @@ static PyObject *dir_keys(DirObject *self, PyObject *unused)
 	OwnerObject *o = dir_owner(self);
 	if (!o)
 		return NULL;
-	uint32_t n = kiln_dir_count(o->dir);
+	uint64_t n = owner_count(o);
 	PyObject *list = PyList_New(0);
-	for (uint32_t i = 0; list && i < n; i++) {
-		const kiln_tensor *t = kiln_dir_tensor(o->dir, i);
+	for (uint64_t i = 0; list && i < n; i++) {
+		uint32_t shard;
+		const kiln_tensor *t = owner_tensor(o, i, &shard);
 		if (!t->name)
 			continue;
 		PyObject *name = name_of(t->name, t->name_len);
@@ -757,23 +849,27 @@ static PyObject *dir_verify_payload(DirObject *self, PyObject *unused)
 	int rc;
 	/* The reference keeps the directory open even if another thread closes the Dir. */
 	Py_INCREF(o);
-	Py_BEGIN_ALLOW_THREADS rc = kiln_dir_verify_payload(o->dir, &err);
+	uint32_t shards = owner_shards(o);
+	Py_BEGIN_ALLOW_THREADS rc = 0;
+	for (uint32_t s = 0; !rc && s < shards; s++)
+		rc = kiln_dir_verify_payload(owner_shard(o, s), &err);
 	Py_END_ALLOW_THREADS Py_DECREF(o);
 	if (rc)
 		return raise_kiln(rc, &err);
 	Py_RETURN_NONE;
 }
 
-/* The descriptor index a key names: a str (name), an int (index, negative from the end) or a
- * Tensor of this directory. -1 with an exception set otherwise. */
-static int resolve_index(OwnerObject *o, PyObject *key, uint32_t *out)
+/* The Dir index a key names (over the whole set for a series): a str (name), an int (index,
+ * negative from the end) or a Tensor of this directory. -1 with an exception set otherwise. */
+static int resolve_index(OwnerObject *o, PyObject *key, uint64_t *out)
 {
-	uint32_t n = kiln_dir_count(o->dir);
+	uint64_t n = owner_count(o);
 	if (PyUnicode_Check(key)) {
-		const kiln_tensor *t = find_name(o, key);
+		uint32_t shard;
+		const kiln_tensor *t = find_name(o, key, &shard);
 		if (!t)
 			return -1;
-		*out = t->index;
+		*out = owner_first(o, shard) + t->index;
 		return 0;
 	}
 	if (PyObject_TypeCheck(key, &TensorType)) {
@@ -783,31 +879,36 @@ static int resolve_index(OwnerObject *o, PyObject *key, uint32_t *out)
 					"the tensor belongs to another directory");
 			return -1;
 		}
-		*out = t->t->index;
+		*out = t->gindex;
 		return 0;
 	}
 	Py_ssize_t i = PyNumber_AsSsize_t(key, PyExc_IndexError);
 	if (i == -1 && PyErr_Occurred())
 		return -1;
 	if (i < 0)
-		i += n;
-	if (i < 0 || i >= (Py_ssize_t)n) {
+		i += (Py_ssize_t)n;
+	if (i < 0 || (uint64_t)i >= n) {
 		PyErr_SetString(PyExc_IndexError, "tensor index out of range");
 		return -1;
 	}
-	*out = (uint32_t)i;
+	*out = (uint64_t)i;
 	return 0;
 }
 
 /* Indices for a sequence of keys (None: every tensor) in new PyMem memory (*out, *count). */
-static int resolve_indices(OwnerObject *o, PyObject *keys, uint32_t **out, uint32_t *count)
+static int resolve_indices(OwnerObject *o, PyObject *keys, uint64_t **out, uint32_t *count)
 {
-	uint32_t n = kiln_dir_count(o->dir);
+	uint64_t n = owner_count(o);
 	PyObject *seq = keys == Py_None ? NULL : PySequence_Fast(keys, "expected a sequence");
 	if (keys != Py_None && !seq)
 		return -1;
 	Py_ssize_t len = seq ? PySequence_Fast_GET_SIZE(seq) : (Py_ssize_t)n;
-	uint32_t *idx = PyMem_Malloc(len ? (size_t)len * sizeof(*idx) : 1);
+	if ((uint64_t)len > UINT32_MAX) {
+		Py_XDECREF(seq);
+		PyErr_SetString(PyExc_OverflowError, "more than 2^32 - 1 tensors at once");
+		return -1;
+	}
+	uint64_t *idx = PyMem_Malloc(len ? (size_t)len * sizeof(*idx) : 1);
 	if (!idx) {
 		Py_XDECREF(seq);
 		PyErr_NoMemory();
@@ -815,7 +916,7 @@ static int resolve_indices(OwnerObject *o, PyObject *keys, uint32_t **out, uint3
 	}
 	for (Py_ssize_t i = 0; i < len; i++) {
 		if (!seq) {
-			idx[i] = (uint32_t)i;
+			idx[i] = (uint64_t)i;
 		} else if (resolve_index(o, PySequence_Fast_GET_ITEM(seq, i), &idx[i]) < 0) {
 			Py_DECREF(seq);
 			PyMem_Free(idx);
@@ -844,13 +945,20 @@ static PyObject *dir_hint(DirObject *self, PyObject *args, PyObject *kw)
 				    "hint must be willneed, dontneed, cold or pageout, not \"%s\"",
 				    name);
 	OwnerObject *o = dir_owner(self);
-	uint32_t *idx, count;
+	uint64_t *idx;
+	uint32_t count;
 	if (!o || resolve_indices(o, keys, &idx, &count) < 0)
 		return NULL;
 	kiln_error err;
-	int rc;
+	int rc = 0;
 	Py_INCREF(o);
-	Py_BEGIN_ALLOW_THREADS rc = kiln_tensor_hint(o->dir, idx, count, hint, &err);
+	/* One tensor at a time: each goes to its own shard's directory. */
+	Py_BEGIN_ALLOW_THREADS for (uint32_t k = 0; !rc && k < count; k++)
+	{
+		uint32_t shard;
+		const kiln_tensor *t = owner_tensor(o, idx[k], &shard);
+		rc = kiln_tensor_hint(owner_shard(o, shard), &t->index, 1, hint, &err);
+	}
 	Py_END_ALLOW_THREADS Py_DECREF(o);
 	PyMem_Free(idx);
 	if (rc)
@@ -895,11 +1003,16 @@ static PyObject *dir_stream(DirObject *self, PyObject *args, PyObject *kw)
 		return NULL;
 	Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), got = 0;
 	PyObject *ret = NULL;
-	uint32_t *idx = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*idx));
+	uint64_t *idx = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*idx));
+	uint32_t *idx32 = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*idx32));
 	void **dests = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*dests));
 	Py_buffer *views = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*views));
-	if (!idx || !dests || !views) {
+	if (!idx || !idx32 || !dests || !views) {
 		PyErr_NoMemory();
+		goto out;
+	}
+	if ((uint64_t)n > UINT32_MAX) {
+		PyErr_SetString(PyExc_OverflowError, "more than 2^32 - 1 tensors at once");
 		goto out;
 	}
 	for (Py_ssize_t i = 0; i < n; i++) {
@@ -910,7 +1023,9 @@ static PyObject *dir_stream(DirObject *self, PyObject *args, PyObject *kw)
 		    PyObject_GetBuffer(buf, &views[i], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
 			goto out;
 		got = i + 1;
-		const kiln_tensor *t = kiln_dir_tensor(o->dir, idx[i]);
+		uint32_t shard;
+		const kiln_tensor *t = owner_tensor(o, idx[i], &shard);
+		idx32[i] = t->index;
 		if ((uint64_t)views[i].len < t->byte_length) {
 			PyErr_Format(PyExc_ValueError,
 				     "a buffer of %zd bytes cannot hold tensor %u (%llu bytes)",
@@ -924,8 +1039,11 @@ static PyObject *dir_stream(DirObject *self, PyObject *args, PyObject *kw)
 	int rc;
 	memset(&res, 0, sizeof(res));
 	Py_INCREF(o);
+	/* A series streams through one queue across its files. */
 	Py_BEGIN_ALLOW_THREADS rc =
-	    kiln_stream(o->dir, idx, (uint32_t)n, (void *const *)dests, &so, &res, &err);
+	    o->set
+		? kiln_set_stream(o->set, idx, (uint32_t)n, (void *const *)dests, &so, &res, &err)
+		: kiln_stream(o->dir, idx32, (uint32_t)n, (void *const *)dests, &so, &res, &err);
 	Py_END_ALLOW_THREADS Py_DECREF(o);
 	if (rc) {
 		raise_kiln(rc, &err);
@@ -941,6 +1059,7 @@ out:
 	for (Py_ssize_t i = 0; i < got; i++)
 		PyBuffer_Release(&views[i]);
 	PyMem_Free(idx);
+	PyMem_Free(idx32);
 	PyMem_Free(dests);
 	PyMem_Free(views);
 	Py_DECREF(seq);
@@ -954,19 +1073,57 @@ static PyObject *dir_get_info(DirObject *self, void *c)
 	if (!o)
 		return NULL;
 	kiln_dir_info in;
-	kiln_dir_get_info(o->dir, &in);
+	kiln_dir_get_info(owner_shard(o, 0), &in);
+	/* A series: counts and sizes are totals over the shards, verified only when every shard
+	 * is; the rest (version, flags, source, payload_base, fallbacks) is the first shard's. */
+	uint64_t count = 0, names = 0, payload = 0, directory = 0, block = 0, pinned = 0;
+	int verified = 1;
+	for (uint32_t s = 0; s < owner_shards(o); s++) {
+		kiln_dir_info si;
+		kiln_dir_get_info(owner_shard(o, s), &si);
+		count += si.tensor_count;
+		names += si.name_bytes;
+		payload += si.payload_bytes;
+		directory += si.directory_bytes;
+		block += si.block_length;
+		pinned += si.pinned;
+		verified &= si.payload_verified != 0;
+	}
 	const char *src = kiln_source_name(in.source);
-	return Py_BuildValue("{s:I,s:I,s:K,s:K,s:K,s:K,s:i,s:i,s:O,s:O,s:s,s:i,s:i,s:i,s:I,s:I}",
-			     "tensor_count", in.tensor_count, "name_bytes", in.name_bytes,
-			     "payload_bytes", (unsigned long long)in.payload_bytes,
-			     "directory_bytes", (unsigned long long)in.directory_bytes,
-			     "payload_base", (unsigned long long)in.payload_base, "block_length",
-			     (unsigned long long)in.block_length, "version", in.version, "flags",
-			     in.flags, "payload_verified", in.payload_verified ? Py_True : Py_False,
-			     "direct", in.direct ? Py_True : Py_False, "source",
-			     src ? src : "unknown", "direct_fallback", in.direct_fallback,
-			     "uring_fallback", in.uring_fallback, "advice_errno", in.advice_errno,
-			     "dio_align", in.dio_align, "pinned", in.pinned);
+	static const char *const why[] = {"", "cached", "cold", "large", "unmappable", "owned"};
+	const char *choice =
+	    in.auto_choice < sizeof(why) / sizeof(why[0]) ? why[in.auto_choice] : "?";
+	return Py_BuildValue(
+	    "{s:K,s:K,s:K,s:K,s:K,s:K,s:i,s:i,s:O,s:O,s:s,s:i,s:i,s:i,s:I,s:K,s:I,s:s}",
+	    "tensor_count", (unsigned long long)count, "name_bytes", (unsigned long long)names,
+	    "payload_bytes", (unsigned long long)payload, "directory_bytes",
+	    (unsigned long long)directory, "payload_base", (unsigned long long)in.payload_base,
+	    "block_length", (unsigned long long)block, "version", in.version, "flags", in.flags,
+	    "payload_verified", verified ? Py_True : Py_False, "direct",
+	    in.direct ? Py_True : Py_False, "source", src ? src : "unknown", "direct_fallback",
+	    in.direct_fallback, "uring_fallback", in.uring_fallback, "advice_errno",
+	    in.advice_errno, "dio_align", in.dio_align, "pinned", (unsigned long long)pinned,
+	    "shards", owner_shards(o), "auto_choice", choice);
+}
+
+static PyObject *dir_get_paths(DirObject *self, void *c)
+{
+	(void)c;
+	OwnerObject *o = dir_owner(self);
+	if (!o)
+		return NULL;
+	uint32_t n = owner_shards(o);
+	PyObject *list = PyList_New(n);
+	for (uint32_t s = 0; list && s < n; s++) {
+		PyObject *p = PyUnicode_DecodeFSDefault(o->set ? kiln_set_path(o->set, s)
+							       : PyBytes_AS_STRING(o->path));
+		if (!p) {
+			Py_CLEAR(list);
+			break;
+		}
+		PyList_SET_ITEM(list, s, p);
+	}
+	return list;
 }
 
 static PyObject *dir_get_closed(DirObject *self, void *c)
@@ -976,7 +1133,11 @@ static PyObject *dir_get_closed(DirObject *self, void *c)
 }
 
 static PyGetSetDef dir_getset[] = {
-    {"info", (getter)dir_get_info, NULL, "Header fields, sizes and how the bytes were loaded.",
+    {"info", (getter)dir_get_info, NULL,
+     "Header fields, sizes and how the bytes were loaded. For a series (shards > 1) counts and\n"
+     "sizes are totals and the other fields are the first shard's.",
+     NULL},
+    {"paths", (getter)dir_get_paths, NULL, "The files open: one, or every shard of a series.",
      NULL},
     {"closed", (getter)dir_get_closed, NULL, "True after close().", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
@@ -1015,9 +1176,14 @@ static PyObject *dir_repr(DirObject *self)
 {
 	if (!self->owner)
 		return PyUnicode_FromString("<kiln.Dir closed>");
+	OwnerObject *o = self->owner;
 	kiln_dir_info in;
-	kiln_dir_get_info(self->owner->dir, &in);
+	kiln_dir_get_info(owner_shard(o, 0), &in);
 	const char *src = kiln_source_name(in.source);
+	if (o->set)
+		return PyUnicode_FromFormat("<kiln.Dir %llu tensors in %u shards, %s>",
+					    (unsigned long long)owner_count(o), owner_shards(o),
+					    src ? src : "unknown");
 	return PyUnicode_FromFormat("<kiln.Dir %u tensors, %llu bytes, %s>", in.tensor_count,
 				    (unsigned long long)in.block_length, src ? src : "unknown");
 }
@@ -1040,15 +1206,37 @@ static PyTypeObject DirType = {
  * Module functions
  * ------------------------------------------------------------------------------------------- */
 
+/* Whether `path` names a shard of a series: ...-NNNNN-of-MMMMM.klnt with 1 <= N <= M (the
+ * names kiln_set_open takes as a whole series; it checks the rest). */
+static int is_series_name(const char *path)
+{
+	static const char tail[] = "-NNNNN-of-MMMMM.klnt";
+	size_t len = strlen(path), tl = sizeof(tail) - 1;
+	if (len <= tl)
+		return 0;
+	const char *t = path + len - tl;
+	if (t[0] != '-' || memcmp(t + 6, "-of-", 4) || strcmp(t + 15, ".klnt"))
+		return 0;
+	unsigned long a = 0, b = 0;
+	for (int k = 0; k < 5; k++) {
+		if (t[1 + k] < '0' || t[1 + k] > '9' || t[10 + k] < '0' || t[10 + k] > '9')
+			return 0;
+		a = a * 10 + (unsigned long)(t[1 + k] - '0');
+		b = b * 10 + (unsigned long)(t[10 + k] - '0');
+	}
+	return a >= 1 && a <= b;
+}
+
 static PyObject *mod_open(PyObject *mod, PyObject *args, PyObject *kw)
 {
 	(void)mod;
-	static char *kwlist[] = {"path", "source", "direct", "populate", "verify", NULL};
+	static char *kwlist[] = {"path",   "source",        "direct", "populate",
+				 "verify", "copy_on_write", NULL};
 	PyObject *path = NULL;
 	const char *source = "mmap";
-	int direct = 0, populate = 0, verify = 0;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|$sppp:open", kwlist, PyUnicode_FSConverter,
-					 &path, &source, &direct, &populate, &verify))
+	int direct = 0, populate = 0, verify = 0, cow = 1;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|$spppp:open", kwlist, PyUnicode_FSConverter,
+					 &path, &source, &direct, &populate, &verify, &cow))
 		return NULL;
 	kiln_open_options opts;
 	memset(&opts, 0, sizeof(opts));
@@ -1059,10 +1247,13 @@ static PyObject *mod_open(PyObject *mod, PyObject *args, PyObject *kw)
 		opts.source = KILN_SOURCE_READ;
 	else if (!strcmp(source, "uring"))
 		opts.source = KILN_SOURCE_URING;
+	else if (!strcmp(source, "auto"))
+		opts.source = KILN_SOURCE_AUTO;
 	else {
 		Py_DECREF(path);
 		return PyErr_Format(PyExc_ValueError,
-				    "source must be \"mmap\", \"read\" or \"uring\", not \"%s\"",
+				    "source must be \"mmap\", \"read\", \"uring\" or \"auto\", not "
+				    "\"%s\"",
 				    source);
 	}
 	if (direct)
@@ -1071,25 +1262,37 @@ static PyObject *mod_open(PyObject *mod, PyObject *args, PyObject *kw)
 		opts.flags |= KILN_OPEN_POPULATE;
 	if (verify)
 		opts.flags |= KILN_OPEN_VERIFY_PAYLOAD;
+	/* Any DLPack consumer may write (torch has no read-only tensors): a copy-on-write mapping
+	 * turns such a write into a private copy of the page instead of SIGSEGV. Reading costs
+	 * the same; numpy arrays stay read-only regardless. */
+	if (cow && opts.source == KILN_SOURCE_MMAP)
+		opts.flags |= KILN_OPEN_PRIVATE;
 
 	OwnerObject *owner = PyObject_New(OwnerObject, &OwnerType);
 	DirObject *d = owner ? PyObject_New(DirObject, &DirType) : NULL;
 	if (!d) {
 		if (owner) {
 			owner->dir = NULL;
+			owner->set = NULL;
+			owner->path = NULL;
 			Py_DECREF(owner);
 		}
 		Py_DECREF(path);
 		return NULL;
 	}
 	owner->dir = NULL;
+	owner->set = NULL;
+	owner->path = path; /* the owner's reference now */
 	d->owner = owner;
 	kiln_error err;
 	int rc;
 	const char *p = PyBytes_AS_STRING(path);
-	Py_BEGIN_ALLOW_THREADS rc = kiln_dir_open(p, &opts, &owner->dir, &err);
-	Py_END_ALLOW_THREADS Py_DECREF(path);
-	if (rc) {
+	/* A shard name opens the whole series (its siblings found beside it). */
+	int series = is_series_name(p);
+	Py_BEGIN_ALLOW_THREADS rc = series ? kiln_set_open(&p, 1, &opts, &owner->set, &err)
+					   : kiln_dir_open(p, &opts, &owner->dir, &err);
+	Py_END_ALLOW_THREADS if (rc)
+	{
 		Py_DECREF(d);
 		return raise_kiln(rc, &err);
 	}
@@ -1278,9 +1481,14 @@ static PyObject *mod_dtype_bits(PyObject *mod, PyObject *arg)
 
 static PyMethodDef module_methods[] = {
     {"open", (PyCFunction)(void (*)(void))mod_open, METH_VARARGS | METH_KEYWORDS,
-     "open(path, *, source=\"mmap\", direct=False, populate=False, verify=False) -> Dir\n\n"
-     "Open and validate a KLNT file. source: \"mmap\" (read-only mapping), \"read\" or\n"
-     "\"uring\" (the block read into owned memory). Raises a kiln.Error subclass."},
+     "open(path, *, source=\"mmap\", direct=False, populate=False, verify=False,\n"
+     "     copy_on_write=True) -> Dir\n\n"
+     "Open and validate a KLNT file, or a whole series from any of its shards\n"
+     "(STEM-NNNNN-of-MMMMM.klnt). source: \"mmap\" (a mapping), \"read\" or \"uring\" (the\n"
+     "block read into owned memory). copy_on_write (mmap): map copy-on-write, so a consumer\n"
+     "that writes through DLPack (torch) changes a private copy, never the file; False maps\n"
+     "read-only shared, where such a write is a segmentation fault. Raises a kiln.Error\n"
+     "subclass."},
     {"write_file", (PyCFunction)(void (*)(void))mod_write_file, METH_VARARGS | METH_KEYWORDS,
      "write_file(path, tensors, *, sync=True): write a canonical KLNT file; tensors is a\n"
      "sequence of (name or None, dtype name or code, shape, buffer[, fields]), fields a dict\n"

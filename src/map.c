@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The MMAP source: a read-only shared mapping of the file, then the caller's advice, huge pages,
- * and lock or populate. Nothing here reads the mapping during open: the directory is validated
- * from a private copy (src/open.c), so a file that shrinks meanwhile cannot raise SIGBUS.
+ * The MMAP source: a read-only shared mapping of the file (a copy-on-write private one with
+ * KILN_OPEN_PRIVATE), then the caller's advice, huge pages, and lock or populate. Nothing here
+ * reads the mapping during open: the directory is validated from a private copy (src/open.c),
+ * so a file that shrinks meanwhile cannot raise SIGBUS.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -11,11 +12,16 @@
 #include "source.h"
 #include "sys.h"
 
-int kiln__map_attach(struct kiln_dir *dir, const char *path, kiln_error *err)
+int kiln__map_attach(struct kiln_dir *dir, const kiln_open_options *opts, const char *path,
+		     kiln_error *err)
 {
 	if (dir->len == 0)
 		return 0; /* an empty file: validation rejects it with no mapping */
-	void *p = kiln__sys.mmap(NULL, (size_t)dir->len, PROT_READ, MAP_SHARED, dir->fd, 0);
+	/* Copy-on-write needs no write access to the file: pages are copied when written. No
+	 * reservation, or a model larger than memory could not be mapped (see kiln.h). */
+	int cow = opts && (opts->flags & KILN_OPEN_PRIVATE);
+	void *p = kiln__sys.mmap(NULL, (size_t)dir->len, cow ? PROT_READ | PROT_WRITE : PROT_READ,
+				 cow ? MAP_PRIVATE | MAP_NORESERVE : MAP_SHARED, dir->fd, 0);
 	if (p == MAP_FAILED) {
 		int e = dir->map_errno = errno;
 		return kiln__fail_sys(err, e == ENOMEM ? KILN_NOMEM : KILN_IO, e,

@@ -32,10 +32,15 @@ static int check_options(const kiln_open_options *opts, kiln_error *err)
 		    sizeof(*opts));
 	const uint32_t known = KILN_OPEN_VERIFY_PAYLOAD | KILN_OPEN_ALLOW_TRAILING |
 			       KILN_OPEN_POPULATE | KILN_OPEN_LOCK | KILN_OPEN_HUGEPAGE |
-			       KILN_OPEN_DIRECT;
+			       KILN_OPEN_DIRECT | KILN_OPEN_PRIVATE;
 	if (opts->flags & ~known)
 		return kiln__fail_inval(err, KILN_NO_INDEX, "flags", "unknown open flags 0x%x",
 					opts->flags & ~known);
+	/* Every page of a writable private mapping is copied when it is locked. */
+	if ((opts->flags & KILN_OPEN_PRIVATE) && (opts->flags & KILN_OPEN_LOCK))
+		return kiln__fail_inval(err, KILN_NO_INDEX, "flags",
+					"KILN_OPEN_PRIVATE with KILN_OPEN_LOCK would copy every "
+					"page of the file into memory");
 	if (opts->source > KILN_SOURCE_AUTO)
 		return kiln__fail_inval(err, KILN_NO_INDEX, "source", "unknown source %u",
 					opts->source);
@@ -171,6 +176,10 @@ int kiln_dir_parse(const void *buf, size_t len, const kiln_open_options *opts, k
 	int rc = check_options(opts, err);
 	if (rc)
 		return rc;
+	if (opts && (opts->flags & KILN_OPEN_PRIVATE))
+		return kiln__fail_inval(err, KILN_NO_INDEX, "flags",
+					"KILN_OPEN_PRIVATE applies to mapped files; a borrowed "
+					"buffer is the caller's to copy");
 	struct kiln_dir *dir = kiln__dir_new(opts, err);
 	if (!dir)
 		return KILN_NOMEM;
@@ -354,7 +363,7 @@ static int read_directory(struct kiln_dir *dir, const kiln_open_options *opts, c
 	dir->filled[0] = KILN__HEADER_SIZE;
 	dir->filled[1] = KILN__HEADER_SIZE + (uint64_t)dir->info.tensor_count * KILN__DESC_SIZE;
 	if (dir->info.source == KILN_SOURCE_MMAP) {
-		rc = kiln__map_attach(dir, path, err);
+		rc = kiln__map_attach(dir, opts, path, err);
 		if (rc && dir->auto_pending && dir->map_errno == ENODEV) {
 			/* AUTO on a file system that cannot map files: read it instead. */
 			kiln__clear_error(err);

@@ -10,8 +10,10 @@
 
 #include "internal.h"
 
-/* MMAP: map the file's dir->len bytes read-only and set dir->base. Touches no page. */
-int kiln__map_attach(struct kiln_dir *dir, const char *path, kiln_error *err);
+/* MMAP: map the file's dir->len bytes (read-only, or copy-on-write with KILN_OPEN_PRIVATE) and
+ * set dir->base. Touches no page. */
+int kiln__map_attach(struct kiln_dir *dir, const kiln_open_options *opts, const char *path,
+		     kiln_error *err);
 /* MMAP, once the directory is valid: the caller's advice, huge pages, then lock or populate. */
 int kiln__map_finish(struct kiln_dir *dir, const kiln_open_options *opts, kiln_error *err);
 /* Unmap; safe when nothing is mapped. */

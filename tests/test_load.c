@@ -248,6 +248,104 @@ Test(load, copies_from_every_source)
 	}
 }
 
+/* The permissions ("r--s", "rw-p", ...) of the mapping holding `p`, from /proc/self/maps. */
+static const char *map_perms(const void *p)
+{
+	static char perms[8];
+	FILE *f = fopen("/proc/self/maps", "r");
+	cr_assert_not_null(f);
+	unsigned long lo, hi;
+	perms[0] = '\0';
+	while (fscanf(f, "%lx-%lx %4s%*[^\n]", &lo, &hi, perms) == 3)
+		if ((uintptr_t)p >= lo && (uintptr_t)p < hi)
+			break;
+		else
+			perms[0] = '\0';
+	fclose(f);
+	return perms;
+}
+
+/* KILN_OPEN_PRIVATE: writes through a data pointer (what a PyTorch tensor made with DLPack may
+ * do) land in the process's private copy; the file, a second directory and the readers that go
+ * to the file (copy) keep the file's bytes. */
+Test(load, private_mapping_takes_writes_without_changing_the_file)
+{
+	kiln_dir *dir = open_with(KILN_SOURCE_MMAP, KILN_OPEN_PRIVATE, 0, 0);
+	kiln_dir *other = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
+	const kiln_tensor *t = kiln_dir_tensor(dir, 4); /* several MiB: many pages */
+	uint8_t *w = (uint8_t *)t->data;
+	for (uint64_t k = 0; k < t->byte_length; k += 1000)
+		w[k] = (uint8_t)~data[4][k];
+	for (uint64_t k = 0; k < t->byte_length; k += 1000)
+		cr_assert_eq(w[k], (uint8_t)~data[4][k], "the write is visible to the writer");
+	cr_assert_eq(memcmp(kiln_dir_tensor(other, 4)->data, data[4], sizes[4]), 0,
+		     "another directory of the same file sees the file's bytes");
+	uint8_t *buf = malloc(sizes[4]);
+	kiln_error err;
+	cr_assert_eq(kiln_tensor_copy(dir, 4, buf, sizes[4], &err), 0, "%s", err.message);
+	cr_assert_eq(memcmp(buf, data[4], sizes[4]), 0, "copy reads the file");
+	int fd = open(path, O_RDONLY);
+	cr_assert(fd >= 0);
+	cr_assert_eq(pread(fd, buf, sizes[4], (off_t)t->file_offset), (ssize_t)sizes[4]);
+	cr_assert_eq(memcmp(buf, data[4], sizes[4]), 0, "the file is unchanged");
+	close(fd);
+	cr_assert_eq(kiln_dir_verify_payload(dir, &err), 0, "%s", err.message);
+	kiln_dir_close(dir);
+	/* Reopened privately: the writes died with the mapping. */
+	dir = open_with(KILN_SOURCE_MMAP, KILN_OPEN_PRIVATE, 0, 0);
+	expect_same_bytes(dir, "mmap+private");
+	kiln_dir_close(dir);
+	free(buf);
+
+	/* The mappings as the kernel has them: copy-on-write private, and read-only shared
+	 * without the flag (where the same write is SIGSEGV). */
+	cr_assert_str_eq(map_perms(kiln_dir_tensor(other, 4)->data), "r--s");
+	dir = open_with(KILN_SOURCE_MMAP, KILN_OPEN_PRIVATE, 0, 0);
+	cr_assert_str_eq(map_perms(kiln_dir_tensor(dir, 4)->data), "rw-p");
+	kiln_dir_close(dir);
+	kiln_dir_close(other);
+}
+
+/* READ/URING memory is private already: the flag is accepted and writes stay in the block. */
+Test(load, private_flag_with_owned_memory)
+{
+	for (unsigned src = KILN_SOURCE_READ; src <= KILN_SOURCE_URING; src++) {
+		kiln_dir *dir = open_with(src, KILN_OPEN_PRIVATE, 0, 0);
+		expect_same_bytes(dir, kiln_source_name(src));
+		uint8_t *w = (uint8_t *)kiln_dir_tensor(dir, 2)->data;
+		w[0] = (uint8_t)~data[2][0];
+		cr_assert_eq(w[0], (uint8_t)~data[2][0]);
+		kiln_dir_close(dir);
+	}
+}
+
+/* Where the flag cannot be kept it is refused, naming the field. */
+Test(load, private_flag_refusals)
+{
+	kiln_open_options o = {.flags = KILN_OPEN_PRIVATE | KILN_OPEN_LOCK};
+	kiln_dir *dir;
+	kiln_error err;
+	cr_assert_eq(kiln_dir_open(path, &o, &dir, &err), KILN_INVAL);
+	cr_assert_str_eq(err.field, "flags");
+	cr_assert(strstr(err.message, "copy every page"), "%s", err.message);
+	cr_assert_null(dir);
+
+	static _Alignas(64) uint8_t buf[4096];
+	kiln_tensor_spec one = {.dtype = KILN_DT_U8, .rank = 1, .shape = {3}, .data = data[0]};
+	blob b = build(&one, 1);
+	cr_assert(b.len <= sizeof(buf));
+	memcpy(buf, b.p, b.len);
+	o.flags = KILN_OPEN_PRIVATE;
+	cr_assert_eq(kiln_dir_parse(buf, b.len, &o, &dir, &err), KILN_INVAL);
+	cr_assert_str_eq(err.field, "flags");
+	cr_assert(strstr(err.message, "mapped files"), "%s", err.message);
+	cr_assert_null(dir);
+	o.flags = 0;
+	cr_assert_eq(kiln_dir_parse(buf, b.len, &o, &dir, &err), 0, "%s", err.message);
+	kiln_dir_close(dir);
+	blob_free(&b);
+}
+
 Test(load, copy_after_truncation_is_an_error_not_a_crash)
 {
 	kiln_dir *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);

@@ -223,7 +223,8 @@ typedef struct kiln_dir_info {
 
 /* Where the bytes of a directory live. */
 enum kiln_source {
-	KILN_SOURCE_MMAP = 0,   /* read-only shared mapping of the file (default for paths) */
+	KILN_SOURCE_MMAP = 0,   /* read-only shared mapping of the file (default for paths);
+				 * copy-on-write with KILN_OPEN_PRIVATE */
 	KILN_SOURCE_BUFFER = 1, /* the caller's buffer, borrowed (kiln_dir_parse) */
 	KILN_SOURCE_READ = 2,   /* the whole block read into owned memory with pread */
 	KILN_SOURCE_URING = 3,  /* the whole block read into owned memory with io_uring */
@@ -274,7 +275,22 @@ enum kiln_open_flags {
 	/* read/uring: bypass the page cache with O_DIRECT, aligned as statx(STATX_DIOALIGN) says
 	 * (else the device's logical block size). Falls back to buffered reads when the file system
 	 * refuses, and says so in kiln_dir_info.direct_fallback. */
-	KILN_OPEN_DIRECT = 1u << 5
+	KILN_OPEN_DIRECT = 1u << 5,
+	/* mmap: map the file copy-on-write (PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE)
+	 * instead of read-only shared, so a consumer that writes through a data pointer (a PyTorch
+	 * tensor made with DLPack: torch has no read-only tensors) gets a private copy of the
+	 * pages it writes instead of SIGSEGV. The file and other processes never see the writes;
+	 * pages only read stay shared with the page cache, so reading costs what the default
+	 * mapping costs. MAP_NORESERVE keeps a mapping larger than memory from being refused under
+	 * the default overcommit heuristic (strict overcommit, mode 2, counts it all and may give
+	 * NOMEM); a write when memory is exhausted then meets the OOM killer, as any write to
+	 * fresh memory does. The writes are the process's view only: kiln_tensor_copy(),
+	 * kiln_stream() and payload verification read the file; KILN_HINT_DONTNEED drops the
+	 * written pages (the file's bytes reappear) and PAGEOUT swaps them. READ/URING ignore it:
+	 * their owned memory is already private and writable (a caller's load buffer is the
+	 * caller's). INVAL with KILN_OPEN_LOCK (mlock of a writable private mapping copies every
+	 * page) and for kiln_dir_parse() (a borrowed buffer cannot be made private). */
+	KILN_OPEN_PRIVATE = 1u << 6
 };
 
 /* Access advice for a mapping (kiln_open_options.advice), applied after validation. */
@@ -317,7 +333,8 @@ typedef struct kiln_open_options {
  * Open the file at `path` and validate its structure (header, descriptors, name heap, pad) in
  * one pass. The file must be exactly one block.
  *
- * With the default MMAP source the file is mapped read-only and only the first payload_base
+ * With the default MMAP source the file is mapped read-only (copy-on-write with
+ * KILN_OPEN_PRIVATE) and only the first payload_base
  * bytes are read; payload pages are not touched unless KILN_OPEN_VERIFY_PAYLOAD, POPULATE, LOCK
  * or WILLNEED ask for it. With READ or URING the header and directory are read and validated
  * first, then the whole block is read into owned, page-aligned memory (so a rejected file costs

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 """Load every tensor of a KLNT file from Python: kiln.safe_open + get_tensor against
 numpy.memmap and numpy.fromfile of the same bytes, cold (page cache dropped for the file) and
-warm, in one run, with ratios.
+warm, interleaved in one run, with medians and ratios.
 
     PYTHONPATH=build/python /usr/bin/python3 python/bench/load.py --size-mib 1024 --dir /var/tmp
 
@@ -50,6 +50,13 @@ def via_kiln(path, layout):
         return [f.get_tensor(k) for k in f.keys()]
 
 
+def via_kiln_shared(path, layout):
+    # The read-only shared mapping (copy_on_write=False): what the default's private mapping
+    # costs, if anything.
+    with kiln.open(path, copy_on_write=False) as d:
+        return [t.numpy() for t in d]
+
+
 def via_memmap(path, layout):
     return [np.memmap(path, np.float32, "r", offset=off, shape=(n,)) for off, n in layout]
 
@@ -59,14 +66,20 @@ def via_fromfile(path, layout):
 
 
 METHODS = [("numpy.memmap", via_memmap), ("kiln.safe_open", via_kiln),
-           ("numpy.fromfile", via_fromfile)]
+           ("kiln shared map", via_kiln_shared), ("numpy.fromfile", via_fromfile)]
+
+
+def median(xs):
+    xs = sorted(xs)
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size-mib", type=int, default=1024)
     ap.add_argument("--tensors", type=int, default=64)
-    ap.add_argument("--runs", type=int, default=3, help="best of this many per case")
+    ap.add_argument("--runs", type=int, default=7, help="runs of every case; medians reported")
     ap.add_argument("--dir", default=None, help="where the file goes (default: $TMPDIR)")
     ap.add_argument("--keep", action="store_true")
     args = ap.parse_args()
@@ -79,15 +92,16 @@ def main():
             layout = [(t.file_offset, t.count) for t in d]
             nbytes = sum(t.nbytes for t in d)
         want = touch(via_memmap(path, layout))
-        print(f"{args.tensors} f32 tensors, {nbytes / 2**20:.0f} MiB of payload; best of "
-              f"{args.runs}; get = every tensor, read = get + every byte summed")
-        print(f"{'method':16} {'state':5} {'get ms':>9} {'read ms':>9} {'GB/s':>7} "
-              f"{'read vs memmap':>15}")
-        results = {}
-        for state in ("cold", "warm"):
-            for name, fn in METHODS:
-                best_get = best_read = float("inf")
-                for _ in range(args.runs):
+        print(f"{args.tensors} f32 tensors, {nbytes / 2**20:.0f} MiB of payload; median of "
+              f"{args.runs} interleaved runs; get = every tensor, read = get + every byte "
+              f"summed")
+        # Interleaved: each run measures every method once, in an order that rotates, so drift
+        # in the machine (other load, host cache) falls on all of them alike.
+        times = {(name, state): ([], []) for name, _ in METHODS for state in ("cold", "warm")}
+        for run in range(args.runs):
+            order = METHODS[run % len(METHODS):] + METHODS[:run % len(METHODS)]
+            for state in ("cold", "warm"):
+                for name, fn in order:
                     if state == "cold":
                         drop_cache(path)
                     else:
@@ -99,11 +113,19 @@ def main():
                     t2 = time.perf_counter()
                     assert got == want, f"{name}: wrong bytes"
                     del arrays
-                    best_get, best_read = min(best_get, t1 - t0), min(best_read, t2 - t0)
-                results[name, state] = best_read
-                ratio = best_read / results["numpy.memmap", state]
-                print(f"{name:16} {state:5} {best_get * 1e3:9.2f} {best_read * 1e3:9.2f} "
-                      f"{nbytes / best_read / 1e9:7.2f} {ratio:15.2f}")
+                    times[name, state][0].append(t1 - t0)
+                    times[name, state][1].append(t2 - t0)
+        print(f"{'method':16} {'state':5} {'get ms':>9} {'read ms':>9} {'read range ms':>15} "
+              f"{'GB/s':>7} {'get vs memmap':>14} {'read vs memmap':>15}")
+        for state in ("cold", "warm"):
+            base_get = median(times["numpy.memmap", state][0])
+            base_read = median(times["numpy.memmap", state][1])
+            for name, _ in METHODS:
+                g, r = (median(x) for x in times[name, state])
+                lo, hi = min(times[name, state][1]), max(times[name, state][1])
+                spread = f"{lo * 1e3:.0f}-{hi * 1e3:.0f}"
+                print(f"{name:16} {state:5} {g * 1e3:9.2f} {r * 1e3:9.2f} {spread:>15} "
+                      f"{nbytes / r / 1e9:7.2f} {g / base_get:14.2f} {r / base_read:15.2f}")
         print("(in a VM the host may still cache a 'cold' file; cold here means "
               "POSIX_FADV_DONTNEED on the guest's page cache)")
     finally:

@@ -2,16 +2,23 @@
 """kiln: validated, zero-copy loading of KLNT v2 tensor files.
 
 Native API: ``kiln.open(path)`` gives a ``Dir`` of ``Tensor`` views; ``Tensor.numpy()`` and
-``Tensor.__dlpack__()`` view the payload without copying.
+``Tensor.__dlpack__()`` view the payload without copying. ``path`` may be one file or any shard
+of a series (``STEM-NNNNN-of-MMMMM.klnt``): a shard opens the whole series as one ``Dir``.
 
 safetensors-style API: ``safe_open``, ``load_file``, ``save_file``.
 
 Lifetime: arrays and tensors view the file's mapping (or the block read into memory with
 ``source="read"``/``"uring"``). Closing a ``Dir`` or leaving a ``with`` block does not unmap
 while any of them is alive: the directory is closed when the last array, DLPack capsule,
-``Tensor`` view or ``Dir`` using it is gone. The arrays are read-only; a tensor made by
-``torch.from_dlpack`` is not marked read-only (DLPack v0.x has no such flag) and must not be
-written (for the mmap source a write is a segmentation fault).
+``Tensor`` view or ``Dir`` using it is gone.
+
+Writes: numpy arrays are read-only (``writeable=False``). PyTorch has no read-only tensors, so
+a tensor made by ``torch.from_dlpack`` (or ``safe_open(framework="pt")``) is writable; the file
+is therefore mapped copy-on-write (``kiln.open(copy_on_write=True)``, the default), and a write
+changes a private copy of the page: never the file, never another ``open`` of it, but it is
+seen by the other arrays and tensors of the same ``Dir``, which share the mapping (as with
+safetensors). ``copy_on_write=False`` maps read-only shared: a write is then a segmentation
+fault. With ``source="read"``/``"uring"`` the block is in private memory already.
 
 Errors: ``kiln.Error`` (attributes ``code``, ``cls``, ``tensor``, ``field``, ``offset``,
 ``errno``) with ``FormatError`` (``FrameError``, ``FormatTypeError``, ``LimitError``,
@@ -135,8 +142,10 @@ class safe_open:
     """``safe_open(path, framework="np"|"pt", device="cpu")``, as in safetensors.
 
     get_tensor() returns a read-only numpy array viewing the file ("np"), or a torch tensor made
-    with DLPack ("pt", same memory: do not write it). Arrays outlive the ``with`` block safely.
-    keys() lists the named tensors, sorted, without the metadata tensor.
+    with DLPack ("pt", same memory, copy-on-write: a write changes this process's copy only).
+    Arrays outlive the ``with`` block safely. ``filename`` may be any shard of a series: keys(),
+    get_tensor() and get_slice() then cover every shard. keys() lists the named tensors,
+    sorted, without the metadata tensor.
     """
 
     def __init__(self, filename, framework="np", device="cpu"):
@@ -206,19 +215,40 @@ def _spec(name, value):
     return (name, dtype, arr.shape, arr.reshape(-1).view(_np.uint8))
 
 
+def _metadata_spec(metadata):
+    """The metadata document of the converters' convention (docs/convert.md) as a u8 tensor:
+    the str -> str dict is safetensors' __metadata__, so `klnt export --to safetensors` writes
+    it back as such. The file was made by kiln, hence "source": "klnt"."""
+    if not isinstance(metadata, dict):
+        raise TypeError(f"metadata must be a dict of str to str, not {type(metadata).__name__}")
+    for k, v in metadata.items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise TypeError(f"metadata must map str to str; {k!r}: {v!r} is "
+                            f"{type(k).__name__} to {type(v).__name__}")
+    doc = {"kiln.metadata": 1, "source": "klnt", "safetensors": {"metadata": metadata}}
+    # surrogatepass is not allowed: a lone surrogate is no UTF-8, and encode() says so.
+    raw = _json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return (METADATA_TENSOR, "u8", (len(raw),), raw)
+
+
 def save_file(tensors, filename, metadata=None):
     """Write ``tensors`` (name -> numpy array or torch tensor) as a canonical KLNT file.
 
-    The file replaces ``filename`` atomically. ``metadata`` is not written yet: a non-empty
-    dict raises NotImplementedError rather than being dropped.
+    The file replaces ``filename`` atomically. ``metadata`` (a dict of str to str, as
+    safetensors' ``__metadata__``) is kept in the converters' metadata document (the last
+    tensor, ``kiln.metadata``): ``safe_open().metadata()`` returns it and ``klnt export --to
+    safetensors`` writes it as ``__metadata__``. ``None`` writes no document.
     """
-    if metadata:
-        # TODO: store it under the converters' metadata convention (docs/convert.md).
-        raise NotImplementedError("save_file: metadata is not supported yet")
     for name in tensors:
         if not isinstance(name, str):
             raise TypeError(f"tensor names must be str, not {type(name).__name__}")
         if not name:
             raise ValueError("tensor names must not be empty (KLNT has no empty names)")
+        if name == METADATA_TENSOR:
+            raise ValueError(f"{METADATA_TENSOR!r} is reserved for the metadata document; "
+                             f"pass metadata= instead")
+    meta = None if metadata is None else _metadata_spec(metadata)
     specs = [_spec(name, value) for name, value in tensors.items()]
+    if meta:
+        specs.append(meta)
     write_file(filename, specs)

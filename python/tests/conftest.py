@@ -1,10 +1,19 @@
 # SPDX-License-Identifier: MIT
 """Shared helpers for the kiln module's tests (run by ctest as the `python` test)."""
 
+import importlib.util
 import os
 import pathlib
+import sys
 
 import pytest
+
+# `/usr/bin/python3 -m pytest python/tests` from the source tree: when no kiln is importable
+# (ctest sets PYTHONPATH; an install puts it in dist-packages), use the default build directory.
+if importlib.util.find_spec("kiln") is None:
+    _built = pathlib.Path(__file__).resolve().parents[2] / "build" / "python"
+    if (_built / "kiln").is_dir():
+        sys.path.insert(0, str(_built))
 
 GOLDEN = pathlib.Path(
     os.environ.get("KILN_GOLDEN_DIR", pathlib.Path(__file__).resolve().parents[2] / "golden"))

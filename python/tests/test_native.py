@@ -19,7 +19,7 @@ def path(tmp_path):
     return p
 
 
-@pytest.mark.parametrize("source", ["mmap", "read", "uring"])
+@pytest.mark.parametrize("source", ["mmap", "read", "uring", "auto"])
 def test_copy_is_writable_and_separate(path, source):
     with kiln.open(path, source=source) as d:
         for k, v in DATA.items():
@@ -159,3 +159,18 @@ def test_names_with_nul_and_unicode(tmp_path):
         assert "a\0" not in d
     with pytest.raises(ValueError, match="empty"):
         kiln.save_file({"": np.zeros(1)}, p)
+
+
+def test_auto_source_maps_a_cached_file(path):
+    # The file was just written, so it is in the page cache: AUTO keeps the mapping as it is.
+    with open(path, "rb") as f:
+        f.read()
+    with kiln.open(path, source="auto") as d:
+        assert d.info["source"] == "mmap"
+        assert d.info["auto_choice"] == "cached"
+        for k, v in DATA.items():
+            np.testing.assert_array_equal(d[k].numpy(), v)
+    with kiln.open(path) as d:
+        assert d.info["auto_choice"] == ""
+    with pytest.raises(ValueError, match="auto"):
+        kiln.open(path, source="tape")

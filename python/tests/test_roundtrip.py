@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: MIT
 """save_file -> safe_open / load_file / kiln.open round trips for every numpy-native dtype."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -89,8 +91,6 @@ def test_save_rejects(tmp_path):
     path = str(tmp_path / "bad.klnt")
     with pytest.raises(TypeError, match="complex"):
         kiln.save_file({"c": np.zeros(2, np.complex64)}, path)
-    with pytest.raises(NotImplementedError):
-        kiln.save_file({"a": np.zeros(2)}, path, metadata={"format": "np"})
     with pytest.raises(TypeError):
         kiln.save_file({1: np.zeros(2)}, path)
     with pytest.raises(ValueError):
@@ -133,3 +133,71 @@ def test_metadata_read_from_the_converters_tensor(tmp_path):
         kiln.write_file(p, [(kiln.METADATA_TENSOR, "u8", (len(bad),), bad)])
         with kiln.safe_open(p, "np") as f:
             assert f.metadata() == {} and f.keys() == []
+
+
+def test_save_file_metadata_round_trip(tmp_path):
+    """save_file(metadata=) keeps the dict under the converters' convention; metadata() reads it."""
+    import json
+
+    p = str(tmp_path / "meta.klnt")
+    meta = {"format": "pt", "ünïcode": "värde ✓", "empty": "", "quote\"s": "{\"json\": 1}"}
+    kiln.save_file({"w": np.arange(3, dtype=np.float32)}, p, metadata=meta)
+    with kiln.safe_open(p, "np") as f:
+        assert f.metadata() == meta
+        assert f.keys() == ["w"]
+    with kiln.open(p) as d:
+        t = d[len(d) - 1]  # the document is the last tensor (docs/convert.md)
+        assert t.name == kiln.METADATA_TENSOR and t.dtype == "u8" and t.rank == 1
+        doc = json.loads(t.numpy().tobytes().decode("utf-8"))
+    assert doc == {"kiln.metadata": 1, "source": "klnt", "safetensors": {"metadata": meta}}
+    # None writes no document; {} writes an empty one.
+    kiln.save_file({"w": np.zeros(1)}, p, metadata=None)
+    with kiln.open(p) as d:
+        assert kiln.METADATA_TENSOR not in d
+    kiln.save_file({"w": np.zeros(1)}, p, metadata={})
+    with kiln.safe_open(p, "np") as f:
+        assert f.metadata() == {} and f.keys() == ["w"]
+
+
+@pytest.mark.parametrize("bad", [{"n": 1}, {1: "x"}, {"a": None}, [("a", "b")], "a=b"])
+def test_save_file_metadata_must_be_str_to_str(tmp_path, bad):
+    p = tmp_path / "bad.klnt"
+    with pytest.raises(TypeError, match="metadata"):
+        kiln.save_file({"a": np.zeros(2)}, str(p), metadata=bad)
+    assert not p.exists()
+
+
+def test_save_file_reserves_the_metadata_name(tmp_path):
+    with pytest.raises(ValueError, match="reserved"):
+        kiln.save_file({kiln.METADATA_TENSOR: np.zeros(2, np.uint8)}, str(tmp_path / "r.klnt"))
+
+
+def test_save_file_metadata_through_klnt_export(tmp_path):
+    """klnt export --to safetensors of a save_file output restores __metadata__ exactly."""
+    import json
+    import struct
+    import subprocess
+
+    import pathlib
+
+    klnt = os.environ.get("KILN_KLNT") or str(
+        pathlib.Path(__file__).resolve().parents[2] / "build" / "klnt")
+    if not os.path.exists(klnt):
+        pytest.skip(f"the klnt CLI is not built ({klnt}; KILN_KLNT names it)")
+    p, out = str(tmp_path / "m.klnt"), str(tmp_path / "m.safetensors")
+    meta = {"format": "pt", "note": "ünïcode ✓", "k": ""}
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    kiln.save_file({"w": w}, p, metadata=meta)
+    # The CLI links its own sanitizer runtime (if any): not the one preloaded into Python.
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    r = subprocess.run([klnt, "export", "--to", "safetensors", "-o", out, p],
+                       capture_output=True, env=env)
+    assert r.returncode == 0, r.stderr
+    raw = open(out, "rb").read()
+    (hlen,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + hlen].decode("utf-8"))
+    assert header["__metadata__"] == meta
+    assert header["w"]["dtype"] == "F32" and header["w"]["shape"] == [2, 3]
+    start, end = header["w"]["data_offsets"]
+    data = raw[8 + hlen + start:8 + hlen + end]
+    np.testing.assert_array_equal(np.frombuffer(data, np.float32).reshape(2, 3), w)

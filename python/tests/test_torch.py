@@ -97,3 +97,79 @@ def test_float8(f8path):
             f.get_tensor("q")
     with kiln.open(f8path) as d:
         assert torch.from_dlpack(d["q"].to_dlpack(raw=True)).tolist() == [0x21, 0x43]
+
+
+def _file_bytes(p):
+    with open(p, "rb") as fh:
+        return fh.read()
+
+
+@pytest.mark.parametrize("how", ["safe_open", "load_file", "from_dlpack", "bf16", "bool"])
+def test_writes_are_private_copies(path, how):
+    """torch has no read-only tensors: a write lands in a private copy of the page (the file is
+    mapped copy-on-write), never in the file or another open of it, and never faults."""
+    before = _file_bytes(path)
+    if how == "safe_open":
+        with kiln.safe_open(path, framework="pt") as f:
+            x = f.get_tensor("f")
+    elif how == "load_file":
+        x = kiln.load_file(path, framework="pt")["f"]
+    elif how == "from_dlpack":
+        with kiln.open(path) as d:
+            x = torch.from_dlpack(d["f"])
+    elif how == "bf16":
+        with kiln.safe_open(path, framework="pt") as f:
+            x = f.get_tensor("bf")
+    else:
+        with kiln.safe_open(path, framework="pt") as f:
+            x = f.get_tensor("b")
+    gc.collect()
+    if x.dtype == torch.bool:
+        x.fill_(False)
+        assert not x.any()
+    else:
+        x.fill_(7)
+        x[0] = -1
+        assert float(x[0].flatten()[0]) == -1.0 and float(x.flatten()[-1]) == 7.0
+    assert _file_bytes(path) == before, "the file is unchanged"
+    with kiln.safe_open(path, framework="pt") as f:
+        assert torch.equal(f.get_tensor("f"), torch.arange(24, dtype=torch.float32).reshape(4, 6))
+        assert f.get_tensor("b").tolist() == [True, False, True]
+    with kiln.safe_open(path, framework="np") as f:
+        assert f.get_tensor("f").ravel().tolist() == list(range(24))
+
+
+def test_writes_are_seen_within_one_open(path):
+    """Tensors of one open share the mapping (as safetensors' do): a write is seen by them all,
+    and numpy arrays stay read-only."""
+    with kiln.safe_open(path, framework="pt") as f:
+        a, b = f.get_tensor("f"), f.get_tensor("f")
+        a[0, 0] = 99.0
+        assert float(b[0, 0]) == 99.0
+    with kiln.safe_open(path, framework="np") as f:
+        assert not f.get_tensor("f").flags.writeable
+
+
+def test_read_only_mapping_is_still_available(path):
+    """copy_on_write=False maps read-only shared: what makes the default necessary (a write
+    through torch is then SIGSEGV), shown in a child process."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    code = ("import sys, torch, kiln\n"
+            "d = kiln.open(sys.argv[1], copy_on_write=False)\n"
+            "x = torch.from_dlpack(d['f'])\n"
+            "x[0, 0] = 1.0\n"
+            "print('wrote')\n")
+    # Under the ASan build the preloaded runtime would turn the signal into its own report.
+    asan = os.environ.get("ASAN_OPTIONS", "")
+    env = dict(os.environ, PYTHONFAULTHANDLER="", ASAN_OPTIONS=f"{asan}:handle_segv=0".lstrip(":"),
+               PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(kiln.__file__)),
+                                           os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-c", code, path], capture_output=True, env=env)
+    assert r.returncode == -signal.SIGSEGV, (r.returncode, r.stdout, r.stderr)
+    r = subprocess.run([sys.executable, "-c", code.replace("False", "True"), path],
+                       capture_output=True, env=env)
+    assert r.returncode == 0 and r.stdout.strip() == b"wrote", r.stderr
