@@ -461,3 +461,85 @@ int kiln_set_stream(const kiln_set *set, const uint64_t *tensors, uint32_t count
 	free(ranges);
 	return rc;
 }
+
+/* A shard's failure, told in the set's terms: the set index, and the shard's file. */
+static int shard_failed(const kiln_set *set, uint32_t shard, uint64_t index, int rc,
+			kiln_error *err)
+{
+	if (err) {
+		char msg[2 * sizeof(err->message)];
+		snprintf(msg, sizeof(msg), "%s: %s", set->paths[shard], err->message);
+		memcpy(err->message, msg, sizeof(err->message) - 1);
+		err->message[sizeof(err->message) - 1] = '\0';
+		err->tensor = index > UINT32_MAX ? KILN_NO_INDEX : (uint32_t)index;
+	}
+	return rc;
+}
+
+/* Tensor `index` of the set: its shard and index there, or INVAL. */
+static int locate(const kiln_set *set, uint64_t index, uint32_t *shard, uint32_t *local,
+		  kiln_error *err)
+{
+	if (!set)
+		return kiln__fail_inval(err, KILN_NO_INDEX, NULL, "set is NULL");
+	const kiln_tensor *t = kiln_set_tensor(set, index, shard);
+	if (!t)
+		return kiln__fail_inval(err, KILN_NO_INDEX, NULL,
+					"tensor %" PRIu64 " is out of range (count %" PRIu64 ")",
+					index, set->count);
+	*local = t->index;
+	return 0;
+}
+
+int kiln_set_hint(const kiln_set *set, const uint64_t *tensors, uint32_t count, unsigned hint,
+		  kiln_error *err)
+{
+	kiln__clear_error(err);
+	if (!set || (!tensors && count))
+		return kiln__fail_inval(err, KILN_NO_INDEX, NULL, "set or tensors is NULL");
+	/* Every index is checked before any advice is given, so a bad list changes nothing. */
+	for (uint32_t k = 0; k < count; k++) {
+		uint32_t shard, local;
+		int rc = locate(set, tensors[k], &shard, &local, err);
+		if (rc)
+			return rc;
+	}
+	for (uint32_t k = 0; k < count; k++) {
+		uint32_t shard, local;
+		locate(set, tensors[k], &shard, &local, NULL);
+		int rc = kiln_tensor_hint(set->dirs[shard], &local, 1, hint, err);
+		if (rc)
+			return shard_failed(set, shard, tensors[k], rc, err);
+	}
+	return 0;
+}
+
+int kiln_set_copy(const kiln_set *set, uint64_t index, void *dst, size_t cap, kiln_error *err)
+{
+	kiln__clear_error(err);
+	uint32_t shard, local;
+	int rc = locate(set, index, &shard, &local, err);
+	if (!rc && (rc = kiln_tensor_copy(set->dirs[shard], local, dst, cap, err)))
+		return shard_failed(set, shard, index, rc, err);
+	return rc;
+}
+
+int kiln_set_pin(kiln_set *set, uint64_t index, const kiln_pin_hooks *hooks, kiln_error *err)
+{
+	kiln__clear_error(err);
+	uint32_t shard, local;
+	int rc = locate(set, index, &shard, &local, err);
+	if (!rc && (rc = kiln_tensor_pin(set->dirs[shard], local, hooks, err)))
+		return shard_failed(set, shard, index, rc, err);
+	return rc;
+}
+
+int kiln_set_unpin(kiln_set *set, uint64_t index, kiln_error *err)
+{
+	kiln__clear_error(err);
+	uint32_t shard, local;
+	int rc = locate(set, index, &shard, &local, err);
+	if (!rc && (rc = kiln_tensor_unpin(set->dirs[shard], local, err)))
+		return shard_failed(set, shard, index, rc, err);
+	return rc;
+}

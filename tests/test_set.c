@@ -326,3 +326,67 @@ Test(set, one_stream_across_shards)
 	kiln_set_close(set);
 	free(p1), free(p2), free(p3), free(dir);
 }
+
+/* ---- hints, copies and pins by set index ---------------------------------------------- */
+
+static int pins_seen;
+static int count_pin(void *ctx, void *ptr, size_t len, kiln_error *why)
+{
+	(void)ctx, (void)ptr, (void)len, (void)why;
+	pins_seen++;
+	return 0;
+}
+static void count_unpin(void *ctx, void *ptr, size_t len)
+{
+	(void)ctx, (void)ptr, (void)len;
+	pins_seen--;
+}
+
+Test(set, copy_hint_and_pin_by_set_index)
+{
+	char *p1, *p2, *p3;
+	char *dir = series(&p1, &p2, &p3);
+	kiln_set *set;
+	kiln_error err;
+	cr_assert_eq(kiln_set_open((const char *const[]){p2}, 1, NULL, &set, &err), 0);
+	for (uint64_t i = 0; i < 5; i++) {
+		uint32_t s;
+		const kiln_tensor *t = kiln_set_tensor(set, i, &s);
+		uint8_t b = 0;
+		cr_assert_eq(kiln_set_copy(set, i, &b, 1, &err), 0, "%s", err.message);
+		cr_assert_eq(b, (uint8_t)((s + 1) * 16 + t->index), "tensor %llu",
+			     (unsigned long long)i);
+	}
+	/* Hints across shards in one call; a bad index anywhere in the list changes nothing. */
+	const uint64_t all[] = {4, 0, 2, 1, 3};
+	for (unsigned h = KILN_HINT_WILLNEED; h <= KILN_HINT_COLD; h++) {
+		int rc = kiln_set_hint(set, all, 5, h, &err);
+		cr_assert(rc == 0 || rc == KILN_UNSUPPORTED, "hint %u: %s", h, err.message);
+	}
+	const uint64_t bad[] = {0, 5};
+	cr_assert_eq(kiln_set_hint(set, bad, 2, KILN_HINT_WILLNEED, &err), KILN_INVAL);
+	cr_assert_not_null(strstr(err.message, "tensor 5 is out of range"), "%s", err.message);
+	cr_assert_eq(kiln_set_hint(set, all, 5, 99, &err), KILN_INVAL);
+	cr_assert_not_null(strstr(err.message, "model-00003-of-00003.klnt: "),
+			   "a shard's failure names its file (set index 4 is in shard 3): %s",
+			   err.message);
+	cr_assert_eq(err.tensor, 4, "and the set index");
+	/* Pins: by set index, on the right shard, nesting and undone the same way. */
+	kiln_pin_hooks hooks = {.pin = count_pin, .unpin = count_unpin};
+	int rc = kiln_set_pin(set, 3, &hooks, &err);
+	if (rc == KILN_IO && err.sys_errno)
+		cr_skip_test("mlock refused here: %s", err.message);
+	cr_assert_eq(rc, 0, "%s", err.message);
+	cr_assert_eq(pins_seen, 1);
+	kiln_dir_info info;
+	kiln_dir_get_info(kiln_set_shard(set, 2), &info);
+	cr_assert_eq(info.pinned, 1, "set index 3 is in the third shard");
+	cr_assert_eq(kiln_set_unpin(set, 3, &err), 0, "%s", err.message);
+	cr_assert_eq(pins_seen, 0);
+	cr_assert_eq(kiln_set_unpin(set, 3, &err), KILN_INVAL, "not pinned any more");
+	cr_assert_not_null(strstr(err.message, "model-00003-of-00003.klnt: "), "%s", err.message);
+	cr_assert_eq(kiln_set_pin(set, 7, &hooks, &err), KILN_INVAL);
+	cr_assert_eq(kiln_set_copy(NULL, 0, NULL, 0, &err), KILN_INVAL);
+	kiln_set_close(set);
+	free(p1), free(p2), free(p3), free(dir);
+}

@@ -421,8 +421,9 @@ KILN_API int kiln_validate(const void *buf, size_t len, uint32_t flags, kiln_err
  * the converters write). A set opens every shard with kiln_dir_open (each is validated alone,
  * with the same options, so scale references stay inside a shard) and adds one namespace: a
  * global index and O(1) lookup by name across the shards. A name in two shards is TYPE.
- * Views come from the shards' directories and live until kiln_set_close(); to copy, stream,
- * hint or pin a tensor, pass its shard's directory (kiln_set_shard()) and the view's index.
+ * Views come from the shards' directories and live until kiln_set_close(). Streams, hints,
+ * copies and pins take set indices (kiln_set_stream(), kiln_set_hint(), ...); every other
+ * per-directory call takes the shard's directory (kiln_set_shard()) and the view's index.
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct kiln_set kiln_set;
@@ -718,6 +719,22 @@ KILN_API int kiln_tensor_pin(kiln_dir *dir, uint32_t index, const kiln_pin_hooks
 /* Undo one kiln_tensor_pin() of `index`: call the unpin hook given at pin time, then munlock.
  * Returns 0, or INVAL when the tensor is not pinned. */
 KILN_API int kiln_tensor_unpin(kiln_dir *dir, uint32_t index, kiln_error *err);
+
+/*
+ * The same over a set, tensors given by their set index (kiln_set_tensor()), from any shards in
+ * one call: kiln_set_hint() checks every index before advising any; kiln_set_copy(),
+ * kiln_set_pin() and kiln_set_unpin() act on one tensor. Loading many tensors across shards with
+ * one queue of reads is kiln_set_stream(). Errors are those of the per-directory calls, INVAL
+ * for an index out of range; a shard's failure names the set index in err->tensor and starts
+ * its message with the shard's path.
+ */
+KILN_API int kiln_set_hint(const kiln_set *set, const uint64_t *tensors, uint32_t count,
+			   unsigned hint, kiln_error *err);
+KILN_API int kiln_set_copy(const kiln_set *set, uint64_t index, void *dst, size_t cap,
+			   kiln_error *err);
+KILN_API int kiln_set_pin(kiln_set *set, uint64_t index, const kiln_pin_hooks *hooks,
+			  kiln_error *err);
+KILN_API int kiln_set_unpin(kiln_set *set, uint64_t index, kiln_error *err);
 
 /* ---------------------------------------------------------------------------------------------
  * Writer: the canonical layout
