@@ -517,7 +517,7 @@ int kiln_set_hint(const kiln_set *set, const uint64_t *tensors, uint32_t count, 
 int kiln_set_copy(const kiln_set *set, uint64_t index, void *dst, size_t cap, kiln_error *err)
 {
 	kiln__clear_error(err);
-	uint32_t shard, local;
+	uint32_t shard = 0, local = 0;
 	int rc = locate(set, index, &shard, &local, err);
 	if (!rc && (rc = kiln_tensor_copy(set->dirs[shard], local, dst, cap, err)))
 		return shard_failed(set, shard, index, rc, err);
@@ -527,7 +527,7 @@ int kiln_set_copy(const kiln_set *set, uint64_t index, void *dst, size_t cap, ki
 int kiln_set_pin(kiln_set *set, uint64_t index, const kiln_pin_hooks *hooks, kiln_error *err)
 {
 	kiln__clear_error(err);
-	uint32_t shard, local;
+	uint32_t shard = 0, local = 0;
 	int rc = locate(set, index, &shard, &local, err);
 	if (!rc && (rc = kiln_tensor_pin(set->dirs[shard], local, hooks, err)))
 		return shard_failed(set, shard, index, rc, err);
@@ -537,7 +537,7 @@ int kiln_set_pin(kiln_set *set, uint64_t index, const kiln_pin_hooks *hooks, kil
 int kiln_set_unpin(kiln_set *set, uint64_t index, kiln_error *err)
 {
 	kiln__clear_error(err);
-	uint32_t shard, local;
+	uint32_t shard = 0, local = 0;
 	int rc = locate(set, index, &shard, &local, err);
 	if (!rc && (rc = kiln_tensor_unpin(set->dirs[shard], local, err)))
 		return shard_failed(set, shard, index, rc, err);
