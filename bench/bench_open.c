@@ -9,9 +9,12 @@
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "bench_util.h"
@@ -32,6 +35,61 @@ static void open_body(kb_state *st, uint64_t iters, void *arg)
 	}
 }
 
+/* What the issue's targets are measured as: open, validate, look every tensor up by its name
+ * (by index when unnamed), close. */
+static volatile uintptr_t sink;
+static void open_lookup_body(kb_state *st, uint64_t iters, void *arg)
+{
+	const char *path = arg;
+	for (uint64_t i = 0; i < iters; i++) {
+		kiln_dir *dir;
+		kiln_error err;
+		if (kiln_dir_open(path, NULL, &dir, &err) != 0) {
+			kb_skip(st, err.message);
+			return;
+		}
+		uint32_t n = kiln_dir_count(dir);
+		for (uint32_t k = 0; k < n; k++) {
+			const kiln_tensor *t = kiln_dir_tensor(dir, k);
+			if (t->name_len)
+				t = kiln_dir_find(dir, t->name, t->name_len);
+			sink ^= (uintptr_t)t->data;
+		}
+		kiln_dir_close(dir);
+	}
+}
+
+/* The floor: what any loader of a mapped file pays, with no format at all. */
+static void floor_body(kb_state *st, uint64_t iters, void *arg)
+{
+	const char *path = arg;
+	for (uint64_t i = 0; i < iters; i++) {
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		struct stat sb;
+		if (fd < 0 || fstat(fd, &sb)) {
+			kb_skip(st, "open or fstat failed");
+			return;
+		}
+		void *p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0);
+		if (p == MAP_FAILED) {
+			kb_skip(st, "mmap failed");
+			return;
+		}
+		munmap(p, (size_t)sb.st_size);
+		close(fd);
+	}
+}
+
+/* The target rows for one file: floor, open, open + every lookup. */
+static void register_targets(const char *what, uint32_t count, char *path)
+{
+	char name[128];
+	snprintf(name, sizeof(name), "target/%s/tensors:%u/floor", what, count);
+	kb_register(name, floor_body, path);
+	snprintf(name, sizeof(name), "target/%s/tensors:%u/open_lookup_close", what, count);
+	kb_register(name, open_lookup_body, path);
+}
+
 int main(int argc, char **argv)
 {
 	int smoke = getenv("KILN_BENCH_SMOKE") != NULL;
@@ -43,6 +101,8 @@ int main(int argc, char **argv)
 		char *path = kbu_tensors_file(counts[i], 16, 0, 0);
 		snprintf(name, sizeof(name), "warm_open/unnamed/tensors:%u", counts[i]);
 		kb_register(name, open_body, path);
+		if (counts[i] == 300000)
+			register_targets("unnamed", counts[i], path);
 	}
 	/* Named: each name is hashed and checked for duplicates. The heap's u16 offsets cap how
 	 * many names fit (about 7,000 of this length). */
@@ -51,7 +111,12 @@ int main(int argc, char **argv)
 		char *path = kbu_tensors_file(named[i], 16, 0, 1);
 		snprintf(name, sizeof(name), "warm_open/named/tensors:%u", named[i]);
 		kb_register(name, open_body, path);
+		if (named[i] >= 300)
+			register_targets("named", named[i], path);
 	}
+	/* The 16,000: more short names than one heap holds, so unnamed. */
+	if (!smoke)
+		register_targets("unnamed", 16000, kbu_tensors_file(16000, 16, 0, 0));
 	/* Same tensor count, payload 1 MiB vs 4 GiB (sparse). */
 	char *small = kbu_tensors_file(300, 1u << 20, 0, 1);
 	kb_register("warm_open/named/tensors:300/payload:1MiB", open_body, small);
