@@ -1455,7 +1455,7 @@ int kc_gguf_write(const struct kc_model *m, const char *path, struct kc_progress
 		if (p && !p->total)
 			p->total = total;
 		struct gguf_fill f = {.m = m, .head = &b, .alignment = alignment, .p = p};
-		rc = kc_write_atomic(path, gguf_fill, &f, err);
+		rc = kc_write_atomic(path, gguf_fill, &f, p, err);
 	}
 	free(kvb.p);
 	free(b.p);

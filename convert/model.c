@@ -148,10 +148,10 @@ int kc_copy_payload(const struct kc_model *m, const struct kc_tensor *t, int fd,
 }
 
 int kc_write_atomic(const char *path, int (*fill)(void *ctx, int fd, kiln_error *err), void *ctx,
-		    kiln_error *err)
+		    const struct kc_progress *p, kiln_error *err)
 {
 	/* UNSYNCED comes back as is: the file is complete and in place, not yet durable. */
-	return kiln_write_atomic(path, fill, ctx, 0, err);
+	return kiln_write_atomic(path, fill, ctx, p ? p->write_flags : 0, err);
 }
 
 json_object *kc_json_parse_object(const char *text, size_t len)

@@ -1186,7 +1186,7 @@ int kc_st_write(const struct kc_model *m, const char *path, struct kc_progress *
 	if (p && p->total == 0)
 		p->total = at;
 	struct writer w = {.m = m, .header = text, .header_len = len, .padded = padded, .p = p};
-	rc = kc_write_atomic(path, fill, &w, err);
+	rc = kc_write_atomic(path, fill, &w, p, err);
 out:
 	json_object_put(root);
 	return rc;

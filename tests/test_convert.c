@@ -274,14 +274,15 @@ Test(klnt, names_just_below_the_heap_limit_share_one_file)
 	cr_assert_eq(kc_klnt_write(&m, out, 0, NULL, &res, &err), 0, "%s", err.message);
 	cr_assert_eq(res.files, 2);
 	cr_assert_eq(res.tensors, 1);
+	cr_assert_eq(res.removed, 1); /* edge.klnt, the earlier single file */
 	kc_model_free(&m);
 	/* A layout name counts too: two names of 32762 bytes end at 65524, where the metadata
 	 * name still starts, but the Q4_K layout after it would start at 65537. */
 	make_model(&m, src, 2, 32762);
 	cr_assert_eq(kc_klnt_write(&m, out, 0, NULL, &res, &err), 0, "%s", err.message);
 	cr_assert_eq(res.files, 2, "%u", res.files);
-	cr_assert_eq(count_entries(dir), 3); /* edge.klnt from before, and the series */
-	unlink(out);
+	cr_assert_eq(res.removed, 0); /* the series of 2 before it was overwritten */
+	cr_assert_eq(count_entries(dir), 2);
 	char **paths = series(dir, "edge", 2);
 	expect_series(paths, 2, &m);
 	free_series(paths, 2);
@@ -349,6 +350,93 @@ Test(klnt, max_shard_size_splits_and_keeps_quant_groups)
 	free_series(paths, res.files);
 	kc_model_free(&m);
 	free(out);
+	remove_dir(dir);
+	unlink(src);
+	free(src);
+}
+
+static int exists(const char *dir, const char *name)
+{
+	char *p;
+	cr_assert(asprintf(&p, "%s/%s", dir, name) > 0);
+	struct stat st;
+	int r = lstat(p, &st) == 0;
+	free(p);
+	return r;
+}
+
+/* Writing to OUT again in another form removes the earlier form: a series of another count, the
+ * single file, or a series; only valid KLNT files of exactly those names, never a source. */
+Test(klnt, rewriting_out_removes_the_earlier_form)
+{
+	char *src = make_source(), *dir = temp_dir(), *out, *valid, *p;
+	cr_assert(asprintf(&out, "%s/m.klnt", dir) > 0);
+	cr_assert(asprintf(&valid, "%s/valid.klnt", dir) > 0);
+	struct kc_model m, small;
+	make_model(&m, src, 12, 0);
+	make_model(&small, src, 2, 0);
+	kiln_error err;
+	kiln_convert_result res;
+	cr_assert_eq(kc_klnt_write(&small, valid, 0, NULL, &res, &err), 0, "%s", err.message);
+	/* Decoys that must stay: a valid file of another stem, one whose shard number is past its
+	 * count, a symlink to a valid file, a file of the pattern that is not KLNT. */
+	static const char *const keep[] = {"mm-00001-of-00002.klnt", "m-00009-of-00008.klnt",
+					   "m-00002-of-00099.klnt", "m-00001-of-00099.klnt",
+					   "m-00001-of-00002.klnt.bak"};
+	for (int i = 0; i < 5; i++) {
+		cr_assert(asprintf(&p, "%s/%s", dir, keep[i]) > 0);
+		if (i == 2)
+			cr_assert_eq(symlink(valid, p), 0);
+		else if (i == 3)
+			close(open(p, O_WRONLY | O_CREAT, 0644));
+		else
+			cr_assert_eq(link(valid, p), 0);
+		free(p);
+	}
+	int decoys = 1 + 5;
+
+	cr_assert_eq(kc_klnt_write(&m, out, 300, NULL, &res, &err), 0, "%s", err.message);
+	uint32_t n1 = res.files;
+	cr_assert_gt(n1, 2);
+	cr_assert_eq(res.removed, 0);
+	cr_assert_eq(count_entries(dir), decoys + (int)n1);
+	/* the same count again: overwritten in place, nothing to remove */
+	cr_assert_eq(kc_klnt_write(&m, out, 300, NULL, &res, &err), 0, "%s", err.message);
+	cr_assert_eq(res.removed, 0);
+	cr_assert_eq(count_entries(dir), decoys + (int)n1);
+	/* one file: the series goes */
+	cr_assert_eq(kc_klnt_write(&m, out, 0, NULL, &res, &err), 0, "%s", err.message);
+	cr_assert_eq(res.files, 1);
+	cr_assert_eq(res.removed, n1);
+	cr_assert_eq(count_entries(dir), decoys + 1);
+	cr_assert(exists(dir, "m.klnt"));
+	/* a series: the single file goes */
+	cr_assert_eq(kc_klnt_write(&m, out, 300, NULL, &res, &err), 0, "%s", err.message);
+	cr_assert_eq(res.removed, 1);
+	cr_assert(!exists(dir, "m.klnt"));
+	cr_assert_eq(count_entries(dir), decoys + (int)n1);
+	/* a series of another count: the old series goes */
+	cr_assert_eq(kc_klnt_write(&m, out, 150, NULL, &res, &err), 0, "%s", err.message);
+	uint32_t n2 = res.files;
+	cr_assert_neq(n2, n1);
+	cr_assert(n2 < 8 && n1 < 8, "the decoys name series of 8 and 99: %u, %u", n1, n2);
+	cr_assert_eq(res.removed, n1);
+	cr_assert_eq(count_entries(dir), decoys + (int)n2);
+	char **paths = series(dir, "m", n2);
+	expect_series(paths, n2, &m);
+	/* the series imported into OUT itself: its shards are the sources, so they stay */
+	cr_assert_eq(kiln_import((const char *const *)paths, n2, out, NULL, &res, &err), 0, "%s",
+		     err.message);
+	cr_assert_eq(res.files, 1);
+	cr_assert_eq(res.removed, 0);
+	cr_assert_eq(count_entries(dir), decoys + (int)n2 + 1);
+	for (int i = 0; i < 5; i++)
+		cr_assert(exists(dir, keep[i]), "%s", keep[i]);
+	free_series(paths, n2);
+	kc_model_free(&m);
+	kc_model_free(&small);
+	free(out);
+	free(valid);
 	remove_dir(dir);
 	unlink(src);
 	free(src);
