@@ -1289,7 +1289,7 @@ static int gguf_fill(void *ctx, int fd, kiln_error *err)
 	struct gguf_fill *f = ctx;
 	static const uint8_t zeros[256];
 	int rc = write_all(fd, f->head->p, f->head->len, err);
-	void *buf = malloc(WR_CHUNK);
+	void *buf = kc_copy_buffer(WR_CHUNK);
 	if (!buf)
 		return rc ? rc : nomem(err);
 	for (uint32_t i = 0; i < f->m->n && !rc; i++) {

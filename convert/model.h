@@ -16,6 +16,7 @@
 #include <json-c/json.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h> /* ssize_t; loff_t with _GNU_SOURCE, which every includer defines */
 
 #include "kiln/convert.h"
 #include "kiln/kiln.h"
@@ -85,8 +86,14 @@ struct kc_progress {
 };
 int kc_progress_add(struct kc_progress *p, uint64_t bytes, kiln_error *err);
 
-/* Copy tensor t's payload from its source to fd at the fd's current offset, in chunks through
- * `buf` (cap bytes), reporting progress. IO names the source file and the tensor. */
+/* Copy tensor t's payload from its source to fd at the fd's current offset, reporting progress
+ * as it goes: with copy_file_range where the kernel and file systems allow it, otherwise in
+ * chunks through `buf` (cap bytes, from kc_copy_buffer). IO names the source file and the
+ * tensor. */
+void *kc_copy_buffer(size_t cap); /* page aligned; free() it */
+/* copy_file_range(2), which kc_copy_payload calls through this; tests replace it. */
+extern ssize_t (*kc_copy_file_range)(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out,
+				     size_t len, unsigned flags);
 int kc_copy_payload(const struct kc_model *m, const struct kc_tensor *t, int fd, void *buf,
 		    size_t cap, struct kc_progress *p, kiln_error *err);
 

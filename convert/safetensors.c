@@ -1048,7 +1048,7 @@ static int fill(void *ctx, int fd, kiln_error *err)
 		rc = write_all(fd, "        ", w->padded - w->header_len, err);
 	if (rc)
 		return rc;
-	void *buf = malloc(ST_CHUNK);
+	void *buf = kc_copy_buffer(ST_CHUNK);
 	if (!buf)
 		return nomem(err);
 	for (uint32_t i = 0; i < w->m->n && !rc; i++)
