@@ -22,6 +22,9 @@
 #   default (fsync'ed) against `cp SRC OUT && sync OUT` (sync(1) with a file: fsync of it).
 # Prints, per command, the median wall-clock time with [min-max] over the rounds and the ratio
 # of speeds (the baseline's median time over the command's: 1.00 is as fast, above is faster).
+#
+# KLNT_BEFORE=OTHER_KLNT adds export rows run with another build (say, the commit before a
+# change), in the same rounds.
 set -u
 if [ $# -lt 2 ] || [ $# -gt 3 ]; then
 	echo "usage: $0 KLNT WORK_DIR [ROUNDS]" >&2
@@ -74,6 +77,7 @@ stats() {
 row() { # LABEL BASELINE_LABEL
 	local s b
 	s=$(stats "$1") b=$(stats "$2")
+	# shellcheck disable=SC2086 # the three numbers of $s are three words
 	set -- "$1" "$2" $s ${b%% *}
 	awk -v l="$1" -v m="$3" -v lo="$4" -v hi="$5" -v base="$6" -v bl="$2" 'BEGIN {
 		printf "| %s | %.2f s [%.2f-%.2f] | %.2f (vs %s) |\n", l, m, lo, hi, base / m, bl }'
@@ -83,13 +87,17 @@ phase() { # FORMAT SRC(in $W)
 	local f=$1 src=$2 to=$1
 	cat "$W/m.klnt" "$W/$src" >/dev/null
 	T=()
-	run_phase \
-		"cp $src out|cp \"\$W/$src\" \"\$W/out\"" \
-		"cp $src out && sync out|cp \"\$W/$src\" \"\$W/out\" && sync \"\$W/out\"" \
-		"import --no-sync $f|\"\$KLNT\" import --no-sync -o \"\$W/out.klnt\" \"\$W/$src\"" \
-		"import $f|\"\$KLNT\" import -o \"\$W/out.klnt\" \"\$W/$src\"" \
-		"export --no-sync --to $to|\"\$KLNT\" export --no-sync --to $to -o \"\$W/out\" \"\$W/m.klnt\"" \
-		"export --to $to|\"\$KLNT\" export --to $to -o \"\$W/out\" \"\$W/m.klnt\""
+	local rows=(
+		"cp $src out|cp \"\$W/$src\" \"\$W/out\""
+		"cp $src out && sync out|cp \"\$W/$src\" \"\$W/out\" && sync \"\$W/out\""
+		"import --no-sync $f|\"\$KLNT\" import --no-sync -o \"\$W/out.klnt\" \"\$W/$src\""
+		"import $f|\"\$KLNT\" import -o \"\$W/out.klnt\" \"\$W/$src\""
+		"export --no-sync --to $to|\"\$KLNT\" export --no-sync --to $to -o \"\$W/out\" \"\$W/m.klnt\""
+		"export --to $to|\"\$KLNT\" export --to $to -o \"\$W/out\" \"\$W/m.klnt\"")
+	[ -n "${KLNT_BEFORE:-}" ] && rows+=(
+		"before: export --no-sync --to $to|\"\$KLNT_BEFORE\" export --no-sync --to $to -o \"\$W/out\" \"\$W/m.klnt\""
+		"before: export --to $to|\"\$KLNT_BEFORE\" export --to $to -o \"\$W/out\" \"\$W/m.klnt\"")
+	run_phase "${rows[@]}"
 	echo
 	echo "$f ($(stat -c %s "$W/$src") bytes), $ROUNDS rounds: median [min-max], speed ratio"
 	echo
@@ -98,9 +106,12 @@ phase() { # FORMAT SRC(in $W)
 	row "cp $src out" "cp $src out"
 	row "import --no-sync $f" "cp $src out"
 	row "export --no-sync --to $to" "cp $src out"
+	[ -n "${KLNT_BEFORE:-}" ] && row "before: export --no-sync --to $to" "cp $src out"
 	row "cp $src out && sync out" "cp $src out && sync out"
 	row "import $f" "cp $src out && sync out"
 	row "export --to $to" "cp $src out && sync out"
+	[ -n "${KLNT_BEFORE:-}" ] && row "before: export --to $to" "cp $src out && sync out"
+	return 0
 }
 
 "$KLNT" export --no-sync --to gguf -o "$W/m.gguf" "$W/m.klnt" >/dev/null || exit 1

@@ -116,66 +116,26 @@ int kc_progress_add(struct kc_progress *p, uint64_t bytes, kiln_error *err)
 	return 0;
 }
 
-void *kc_copy_buffer(size_t cap)
+void *kc_copy_buffer(void)
 {
-	/* Page aligned, not 16 bytes past a page boundary where malloc puts a large block: klnt
-	 * bench found copies into such a buffer several times slower here (docs/benchmarks.md). */
+	/* Page aligned, as the core's buffers are since klnt bench found read() into one 16 bytes
+	 * past a page boundary (where malloc puts it) several times slower; for this loop at 1 MiB
+	 * the two measured the same (docs/benchmarks.md). */
 	void *buf = NULL;
 	long page = sysconf(_SC_PAGESIZE);
-	if (posix_memalign(&buf, page > 0 ? (size_t)page : 4096, cap))
+	if (posix_memalign(&buf, page > 0 ? (size_t)page : 4096, KC_COPY_CHUNK))
 		return NULL;
 	return buf;
 }
 
-ssize_t (*kc_copy_file_range)(int, loff_t *, int, loff_t *, size_t, unsigned) = copy_file_range;
-
-/* copy_file_range from the source to fd's offset, in steps of RANGE_STEP: each call has a cost
- * of its own (1 GiB in 4 MiB calls ran about a quarter slower than in one), and 64 MiB still
- * gives a progress callback, and so a chance to cancel, every few hundredths of a second.
- * Returns 0 when everything was copied; -1 when the kernel or the file systems cannot do it (the
- * caller goes on with read and write from *done, which counts what was copied); a kiln code
- * otherwise. */
-#define RANGE_STEP (64u << 20)
-static int copy_range(const struct kc_source *s, const struct kc_tensor *t, int fd, uint64_t *done,
-		      struct kc_progress *p, kiln_error *err)
-{
-	while (*done < t->byte_length) {
-		size_t step = t->byte_length - *done < RANGE_STEP ? (size_t)(t->byte_length - *done)
-								  : RANGE_STEP;
-		loff_t off = (loff_t)(t->src_off + *done);
-		ssize_t r = kc_copy_file_range(s->fd, &off, fd, NULL, step, 0);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0 &&
-		    (errno == EXDEV || errno == ENOSYS || errno == EOPNOTSUPP || errno == EINVAL ||
-		     errno == EBADF || errno == ETXTBSY || errno == EPERM))
-			return -1;
-		if (r <= 0)
-			return kiln_error_set(err, KILN_IO, r < 0 ? errno : EIO,
-					      "%s: tensor %s: copy at offset %" PRIu64
-					      " failed: %s",
-					      s->path, t->name, t->src_off + *done,
-					      r < 0 ? strerror(errno) : "the file ended");
-		*done += (uint64_t)r;
-		int rc = kc_progress_add(p, (uint64_t)r, err);
-		if (rc)
-			return rc;
-	}
-	return 0;
-}
-
 int kc_copy_payload(const struct kc_model *m, const struct kc_tensor *t, int fd, void *buf,
-		    size_t cap, struct kc_progress *p, kiln_error *err)
+		    struct kc_progress *p, kiln_error *err)
 {
 	const struct kc_source *s = &m->srcs[t->src];
-	/* In the kernel where it can (one copy from the source's page cache, or shared extents),
-	 * through buf where it cannot. */
-	uint64_t done = 0;
-	int rc = copy_range(s, t, fd, &done, p, err);
-	if (rc >= 0)
-		return rc;
-	for (; done < t->byte_length;) {
-		size_t step = t->byte_length - done < cap ? (size_t)(t->byte_length - done) : cap;
+	for (uint64_t done = 0; done < t->byte_length;) {
+		size_t step = t->byte_length - done < KC_COPY_CHUNK
+				  ? (size_t)(t->byte_length - done)
+				  : KC_COPY_CHUNK;
 		ssize_t r = pread(s->fd, buf, step, (off_t)(t->src_off + done));
 		if (r < 0 && (errno == EINTR || errno == EAGAIN))
 			continue;
@@ -194,7 +154,8 @@ int kc_copy_payload(const struct kc_model *m, const struct kc_tensor *t, int fd,
 			w += (size_t)k;
 		}
 		done += (uint64_t)r;
-		if ((rc = kc_progress_add(p, (uint64_t)r, err)))
+		int rc = kc_progress_add(p, (uint64_t)r, err);
+		if (rc)
 			return rc;
 	}
 	return 0;
