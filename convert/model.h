@@ -87,11 +87,11 @@ int kc_progress_add(struct kc_progress *p, uint64_t bytes, kiln_error *err);
 
 /* Copy tensor t's payload from its source to fd at the fd's current offset, in chunks of
  * KC_COPY_CHUNK through `buf` (from kc_copy_buffer), reporting progress. IO names the source file
- * and the tensor. 1 MiB: with 4 MiB, GGUF export of 1 GiB ran at half the speed of cp (the
- * buffer no longer stays in the CPU's cache between the read and the write); 0.5 to 2 MiB ran
- * level with it. copy_file_range, tried too, ran a fifth to a third slower than this loop,
- * probably because a payload's offsets in the source and the target differ modulo the page size
- * and the kernel's page-wise copy then splits every page (docs/benchmarks.md). */
+ * and the tensor. 1 MiB: with 4 MiB, GGUF export of 1 GiB ran at half the speed of cp (why was
+ * not pinned down); 0.5 to 2 MiB ran level with it. copy_file_range, tried too, ran a fifth to a
+ * third slower than this loop, probably because a payload's offsets in the source and the target
+ * differ modulo the page size and the kernel's page-wise copy then splits every page
+ * (docs/benchmarks.md). */
 #define KC_COPY_CHUNK (1u << 20)
 void *kc_copy_buffer(void); /* KC_COPY_CHUNK bytes, page aligned; free() it */
 int kc_copy_payload(const struct kc_model *m, const struct kc_tensor *t, int fd, void *buf,
