@@ -666,6 +666,11 @@ Test(api, import_and_export_arguments)
 	cr_assert_eq(kiln_import(srcs, 1, out, &o, &res, &err), KILN_INVAL);
 	o = (kiln_convert_options){.format = 9};
 	cr_assert_eq(kiln_import(srcs, 1, out, &o, &res, &err), KILN_INVAL);
+	o = (kiln_convert_options){.write_flags = KILN_WRITE_NO_SYNC << 1};
+	cr_assert_eq(kiln_import(srcs, 1, out, &o, &res, &err), KILN_INVAL);
+	cr_assert(strstr(err.message, "write flags"), "%s", err.message);
+	o.format = KILN_FORMAT_GGUF;
+	cr_assert_eq(kiln_export(srcs, 1, out, &o, &res, &err), KILN_INVAL);
 	/* a GGUF and a safetensors file together are two models */
 	char *gguf = write_temp("GGUF\3\0\0\0", 8);
 	char *st = write_temp("\2\0\0\0\0\0\0\0{}", 10);
