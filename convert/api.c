@@ -21,6 +21,9 @@ static int check_options(const kiln_convert_options *o, kiln_error *err)
 		if (o->reserved[i])
 			return kiln_error_set(err, KILN_INVAL, 0,
 					      "options reserved[%zu] is not zero", i);
+	if (o->write_flags & ~(uint64_t)KILN_WRITE_NO_SYNC)
+		return kiln_error_set(err, KILN_INVAL, 0, "unknown write flags 0x%" PRIx64,
+				      o->write_flags);
 	return 0;
 }
 
@@ -149,7 +152,10 @@ int kiln_import(const char *const *sources, uint32_t count, const char *out,
 	else
 		rc = kc_klnt_read(&m, sources, count, err);
 	if (!rc) {
-		struct kc_progress p = {.fn = o.progress, .ctx = o.ctx, .total = payload_total(&m)};
+		struct kc_progress p = {.fn = o.progress,
+					.ctx = o.ctx,
+					.total = payload_total(&m),
+					.write_flags = (uint32_t)o.write_flags};
 		rc = kc_klnt_write(&m, out, o.max_shard_size, &p, result, err);
 	}
 	kc_model_free(&m);
@@ -177,7 +183,10 @@ int kiln_export(const char *const *inputs, uint32_t count, const char *out,
 		return kiln_error_set(err, KILN_NOMEM, ENOMEM, "out of memory");
 	}
 	rc = kc_klnt_read(&m, inputs, count, err);
-	struct kc_progress p = {.fn = opts->progress, .ctx = opts->ctx, .total = payload_total(&m)};
+	struct kc_progress p = {.fn = opts->progress,
+				.ctx = opts->ctx,
+				.total = payload_total(&m),
+				.write_flags = (uint32_t)opts->write_flags};
 	if (!rc && opts->format == KILN_FORMAT_GGUF)
 		rc = kc_gguf_write(&m, out, &p, err);
 	else if (!rc)

@@ -1282,19 +1282,17 @@ static int write_all(int fd, const void *p, size_t n, kiln_error *err)
 	return 0;
 }
 
-#define WR_CHUNK (4u << 20)
-
 static int gguf_fill(void *ctx, int fd, kiln_error *err)
 {
 	struct gguf_fill *f = ctx;
 	static const uint8_t zeros[256];
 	int rc = write_all(fd, f->head->p, f->head->len, err);
-	void *buf = malloc(WR_CHUNK);
+	void *buf = kc_copy_buffer();
 	if (!buf)
 		return rc ? rc : nomem(err);
 	for (uint32_t i = 0; i < f->m->n && !rc; i++) {
 		const struct kc_tensor *t = &f->m->tensors[i];
-		rc = kc_copy_payload(f->m, t, fd, buf, WR_CHUNK, f->p, err);
+		rc = kc_copy_payload(f->m, t, fd, buf, f->p, err);
 		/* Every payload is padded to the alignment, as ggml's writer does. */
 		size_t pad = (f->alignment - t->byte_length % f->alignment) % f->alignment;
 		while (!rc && pad) {
@@ -1455,7 +1453,7 @@ int kc_gguf_write(const struct kc_model *m, const char *path, struct kc_progress
 		if (p && !p->total)
 			p->total = total;
 		struct gguf_fill f = {.m = m, .head = &b, .alignment = alignment, .p = p};
-		rc = kc_write_atomic(path, gguf_fill, &f, err);
+		rc = kc_write_atomic(path, gguf_fill, &f, p, err);
 	}
 	free(kvb.p);
 	free(b.p);

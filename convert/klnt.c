@@ -6,7 +6,9 @@
  * valid file; the metadata document is the last tensor of the first shard (docs/convert.md).
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -352,6 +354,88 @@ static char *shard_path(const char *out, uint32_t k, uint32_t n)
 	return s;
 }
 
+/* "DDDDD" at s: its value, or -1 when the five bytes are not all digits. */
+static long five_digits(const char *s)
+{
+	long v = 0;
+	for (int i = 0; i < 5; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return -1;
+		v = v * 10 + (s[i] - '0');
+	}
+	return v;
+}
+
+/* Is `name` a file an earlier import to `out` may have written that this one (nshards files)
+ * did not replace: OUT itself when a series was written, or STEM-NNNNN-of-MMMMM.klnt with a
+ * count MMMMM other than nshards? `base` is OUT's last component, `stem_len` the length of its
+ * stem (base without ".klnt"). */
+static int stale_name(const char *name, const char *base, size_t stem_len, uint32_t nshards)
+{
+	if (!strcmp(name, base))
+		return nshards > 1;
+	size_t len = strlen(name);
+	/* STEM "-" NNNNN "-of-" MMMMM ".klnt" */
+	if (len != stem_len + 20 || strncmp(name, base, stem_len) || name[stem_len] != '-' ||
+	    strncmp(name + stem_len + 6, "-of-", 4) || strcmp(name + len - 5, ".klnt"))
+		return 0;
+	long k = five_digits(name + stem_len + 1), n = five_digits(name + stem_len + 10);
+	return k >= 1 && n >= 1 && k <= n && (nshards == 1 || (uint32_t)n != nshards);
+}
+
+/*
+ * After a successful write, remove what an earlier import to the same OUT left that this one did
+ * not overwrite (docs/convert.md): a series of another count, or the single file when a series
+ * was written now, or a series when one file was. Only regular files that open as valid KLNT
+ * files are removed, never one of this import's sources; anything else of such a name is left.
+ * Best effort: a file that cannot be removed stays. Returns how many were removed.
+ */
+static uint32_t remove_stale(const struct kc_model *m, const char *out, uint32_t nshards,
+			     uint32_t write_flags)
+{
+	const char *slash = strrchr(out, '/');
+	const char *base = slash ? slash + 1 : out;
+	size_t stem_len = strlen(base);
+	if (stem_len > 5 && !strcmp(base + stem_len - 5, ".klnt"))
+		stem_len -= 5;
+	char *dir = slash ? strndup(out, (size_t)(slash - out) + (slash == out)) : strdup(".");
+	DIR *d = dir ? opendir(dir) : NULL;
+	if (!d) {
+		free(dir);
+		return 0;
+	}
+	uint32_t removed = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (!stale_name(e->d_name, base, stem_len, nshards))
+			continue;
+		struct stat st;
+		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode))
+			continue;
+		int source = 0;
+		for (uint32_t i = 0; i < m->nsrcs && !source; i++) {
+			struct stat ss;
+			source = !fstat(m->srcs[i].fd, &ss) && ss.st_dev == st.st_dev &&
+				 ss.st_ino == st.st_ino;
+		}
+		char *full = NULL;
+		if (source || asprintf(&full, "%s/%s", dir, e->d_name) < 0)
+			continue;
+		kiln_dir *k;
+		if (!kiln_dir_open(full, NULL, &k, NULL)) {
+			kiln_dir_close(k);
+			removed += !unlinkat(dirfd(d), e->d_name, 0);
+		}
+		free(full);
+	}
+	/* The removals are as durable as the files written (a crash may still bring one back). */
+	if (removed && !(write_flags & KILN_WRITE_NO_SYNC))
+		fsync(dirfd(d));
+	closedir(d);
+	free(dir);
+	return removed;
+}
+
 int kc_klnt_write(const struct kc_model *m, const char *path, uint64_t max_shard_size,
 		  struct kc_progress *p, kiln_convert_result *res, kiln_error *err)
 {
@@ -415,7 +499,7 @@ int kc_klnt_write(const struct kc_model *m, const char *path, uint64_t max_shard
 			rc = nomem(err);
 			break;
 		}
-		rc = kiln_write_file(sp, specs, n, 0, err);
+		rc = kiln_write_file(sp, specs, n, p ? p->write_flags : 0, err);
 		free(specs);
 		if (rc == KILN_UNSYNCED) {
 			/* In place and complete, so the series goes on; the caller hears of it. */
@@ -444,6 +528,11 @@ int kc_klnt_write(const struct kc_model *m, const char *path, uint64_t max_shard
 	}
 	if (!rc && res && nwritten)
 		snprintf(res->first, sizeof(res->first), "%s", written[0]);
+	if (!rc) {
+		uint32_t removed = remove_stale(m, path, plan.nshards, p ? p->write_flags : 0);
+		if (res)
+			res->removed = removed;
+	}
 	if (!rc && unsynced.code) {
 		if (err)
 			*err = unsynced;

@@ -116,12 +116,26 @@ int kc_progress_add(struct kc_progress *p, uint64_t bytes, kiln_error *err)
 	return 0;
 }
 
+void *kc_copy_buffer(void)
+{
+	/* Page aligned, as the core's buffers are since klnt bench found read() into one 16 bytes
+	 * past a page boundary (where malloc puts it) several times slower; for this loop at 1 MiB
+	 * the two measured the same (docs/benchmarks.md). */
+	void *buf = NULL;
+	long page = sysconf(_SC_PAGESIZE);
+	if (posix_memalign(&buf, page > 0 ? (size_t)page : 4096, KC_COPY_CHUNK))
+		return NULL;
+	return buf;
+}
+
 int kc_copy_payload(const struct kc_model *m, const struct kc_tensor *t, int fd, void *buf,
-		    size_t cap, struct kc_progress *p, kiln_error *err)
+		    struct kc_progress *p, kiln_error *err)
 {
 	const struct kc_source *s = &m->srcs[t->src];
 	for (uint64_t done = 0; done < t->byte_length;) {
-		size_t step = t->byte_length - done < cap ? (size_t)(t->byte_length - done) : cap;
+		size_t step = t->byte_length - done < KC_COPY_CHUNK
+				  ? (size_t)(t->byte_length - done)
+				  : KC_COPY_CHUNK;
 		ssize_t r = pread(s->fd, buf, step, (off_t)(t->src_off + done));
 		if (r < 0 && (errno == EINTR || errno == EAGAIN))
 			continue;
@@ -148,10 +162,10 @@ int kc_copy_payload(const struct kc_model *m, const struct kc_tensor *t, int fd,
 }
 
 int kc_write_atomic(const char *path, int (*fill)(void *ctx, int fd, kiln_error *err), void *ctx,
-		    kiln_error *err)
+		    const struct kc_progress *p, kiln_error *err)
 {
 	/* UNSYNCED comes back as is: the file is complete and in place, not yet durable. */
-	return kiln_write_atomic(path, fill, ctx, 0, err);
+	return kiln_write_atomic(path, fill, ctx, p ? p->write_flags : 0, err);
 }
 
 json_object *kc_json_parse_object(const char *text, size_t len)

@@ -74,25 +74,35 @@ int kc_model_add_source(struct kc_model *m, const char *path, kiln_error *err);
 struct kc_tensor *kc_model_add_tensor(struct kc_model *m, const char *name, size_t name_len,
 				      kiln_error *err);
 
-/* Progress and cancellation, shared by every writer: `done` payload bytes of `total`. Returns
- * CANCELED (with *err) when the caller's callback asks to stop. */
+/* What every writer is given besides the model: progress and cancellation (`done` payload bytes
+ * of `total`; kc_progress_add returns CANCELED with *err when the caller's callback asks to
+ * stop), and the kiln_write_flags for the files it writes. A NULL one: no progress, durable. */
 struct kc_progress {
 	kiln_convert_progress_fn fn;
 	void *ctx;
 	uint64_t done, total;
+	uint32_t write_flags;
 };
 int kc_progress_add(struct kc_progress *p, uint64_t bytes, kiln_error *err);
 
-/* Copy tensor t's payload from its source to fd at the fd's current offset, in chunks through
- * `buf` (cap bytes), reporting progress. IO names the source file and the tensor. */
+/* Copy tensor t's payload from its source to fd at the fd's current offset, in chunks of
+ * KC_COPY_CHUNK through `buf` (from kc_copy_buffer), reporting progress. IO names the source file
+ * and the tensor. 1 MiB: with 4 MiB, GGUF export of 1 GiB ran at half the speed of cp (why was
+ * not pinned down); 0.5 to 2 MiB ran level with it. copy_file_range, tried too, ran a fifth to a
+ * third slower than this loop, probably because a payload's offsets in the source and the target
+ * differ modulo the page size and the kernel's page-wise copy then splits every page
+ * (docs/benchmarks.md). */
+#define KC_COPY_CHUNK (1u << 20)
+void *kc_copy_buffer(void); /* KC_COPY_CHUNK bytes, page aligned; free() it */
 int kc_copy_payload(const struct kc_model *m, const struct kc_tensor *t, int fd, void *buf,
-		    size_t cap, struct kc_progress *p, kiln_error *err);
+		    struct kc_progress *p, kiln_error *err);
 
 /* Write a file atomically: create a temporary (O_TMPFILE where possible) beside `path`, let
- * `fill` write it through fd, fsync, and link it into place; on any failure or cancellation
- * nothing is left behind (kiln_write_atomic with flags 0: UNSYNCED means written, not durable). */
+ * `fill` write it through fd, fsync (unless p asks for KILN_WRITE_NO_SYNC), and link it into
+ * place; on any failure or cancellation nothing is left behind (kiln_write_atomic: UNSYNCED means
+ * written, not durable). */
 int kc_write_atomic(const char *path, int (*fill)(void *ctx, int fd, kiln_error *err), void *ctx,
-		    kiln_error *err);
+		    const struct kc_progress *p, kiln_error *err);
 
 /* Parse text[0..len) as one JSON object (nothing after it, nesting up to KC_JSON_DEPTH levels);
  * NULL when it is not one. The caller owns the result. */

@@ -33,7 +33,6 @@
 
 #define ST_HEADER_CAP 100000000u /* the reference's MAX_HEADER_SIZE */
 #define ST_JSON_DEPTH 32         /* a valid header nests 3 deep; index metadata may nest more */
-#define ST_CHUNK      (1u << 20) /* payload copy buffer of the writer */
 
 /* ---------------------------------------------------------------------------------------------
  * dtypes
@@ -1048,11 +1047,11 @@ static int fill(void *ctx, int fd, kiln_error *err)
 		rc = write_all(fd, "        ", w->padded - w->header_len, err);
 	if (rc)
 		return rc;
-	void *buf = malloc(ST_CHUNK);
+	void *buf = kc_copy_buffer();
 	if (!buf)
 		return nomem(err);
 	for (uint32_t i = 0; i < w->m->n && !rc; i++)
-		rc = kc_copy_payload(w->m, &w->m->tensors[i], fd, buf, ST_CHUNK, w->p, err);
+		rc = kc_copy_payload(w->m, &w->m->tensors[i], fd, buf, w->p, err);
 	free(buf);
 	return rc;
 }
@@ -1186,7 +1185,7 @@ int kc_st_write(const struct kc_model *m, const char *path, struct kc_progress *
 	if (p && p->total == 0)
 		p->total = at;
 	struct writer w = {.m = m, .header = text, .header_len = len, .padded = padded, .p = p};
-	rc = kc_write_atomic(path, fill, &w, err);
+	rc = kc_write_atomic(path, fill, &w, p, err);
 out:
 	json_object_put(root);
 	return rc;

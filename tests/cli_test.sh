@@ -386,9 +386,38 @@ if [ -f "$samples/tiny-llama.gguf" ]; then
 else
 	echo "note: $samples not found: the shared-sample round trips were skipped"
 fi
-# a tensor safetensors cannot express: an error, and nothing written
-expect 3 "$KLNT" export --to safetensors -o "$TMP/n.safetensors" "$TMP/gen.klnt"
+# a tensor safetensors cannot express: a rejected input (INVAL, exit 1 as for every rejection),
+# and nothing written
+expect 1 "$KLNT" export --to safetensors -o "$TMP/n.safetensors" "$TMP/gen.klnt"
+has "$TMP/err" "$TMP/n.safetensors: INVAL: tensor blk.0.ffn_down.weight: layout Q4_K has no safetensors dtype"
 [ ! -e "$TMP/n.safetensors" ] && ok || bad "a failed export wrote its output"
+# a file this build cannot take (a KLNT file with unnamed tensors): UNSUPPORTED, exit 1
+expect 0 "$KLNT" gen --unnamed --no-sync "$TMP/unnamed.klnt" --tensors 2 --bytes 4K
+expect 1 "$KLNT" import -o "$TMP/n.klnt" "$TMP/unnamed.klnt"
+has "$TMP/err" "$TMP/unnamed.klnt: UNSUPPORTED: tensor 0 has no name"
+[ ! -e "$TMP/n.klnt" ] && ok || bad "a failed import wrote its output"
+# --no-sync writes the same files
+expect 0 "$KLNT" export --no-sync --to safetensors -o "$TMP/ns.safetensors" "$TMP/st.klnt"
+cmp -s "$TMP/m.safetensors" "$TMP/ns.safetensors" && ok || bad "export --no-sync differs"
+expect 0 "$KLNT" import --no-sync -o "$TMP/ns.klnt" "$TMP/m.safetensors"
+cmp -s "$TMP/st.klnt" "$TMP/ns.klnt" && ok || bad "import --no-sync differs"
+# importing to the same OUT again in another form removes the earlier form: a series of
+# another count, or the single file (the library's test has the decoys that must stay)
+mkdir "$TMP/again"
+expect 0 "$KLNT" import --max-shard-size 256K -o "$TMP/again/a.klnt" "$TMP/imp.klnt"
+n=$(ls "$TMP/again" | wc -l)
+expect 0 "$KLNT" import --max-shard-size 512K -o "$TMP/again/a.klnt" "$TMP/imp.klnt"
+has "$TMP/out" "removed $n files of an earlier import to OUT"
+m=$(ls "$TMP/again" | wc -l)
+[ "$(ls "$TMP/again" | grep -c -- "-of-$(printf %05d "$m").klnt\$")" -eq "$m" ] && ok ||
+	bad "a series of $m beside another: $(ls "$TMP/again")"
+expect 0 "$KLNT" import -o "$TMP/again/a.klnt" "$TMP/imp.klnt"
+has "$TMP/out" "removed $m files of an earlier import to OUT"
+[ "$(ls "$TMP/again")" = a.klnt ] && ok || bad "the series stayed beside a.klnt: $(ls "$TMP/again")"
+expect 0 "$KLNT" import --max-shard-size 512K -o "$TMP/again/a.klnt" "$TMP/imp.klnt"
+has "$TMP/out" "removed 1 file of an earlier import to OUT"
+[ ! -e "$TMP/again/a.klnt" ] && ok || bad "a.klnt stayed beside the series"
+rm -rf "$TMP/again" "$TMP/unnamed.klnt" "$TMP/ns.klnt" "$TMP/ns.safetensors"
 if command -v script >/dev/null 2>&1; then # progress on a terminal only
 	script -qc "'$KLNT' import -o '$TMP/tty.klnt' '$TMP/gen.klnt'" /dev/null >"$TMP/out" 2>&1
 	has "$TMP/out" "klnt import: "

@@ -6,7 +6,8 @@
 #     and the CMake package names no absolute library paths;
 #   - a program outside the tree (tests/install/) builds and runs with find_package(kiln), shared
 #     and static (and links kiln::kiln_cuda where the adapter was built), and with pkg-config,
-#     shared and --static;
+#     shared and --static; another imports a model through find_package(kiln COMPONENTS
+#     convert) (kiln::convert, with json-c found by the package);
 #   - the klnt man page and bash completion are installed, the page renders without groff
 #     warnings and documents every command and option `klnt --help` lists, and the completion
 #     offers them.
@@ -51,7 +52,8 @@ libdir=$(dirname "$(dirname "$pc")")
 cmakedir=$libdir/cmake/kiln
 for f in "$prefix/include/kiln/kiln.h" "$libdir/libkiln.a" "$cmakedir/kilnConfig.cmake" \
 	"$cmakedir/kilnConfigVersion.cmake" "$cmakedir/kilnTargets.cmake" \
-	"$prefix/share/doc/kiln/LICENSE"; do
+	"$prefix/include/kiln/convert.h" "$libdir/libkiln_convert.a" \
+	"$cmakedir/kilnConvertTargets.cmake" "$prefix/share/doc/kiln/LICENSE"; do
 	[ -f "$f" ] || fail "not installed: ${f#"$prefix"/}"
 done
 [ -f "$libdir/libkiln.so.$version" ] && [ -L "$libdir/libkiln.so" ] ||
@@ -140,6 +142,11 @@ if "$cmake" -S "$src/tests/install" -B "$cb" -DCMAKE_PREFIX_PATH="$prefix" \
 	check_run "find_package kiln::kiln consumer" "$out" $?
 	out=$("$cb/consumer_static" "$work/cm_static.klnt")
 	check_run "find_package kiln::kiln_static consumer" "$out" $?
+	out=$("$cb/consumer_convert" "$work/cm_convert.safetensors" "$work/cm_convert.klnt")
+	st=$?
+	[ $st -eq 0 ] && [ "$out" = "imported 1 tensor, w ok, metadata kept" ] &&
+		ok "find_package(kiln COMPONENTS convert) consumer imports a model" ||
+		fail "kiln::convert consumer: status $st, printed '$out'"
 	if [ "$cuda" = ON ]; then
 		out=$("$cb/consumer_cuda")
 		[ "$out" = hooks ] && ok "find_package(kiln COMPONENTS cuda) consumer links and runs" ||

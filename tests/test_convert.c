@@ -274,14 +274,15 @@ Test(klnt, names_just_below_the_heap_limit_share_one_file)
 	cr_assert_eq(kc_klnt_write(&m, out, 0, NULL, &res, &err), 0, "%s", err.message);
 	cr_assert_eq(res.files, 2);
 	cr_assert_eq(res.tensors, 1);
+	cr_assert_eq(res.removed, 1); /* edge.klnt, the earlier single file */
 	kc_model_free(&m);
 	/* A layout name counts too: two names of 32762 bytes end at 65524, where the metadata
 	 * name still starts, but the Q4_K layout after it would start at 65537. */
 	make_model(&m, src, 2, 32762);
 	cr_assert_eq(kc_klnt_write(&m, out, 0, NULL, &res, &err), 0, "%s", err.message);
 	cr_assert_eq(res.files, 2, "%u", res.files);
-	cr_assert_eq(count_entries(dir), 3); /* edge.klnt from before, and the series */
-	unlink(out);
+	cr_assert_eq(res.removed, 0); /* the series of 2 before it was overwritten */
+	cr_assert_eq(count_entries(dir), 2);
 	char **paths = series(dir, "edge", 2);
 	expect_series(paths, 2, &m);
 	free_series(paths, 2);
@@ -347,6 +348,141 @@ Test(klnt, max_shard_size_splits_and_keeps_quant_groups)
 	cr_assert(json_object_equal(m.meta, r.meta));
 	kc_model_free(&r);
 	free_series(paths, res.files);
+	kc_model_free(&m);
+	free(out);
+	remove_dir(dir);
+	unlink(src);
+	free(src);
+}
+
+static int exists(const char *dir, const char *name)
+{
+	char *p;
+	cr_assert(asprintf(&p, "%s/%s", dir, name) > 0);
+	struct stat st;
+	int r = lstat(p, &st) == 0;
+	free(p);
+	return r;
+}
+
+/* Writing to OUT again in another form removes the earlier form: a series of another count, the
+ * single file, or a series; only valid KLNT files of exactly those names, never a source. */
+Test(klnt, rewriting_out_removes_the_earlier_form)
+{
+	char *src = make_source(), *dir = temp_dir(), *out, *valid, *p;
+	cr_assert(asprintf(&out, "%s/m.klnt", dir) > 0);
+	cr_assert(asprintf(&valid, "%s/valid.klnt", dir) > 0);
+	struct kc_model m, small;
+	make_model(&m, src, 12, 0);
+	make_model(&small, src, 2, 0);
+	kiln_error err;
+	kiln_convert_result res;
+	cr_assert_eq(kc_klnt_write(&small, valid, 0, NULL, &res, &err), 0, "%s", err.message);
+	/* Decoys that must stay: a valid file of another stem, one whose shard number is past its
+	 * count, a symlink to a valid file, a file of the pattern that is not KLNT. */
+	static const char *const keep[] = {"mm-00001-of-00002.klnt", "m-00009-of-00008.klnt",
+					   "m-00002-of-00099.klnt", "m-00001-of-00099.klnt",
+					   "m-00001-of-00002.klnt.bak"};
+	for (int i = 0; i < 5; i++) {
+		cr_assert(asprintf(&p, "%s/%s", dir, keep[i]) > 0);
+		if (i == 2)
+			cr_assert_eq(symlink(valid, p), 0);
+		else if (i == 3)
+			close(open(p, O_WRONLY | O_CREAT, 0644));
+		else
+			cr_assert_eq(link(valid, p), 0);
+		free(p);
+	}
+	int decoys = 1 + 5;
+
+	cr_assert_eq(kc_klnt_write(&m, out, 300, NULL, &res, &err), 0, "%s", err.message);
+	uint32_t n1 = res.files;
+	cr_assert_gt(n1, 2);
+	cr_assert_eq(res.removed, 0);
+	cr_assert_eq(count_entries(dir), decoys + (int)n1);
+	/* the same count again: overwritten in place, nothing to remove */
+	cr_assert_eq(kc_klnt_write(&m, out, 300, NULL, &res, &err), 0, "%s", err.message);
+	cr_assert_eq(res.removed, 0);
+	cr_assert_eq(count_entries(dir), decoys + (int)n1);
+	/* one file: the series goes */
+	cr_assert_eq(kc_klnt_write(&m, out, 0, NULL, &res, &err), 0, "%s", err.message);
+	cr_assert_eq(res.files, 1);
+	cr_assert_eq(res.removed, n1);
+	cr_assert_eq(count_entries(dir), decoys + 1);
+	cr_assert(exists(dir, "m.klnt"));
+	/* a series: the single file goes */
+	cr_assert_eq(kc_klnt_write(&m, out, 300, NULL, &res, &err), 0, "%s", err.message);
+	cr_assert_eq(res.removed, 1);
+	cr_assert(!exists(dir, "m.klnt"));
+	cr_assert_eq(count_entries(dir), decoys + (int)n1);
+	/* a series of another count: the old series goes */
+	cr_assert_eq(kc_klnt_write(&m, out, 150, NULL, &res, &err), 0, "%s", err.message);
+	uint32_t n2 = res.files;
+	cr_assert_neq(n2, n1);
+	cr_assert(n2 < 8 && n1 < 8, "the decoys name series of 8 and 99: %u, %u", n1, n2);
+	cr_assert_eq(res.removed, n1);
+	cr_assert_eq(count_entries(dir), decoys + (int)n2);
+	char **paths = series(dir, "m", n2);
+	expect_series(paths, n2, &m);
+	/* the series imported into OUT itself: its shards are the sources, so they stay */
+	cr_assert_eq(kiln_import((const char *const *)paths, n2, out, NULL, &res, &err), 0, "%s",
+		     err.message);
+	cr_assert_eq(res.files, 1);
+	cr_assert_eq(res.removed, 0);
+	cr_assert_eq(count_entries(dir), decoys + (int)n2 + 1);
+	for (int i = 0; i < 5; i++)
+		cr_assert(exists(dir, keep[i]), "%s", keep[i]);
+	free_series(paths, n2);
+	kc_model_free(&m);
+	kc_model_free(&small);
+	free(out);
+	free(valid);
+	remove_dir(dir);
+	unlink(src);
+	free(src);
+}
+
+static int sum_progress(void *ctx, uint64_t done, uint64_t total)
+{
+	(void)total;
+	*(uint64_t *)ctx = done;
+	return 0;
+}
+
+/* A payload reaches the output whole, at the output's offset, in chunks through a page-aligned
+ * buffer, with progress for every byte; a source that ends early is IO naming it and the
+ * tensor. */
+Test(klnt, payload_copy)
+{
+	char *src = make_source(), *dir = temp_dir(), *out;
+	cr_assert(asprintf(&out, "%s/payload", dir) > 0);
+	struct kc_model m;
+	make_model(&m, src, 1, 0);
+	struct kc_tensor *t = &m.tensors[0];
+	t->src_off = 12345, t->byte_length = SRC_BYTES - 12345 - 7;
+	void *buf = kc_copy_buffer();
+	cr_assert(buf);
+	cr_assert_eq((uintptr_t)buf % 4096, 0);
+	int fd = open(out, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(write(fd, "head", 4), 4);
+	uint64_t seen = 0;
+	struct kc_progress p = {.fn = sum_progress, .ctx = &seen};
+	kiln_error err;
+	cr_assert_eq(kc_copy_payload(&m, t, fd, buf, &p, &err), 0, "%s", err.message);
+	cr_assert_eq(seen, t->byte_length);
+	cr_assert_eq(lseek(fd, 0, SEEK_CUR), (off_t)(4 + t->byte_length));
+	static uint8_t got[SRC_BYTES];
+	cr_assert_eq(pread(fd, got, t->byte_length, 4), (ssize_t)t->byte_length);
+	for (uint64_t k = 0; k < t->byte_length; k++)
+		cr_assert_eq(got[k], src_byte(t->src_off + k), "byte %lu", (unsigned long)k);
+	t->byte_length = SRC_BYTES; /* past the end of the source */
+	cr_assert_eq(kc_copy_payload(&m, t, fd, buf, NULL, &err), KILN_IO);
+	cr_assert(strstr(err.message, src) && strstr(err.message, t->name) &&
+		      strstr(err.message, "the file ended"),
+		  "%s", err.message);
+	close(fd);
+	free(buf);
 	kc_model_free(&m);
 	free(out);
 	remove_dir(dir);
@@ -530,6 +666,11 @@ Test(api, import_and_export_arguments)
 	cr_assert_eq(kiln_import(srcs, 1, out, &o, &res, &err), KILN_INVAL);
 	o = (kiln_convert_options){.format = 9};
 	cr_assert_eq(kiln_import(srcs, 1, out, &o, &res, &err), KILN_INVAL);
+	o = (kiln_convert_options){.write_flags = KILN_WRITE_NO_SYNC << 1};
+	cr_assert_eq(kiln_import(srcs, 1, out, &o, &res, &err), KILN_INVAL);
+	cr_assert(strstr(err.message, "write flags"), "%s", err.message);
+	o.format = KILN_FORMAT_GGUF;
+	cr_assert_eq(kiln_export(srcs, 1, out, &o, &res, &err), KILN_INVAL);
 	/* a GGUF and a safetensors file together are two models */
 	char *gguf = write_temp("GGUF\3\0\0\0", 8);
 	char *st = write_temp("\2\0\0\0\0\0\0\0{}", 10);

@@ -10,7 +10,7 @@
 #include "klnt.h"
 
 static const char usage[] =
-    "usage: klnt export --to gguf|safetensors -o OUT FILE...\n"
+    "usage: klnt export --to gguf|safetensors -o OUT [--no-sync] FILE...\n"
     "\n"
     "Convert a KLNT file, or the shards of a series in order, to one GGUF or safetensors\n"
     "file OUT, restoring the metadata kept by klnt import: GGUF keys with their value types,\n"
@@ -22,22 +22,27 @@ static const char usage[] =
     "Options:\n"
     "  -t, --to FORMAT   gguf or safetensors (required)\n"
     "  -o, --output OUT  the file to write\n"
+    "      --no-sync     do not fsync OUT (faster; a crash may lose or tear it)\n"
     "  -h, --help        show this help and exit\n"
     "\n"
-    "Exit status: 0 ok; 1 a FILE was rejected (FRAME, TYPE, LIMIT, UTF8); 2 usage error;\n"
-    "3 a file could not be read or written, or a tensor cannot be expressed in FORMAT;\n"
+    "Exit status: 0 ok; 1 a FILE was rejected (FRAME, TYPE, LIMIT, UTF8: malformed; INVAL:\n"
+    "a tensor cannot be expressed in FORMAT; UNSUPPORTED: one this build cannot take);\n"
+    "2 usage error; 3 a file could not be read or written (IO), or memory ran out;\n"
     "130, 143 interrupted by SIGINT, SIGTERM.\n";
 
 static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 {
+	enum { OPT_NO_SYNC = 256 };
 	static const struct option longopts[] = {
 	    {"to", required_argument, NULL, 't'},
+	    {"no-sync", no_argument, NULL, OPT_NO_SYNC},
 	    {"output", required_argument, NULL, 'o'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
 	const char *out = NULL;
 	uint32_t format = 0;
+	uint64_t wflags = 0;
 	int c;
 	while ((c = getopt_long(argc, argv, ":t:o:h", longopts, NULL)) != -1) {
 		switch (c) {
@@ -52,6 +57,9 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 			break;
 		case 'o':
 			out = optarg;
+			break;
+		case OPT_NO_SYNC:
+			wflags |= KILN_WRITE_NO_SYNC;
 			break;
 		case 'h':
 			return klnt_help(cmd);
@@ -72,8 +80,11 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 	int n = argc - optind;
 
 	struct klnt_progress p = {.cmd = cmd, .tty = isatty(STDERR_FILENO)};
-	kiln_convert_options o = {
-	    .size = sizeof(o), .format = format, .progress = klnt_convert_progress, .ctx = &p};
+	kiln_convert_options o = {.size = sizeof(o),
+				  .format = format,
+				  .write_flags = wflags,
+				  .progress = klnt_convert_progress,
+				  .ctx = &p};
 	kiln_convert_result r;
 	kiln_error err;
 	klnt_catch_signals();

@@ -15,7 +15,7 @@
 #include "klnt.h"
 
 static const char usage[] =
-    "usage: klnt import -o OUT [--max-shard-size SIZE] SRC...\n"
+    "usage: klnt import -o OUT [--max-shard-size SIZE] [--no-sync] SRC...\n"
     "\n"
     "Convert a model to KLNT v2, losslessly: tensors keep their bytes, and the source's\n"
     "metadata is kept as a JSON document in the tensor \"kiln.metadata\" (see klnt inspect).\n"
@@ -27,6 +27,9 @@ static const char usage[] =
     "name heap (about 64 KiB of names), or --max-shard-size asks for smaller files, a shard\n"
     "series STEM-00001-of-0000N.klnt is written next to OUT instead (STEM is OUT without\n"
     ".klnt): every shard a valid file on its own. The files written are printed on stdout.\n"
+    "What an earlier import to OUT wrote in another form (a series of another count, or OUT\n"
+    "itself when a series is written now, or a series when OUT is) is removed once the new\n"
+    "files are in place: only valid KLNT files of those names, never a SRC.\n"
     "On a terminal, progress is shown on stderr. SIGINT or SIGTERM stop the import; like\n"
     "any failure, that leaves no output file and no temporary file.\n"
     "\n"
@@ -35,11 +38,14 @@ static const char usage[] =
     "      --max-shard-size SIZE\n"
     "                           the most payload bytes per file (K, M, G suffixes: powers\n"
     "                           of 1024); a larger tensor gets a file of its own\n"
+    "      --no-sync            do not fsync the files written (faster; a crash may lose\n"
+    "                           or tear them)\n"
     "  -h, --help               show this help and exit\n"
     "\n"
     "Exit status: 0 ok; 1 a source was rejected (FRAME, TYPE, LIMIT, UTF8: not a GGUF or\n"
-    "safetensors file, or a malformed one); 2 usage error; 3 a file could not be read or\n"
-    "written, or the source is not supported; 130, 143 interrupted by SIGINT, SIGTERM.\n";
+    "safetensors file, or a malformed one; INVAL, UNSUPPORTED: one this build cannot take);\n"
+    "2 usage error; 3 a file could not be read or written (IO), or memory ran out;\n"
+    "130, 143 interrupted by SIGINT, SIGTERM.\n";
 
 /* How long the progress line waits between updates, and the line itself. */
 static void show(struct klnt_progress *p, uint64_t done, uint64_t total)
@@ -115,21 +121,25 @@ static void print_written(const kiln_convert_result *r)
 	}
 	klnt_buf_printf(&b, ": %" PRIu32 " tensors, %" PRIu64 " payload bytes\n", r->tensors,
 			r->bytes);
+	if (r->removed)
+		klnt_buf_printf(&b, "removed %" PRIu32 " file%s of an earlier import to OUT\n",
+				r->removed, r->removed == 1 ? "" : "s");
 	fputs(b.p, stdout);
 	klnt_buf_free(&b);
 }
 
 static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 {
-	enum { OPT_MAX_SHARD = 256 };
+	enum { OPT_MAX_SHARD = 256, OPT_NO_SYNC };
 	static const struct option longopts[] = {
 	    {"output", required_argument, NULL, 'o'},
 	    {"max-shard-size", required_argument, NULL, OPT_MAX_SHARD},
+	    {"no-sync", no_argument, NULL, OPT_NO_SYNC},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
 	const char *out = NULL;
-	uint64_t max_shard = 0;
+	uint64_t max_shard = 0, wflags = 0;
 	int c;
 	while ((c = getopt_long(argc, argv, ":o:h", longopts, NULL)) != -1) {
 		switch (c) {
@@ -142,6 +152,9 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 							"--max-shard-size '%s' is not a size above "
 							"0 (like 512M or 2G)",
 							optarg);
+			break;
+		case OPT_NO_SYNC:
+			wflags |= KILN_WRITE_NO_SYNC;
 			break;
 		case 'h':
 			return klnt_help(cmd);
@@ -161,6 +174,7 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 	struct klnt_progress p = {.cmd = cmd, .tty = isatty(STDERR_FILENO)};
 	kiln_convert_options o = {.size = sizeof(o),
 				  .max_shard_size = max_shard,
+				  .write_flags = wflags,
 				  .progress = klnt_convert_progress,
 				  .ctx = &p};
 	kiln_convert_result r;

@@ -45,14 +45,17 @@ static const char main_usage_tail[] =
     "\n"
     "Errors about a file are one line, \"FILE: CLASS: message\", on stderr (for check, on\n"
     "stdout with the other verdicts). CLASS is FRAME, TYPE, LIMIT or UTF8 for bytes a KLNT v2\n"
-    "reader must reject, and IO when the file could not be opened, read or written. Control\n"
+    "reader must reject, IO when the file could not be opened, read or written, and NOTFOUND,\n"
+    "INVAL or UNSUPPORTED for an input the command cannot take. Control\n"
     "characters and other unsafe bytes from files and arguments are printed escaped (\\n,\n"
     "\\t, \\\\, \\xNN, \\u{NNNN}).\n"
     "\n"
     "Exit status:\n"
     "  0  success (for check: every file is valid)\n"
     "  1  a file or an input was rejected: a format error (FRAME, TYPE, LIMIT, UTF8), no such\n"
-    "     tensor, or a raw file whose size does not match its dtype and shape\n"
+    "     tensor (NOTFOUND), an input the command cannot take (INVAL, UNSUPPORTED: a tensor\n"
+    "     the export target cannot express), or a raw file whose size does not match its\n"
+    "     dtype and shape\n"
     "  2  usage error: unknown command or option, missing or malformed argument\n"
     "  3  a file could not be opened, read or written (IO), or memory ran out;\n"
     "     for check, this wins over 1\n"
@@ -150,12 +153,17 @@ int klnt_help(const struct klnt_cmd *cmd)
 
 const char *klnt_class(int code)
 {
-	return kiln_is_format_error(code) ? kiln_code_name(code) : "IO";
+	return kiln_code_name(code);
 }
 
 int klnt_exit_for(int code)
 {
-	return kiln_is_format_error(code) ? KLNT_EXIT_INVALID : KLNT_EXIT_IO;
+	/* What the input holds (a format error, a tensor asked for that is not there, one the
+	 * target cannot express) is a rejection like any other; what the system did is IO. */
+	if (kiln_is_format_error(code) || code == KILN_INVAL || code == KILN_NOTFOUND ||
+	    code == KILN_UNSUPPORTED)
+		return KLNT_EXIT_INVALID;
+	return KLNT_EXIT_IO;
 }
 
 void klnt_report(FILE *f, const char *file, int code, const kiln_error *err)

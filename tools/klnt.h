@@ -17,7 +17,7 @@
 /* Exit statuses; `klnt --help` documents them and scripts rely on them. */
 enum klnt_exit {
 	KLNT_EXIT_OK = 0,
-	KLNT_EXIT_INVALID = 1, /* a file or input was rejected: format error, no such tensor */
+	KLNT_EXIT_INVALID = 1, /* a file or input was rejected: format error, no such tensor, ... */
 	KLNT_EXIT_USAGE = 2,   /* bad command line */
 	KLNT_EXIT_IO = 3,      /* a file could not be read or written, or memory ran out */
 	KLNT_EXIT_SIGNAL = 128 /* plus the signal: interrupted by SIGINT (130) or SIGTERM (143) */
@@ -55,11 +55,12 @@ int klnt_help(const struct klnt_cmd *cmd);
 
 /* --- reporting kiln errors (klnt.c) -------------------------------------------------------- */
 
-/* The class printed for a kiln code: the format class name, or "IO" for everything that is not
- * about the bytes (the file could not be read, memory ran out). */
+/* The class printed for a kiln code: its short name (FRAME, TYPE, LIMIT, UTF8, INVAL,
+ * NOTFOUND, UNSUPPORTED, IO, NOMEM, ...). */
 const char *klnt_class(int code);
 
-/* KLNT_EXIT_INVALID for a format error, KLNT_EXIT_IO for any other failure. */
+/* KLNT_EXIT_INVALID for an input that was rejected (a format error, INVAL, NOTFOUND,
+ * UNSUPPORTED), KLNT_EXIT_IO for any other failure (IO, NOMEM, ...). */
 int klnt_exit_for(int code);
 
 /* Print "FILE: CLASS: message" (escaped, one line) to f. */

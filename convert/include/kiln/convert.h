@@ -41,7 +41,10 @@ typedef struct kiln_convert_options {
 	uint64_t max_shard_size;
 	kiln_convert_progress_fn progress;
 	void *ctx;
-	uint64_t reserved[4];
+	/* enum kiln_write_flags for every file written: KILN_WRITE_NO_SYNC skips the fsyncs, so
+	 * the output is complete and in place but may be lost or torn by a crash */
+	uint64_t write_flags;
+	uint64_t reserved[3];
 } kiln_convert_options;
 
 typedef struct kiln_convert_result {
@@ -49,6 +52,9 @@ typedef struct kiln_convert_result {
 	uint32_t tensors; /* tensors written (model tensors, not counting the metadata tensor) */
 	uint64_t bytes;   /* payload bytes written */
 	char first[4096]; /* the path of the (first) file written */
+	/* import: files of an earlier import to the same OUT that this one removed (a series of
+	 * another shard count, OUT itself when a series was written, or a series when OUT was) */
+	uint32_t removed;
 } kiln_convert_result;
 
 /*
@@ -59,6 +65,11 @@ typedef struct kiln_convert_result {
  * NOMEM, INVAL, CANCELED; on any of these nothing is left behind (shards already written are
  * removed). UNSYNCED: every file is written and in place (result filled), but a directory could
  * not be fsync'ed. A KLNT source (a file or a series) is accepted too: it is re-planned.
+ *
+ * A successful import replaces what an earlier import to the same `out` wrote, whatever its
+ * form: a series of another shard count (STEM-NNNNN-of-MMMMM.klnt), `out` itself when a series
+ * is written now, or a series when `out` is. Only regular files that open as valid KLNT files
+ * are removed, never one of the sources; result->removed counts them.
  */
 KILN_API int kiln_import(const char *const *sources, uint32_t count, const char *out,
 			 const kiln_convert_options *opts, kiln_convert_result *result,
