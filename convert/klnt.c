@@ -354,6 +354,40 @@ static char *shard_path(const char *out, uint32_t k, uint32_t n)
 	return s;
 }
 
+/*
+ * Where shard `final` is written before the series is published: a hidden name beside it, so
+ * the last rename is within one file system. A series is published only once every shard is
+ * written, so an import that fails part-way (or is interrupted) leaves an earlier series of the
+ * same name whole, not with its first shards replaced. The ".kiln-tmp." prefix is what the
+ * writer's own leftovers are called, for .gitignore files and cleanup scripts.
+ */
+static char *staging_path(const char *final)
+{
+	const char *slash = strrchr(final, '/');
+	size_t dir = slash ? (size_t)(slash - final + 1) : 0;
+	char *s = NULL;
+	if (asprintf(&s, "%.*s.kiln-tmp.import-%ld-%s", (int)dir, final, (long)getpid(),
+		     final + dir) < 0)
+		return NULL;
+	return s;
+}
+
+/* fsync the directory holding `path`: renames are durable only once it is. */
+static int sync_dir_of(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	char *dir = slash ? strndup(path, (size_t)(slash - path + 1)) : strdup(".");
+	if (!dir)
+		return -1;
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	free(dir);
+	if (fd < 0)
+		return -1;
+	int rc = fsync(fd);
+	close(fd);
+	return rc;
+}
+
 /* "DDDDD" at s: its value, or -1 when the five bytes are not all digits. */
 static long five_digits(const char *s)
 {
@@ -455,11 +489,12 @@ int kc_klnt_write(const struct kc_model *m, const char *path, uint64_t max_shard
 
 	struct plan plan;
 	kiln_error unsynced = {0};
-	char **written = NULL;
-	uint32_t nwritten = 0;
+	char **written = NULL, **finals = NULL; /* as written (staged) and where they go */
+	uint32_t nwritten = 0, published = 0;
 	if ((rc = plan_shards(m, meta_len, max_shard_size, &plan, err)))
 		goto out;
-	if (!(written = calloc(plan.nshards, sizeof(char *)))) {
+	if (!(written = calloc(plan.nshards, sizeof(char *))) ||
+	    !(finals = calloc(plan.nshards, sizeof(char *)))) {
 		rc = nomem(err);
 		goto out;
 	}
@@ -494,12 +529,15 @@ int kc_klnt_write(const struct kc_model *m, const char *path, uint64_t max_shard
 		if ((rc = shard_specs(m, &plan, k, meta, meta_len, &f, &specs, &n, err)))
 			break;
 		char *sp = shard_path(path, k, plan.nshards);
-		if (!sp) {
+		/* One file is published by the writer's own rename; a series waits for all. */
+		char *tp = sp && plan.nshards > 1 ? staging_path(sp) : NULL;
+		if (!sp || (plan.nshards > 1 && !tp)) {
+			free(sp);
 			free(specs);
 			rc = nomem(err);
 			break;
 		}
-		rc = kiln_write_file(sp, specs, n, p ? p->write_flags : 0, err);
+		rc = kiln_write_file(tp ? tp : sp, specs, n, p ? p->write_flags : 0, err);
 		free(specs);
 		if (rc == KILN_UNSYNCED) {
 			/* In place and complete, so the series goes on; the caller hears of it. */
@@ -515,9 +553,11 @@ int kc_klnt_write(const struct kc_model *m, const char *path, uint64_t max_shard
 		}
 		if (rc) {
 			free(sp);
+			free(tp);
 			break;
 		}
-		written[nwritten++] = sp;
+		finals[nwritten] = sp;
+		written[nwritten++] = tp ? tp : sp;
 		if (res) {
 			res->files++;
 			res->tensors += plan.shards[k].n;
@@ -526,8 +566,25 @@ int kc_klnt_write(const struct kc_model *m, const char *path, uint64_t max_shard
 				    m->tensors[plan.order[plan.shards[k].first + i]].byte_length;
 		}
 	}
+	/* Publish the series: every shard is complete, so only a rename can fail now. */
+	for (uint32_t i = 0; !rc && plan.nshards > 1 && i < nwritten; i++) {
+		if (rename(written[i], finals[i]) != 0)
+			rc = kiln_error_set(err, KILN_IO, errno,
+					    "%s: cannot publish shard %" PRIu32 " of %" PRIu32
+					    ": %s (%" PRIu32 " of them are in place)",
+					    finals[i], i + 1, plan.nshards, strerror(errno), i);
+		else
+			published++;
+	}
+	if (!rc && plan.nshards > 1 && !(p && (p->write_flags & KILN_WRITE_NO_SYNC)) &&
+	    sync_dir_of(finals[0]) != 0 && !unsynced.code) {
+		kiln_error_set(
+		    &unsynced, KILN_UNSYNCED, errno,
+		    "%s: the series is in place but its directory could not be synced: %s",
+		    finals[0], strerror(errno));
+	}
 	if (!rc && res && nwritten)
-		snprintf(res->first, sizeof(res->first), "%s", written[0]);
+		snprintf(res->first, sizeof(res->first), "%s", finals[0]);
 	if (!rc) {
 		uint32_t removed = remove_stale(m, path, plan.nshards, p ? p->write_flags : 0);
 		if (res)
@@ -539,13 +596,17 @@ int kc_klnt_write(const struct kc_model *m, const char *path, uint64_t max_shard
 		rc = KILN_UNSYNCED;
 	}
 out:
-	/* Nothing left behind: a series is all or nothing. */
+	/* Nothing left behind: a series is all or nothing (short of a failed rename, which says
+	 * how many shards it had published). */
 	for (uint32_t i = 0; i < nwritten; i++) {
-		if (rc && rc != KILN_UNSYNCED)
+		if (rc && rc != KILN_UNSYNCED && (plan.nshards == 1 || i >= published))
 			unlink(written[i]);
+		if (written[i] != finals[i])
+			free(finals[i]);
 		free(written[i]);
 	}
 	free(written);
+	free(finals);
 	plan_free(&plan);
 	if (rc && rc != KILN_UNSYNCED && res)
 		memset(res, 0, sizeof(*res));

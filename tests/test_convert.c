@@ -834,3 +834,62 @@ Test(klnt, a_file_replaced_while_opened_is_io)
 	free(a);
 	free(other);
 }
+
+static uint8_t *slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	cr_assert_not_null(f, "%s", path);
+	fseek(f, 0, SEEK_END);
+	*len = (size_t)ftell(f);
+	rewind(f);
+	uint8_t *b = malloc(*len + 1);
+	cr_assert_eq(fread(b, 1, *len, f), *len);
+	fclose(f);
+	return b;
+}
+
+Test(klnt, a_failed_reimport_leaves_the_earlier_series_whole)
+{
+	char *src = make_source(), *dir = temp_dir(), *out;
+	cr_assert(asprintf(&out, "%s/r.klnt", dir) > 0);
+	struct kc_model m;
+	make_model(&m, src, 40, 5000); /* a series of 4 */
+	kiln_error err;
+	kiln_convert_result res;
+	cr_assert_eq(kc_klnt_write(&m, out, 0, NULL, &res, &err), 0, "%s", err.message);
+	uint32_t n = res.files;
+	cr_assert_eq(n, 4);
+	char **paths = series(dir, "r", n);
+	uint8_t *before[4];
+	size_t len[4];
+	for (uint32_t k = 0; k < n; k++)
+		before[k] = slurp(paths[k], &len[k]);
+	/* The same shard count again, with other payloads: cancelled late, then failing late. */
+	for (uint32_t i = 0; i < m.n; i++)
+		m.tensors[i].src_off += 1;
+	uint64_t limit = 1800; /* in the last shard */
+	struct kc_progress p = {.fn = stop_after, .ctx = &limit};
+	cr_assert_eq(kc_klnt_write(&m, out, 0, &p, &res, &err), KILN_CANCELED, "%s", err.message);
+	m.tensors[36].src_off = SRC_BYTES - 10;
+	cr_assert_eq(kc_klnt_write(&m, out, 0, NULL, &res, &err), KILN_IO, "%s", err.message);
+	cr_assert_eq(count_entries(dir), (int)n, "no staged shard is left behind");
+	for (uint32_t k = 0; k < n; k++) {
+		size_t l;
+		uint8_t *now = slurp(paths[k], &l);
+		cr_assert(l == len[k] && !memcmp(now, before[k], l),
+			  "shard %u of the earlier series was replaced by a failed import", k + 1);
+		free(now);
+		free(before[k]);
+	}
+	/* And a successful one replaces them all. */
+	m.tensors[36].src_off = 1;
+	cr_assert_eq(kc_klnt_write(&m, out, 0, NULL, &res, &err), 0, "%s", err.message);
+	cr_assert_eq(count_entries(dir), (int)n);
+	expect_series(paths, n, &m);
+	free_series(paths, n);
+	kc_model_free(&m);
+	free(out);
+	remove_dir(dir);
+	unlink(src);
+	free(src);
+}
