@@ -380,3 +380,27 @@ Test(utf8, rejects_ill_formed)
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		cr_assert_eq(name_verdict(bad[i], strlen(bad[i])), KILN_UTF8, "case %zu", i);
 }
+
+/* Every position of a long name, so a check that skips ASCII a word at a time must still see a
+ * bad byte in any lane of the word, and a good multi-byte character across a word boundary. */
+Test(api, utf8_check_sees_every_byte_position)
+{
+	static const char *const bad[] = {"\x80", "\xC0\xAF", "\xED\xA0\x80", "\xF4\x90\x80\x80",
+					  "\xFF", "\xE2\x82"};
+	char s[40];
+	for (size_t b = 0; b < sizeof(bad) / sizeof(bad[0]); b++) {
+		size_t blen = strlen(bad[b]);
+		for (size_t at = 0; at + blen <= 32; at++) {
+			memset(s, 'a', 32);
+			memcpy(s + at, bad[b], blen);
+			cr_assert_eq(kiln_utf8_check(s, 32), at, "bad sequence %zu at %zu", b, at);
+		}
+	}
+	for (size_t at = 0; at + 3 <= 32; at++) {
+		memset(s, 'a', 32);
+		memcpy(s + at, "\xE2\x82\xAC", 3); /* the euro sign */
+		cr_assert_eq(kiln_utf8_check(s, 32), SIZE_MAX, "good sequence at %zu", at);
+		cr_assert_eq(kiln_utf8_check(s, at + 2), at, "cut short at %zu", at);
+	}
+	cr_assert_eq(kiln_utf8_check(NULL, 0), SIZE_MAX);
+}
