@@ -178,7 +178,7 @@ struct kiln_dir {
 	size_t map_len;
 	int map_errno;    /* why mmap failed, for KILN_SOURCE_AUTO's fall-back to READ */
 	int auto_pending; /* KILN_SOURCE_AUTO mapped the file; map_finish decides the rest */
-	void *owned; /* READ/URING: the block in owned memory (kiln__owned_alloc) */
+	void *owned;      /* READ/URING: the block in owned memory (kiln__owned_alloc) */
 	size_t owned_len;
 	int fd; /* the file (-1 for BUFFER): copies and streams read it with pread */
 	struct kiln__pin *pins; /* live pins, kiln__pin records */
