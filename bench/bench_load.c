@@ -341,7 +341,7 @@ static void cold_open_body(kb_state *st, uint64_t iters, void *arg)
 
 /* ---- full loads ------------------------------------------------------------------------- */
 
-enum kind { MMAP_TOUCH, MMAP_POPULATE, OWNED, STREAM_STAGING, STREAM_REUSED };
+enum kind { MMAP_TOUCH, MMAP_POPULATE, OWNED, AUTO, STREAM_STAGING, STREAM_REUSED };
 
 struct load {
 	enum kind kind;
@@ -437,10 +437,11 @@ static void load_body(kb_state *st, uint64_t iters, void *arg)
 		if (l->host_cold)
 			settle_memory(st, 1);
 		uint32_t chunk = l->chunk ? l->chunk : g.chunk;
-		kiln_open_options o = {.source = l->kind == OWNED ? l->source : KILN_SOURCE_MMAP,
-				       .flags = l->open_flags,
-				       .chunk_size = chunk,
-				       .queue_depth = l->qd};
+		kiln_open_options o = {
+		    .source = l->kind == OWNED || l->kind == AUTO ? l->source : KILN_SOURCE_MMAP,
+		    .flags = l->open_flags,
+		    .chunk_size = chunk,
+		    .queue_depth = l->qd};
 		kiln_stream_options so = {
 		    .flags = l->stream_flags, .chunk_size = chunk, .queue_depth = l->qd};
 		struct stage_ctx sc = {0, 0};
@@ -457,7 +458,10 @@ static void load_body(kb_state *st, uint64_t iters, void *arg)
 			kiln_dir_get_info(dir, &info);
 			pinfo = &info;
 		}
-		if (!rc && l->kind == MMAP_TOUCH) {
+		/* AUTO is compared with the other rows as a caller uses it: every page touched when
+		 * it chose a mapping (populated or not), nothing more when it read the file. */
+		if (!rc && (l->kind == MMAP_TOUCH ||
+			    (l->kind == AUTO && info.source == KILN_SOURCE_MMAP))) {
 			const volatile uint8_t *p = info.base;
 			uint8_t x = 0;
 			for (uint64_t k = 0; k < info.block_length; k += 4096)
@@ -488,6 +492,17 @@ static void load_body(kb_state *st, uint64_t iters, void *arg)
 			} else {
 				bytes = pinfo->block_length;
 				bad = check_bytes(dir, NULL, 0);
+				if (l->kind == AUTO) {
+					static const char *const why[] = {
+					    "",      "cached",     "cold, populated",
+					    "large", "unmappable", "owned"};
+					snprintf(l->label, sizeof(l->label),
+						 "KILN_SOURCE_AUTO chose %s (%s)",
+						 kiln_source_name(pinfo->source),
+						 pinfo->auto_choice < 6 ? why[pinfo->auto_choice]
+									: "?");
+					kb_label(st, l->label);
+				}
 				note_fallback(st, l, (o.flags & KILN_OPEN_DIRECT) != 0,
 					      pinfo->direct, pinfo->direct_fallback,
 					      pinfo->uring_fallback);
@@ -520,6 +535,7 @@ static const struct {
     {"mmap_touch", MMAP_TOUCH, 0, 0, 0, "page cache, zero-copy; one byte read per 4 KiB page"},
     {"mmap_populate", MMAP_POPULATE, 0, KILN_OPEN_POPULATE, 0,
      "page cache, zero-copy; KILN_OPEN_POPULATE (MADV_POPULATE_READ)"},
+    {"auto", AUTO, KILN_SOURCE_AUTO, 0, 0, "what KILN_SOURCE_AUTO picks; pages touched if mapped"},
     {"read", OWNED, KILN_SOURCE_READ, 0, 0, "fresh owned memory kiln maps per open (THP)"},
     {"uring", OWNED, KILN_SOURCE_URING, 0, 0, "fresh owned memory kiln maps per open (THP)"},
     {"read_direct", OWNED, KILN_SOURCE_READ, KILN_OPEN_DIRECT, 0,
