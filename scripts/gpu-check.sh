@@ -44,9 +44,10 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 start=$(date +%s)
 
 if [ "$do_build" = 1 ]; then
+	mkdir -p "$build"
 	cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_PYTHON=OFF \
-		>"$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
-	if ! grep -q "building kiln_cuda" "$build.configure.log"; then
+		>"$build/gpu-check-configure.log" 2>&1 || { cat "$build/gpu-check-configure.log"; exit 1; }
+	if ! grep -q "building kiln_cuda" "$build/gpu-check-configure.log"; then
 		echo "gpu-check: the CUDA toolkit was not found (nvcc, libcudart): nothing to check"
 		echo "no GPU: no CUDA toolkit"
 		exit 0
