@@ -62,6 +62,18 @@ static void populate(const uint8_t *p, size_t len)
 #define AUTO_WINDOWS 8
 #define AUTO_PAGES   16
 
+/* Whether pages [at, at + n) of the mapping are all in the page cache. */
+static int resident(const struct kiln_dir *dir, size_t at, size_t n, unsigned char *vec)
+{
+	size_t page = kiln__page_size();
+	if (mincore((uint8_t *)dir->map_addr + at * page, n * page, vec))
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (!(vec[i] & 1))
+			return 0;
+	return 1;
+}
+
 static int sampled_all_cached(const struct kiln_dir *dir)
 {
 	size_t page = kiln__page_size();
@@ -70,20 +82,14 @@ static int sampled_all_cached(const struct kiln_dir *dir)
 	if (first >= pages)
 		first = 0;
 	size_t span = pages - first;
-	unsigned char vec[AUTO_PAGES];
-	for (size_t w = 0; w < AUTO_WINDOWS; w++) {
-		size_t at = first + span * w / AUTO_WINDOWS, n = AUTO_PAGES;
-		if (at + n > pages)
-			n = pages - at;
-		if (w > 0 && span < AUTO_WINDOWS * AUTO_PAGES &&
-		    at < first + span * (w - 1) / AUTO_WINDOWS + AUTO_PAGES)
-			continue; /* a small file: the windows overlap; each page is asked once */
-		if (mincore((uint8_t *)dir->map_addr + at * page, n * page, vec))
+	unsigned char vec[AUTO_WINDOWS * AUTO_PAGES];
+	if (span <= sizeof(vec)) /* a small file: every page, in one call */
+		return resident(dir, first, span, vec);
+	/* Windows from the payload's first pages to the file's last ones, evenly apart. */
+	for (size_t w = 0; w < AUTO_WINDOWS; w++)
+		if (!resident(dir, first + (span - AUTO_PAGES) * w / (AUTO_WINDOWS - 1), AUTO_PAGES,
+			      vec))
 			return 0;
-		for (size_t i = 0; i < n; i++)
-			if (!(vec[i] & 1))
-				return 0;
-	}
 	return 1;
 }
 

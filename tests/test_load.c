@@ -1195,3 +1195,25 @@ Test(faults, auto_with_owned_options_reads_with_io_uring)
 	kiln_dir_close(dir);
 	cr_assert_str_eq(kiln_source_name(KILN_SOURCE_AUTO), "auto");
 }
+
+Test(faults, auto_sees_a_file_whose_end_is_not_cached)
+{
+	reset_faults();
+	kiln_dir *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
+	cr_assert_eq(kiln_dir_read_all(dir, NULL, NULL, NULL), 0);
+	kiln_dir_close(dir);
+	/* Only the last 32 KiB dropped: the sample must reach the file's end. */
+	int fd = open(path, O_RDONLY);
+	struct stat sb;
+	fstat(fd, &sb);
+	posix_fadvise(fd, sb.st_size - 32768, 32768, POSIX_FADV_DONTNEED);
+	close(fd);
+	size_t total;
+	long cached = cached_pages(&total);
+	if (cached < 0 || (size_t)cached == total)
+		cr_skip_test("cannot evict part of %s here", path);
+	kiln_dir_info info;
+	dir = open_auto(0, &info);
+	cr_assert_eq(info.auto_choice, KILN_AUTO_COLD, "a tail out of the cache is not 'cached'");
+	kiln_dir_close(dir);
+}
