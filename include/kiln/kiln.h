@@ -235,8 +235,9 @@ enum kiln_source {
 
 /*
  * What KILN_SOURCE_AUTO chose (kiln_dir_info.auto_choice; 0 when AUTO was not asked for).
- * The evidence: mincore() of up to 8 windows of 16 pages spread over the file, right after it is
- * mapped (a few microseconds), and MemAvailable from /proc/meminfo when that matters. AUTO never
+ * The evidence: mincore() of 8 windows of 16 pages spread evenly from the payload's start to the
+ * file's end (a payload of at most 128 pages is checked whole), right after the file is mapped
+ * (a few microseconds), and MemAvailable from /proc/meminfo when that matters. AUTO never
  * picks O_DIRECT on its own: cold, it measured level with populating the mapping, and it would
  * leave the page cache cold for the next open too.
  */
