@@ -103,6 +103,8 @@ int kiln__slice_runs(const kiln_tensor *t, const kiln_slice *s, struct kiln__run
 		uint64_t lo = s->start / g * g, hi = (s->stop + g - 1) / g * g;
 		if (hi > dim)
 			hi = dim;
+		if (outer > 1 && dim % g) /* rows do not start on a granule: only the whole axis */
+			lo = 0, hi = dim;
 		return kiln__fail_inval(
 		    err, t->index, "slice",
 		    "tensor %" PRIu32 ": axis %" PRIu32 " of %s can be cut only every %" PRIu64

@@ -213,6 +213,8 @@ Test(slice, cuts_that_split_a_byte_or_a_block)
 	/* ...and axis 1 only whole. */
 	s = (kiln_slice){.axis = 1, .start = 0, .stop = 2};
 	cr_assert_eq(kiln_slice_size(odd, &s, &bytes, &err), KILN_INVAL);
+	/* The nearest valid bounds are the whole axis, not a cut that is itself refused. */
+	cr_assert_not_null(strstr(err.message, "nearest that do are [0, 5)"), "%s", err.message);
 	s = (kiln_slice){.axis = 1, .start = 0, .stop = 5};
 	cr_assert_eq(kiln_slice_size(odd, &s, &bytes, &err), 0);
 	/* The opaque tensor's last axis cuts every 32 elements (one 18-byte block). */
@@ -345,4 +347,81 @@ Test(slice, truncated_after_open_is_io)
 	kiln_dir_close(dir);
 	unlink(copy);
 	free(copy);
+}
+
+/* --- many slices in one call ------------------------------------------------------------------ */
+
+static int count_landed(void *ctx, const kiln_chunk *c)
+{
+	*(uint64_t *)ctx += c->length;
+	return 0;
+}
+
+Test(slice, many_slices_in_one_call)
+{
+	static const unsigned sources[] = {KILN_SOURCE_MMAP, KILN_SOURCE_READ, KILN_SOURCE_URING,
+					   KILN_SOURCE_BUFFER};
+	for (size_t src = 0; src < sizeof(sources) / sizeof(sources[0]); src++) {
+		kiln_dir *dir = open_source(sources[src]);
+		/* Every tensor twice: its rank-0 share of 2 on the first axis and on the last one
+		 * (inner axes are one run per row), plus one empty slice in the middle. */
+		uint32_t tensors[2 * NT + 1];
+		kiln_slice slices[2 * NT + 1];
+		void *dests[2 * NT + 1];
+		uint8_t *want[2 * NT + 1];
+		uint64_t lens[2 * NT + 1], total = 0;
+		uint32_t n = 0;
+		kiln_error err;
+		for (uint32_t i = 0; i < NT; i++)
+			for (int last = 0; last < 2; last++) {
+				const kiln_tensor *t = kiln_dir_tensor(dir, i);
+				uint32_t axis = last ? t->rank - 1u : 0;
+				/* u4.odd's rows do not start on bytes: only its whole last axis. */
+				if (kiln_slice_share(t, axis, 0, 2, &slices[n], &err))
+					slices[n] =
+					    (kiln_slice){.axis = axis, .stop = t->shape[axis]};
+				tensors[n] = i;
+				want[n] = reference((int)i, &slices[n], &lens[n]);
+				dests[n] = malloc(lens[n] + 1);
+				total += lens[n++];
+				if (i == 2 && !last) {
+					tensors[n] = 1;
+					slices[n] = (kiln_slice){.axis = 0, .start = 1, .stop = 1};
+					want[n] = reference(1, &slices[n], &lens[n]);
+					dests[n++] = NULL; /* empty: no destination needed */
+				}
+			}
+		uint64_t landed = 0;
+		kiln_stream_options o = {
+		    .chunk_size = 4096, .on_chunk = count_landed, .ctx = &landed};
+		kiln_stream_result res;
+		cr_assert_eq(kiln_read_slices(dir, tensors, slices, n, dests, &o, &res, &err), 0,
+			     "%s: %s", kiln_source_name(sources[src]), err.message);
+		cr_assert_eq(res.bytes, total);
+		cr_assert_eq(landed, total);
+		for (uint32_t k = 0; k < n; k++) {
+			cr_assert(!lens[k] || !memcmp(dests[k], want[k], lens[k]),
+				  "%s: slice %u of tensor %u", kiln_source_name(sources[src]), k,
+				  tensors[k]);
+			free(dests[k]);
+			free(want[k]);
+		}
+		/* A bad slice anywhere: INVAL, naming it, before anything is read. */
+		uint8_t canary[64];
+		memset(canary, 0xA5, sizeof(canary));
+		void *two[2] = {canary, canary};
+		uint32_t idx[2] = {0, 3};
+		kiln_slice bad[2] = {{.axis = 0, .start = 0, .stop = 1},
+				     {.axis = 1, .start = 1, .stop = 2}}; /* u4.odd cuts a byte */
+		cr_assert_eq(kiln_read_slices(dir, idx, bad, 2, two, NULL, NULL, &err), KILN_INVAL);
+		cr_assert_not_null(strstr(err.message, "nearest"), "%s", err.message);
+		for (size_t b = 0; b < sizeof(canary); b++)
+			cr_assert_eq(canary[b], 0xA5,
+				     "nothing is read before every slice is checked");
+		idx[1] = NT;
+		cr_assert_eq(kiln_read_slices(dir, idx, bad, 2, two, NULL, NULL, &err), KILN_INVAL);
+		cr_assert_eq(kiln_read_slices(dir, idx, bad, 1, NULL, NULL, NULL, &err),
+			     KILN_INVAL);
+		kiln_dir_close(dir);
+	}
 }
