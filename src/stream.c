@@ -182,18 +182,47 @@ int kiln_tensor_read(const kiln_dir *dir, uint32_t index, void *dst, size_t cap,
  * reads in flight together, so memory stays small whatever the number of runs. */
 #define RUN_BATCH 1024u
 
-static int read_runs(const kiln_dir *dir, const kiln_tensor *t, const struct kiln__runs *r,
-		     uint8_t *dst, kiln_chunk_fn on_chunk, void *ctx, kiln_error *err)
+/* One tensor's share of a slice read: its runs and where they land. */
+struct slice_job {
+	const kiln_tensor *t;
+	struct kiln__runs r;
+	uint8_t *dst;
+};
+
+/* Add one engine run's counts to a call's result. */
+static void add_result(kiln_stream_result *sum, const kiln_stream_result *one)
 {
-	if (!r->bytes)
+	sum->bytes += one->bytes;
+	sum->chunks += one->chunks;
+	sum->retries += one->retries;
+	sum->engine = one->engine;
+	sum->direct = one->direct;
+	if (one->uring_fallback)
+		sum->uring_fallback = one->uring_fallback;
+	if (one->direct_fallback)
+		sum->direct_fallback = one->direct_fallback;
+}
+
+/* The runs of every job, in order, through one queue of reads: the engine gets them in batches
+ * of RUN_BATCH ranges, each batch's reads in flight together, so memory stays small whatever the
+ * number of runs, and one tensor's runs overlap the next one's. */
+static int read_jobs(const kiln_dir *dir, const struct slice_job *jobs, uint32_t count,
+		     const kiln_stream_options *o, kiln_stream_result *result, kiln_error *err)
+{
+	uint64_t total = 0;
+	int partial = 0;
+	for (uint32_t j = 0; j < count; j++) {
+		total += jobs[j].r.bytes ? jobs[j].r.runs : 0;
+		partial |= jobs[j].r.runs * jobs[j].r.len < jobs[j].t->byte_length;
+	}
+	if (!total)
 		return 0;
-	kiln_stream_options o = {.size = sizeof(o), .on_chunk = on_chunk, .ctx = ctx};
 	/* The kernel's read-ahead would read on past every run of a cold file (a quarter of each
 	 * row becomes most of the file). A descriptor of our own, reopened from the same open file,
 	 * with random-access advice reads just the runs, and leaves the directory's descriptor and
 	 * its read-ahead state alone for other threads. Falls back to the shared one. */
 	int fd = dir->fd, own = -1;
-	if (fd >= 0 && r->runs * r->len < t->byte_length) {
+	if (fd >= 0 && partial) {
 		char path[64];
 		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 		own = open(path, O_RDONLY | O_CLOEXEC);
@@ -203,26 +232,44 @@ static int read_runs(const kiln_dir *dir, const kiln_tensor *t, const struct kil
 		}
 	}
 	const uint8_t *mem = block_memory(dir);
-	size_t cap = r->runs < RUN_BATCH ? (size_t)r->runs : RUN_BATCH;
+	size_t cap = total < RUN_BATCH ? (size_t)total : RUN_BATCH, n = 0;
 	struct kiln__range *ranges = calloc(cap, sizeof(*ranges));
-	if (!ranges)
-		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
-	int rc = 0;
-	for (uint64_t k = 0; k < r->runs && !rc;) {
-		size_t n = r->runs - k < cap ? (size_t)(r->runs - k) : cap;
-		for (size_t j = 0; j < n; j++, k++)
-			ranges[j] =
-			    (struct kiln__range){.off = t->file_offset + r->first + k * r->stride,
-						 .len = r->len,
-						 .dst = dst + k * r->len,
-						 .tensor = t->index,
-						 .tensor_off = k * r->len};
-		rc = run_files(NULL, 0, fd, mem, &o, ranges, n, NULL, err);
+	int rc = ranges ? 0 : kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+	kiln_stream_result one;
+	for (uint32_t j = 0; j < count && !rc; j++) {
+		const struct slice_job *b = &jobs[j];
+		for (uint64_t k = 0; b->r.bytes && k < b->r.runs && !rc; k++) {
+			ranges[n++] = (struct kiln__range){.off = b->t->file_offset + b->r.first +
+								  k * b->r.stride,
+							   .len = b->r.len,
+							   .dst = b->dst + k * b->r.len,
+							   .tensor = b->t->index,
+							   .tensor_off = k * b->r.len};
+			int last = j + 1 == count && k + 1 == b->r.runs;
+			if (n == cap || last) {
+				rc = run_files(NULL, 0, fd, mem, o, ranges, n, &one, err);
+				if (result)
+					add_result(result, &one);
+				n = 0;
+			}
+		}
 	}
+	if (!rc && n) /* the last jobs were empty */
+		rc = run_files(NULL, 0, fd, mem, o, ranges, n, &one, err);
+	if (!rc && n && result)
+		add_result(result, &one);
 	free(ranges);
 	if (own >= 0)
 		close(own);
 	return rc;
+}
+
+static int read_runs(const kiln_dir *dir, const kiln_tensor *t, const struct kiln__runs *r,
+		     uint8_t *dst, kiln_chunk_fn on_chunk, void *ctx, kiln_error *err)
+{
+	kiln_stream_options o = {.size = sizeof(o), .on_chunk = on_chunk, .ctx = ctx};
+	struct slice_job job = {.t = t, .r = *r, .dst = dst};
+	return read_jobs(dir, &job, 1, &o, NULL, err);
 }
 
 static int fits(const kiln_tensor *t, uint64_t bytes, const void *dst, size_t cap, kiln_error *err)
@@ -266,6 +313,40 @@ int kiln_tensor_read_range(const kiln_dir *dir, uint32_t index, uint64_t offset,
 	int rc = fits(t, length, dst, cap, err);
 	struct kiln__runs r = {.runs = 1, .first = offset, .len = length, .bytes = length};
 	return rc ? rc : read_runs(dir, t, &r, dst, on_chunk, ctx, err);
+}
+
+int kiln_read_slices(const kiln_dir *dir, const uint32_t *tensors, const kiln_slice *slices,
+		     uint32_t count, void *const *dests, const kiln_stream_options *opts,
+		     kiln_stream_result *result, kiln_error *err)
+{
+	kiln_stream_options o;
+	int rc = begin(dir, opts, &o, result, err);
+	if (rc)
+		return rc;
+	if (count && (!tensors || !slices || !dests))
+		return kiln__fail_inval(err, KILN_NO_INDEX, NULL,
+					"tensors, slices and dests are required");
+	if (o.staging)
+		return kiln__fail_inval(err, KILN_NO_INDEX, "staging",
+					"slices land in dests; staging buffers do not apply");
+	struct slice_job *jobs = calloc(count ? count : 1, sizeof(*jobs));
+	if (!jobs)
+		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+	/* Every slice is checked before the first read. */
+	for (uint32_t k = 0; k < count && !rc; k++) {
+		struct slice_job *b = &jobs[k];
+		if (!(b->t = kiln__tensor_or_fail(dir, tensors[k], err)))
+			rc = KILN_INVAL;
+		else if (!(rc = kiln__slice_runs(b->t, &slices[k], &b->r, err)) && b->r.bytes &&
+			 !dests[k])
+			rc = kiln__fail_inval(err, tensors[k], NULL,
+					      "destination %" PRIu32 " is NULL", k);
+		b->dst = dests[k];
+	}
+	if (!rc)
+		rc = read_jobs(dir, jobs, count, &o, result, err);
+	free(jobs);
+	return rc;
 }
 
 int kiln_tensor_slice_data(const kiln_dir *dir, uint32_t index, const kiln_slice *s,

@@ -680,6 +680,21 @@ KILN_API int kiln_tensor_read_range(const kiln_dir *dir, uint32_t index, uint64_
 				    uint64_t length, void *dst, size_t cap, kiln_chunk_fn on_chunk,
 				    void *ctx, kiln_error *err);
 
+/*
+ * Many slices in one call, with one queue of reads: slices[k] of tensor tensors[k] lands in
+ * dests[k] (kiln_slice_size() bytes, any alignment), the runs of one tensor in flight with the
+ * next one's, so a tensor-parallel rank's share of a whole model streams like one read. Every
+ * slice is checked before the first read. opts as kiln_stream() in direct mode (chunk size,
+ * queue depth, engine, KILN_STREAM_DIRECT, on_chunk with chunk->tensor the tensor's index and
+ * chunk->offset within its slice bytes); staging buffers do not apply. Returns 0, INVAL (an index,
+ * a slice, a NULL destination for a non-empty slice), CANCELED, NOMEM, IO; *result (optional) sums
+ * the batches.
+ */
+KILN_API int kiln_read_slices(const kiln_dir *dir, const uint32_t *tensors,
+			      const kiln_slice *slices, uint32_t count, void *const *dests,
+			      const kiln_stream_options *opts, kiln_stream_result *result,
+			      kiln_error *err);
+
 /* Zero copy: when slice `s` is one contiguous run (axis 0, or only size-1 axes before it), set
  * *data to its first byte in the directory's memory (the mapping, the owned block or the
  * buffer; valid until close) and *bytes to its length. UNSUPPORTED when the slice needs more
