@@ -7,7 +7,9 @@
  * - tp_load/...: a tensor-parallel rank's load, rank 0 of 4 along axis 0 and along axis 1 of every
  *   tensor, against the full load, warm (bytes per second: a slice should move its bytes about as
  *   fast as a full load moves its own) and cold (the counter `resident_fraction` says how much of
- *   the file the kernel read: about 1/4 for a quarter, page granularity permitting).
+ *   the file the kernel read: about 1/4 for a quarter, page granularity permitting). The
+ *   _batched rows read every tensor's share in one kiln_read_slices() call (one queue), the
+ *   others one kiln_tensor_read_slice() per tensor.
  * Files go to $KILN_BENCH_DIR (default ./bench-files) and are removed at exit; KILN_BENCH_SMOKE
  * makes everything tiny.
  */
@@ -126,6 +128,7 @@ static uint8_t *tp_dst;
 struct tp {
 	int axis; /* -1: the whole tensors */
 	int cold;
+	int batched; /* every tensor's share in one kiln_read_slices() call */
 };
 
 static void make_tp_file(void)
@@ -148,8 +151,10 @@ static void make_tp_file(void)
 	tp_path = make_path("tp.klnt");
 	write_or_die(tp_path, t, TP_TENSORS);
 	free(data);
-	tp_dst = malloc(bytes);
-	memset(tp_dst, 0, bytes);
+	/* Room for every tensor's share at once (the batched rows), or one whole tensor. */
+	uint64_t room = bytes * TP_TENSORS / WORLD > bytes ? bytes * TP_TENSORS / WORLD : bytes;
+	tp_dst = malloc(room);
+	memset(tp_dst, 0, room);
 }
 
 /* Load rank 0's share (or everything) of every tensor; returns the bytes read or 0. */
@@ -162,6 +167,30 @@ static uint64_t tp_once(kb_state *st, const struct tp *c)
 		return 0;
 	}
 	uint64_t total = 0;
+	if (c->batched) {
+		uint32_t idx[TP_TENSORS];
+		kiln_slice sl[TP_TENSORS];
+		void *dests[TP_TENSORS];
+		int rc = 0;
+		for (uint32_t i = 0; i < TP_TENSORS && !rc; i++) {
+			uint64_t n = 0;
+			idx[i] = i;
+			rc = kiln_slice_share(kiln_dir_tensor(dir, i), (uint32_t)c->axis, 0, WORLD,
+					      &sl[i], &err);
+			if (!rc)
+				rc = kiln_slice_size(kiln_dir_tensor(dir, i), &sl[i], &n, &err);
+			dests[i] = tp_dst + total;
+			total += n;
+		}
+		if (!rc)
+			rc = kiln_read_slices(dir, idx, sl, TP_TENSORS, dests, NULL, NULL, &err);
+		kiln_dir_close(dir);
+		if (rc) {
+			kb_skip(st, err.message);
+			return 0;
+		}
+		return total;
+	}
 	for (uint32_t i = 0; i < TP_TENSORS; i++) {
 		const kiln_tensor *t = kiln_dir_tensor(dir, i);
 		int rc;
@@ -241,11 +270,19 @@ int main(int argc, char **argv)
 	tp_rows = smoke ? 8 : 512;
 	tp_cols = smoke ? 256 : 16384;
 	make_tp_file();
-	static const struct tp cases[] = {{-1, 0}, {0, 0}, {1, 0}, {-1, 1}, {0, 1}, {1, 1}};
-	static const char *const names[] = {
-	    "tp_load/warm/full", "tp_load/warm/rank0of4_axis0", "tp_load/warm/rank0of4_axis1",
-	    "tp_load/cold/full", "tp_load/cold/rank0of4_axis0", "tp_load/cold/rank0of4_axis1"};
-	for (int k = 0; k < 6; k++) {
+	static const struct tp cases[] = {{-1, 0, 0}, {0, 0, 0}, {1, 0, 0}, {0, 0, 1}, {1, 0, 1},
+					  {-1, 1, 0}, {0, 1, 0}, {1, 1, 0}, {0, 1, 1}, {1, 1, 1}};
+	static const char *const names[] = {"tp_load/warm/full",
+					    "tp_load/warm/rank0of4_axis0",
+					    "tp_load/warm/rank0of4_axis1",
+					    "tp_load/warm/rank0of4_axis0_batched",
+					    "tp_load/warm/rank0of4_axis1_batched",
+					    "tp_load/cold/full",
+					    "tp_load/cold/rank0of4_axis0",
+					    "tp_load/cold/rank0of4_axis1",
+					    "tp_load/cold/rank0of4_axis0_batched",
+					    "tp_load/cold/rank0of4_axis1_batched"};
+	for (int k = 0; k < 10; k++) {
 		if (cases[k].cold)
 			kb_register_fixed(names[k], tp_body, (void *)&cases[k], 1, smoke ? 1 : 5);
 		else

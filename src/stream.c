@@ -235,7 +235,7 @@ static int read_jobs(const kiln_dir *dir, const struct slice_job *jobs, uint32_t
 	size_t cap = total < RUN_BATCH ? (size_t)total : RUN_BATCH, n = 0;
 	struct kiln__range *ranges = calloc(cap, sizeof(*ranges));
 	int rc = ranges ? 0 : kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
-	kiln_stream_result one;
+	kiln_stream_result one = {0};
 	for (uint32_t j = 0; j < count && !rc; j++) {
 		const struct slice_job *b = &jobs[j];
 		for (uint64_t k = 0; b->r.bytes && k < b->r.runs && !rc; k++) {
