@@ -236,8 +236,8 @@ has "$TMP/err" "LIMIT"
 expect 0 "$KLNT" gen "$TMP/gen3.klnt" --tensors 20000 --bytes 1M --unnamed --no-sync
 expect 2 "$KLNT" gen "$TMP/gen4.klnt" --tensors 10
 expect 0 "$KLNT" bench "$TMP/gen.klnt" --repeat 1
-for src in open mmap populate auto read uring read-direct uring-direct stream plain plain-fresh \
-	cat; do
+for src in open mmap mmap-normal mmap-willneed populate auto read uring read-direct uring-direct \
+	stream plain plain-fresh cat; do
 	has "$TMP/out" "warm   $src "
 	has "$TMP/out" "cold   $src "
 done

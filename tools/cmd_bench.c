@@ -27,6 +27,8 @@ static const char usage[] =
     "Sources (default: all):\n"
     "  open          open + close: validation only, time to the first tensor pointer\n"
     "  mmap          open (sequential advice) and touch every page of the file\n"
+    "  mmap-normal   the same with no advice (the kernel's default read-around)\n"
+    "  mmap-willneed the same with KILN_ADVICE_WILLNEED (read-ahead of the whole file)\n"
     "  populate      open with KILN_OPEN_POPULATE (the kernel faults everything in)\n"
     "  auto          KILN_SOURCE_AUTO (kiln picks; the choice is printed), pages touched\n"
     "  read          KILN_SOURCE_READ: the whole block into fresh owned memory with pread\n"
@@ -61,6 +63,8 @@ enum src {
 	S_MEMCPY,
 	S_OPEN,
 	S_MMAP,
+	S_MMAP_NORMAL,
+	S_MMAP_WILLNEED,
 	S_POPULATE,
 	S_AUTO,
 	S_READ,
@@ -74,11 +78,12 @@ enum src {
 };
 #define FIRST_KILN S_OPEN
 
-static const char *const src_name[NSRC] = {
-    "plain",       "plain-fresh",  "cat",        "memcpy",      "open",
-    "mmap",        "populate",     "auto",       "read",        "uring",
-    "read-direct", "uring-direct", "read-reuse", "uring-reuse", "stream",
+static const char *const src_name[] = {
+    "plain",       "plain-fresh",   "cat",        "memcpy",      "open",   "mmap",
+    "mmap-normal", "mmap-willneed", "populate",   "auto",        "read",   "uring",
+    "read-direct", "uring-direct",  "read-reuse", "uring-reuse", "stream",
 };
+_Static_assert(sizeof(src_name) / sizeof(src_name[0]) == NSRC, "one name per source");
 
 #define PLAIN_BUF (4u << 20)
 #define CAT_BUF   (128u << 10)
@@ -205,6 +210,9 @@ static double run_once(struct bench *b, enum src s)
 	case S_MMAP:
 		o.advice = KILN_ADVICE_SEQUENTIAL;
 		break;
+	case S_MMAP_WILLNEED:
+		o.advice = KILN_ADVICE_WILLNEED;
+		break;
 	case S_POPULATE:
 		o.flags = KILN_OPEN_POPULATE;
 		break;
@@ -237,7 +245,7 @@ static double run_once(struct bench *b, enum src s)
 		klnt_report(stderr, b->paths[0], rc, &err);
 		return -1;
 	}
-	if (s == S_MMAP || s == S_AUTO)
+	if (s == S_MMAP || s == S_MMAP_NORMAL || s == S_MMAP_WILLNEED || s == S_AUTO)
 		for (uint32_t i = 0; i < kiln_set_shards(set); i++)
 			touch(kiln_set_shard(set, i));
 	if (s == S_AUTO) {
@@ -407,7 +415,7 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 				if (tty)
 					fprintf(stderr,
 						"\rklnt bench: %s round %" PRIu64 "/%" PRIu64
-						" %-12s   ",
+						" %-13s   ",
 						is_cold ? "cold" : "warm", round, repeat,
 						src_name[s]);
 				if (is_cold) {
@@ -452,14 +460,14 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 		printf("set of %" PRIu32 " files (%s, ...): %" PRIu64 " tensors, %" PRIu64
 		       " bytes, %" PRIu64 " rounds\n\n",
 		       b.npaths, b.paths[0], tensors, b.total, repeat);
-	printf("%-5s  %-12s  %10s  %10s  %10s  %8s  %9s\n", "mode", "source", "median ms", "min ms",
+	printf("%-5s  %-13s  %10s  %10s  %10s  %8s  %9s\n", "mode", "source", "median ms", "min ms",
 	       "max ms", "GB/s", "vs plain");
 	for (int mode = 0; mode < 2; mode++) {
 		for (int s = 0; s < NSRC; s++) {
 			const struct result *r = &res[mode][s];
 			if (!r->ok)
 				continue;
-			printf("%-5s  %-12s  %10.3f  %10.3f  %10.3f  ", mode ? "cold" : "warm",
+			printf("%-5s  %-13s  %10.3f  %10.3f  %10.3f  ", mode ? "cold" : "warm",
 			       src_name[s], r->med * 1e3, r->min * 1e3, r->max * 1e3);
 			if (s == S_OPEN)
 				printf("%8s  %9s", "-", "-"); /* reads the directory only */
