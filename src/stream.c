@@ -245,8 +245,7 @@ static int read_jobs(const kiln_dir *dir, const struct slice_job *jobs, uint32_t
 							   .dst = b->dst + k * b->r.len,
 							   .tensor = b->t->index,
 							   .tensor_off = k * b->r.len};
-			int last = j + 1 == count && k + 1 == b->r.runs;
-			if (n == cap || last) {
+			if (n == cap) { /* a full batch goes now; the last, shorter one below */
 				rc = run_files(NULL, 0, fd, mem, o, ranges, n, &one, err);
 				if (result)
 					add_result(result, &one);
@@ -254,10 +253,11 @@ static int read_jobs(const kiln_dir *dir, const struct slice_job *jobs, uint32_t
 			}
 		}
 	}
-	if (!rc && n) /* the last jobs were empty */
+	if (!rc && n) {
 		rc = run_files(NULL, 0, fd, mem, o, ranges, n, &one, err);
-	if (!rc && n && result)
-		add_result(result, &one);
+		if (result)
+			add_result(result, &one);
+	}
 	free(ranges);
 	if (own >= 0)
 		close(own);
