@@ -54,34 +54,6 @@ static struct {
 	uint64_t *offsets; /* file_offset of tensor i */
 } g;
 
-static int set_temperature(kb_state *st, int cold)
-{
-	char msg[200];
-	long total = 0, left;
-	kb_pause(st);
-	if (cold) {
-		left = kmeasure_evict(g.path);
-		kmeasure_resident(g.path, &total);
-		if (left >= 0 && left <= RESIDENT_MAX) {
-			kb_resume(st);
-			return 0;
-		}
-		snprintf(msg, sizeof(msg), "eviction failed: %ld of %ld pages still resident", left,
-			 total);
-	} else {
-		left = kmeasure_warm(g.path);
-		if (left == 0) {
-			kb_resume(st);
-			return 0;
-		}
-		snprintf(msg, sizeof(msg), "cannot make the file warm: %ld pages not resident",
-			 left);
-	}
-	kb_resume(st);
-	kb_skip(st, msg);
-	return -1;
-}
-
 /* ---- baselines: each returns seconds, or -1 ---------------------------------------------- */
 
 static double time_h2d(void)
@@ -134,7 +106,7 @@ static int pair(kb_state *st, unsigned which, int cold)
 		kb_account(st, S_H2D, t, (double)g.size);
 	}
 	if (t >= 0 && (which & P_READ)) {
-		if (set_temperature(st, cold))
+		if (kbu_set_temperature(st, g.path, cold, RESIDENT_MAX))
 			return -1;
 		kb_pause(st);
 		t = time_read();
@@ -142,7 +114,7 @@ static int pair(kb_state *st, unsigned which, int cold)
 		kb_account(st, S_READ, t, (double)g.size);
 	}
 	if (t >= 0 && (which & P_PLAIN)) {
-		if (set_temperature(st, cold))
+		if (kbu_set_temperature(st, g.path, cold, RESIDENT_MAX))
 			return -1;
 		kb_pause(st);
 		t = time_read_then_h2d();
@@ -181,7 +153,7 @@ static void base_body(kb_state *st, uint64_t iters, void *arg)
 	const struct base *b = arg;
 	kb_set_bytes_per_iter(st, g.size);
 	for (uint64_t i = 0; i < iters; i++) {
-		if (b->which != P_H2D && set_temperature(st, b->cold))
+		if (b->which != P_H2D && kbu_set_temperature(st, g.path, b->cold, RESIDENT_MAX))
 			return;
 		double t = b->which == P_H2D    ? time_h2d()
 			   : b->which == P_READ ? time_read()
@@ -249,7 +221,8 @@ static void load_body(kb_state *st, uint64_t iters, void *arg)
 	kb_label(st, label);
 	kb_set_bytes_per_iter(st, g.size);
 	for (uint64_t i = 0; i < iters; i++) {
-		if (pair(st, P_H2D | P_READ | P_PLAIN, l->cold) || set_temperature(st, l->cold))
+		if (pair(st, P_H2D | P_READ | P_PLAIN, l->cold) ||
+		    kbu_set_temperature(st, g.path, l->cold, RESIDENT_MAX))
 			return;
 		/* Clear the device bytes untimed, so a load that wrote nothing cannot pass the
 		 * check. */

@@ -73,45 +73,6 @@ static struct {
 
 /* ---- page cache and memory state ------------------------------------------------------ */
 
-/*
- * Make the file cold (evicted, checked with mincore) or warm (every page resident), with the
- * timer paused. Returns 0, or skips the benchmark and returns -1. Leaves the timer running.
- */
-static int set_temperature(kb_state *st, const char *path, int cold)
-{
-	char msg[200];
-	long total = 0, left;
-	kb_pause(st);
-	if (cold) {
-		left = kmeasure_evict(path);
-		kmeasure_resident(path, &total);
-		if (left >= 0 && left <= RESIDENT_MAX) {
-			kb_resume(st);
-			return 0;
-		}
-		snprintf(msg, sizeof(msg),
-			 "eviction failed: %ld of %ld pages still resident after fsync + "
-			 "POSIX_FADV_DONTNEED (tmpfs, or the file mapped elsewhere?)",
-			 left, total);
-	} else {
-		left = kmeasure_resident(path, &total);
-		if (left >= 0 && left == total) {
-			kb_resume(st);
-			return 0;
-		}
-		left = kmeasure_warm(path);
-		if (left == 0) {
-			kb_resume(st);
-			return 0;
-		}
-		snprintf(msg, sizeof(msg),
-			 "cannot make the file warm: %ld of %ld pages not resident", left, total);
-	}
-	kb_resume(st);
-	kb_skip(st, msg);
-	return -1;
-}
-
 static const char *temp_name(int cold)
 {
 	return cold ? "cold" : "warm";
@@ -213,7 +174,7 @@ static int pair(kb_state *st, unsigned which, int cold)
 		kb_account(st, S_FRESH, t, (double)g.size);
 	}
 	if (t >= 0 && (which & P_READ)) {
-		if (set_temperature(st, g.path, cold))
+		if (kbu_set_temperature(st, g.path, cold, RESIDENT_MAX))
 			return -1;
 		kb_pause(st);
 		t = time_read();
@@ -278,7 +239,7 @@ static void read_body(kb_state *st, uint64_t iters, void *arg)
 	for (uint64_t i = 0; i < iters; i++) {
 		if (!cold && pair(st, P_MEMCPY, 0))
 			return;
-		if (set_temperature(st, g.path, cold))
+		if (kbu_set_temperature(st, g.path, cold, RESIDENT_MAX))
 			return;
 		double t = time_read();
 		if (t < 0) {
@@ -303,7 +264,7 @@ static void cold_open_body(kb_state *st, uint64_t iters, void *arg)
 {
 	const struct cold_open *c = arg;
 	for (uint64_t i = 0; i < iters; i++) {
-		if (set_temperature(st, c->path, 1))
+		if (kbu_set_temperature(st, c->path, 1, RESIDENT_MAX))
 			return;
 		kiln_open_options o = {.source = c->source};
 		kiln_dir *dir;
@@ -432,7 +393,7 @@ static void load_body(kb_state *st, uint64_t iters, void *arg)
 		/* Evicting frees page-cache memory the host still backs: wait after it. */
 		if (!l->host_cold)
 			settle_memory(st, 0);
-		if (set_temperature(st, g.path, l->cold))
+		if (kbu_set_temperature(st, g.path, l->cold, RESIDENT_MAX))
 			return;
 		if (l->host_cold)
 			settle_memory(st, 1);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "kiln/kiln.h"
+#include "measure.h"
 
 static char *made[64];
 static int nmade;
@@ -282,4 +283,39 @@ void kbu_unmap(void *p, size_t len)
 {
 	if (p)
 		munmap(p, (len + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1));
+}
+
+int kbu_set_temperature(kb_state *st, const char *path, int cold, long resident_max)
+{
+	char msg[200];
+	long total = 0, left;
+	kb_pause(st);
+	if (cold) {
+		left = kmeasure_evict(path);
+		kmeasure_resident(path, &total);
+		if (left >= 0 && left <= resident_max) {
+			kb_resume(st);
+			return 0;
+		}
+		snprintf(msg, sizeof(msg),
+			 "eviction failed: %ld of %ld pages still resident after fsync + "
+			 "POSIX_FADV_DONTNEED (tmpfs, or the file mapped elsewhere?)",
+			 left, total);
+	} else {
+		left = kmeasure_resident(path, &total);
+		if (left >= 0 && left == total) {
+			kb_resume(st);
+			return 0;
+		}
+		left = kmeasure_warm(path);
+		if (left == 0) {
+			kb_resume(st);
+			return 0;
+		}
+		snprintf(msg, sizeof(msg),
+			 "cannot make the file warm: %ld of %ld pages not resident", left, total);
+	}
+	kb_resume(st);
+	kb_skip(st, msg);
+	return -1;
 }

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shim.h"
+
 /*
  * A file of `count` u8 tensors, named "blk.N.w" when `named` (the u16 heap offsets of the
  * format allow only a few thousand such names), sharing `payload` bytes of payload. When
@@ -33,5 +35,12 @@ uint8_t kbu_byte(uint64_t seed, uint32_t tensor, uint64_t offset);
  */
 void *kbu_map(size_t len, int huge, int touch);
 void kbu_unmap(void *p, size_t len);
+
+/*
+ * Make the file cold (evicted, at most `resident_max` pages left, checked with mincore) or warm
+ * (every page resident), with the timer paused. Returns 0, or skips the benchmark and returns
+ * -1. Leaves the timer running.
+ */
+int kbu_set_temperature(kb_state *st, const char *path, int cold, long resident_max);
 
 #endif
