@@ -335,14 +335,40 @@ static void queue(struct io_uring *ring, struct slot *s)
 	io_uring_sqe_set_data(sqe, s);
 }
 
-/* Returns 0, or -errno when io_uring cannot be set up (the caller falls back to pread). */
+/* Take every completion the ring holds; each finished or failed read frees its slot, a retried
+ * one is queued again (submitted with the next batch). */
+static void reap(struct run *r, struct io_uring *ring, uint32_t *inflight)
+{
+	struct io_uring_cqe *cqe;
+	unsigned head, seen = 0;
+	io_uring_for_each_cqe(ring, head, cqe)
+	{
+		struct slot *s = io_uring_cqe_get_data(cqe);
+		if (cqe->res > 0)
+			MARK_DEFINED(s->rbuf + s->done, (size_t)cqe->res);
+		int res = kiln__sys.uring_result(cqe->res, s->fd, s->roff + s->done,
+						 (size_t)(s->rlen - s->done));
+		seen++;
+		(*inflight)--;
+		if (complete(r, s, res)) {
+			queue(ring, s);
+			(*inflight)++;
+		}
+	}
+	io_uring_cq_advance(ring, seen);
+}
+
+/* Returns 0, or -errno when io_uring cannot be set up (the caller falls back to pread).
+ * One system call per round submits every queued read and waits for the first completion;
+ * every completion ready by then is taken before the next round. Small reads from the page
+ * cache complete during the submit itself, so a round of qd of them costs one call, not qd. */
 static int run_uring(struct run *r)
 {
 	struct io_uring ring;
 	int rc = kiln__sys.uring_init(r->nslots, &ring);
 	if (rc < 0)
 		return rc;
-	uint32_t inflight = 0;
+	uint32_t inflight = 0; /* queued or in the kernel */
 	for (;;) {
 		for (uint32_t i = 0; i < r->nslots && !r->stop; i++) {
 			struct slot *s = &r->slots[i];
@@ -353,36 +379,24 @@ static int run_uring(struct run *r)
 		}
 		if (inflight == 0)
 			break;
-		int sub = io_uring_submit(&ring);
+		int sub = io_uring_submit_and_wait(&ring, 1);
 		if (sub < 0 && sub != -EINTR && sub != -EAGAIN && sub != -EBUSY) {
-			/* Nothing new reached the kernel: what was queued is dropped at exit. */
 			kiln__fail_sys(r->err, KILN_IO, -sub, "io_uring_submit failed: %s",
 				       strerror(-sub));
 			stop_with(r, KILN_IO);
+			/* What never reached the kernel is dropped with the ring; what did is
+			 * waited for, so no read lands after return. */
+			inflight -= io_uring_sq_ready(&ring);
+			while (inflight) {
+				struct io_uring_cqe *cqe;
+				int w = io_uring_wait_cqe(&ring, &cqe);
+				if (w < 0 && w != -EINTR)
+					break;
+				reap(r, &ring, &inflight);
+			}
+			break;
 		}
-		struct io_uring_cqe *cqe;
-		int w = io_uring_wait_cqe(&ring, &cqe);
-		if (w == -EINTR || w == -EAGAIN)
-			continue;
-		if (w < 0) {
-			if (sub < 0)
-				break; /* nothing in flight in the kernel */
-			kiln__fail_sys(r->err, KILN_IO, -w, "io_uring_wait_cqe failed: %s",
-				       strerror(-w));
-			stop_with(r, KILN_IO);
-			continue;
-		}
-		struct slot *s = io_uring_cqe_get_data(cqe);
-		if (cqe->res > 0)
-			MARK_DEFINED(s->rbuf + s->done, (size_t)cqe->res);
-		int res = kiln__sys.uring_result(cqe->res, s->fd, s->roff + s->done,
-						 (size_t)(s->rlen - s->done));
-		io_uring_cqe_seen(&ring, cqe);
-		inflight--;
-		if (complete(r, s, res)) {
-			queue(&ring, s);
-			inflight++;
-		}
+		reap(r, &ring, &inflight);
 	}
 	io_uring_queue_exit(&ring);
 	return 0;
@@ -474,8 +488,9 @@ static void open_direct(struct run *r)
  * time is a plain copy and io_uring only adds its bookkeeping (measured on an H200 host: warm
  * 1 GiB streams at 7.6 GB/s with pread against 6.4 with io_uring; cold both ran at the disk's
  * 2.0 GB/s); where the disk has to be read, keeping requests in flight is what pays. Residency
- * comes from cachestat(2) (Linux 6.5), one call per range, sampled up to CACHED_SAMPLE ranges;
- * without it the answer is io_uring, as before there was a choice.
+ * comes from cachestat(2) (Linux 6.5): one call over the whole span when the ranges are of one
+ * file (enough for a warm file), else one per range, sampled up to CACHED_SAMPLE ranges; without
+ * it the answer is io_uring, as before there was a choice.
  */
 #define CACHED_SAMPLE 64
 #ifndef __NR_cachestat
@@ -488,19 +503,39 @@ struct cachestat_ {
 	uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
 };
 
-static int all_cached(const struct kiln__io *io, const struct kiln__range *ranges, size_t n)
+/* 1 when the page cache holds every page of [off, off + len) of fd. */
+static int span_cached(int fd, uint64_t off, uint64_t len)
 {
 	uint64_t page = kiln__page_size();
+	uint64_t first = off / page, last = (off + len - 1) / page;
+	struct cachestat_range_ cr = {first * page, (last - first + 1) * page};
+	struct cachestat_ cs;
+	return syscall(__NR_cachestat, fd, &cr, &cs, 0) == 0 && cs.nr_cache >= last - first + 1;
+}
+
+static int all_cached(const struct kiln__io *io, const struct kiln__range *ranges, size_t n)
+{
+	uint64_t lo = UINT64_MAX, hi = 0;
+	int one_file = 1;
+	for (size_t i = 0; i < n; i++) {
+		const struct kiln__range *g = &ranges[i];
+		one_file &= !io->fds || g->file == ranges[0].file;
+		if (g->len && g->off < lo)
+			lo = g->off;
+		if (g->len && g->off + g->len > hi)
+			hi = g->off + g->len;
+	}
+	if (hi == 0)
+		return 1;
+	if (one_file && span_cached(io->fds ? io->fds[ranges[0].file] : io->fd, lo, hi - lo))
+		return 1;
+	/* Runs of a slice may be cached while the gaps between them are not. */
 	size_t step = n > CACHED_SAMPLE ? n / CACHED_SAMPLE : 1;
 	for (size_t i = 0; i < n; i += step) {
 		const struct kiln__range *g = &ranges[i];
 		if (g->len == 0)
 			continue;
-		int fd = io->fds ? io->fds[g->file] : io->fd;
-		uint64_t first = g->off / page, last = (g->off + g->len - 1) / page;
-		struct cachestat_range_ cr = {first * page, (last - first + 1) * page};
-		struct cachestat_ cs;
-		if (syscall(__NR_cachestat, fd, &cr, &cs, 0) != 0 || cs.nr_cache < last - first + 1)
+		if (!span_cached(io->fds ? io->fds[g->file] : io->fd, g->off, g->len))
 			return 0;
 	}
 	return 1;
@@ -525,8 +560,12 @@ int kiln__io_run(struct kiln__io *io, const struct kiln__range *ranges, size_t n
 		r.buffer_busy = calloc(io->nstaging, 1);
 	}
 	int nomem = !r.slots || (io->staging && (!r.buffer_used || !r.buffer_busy));
-	uint64_t chunk = io->staging ? io->staging_size : io->chunk;
-	r.bounce_size = (size_t)chunk + 2u * r.A;
+	/* A bounce buffer holds one chunk: no more than the longest range needs (many small
+	 * ranges, as a slice has, would otherwise each get a whole chunk's worth). */
+	uint64_t chunk = io->staging ? io->staging_size : io->chunk, longest = 0;
+	for (size_t i = 0; i < n && longest < chunk; i++)
+		longest = ranges[i].len > longest ? ranges[i].len : longest;
+	r.bounce_size = (size_t)(longest < chunk ? longest : chunk) + 2u * r.A;
 	if (nomem) {
 		rc = kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "cannot allocate %u read slots",
 				    r.nslots);
