@@ -118,6 +118,7 @@ int kiln__is_scale_dtype(unsigned code);
 
 #define KILN__CHUNK_DEFAULT  (4u << 20) /* bytes per read request */
 #define KILN__QD_DEFAULT     32u        /* requests in flight */
+#define KILN__QD_SMALL_RUNS  256u       /* in flight for slices of runs below 512 KiB */
 #define KILN__CHUNK_MAX      (1u << 30) /* request lengths must fit io_uring's 32-bit length */
 #define KILN__QD_MAX         4096u
 /* Owned allocations from this size up get a mapping of their own with transparent huge pages. */

@@ -425,3 +425,56 @@ Test(slice, many_slices_in_one_call)
 		kiln_dir_close(dir);
 	}
 }
+
+/* --- many small runs ------------------------------------------------------------------------ */
+
+/* A slice of more runs than the engine takes in one batch (4,096), each a few bytes: every
+ * batch lands, in order, on both engines, buffered and O_DIRECT (a bounce buffer per run). */
+Test(slice, runs_past_one_batch)
+{
+	enum { ROWS = 9000, COLS = 8 };
+	uint16_t *w = malloc(ROWS * COLS * sizeof(*w));
+	for (uint32_t k = 0; k < ROWS * COLS; k++)
+		w[k] = (uint16_t)(k * 2654435761u >> 7);
+	kiln_tensor_spec t = {.name = "w",
+			      .name_len = 1,
+			      .dtype = KILN_DT_U16,
+			      .rank = 2,
+			      .shape = {ROWS, COLS},
+			      .data = w};
+	blob b = build(&t, 1);
+	char *p = write_temp(b.p, b.len);
+	kiln_dir *dir;
+	kiln_error err;
+	cr_assert_eq(kiln_dir_open(p, NULL, &dir, &err), 0, "%s", err.message);
+	kiln_slice s = {.axis = 1, .start = 3, .stop = 6};
+	uint16_t *want = malloc(ROWS * 3 * sizeof(*want)), *got = malloc(ROWS * 3 * sizeof(*got));
+	for (uint32_t r = 0; r < ROWS; r++)
+		memcpy(want + r * 3, w + r * COLS + 3, 3 * sizeof(*w));
+	static const unsigned engines[] = {KILN_ENGINE_AUTO, KILN_ENGINE_URING, KILN_ENGINE_PREAD};
+	for (size_t e = 0; e < 3; e++)
+		for (uint32_t flags = 0; flags <= KILN_STREAM_DIRECT; flags++) {
+			memset(got, 0, ROWS * 3 * sizeof(*got));
+			kiln_stream_options o = {.flags = flags, .engine = engines[e]};
+			uint32_t idx = 0;
+			void *dest = got;
+			kiln_stream_result res;
+			cr_assert_eq(kiln_read_slices(dir, &idx, &s, 1, &dest, &o, &res, &err), 0,
+				     "engine %u flags %u: %s", engines[e], flags, err.message);
+			cr_assert_eq(res.chunks, ROWS, "one read per run");
+			cr_assert_eq(memcmp(got, want, ROWS * 3 * sizeof(*got)), 0,
+				     "engine %u flags %u", engines[e], flags);
+		}
+	memset(got, 0, ROWS * 3 * sizeof(*got));
+	cr_assert_eq(
+	    kiln_tensor_read_slice(dir, 0, &s, got, ROWS * 3 * sizeof(*got), NULL, NULL, &err), 0,
+	    "%s", err.message);
+	cr_assert_eq(memcmp(got, want, ROWS * 3 * sizeof(*got)), 0);
+	kiln_dir_close(dir);
+	unlink(p);
+	free(p);
+	free(b.p);
+	free(want);
+	free(got);
+	free(w);
+}

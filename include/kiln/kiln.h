@@ -686,9 +686,10 @@ KILN_API int kiln_tensor_read_range(const kiln_dir *dir, uint32_t index, uint64_
  * next one's, so a tensor-parallel rank's share of a whole model streams like one read. Every
  * slice is checked before the first read. opts as kiln_stream() in direct mode (chunk size,
  * queue depth, engine, KILN_STREAM_DIRECT, on_chunk with chunk->tensor the tensor's index and
- * chunk->offset within its slice bytes); staging buffers do not apply. Returns 0, INVAL (an index,
- * a slice, a NULL destination for a non-empty slice), CANCELED, NOMEM, IO; *result (optional) sums
- * the batches.
+ * chunk->offset within its slice bytes); staging buffers do not apply. A queue depth of 0 means
+ * 32, or 256 when the runs average under 512 KiB (many small reads want many in flight).
+ * Returns 0, INVAL (an index, a slice, a NULL destination for a non-empty slice), CANCELED,
+ * NOMEM, IO; *result (optional) sums the batches.
  */
 KILN_API int kiln_read_slices(const kiln_dir *dir, const uint32_t *tensors,
 			      const kiln_slice *slices, uint32_t count, void *const *dests,
