@@ -4,6 +4,8 @@
  * src/open.c creates and releases the directory. */
 #include <inttypes.h>
 #include <sys/random.h>
+/* Inlined from Debian's header: a call into the shared library cost as much as hashing a name. */
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include "internal.h"
@@ -26,8 +28,8 @@ static uint64_t name_hash(const struct kiln_dir *dir, const void *name, size_t l
 	return XXH3_64bits_withSecret(name, len, dir->secret, sizeof(dir->secret));
 }
 
-/* One allocation for views, name hashes, the name table (at most half full) and the layout
- * name offsets the validator keeps between its descriptor and after-descriptor steps. */
+/* One allocation for views, the name table (at most half full) and the layout name offsets the
+ * validator keeps between its descriptor and after-descriptor steps. */
 int kiln__index_alloc(struct kiln_dir *dir, kiln_error *err)
 {
 	uint64_t n = dir->info.tensor_count;
@@ -40,9 +42,8 @@ int kiln__index_alloc(struct kiln_dir *dir, kiln_error *err)
 			table *= 2;
 	}
 	size_t views = (size_t)n * sizeof(kiln_tensor);
-	size_t hashes = table ? (size_t)n * sizeof(uint64_t) : 0;
-	size_t slots = table * sizeof(uint32_t);
-	size_t total = views + hashes + slots + (size_t)n * sizeof(uint16_t);
+	size_t slots = table * sizeof(uint64_t);
+	size_t total = views + slots + (size_t)n * sizeof(uint16_t);
 	uint8_t *mem = kiln__alloc(&dir->alloc, total);
 	if (!mem)
 		return kiln__fail_sys(
@@ -51,11 +52,10 @@ int kiln__index_alloc(struct kiln_dir *dir, kiln_error *err)
 	dir->index_mem = mem;
 	dir->index_bytes = total;
 	dir->tensors = (kiln_tensor *)mem;
-	dir->layout_off = (uint16_t *)(mem + views + hashes + slots);
+	dir->layout_off = (uint16_t *)(mem + views + slots);
 	if (table) {
-		dir->hashes = (uint64_t *)(mem + views);
-		dir->slots = (uint32_t *)(mem + views + hashes);
-		memset(dir->slots, 0xFF, table * sizeof(uint32_t));
+		dir->slots = (uint64_t *)(mem + views);
+		memset(dir->slots, 0xFF, slots);
 		dir->slot_mask = table - 1;
 	}
 	return 0;
@@ -69,25 +69,26 @@ void kiln__index_free(struct kiln_dir *dir)
 	dir->index_bytes = 0;
 	dir->tensors = NULL;
 	dir->layout_off = NULL;
-	dir->hashes = NULL;
 	dir->slots = NULL;
 	dir->slot_mask = 0;
 }
 
-/* The slot that holds tensor index of the name with hash h, or the empty slot where it would
- * go. Expected O(1): the hash is keyed per directory, so a file cannot choose colliding names,
- * and the table is at most half full. *probes (when not NULL) counts the slots visited. */
+/* The slot that holds the name with hash h, or the empty slot where it would go. Expected O(1):
+ * the hash is keyed per directory, so a file cannot choose colliding names, and the table is at
+ * most half full. A slot keeps the hash's high half beside the index, so a probe past another
+ * name rarely reads that name's view. *probes (when not NULL) counts the slots visited. */
 static uint64_t slot_of(const struct kiln_dir *dir, uint64_t h, const char *name, size_t len,
 			uint64_t *probes)
 {
+	uint64_t tag = h >> 32;
 	for (uint64_t s = h & dir->slot_mask;; s = (s + 1) & dir->slot_mask) {
-		uint32_t j = dir->slots[s];
+		uint64_t e = dir->slots[s];
 		if (probes)
 			++*probes;
-		if (j == KILN_NONE32)
+		if (e == KILN__SLOT_EMPTY)
 			return s;
-		const kiln_tensor *t = &dir->tensors[j];
-		if (dir->hashes[j] == h && t->name_len == len && memcmp(t->name, name, len) == 0)
+		const kiln_tensor *t = &dir->tensors[(uint32_t)e];
+		if (e >> 32 == tag && t->name_len == len && memcmp(t->name, name, len) == 0)
 			return s;
 	}
 }
@@ -95,11 +96,10 @@ static uint64_t slot_of(const struct kiln_dir *dir, uint64_t h, const char *name
 uint32_t kiln__index_insert(struct kiln_dir *dir, uint32_t i, const char *name, size_t len)
 {
 	uint64_t h = name_hash(dir, name, len);
-	dir->hashes[i] = h;
 	uint64_t s = slot_of(dir, h, name, len, &dir->probes);
-	if (dir->slots[s] != KILN_NONE32)
-		return dir->slots[s];
-	dir->slots[s] = i;
+	if (dir->slots[s] != KILN__SLOT_EMPTY)
+		return (uint32_t)dir->slots[s];
+	dir->slots[s] = (h >> 32) << 32 | i;
 	return KILN_NO_INDEX;
 }
 
@@ -150,9 +150,8 @@ const kiln_tensor *kiln_dir_find(const kiln_dir *dir, const char *name, size_t l
 {
 	if (!dir || !dir->slot_mask || (!name && len))
 		return NULL;
-	uint64_t s = slot_of(dir, name_hash(dir, name, len), name, len, NULL);
-	uint32_t j = dir->slots[s];
-	return j == KILN_NONE32 ? NULL : &dir->tensors[j];
+	uint64_t e = dir->slots[slot_of(dir, name_hash(dir, name, len), name, len, NULL)];
+	return e == KILN__SLOT_EMPTY ? NULL : &dir->tensors[(uint32_t)e];
 }
 
 const kiln_tensor *kiln_dir_find_cstr(const kiln_dir *dir, const char *name)

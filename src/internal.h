@@ -117,6 +117,7 @@ int kiln__is_scale_dtype(unsigned code);
 /* --- defaults and limits: one home each ------------------------------------------------ */
 
 #define KILN__CHUNK_DEFAULT  (4u << 20) /* bytes per read request */
+#define KILN__SLOT_EMPTY     UINT64_MAX
 #define KILN__QD_DEFAULT     32u        /* requests in flight */
 #define KILN__QD_SMALL_RUNS  256u       /* in flight for slices of runs below 512 KiB */
 #define KILN__CHUNK_MAX      (1u << 30) /* request lengths must fit io_uring's 32-bit length */
@@ -149,10 +150,11 @@ struct kiln_dir {
 	int verified;         /* payload verification passed; atomic, see kiln_dir_verify_payload */
 	kiln_tensor *tensors; /* tensor_count views */
 	uint16_t *layout_off; /* heap offset of each opaque tensor's layout name, for validation */
-	uint32_t *slots;      /* open-addressing name table of tensor indices, KILN_NONE32 empty */
-	uint64_t *hashes;     /* hash of each tensor name, by tensor index */
-	uint64_t slot_mask;   /* table size - 1; 0 when there are no names */
-	uint64_t probes;      /* slots visited while inserting names: tests check it stays linear */
+	/* Open-addressing name table: the name hash's high 32 bits above the tensor index;
+	 * KILN__SLOT_EMPTY when empty. */
+	uint64_t *slots;
+	uint64_t slot_mask; /* table size - 1; 0 when there are no names */
+	uint64_t probes;    /* slots visited while inserting names: tests check it stays linear */
 	uint8_t
 	    secret[KILN__SECRET_SIZE]; /* per-directory hash key: names from a file are hostile */
 	kiln_allocator alloc;
@@ -232,7 +234,7 @@ int kiln__verify_payload(const struct kiln_dir *dir, kiln__read_fn read, kiln_er
 /* Fill a name-hash key with random bytes (`salt` mixes in when the kernel has none to give). */
 void kiln__hash_key(uint8_t key[KILN__SECRET_SIZE], const void *salt);
 
-/* Allocate the index (views, name hashes, name table) for dir->info.tensor_count tensors from
+/* Allocate the index (views, name table) for dir->info.tensor_count tensors from
  * dir->alloc. Called only once the header has proven that the descriptors fit in the bytes
  * available. 0 or NOMEM. */
 int kiln__index_alloc(struct kiln_dir *dir, kiln_error *err);
