@@ -64,19 +64,26 @@ void kiln__owned_free(void *p, size_t size)
 		munmap(p, huge_round(size));
 }
 
-/* Small allocations (the handle, most indexes) need no page alignment: plain malloc. Large
- * indexes (hundreds of thousands of tensors) go through kiln__owned_alloc, because first-touch
- * faults on fresh 4 KiB pages cost more than the validation itself. */
+/* The handle and indexes need no page alignment: malloc, which after the first open of a size
+ * keeps it in its heap (glibc raises its mmap threshold to a freed block's size, up to 32 MiB),
+ * so repeated opens reuse warm memory instead of faulting and zeroing fresh pages. Indexes past
+ * that (hundreds of thousands of tensors) go through kiln__owned_alloc: glibc would map them
+ * afresh in 4 KiB pages every time, and first-touch faults cost more than the validation. */
+#define MALLOC_MAX ((size_t)32 << 20)
+
 static void *default_alloc(void *ctx, size_t size)
 {
 	(void)ctx;
-	return size < KILN__HUGE_MIN ? malloc(size) : kiln__owned_alloc(size);
+	return size < MALLOC_MAX ? malloc(size) : kiln__owned_alloc(size);
 }
 
 static void default_free(void *ctx, void *ptr, size_t size)
 {
 	(void)ctx;
-	kiln__owned_free(ptr, size);
+	if (size < MALLOC_MAX)
+		free(ptr);
+	else
+		kiln__owned_free(ptr, size);
 }
 
 const kiln_allocator kiln__default_allocator = {default_alloc, default_free, NULL};
