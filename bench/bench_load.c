@@ -302,7 +302,7 @@ static void cold_open_body(kb_state *st, uint64_t iters, void *arg)
 
 /* ---- full loads ------------------------------------------------------------------------- */
 
-enum kind { MMAP_TOUCH, MMAP_POPULATE, OWNED, AUTO, STREAM_STAGING, STREAM_REUSED };
+enum kind { MMAP_TOUCH, MMAP_WALK, MMAP_POPULATE, OWNED, AUTO, STREAM_STAGING, STREAM_REUSED };
 
 struct load {
 	enum kind kind;
@@ -428,6 +428,20 @@ static void load_body(kb_state *st, uint64_t iters, void *arg)
 			for (uint64_t k = 0; k < info.block_length; k += 4096)
 				x ^= p[k];
 			g.sink ^= x ^ p[info.block_length - 1];
+		} else if (!rc && l->kind == MMAP_WALK) {
+			/* A runtime walking its layers in order: hint the next tensor, then use
+			 * this one (a byte per page), so the disk reads ahead of the compute. */
+			const volatile uint8_t *p = info.base;
+			uint8_t x = 0;
+			for (uint32_t t = 0; !rc && t < info.tensor_count; t++) {
+				uint32_t next = t + 1;
+				if (next < info.tensor_count)
+					rc = kiln_tensor_hint(dir, &next, 1, KILN_HINT_WILLNEED, &err);
+				const kiln_tensor *v = kiln_dir_tensor(dir, t);
+				for (uint64_t k = 0; k < v->byte_length; k += 4096)
+					x ^= p[v->file_offset + k];
+			}
+			g.sink ^= x;
 		} else if (!rc && l->kind == STREAM_STAGING) {
 			so.staging_count = STAGING_N;
 			so.staging = g.staging;
@@ -494,6 +508,8 @@ static const struct {
 	const char *dst;
 } loads[] = {
     {"mmap_touch", MMAP_TOUCH, 0, 0, 0, "page cache, zero-copy; one byte read per 4 KiB page"},
+    {"mmap_walk_willneed", MMAP_WALK, 0, 0, 0,
+     "page cache, zero-copy; tensors in order, a byte per page, WILLNEED on the next one"},
     {"mmap_populate", MMAP_POPULATE, 0, KILN_OPEN_POPULATE, 0,
      "page cache, zero-copy; KILN_OPEN_POPULATE (MADV_POPULATE_READ)"},
     {"auto", AUTO, KILN_SOURCE_AUTO, 0, 0, "what KILN_SOURCE_AUTO picks; pages touched if mapped"},
