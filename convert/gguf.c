@@ -1262,6 +1262,7 @@ static int tensor_ggml_type(const struct kc_tensor *t, const char *path,
 struct gguf_fill {
 	const struct kc_model *m;
 	const struct wb *head;
+	uint64_t head_pad; /* zeros after the header, up to the data section's alignment */
 	uint32_t alignment;
 	struct kc_progress *p;
 };
@@ -1282,11 +1283,25 @@ static int write_all(int fd, const void *p, size_t n, kiln_error *err)
 	return 0;
 }
 
+/* n zero bytes, in large writes: an alignment may be anything up to 2 GiB. */
+static int write_zeros(int fd, uint64_t n, kiln_error *err)
+{
+	static const uint8_t zeros[64 << 10];
+	int rc = 0;
+	while (!rc && n) {
+		size_t k = n < sizeof(zeros) ? (size_t)n : sizeof(zeros);
+		rc = write_all(fd, zeros, k, err);
+		n -= k;
+	}
+	return rc;
+}
+
 static int gguf_fill(void *ctx, int fd, kiln_error *err)
 {
 	struct gguf_fill *f = ctx;
-	static const uint8_t zeros[256];
 	int rc = write_all(fd, f->head->p, f->head->len, err);
+	if (!rc)
+		rc = write_zeros(fd, f->head_pad, err);
 	void *buf = kc_copy_buffer();
 	if (!buf)
 		return rc ? rc : nomem(err);
@@ -1294,12 +1309,9 @@ static int gguf_fill(void *ctx, int fd, kiln_error *err)
 		const struct kc_tensor *t = &f->m->tensors[i];
 		rc = kc_copy_payload(f->m, t, fd, buf, f->p, err);
 		/* Every payload is padded to the alignment, as ggml's writer does. */
-		size_t pad = (f->alignment - t->byte_length % f->alignment) % f->alignment;
-		while (!rc && pad) {
-			size_t k = pad < sizeof(zeros) ? pad : sizeof(zeros);
-			rc = write_all(fd, zeros, k, err);
-			pad -= k;
-		}
+		if (!rc)
+			rc = write_zeros(
+			    fd, (f->alignment - t->byte_length % f->alignment) % f->alignment, err);
 	}
 	free(buf);
 	return rc;
@@ -1445,14 +1457,15 @@ int kc_gguf_write(const struct kc_model *m, const char *path, struct kc_progress
 		off += padded;
 		total += t->byte_length;
 	}
-	while (!rc && b.len % alignment)
-		wb_u(&b, 0, 1);
+	/* The padding to the data section is written, not buffered (it was a byte at a time). */
+	uint64_t head_pad = (alignment - b.len % alignment) % alignment;
 	if (!rc && (b.oom || kvb.oom))
 		rc = nomem(err);
 	if (!rc) {
 		if (p && !p->total)
 			p->total = total;
-		struct gguf_fill f = {.m = m, .head = &b, .alignment = alignment, .p = p};
+		struct gguf_fill f = {
+		    .m = m, .head = &b, .head_pad = head_pad, .alignment = alignment, .p = p};
 		rc = kc_write_atomic(path, gguf_fill, &f, p, err);
 	}
 	free(kvb.p);

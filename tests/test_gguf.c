@@ -551,6 +551,39 @@ Test(gguf, names_zero_size_and_rank0)
 	free(out);
 }
 
+/* A large alignment (1 MiB here; any u32 power of two is valid): the header and every payload
+ * padded to it, byte for byte as the generator lays them out. The writer used to pad the header
+ * a byte at a time, which a fuzzer's 2 GiB alignment turned into minutes. */
+Test(gguf, large_alignment)
+{
+	enum { ALIGN = 1 << 20 };
+	struct g kv = {0};
+	gkey(&kv, "general.alignment", U32), g32(&kv, ALIGN);
+	struct tspec t[] = {{"a", 1, {5}, 0, AUTO}, {"b", 2, {3, 2}, 1, AUTO}};
+	struct g f = gguf(3, &kv, 1, t, 2, ALIGN);
+	cr_assert_eq(f.n, 3u * ALIGN, "header and two payloads, each padded to 1 MiB");
+	char *path = gsave(&f), *out = out_path("aligned.gguf");
+	struct kc_model m;
+	kiln_error err;
+	cr_assert_eq(read1(&m, path, &err), 0, "%s", err.message);
+	roundtrip(&m, out);
+	int fd = open(out, O_RDONLY);
+	struct stat st;
+	cr_assert_eq(fstat(fd, &st), 0);
+	cr_assert_eq((size_t)st.st_size, f.n);
+	uint8_t *w = slurp(fd, 0, f.n);
+	cr_assert(memcmp(w, f.p, f.n) == 0, "the writer's bytes differ from the generator's");
+	free(w);
+	close(fd);
+	unlink(out);
+	unlink(path);
+	kc_model_free(&m);
+	free(kv.p);
+	free(f.p);
+	free(path);
+	free(out);
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Split models
  * ------------------------------------------------------------------------------------------- */
