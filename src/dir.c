@@ -37,12 +37,15 @@ int kiln__index_alloc(struct kiln_dir *dir, kiln_error *err)
 		return 0;
 	size_t table = 0;
 	if (dir->info.flags & KILN_FLAG_NAMES) {
+		/* Names start below heap offset 0xFFFF and are at least a byte long, so at most
+		 * KILN__NAMED_MAX of them can validate, whatever tensor_count says. */
+		uint64_t names = n < KILN__NAMED_MAX ? n : KILN__NAMED_MAX;
 		table = 2;
-		while (table < 2 * n)
+		while (table < 2 * names)
 			table *= 2;
 	}
 	size_t views = (size_t)n * sizeof(kiln_tensor);
-	size_t slots = table * sizeof(uint64_t);
+	size_t slots = table * sizeof(uint32_t);
 	size_t total = views + slots + (size_t)n * sizeof(uint16_t);
 	uint8_t *mem = kiln__alloc(&dir->alloc, total);
 	if (!mem)
@@ -54,7 +57,7 @@ int kiln__index_alloc(struct kiln_dir *dir, kiln_error *err)
 	dir->tensors = (kiln_tensor *)mem;
 	dir->layout_off = (uint16_t *)(mem + views + slots);
 	if (table) {
-		dir->slots = (uint64_t *)(mem + views);
+		dir->slots = (uint32_t *)(mem + views);
 		memset(dir->slots, 0xFF, slots);
 		dir->slot_mask = table - 1;
 	}
@@ -75,20 +78,21 @@ void kiln__index_free(struct kiln_dir *dir)
 
 /* The slot that holds the name with hash h, or the empty slot where it would go. Expected O(1):
  * the hash is keyed per directory, so a file cannot choose colliding names, and the table is at
- * most half full. A slot keeps the hash's high half beside the index, so a probe past another
+ * most half full. A slot is 32 bits, the hash's top 16 above the tensor index (below
+ * KILN__NAMED_MAX), so the table of a few thousand names stays in L1 and a probe past another
  * name rarely reads that name's view. *probes (when not NULL) counts the slots visited. */
 static uint64_t slot_of(const struct kiln_dir *dir, uint64_t h, const char *name, size_t len,
 			uint64_t *probes)
 {
-	uint64_t tag = h >> 32;
+	uint32_t tag = (uint32_t)(h >> 48);
 	for (uint64_t s = h & dir->slot_mask;; s = (s + 1) & dir->slot_mask) {
-		uint64_t e = dir->slots[s];
+		uint32_t e = dir->slots[s];
 		if (probes)
 			++*probes;
 		if (e == KILN__SLOT_EMPTY)
 			return s;
-		const kiln_tensor *t = &dir->tensors[(uint32_t)e];
-		if (e >> 32 == tag && t->name_len == len && memcmp(t->name, name, len) == 0)
+		const kiln_tensor *t = &dir->tensors[e & 0xFFFF];
+		if (e >> 16 == tag && t->name_len == len && memcmp(t->name, name, len) == 0)
 			return s;
 	}
 }
@@ -98,8 +102,8 @@ uint32_t kiln__index_insert(struct kiln_dir *dir, uint32_t i, const char *name, 
 	uint64_t h = name_hash(dir, name, len);
 	uint64_t s = slot_of(dir, h, name, len, &dir->probes);
 	if (dir->slots[s] != KILN__SLOT_EMPTY)
-		return (uint32_t)dir->slots[s];
-	dir->slots[s] = (h >> 32) << 32 | i;
+		return dir->slots[s] & 0xFFFF;
+	dir->slots[s] = (uint32_t)(h >> 48) << 16 | i;
 	return KILN_NO_INDEX;
 }
 
@@ -150,8 +154,8 @@ const kiln_tensor *kiln_dir_find(const kiln_dir *dir, const char *name, size_t l
 {
 	if (!dir || !dir->slot_mask || (!name && len))
 		return NULL;
-	uint64_t e = dir->slots[slot_of(dir, name_hash(dir, name, len), name, len, NULL)];
-	return e == KILN__SLOT_EMPTY ? NULL : &dir->tensors[(uint32_t)e];
+	uint32_t e = dir->slots[slot_of(dir, name_hash(dir, name, len), name, len, NULL)];
+	return e == KILN__SLOT_EMPTY ? NULL : &dir->tensors[e & 0xFFFF];
 }
 
 const kiln_tensor *kiln_dir_find_cstr(const kiln_dir *dir, const char *name)

@@ -4,23 +4,28 @@
 
 #include "internal.h"
 
-static const struct {
-	const char *name;
-	unsigned bits;
-} dtypes[] = {
-    [KILN_DT_BOOL] = {"bool", 8},     [KILN_DT_U8] = {"u8", 8},
-    [KILN_DT_I8] = {"i8", 8},         [KILN_DT_U16] = {"u16", 16},
-    [KILN_DT_I16] = {"i16", 16},      [KILN_DT_U32] = {"u32", 32},
-    [KILN_DT_I32] = {"i32", 32},      [KILN_DT_U64] = {"u64", 64},
-    [KILN_DT_I64] = {"i64", 64},      [KILN_DT_F16] = {"f16", 16},
-    [KILN_DT_BF16] = {"bf16", 16},    [KILN_DT_F32] = {"f32", 32},
-    [KILN_DT_F64] = {"f64", 64},      [KILN_DT_F8E4M3] = {"f8e4m3", 8},
-    [KILN_DT_F8E5M2] = {"f8e5m2", 8}, [KILN_DT_E8M0] = {"e8m0", 8},
-    [KILN_DT_E2M1] = {"e2m1", 4},     [KILN_DT_U4] = {"u4", 4},
-    [KILN_DT_I4] = {"i4", 4},
+/* Names and widths in one table each, by code: the validator reads the widths inline
+ * (kiln__dtype_bits in internal.h). */
+static const char *const names[] = {
+    [KILN_DT_BOOL] = "bool", [KILN_DT_U8] = "u8",         [KILN_DT_I8] = "i8",
+    [KILN_DT_U16] = "u16",   [KILN_DT_I16] = "i16",       [KILN_DT_U32] = "u32",
+    [KILN_DT_I32] = "i32",   [KILN_DT_U64] = "u64",       [KILN_DT_I64] = "i64",
+    [KILN_DT_F16] = "f16",   [KILN_DT_BF16] = "bf16",     [KILN_DT_F32] = "f32",
+    [KILN_DT_F64] = "f64",   [KILN_DT_F8E4M3] = "f8e4m3", [KILN_DT_F8E5M2] = "f8e5m2",
+    [KILN_DT_E8M0] = "e8m0", [KILN_DT_E2M1] = "e2m1",     [KILN_DT_U4] = "u4",
+    [KILN_DT_I4] = "i4",
 };
 
-#define NDTYPES (sizeof(dtypes) / sizeof(dtypes[0]))
+const uint8_t kiln__dtype_bits_table[KILN__DTYPE_TABLE] = {
+    [KILN_DT_BOOL] = 8, [KILN_DT_U8] = 8,     [KILN_DT_I8] = 8,     [KILN_DT_U16] = 16,
+    [KILN_DT_I16] = 16, [KILN_DT_U32] = 32,   [KILN_DT_I32] = 32,   [KILN_DT_U64] = 64,
+    [KILN_DT_I64] = 64, [KILN_DT_F16] = 16,   [KILN_DT_BF16] = 16,  [KILN_DT_F32] = 32,
+    [KILN_DT_F64] = 64, [KILN_DT_F8E4M3] = 8, [KILN_DT_F8E5M2] = 8, [KILN_DT_E8M0] = 8,
+    [KILN_DT_E2M1] = 4, [KILN_DT_U4] = 4,     [KILN_DT_I4] = 4,
+};
+
+#define NDTYPES (sizeof(names) / sizeof(names[0]))
+_Static_assert(NDTYPES <= KILN__DTYPE_TABLE, "the width table covers every named dtype");
 
 int kiln_dtype_is_opaque(unsigned code)
 {
@@ -29,14 +34,14 @@ int kiln_dtype_is_opaque(unsigned code)
 
 const char *kiln_dtype_name(unsigned code)
 {
-	if (code < NDTYPES && dtypes[code].name)
-		return dtypes[code].name;
+	if (code < NDTYPES && names[code])
+		return names[code];
 	return kiln_dtype_is_opaque(code) ? "opaque" : NULL;
 }
 
 unsigned kiln_dtype_bits(unsigned code)
 {
-	return code < NDTYPES ? dtypes[code].bits : 0;
+	return kiln__dtype_bits(code);
 }
 
 unsigned kiln_dtype_from_name(const char *name)
@@ -44,7 +49,7 @@ unsigned kiln_dtype_from_name(const char *name)
 	if (!name)
 		return 0;
 	for (unsigned i = 1; i < NDTYPES; i++)
-		if (strcmp(dtypes[i].name, name) == 0)
+		if (names[i] && strcmp(names[i], name) == 0)
 			return i;
 	return 0;
 }
@@ -62,32 +67,6 @@ int kiln__is_scale_dtype(unsigned code)
 	default:
 		return 0;
 	}
-}
-
-int kiln__element_count(const uint64_t *shape, unsigned rank, uint64_t *count)
-{
-	/* A zero anywhere wins over an overflow anywhere: [2^32, 2^32, 0] has count 0. */
-	for (unsigned i = 0; i < rank; i++) {
-		if (shape[i] == 0) {
-			*count = 0;
-			return 0;
-		}
-	}
-	uint64_t c = 1;
-	for (unsigned i = 0; i < rank; i++)
-		if (kiln__mul_overflows(c, shape[i], &c))
-			return 1;
-	*count = c;
-	return 0;
-}
-
-int kiln__payload_bytes(uint64_t count, unsigned bits, uint64_t *bytes)
-{
-	uint64_t b;
-	if (kiln__mul_overflows(count, bits, &b))
-		return 1;
-	*bytes = b / 8 + (b % 8 != 0);
-	return 0;
 }
 
 uint64_t kiln__quant_groups(const uint64_t *shape, uint64_t count, unsigned axis, uint32_t group)

@@ -101,12 +101,57 @@ void kiln__clear_error(kiln_error *err);
 /* RFC 3629 well-formedness; returns the offset of the first bad byte or SIZE_MAX when valid. */
 size_t kiln__utf8_check(const uint8_t *s, size_t len);
 
+/* The same, with all-ASCII names (nearly all of them) answered inline. */
+static inline size_t kiln__utf8_check_name(const uint8_t *s, size_t len)
+{
+	uint64_t high = 0;
+	size_t i = 0;
+	for (; len - i >= 8; i += 8)
+		high |= kiln__ld64(s + i);
+	for (; i < len; i++)
+		high |= s[i];
+	return high & 0x8080808080808080ull ? kiln__utf8_check(s, len) : SIZE_MAX;
+}
+
+/* The arithmetic below runs once per descriptor of every open: inline, not a call into
+ * another file. */
+
 /* Element count of shape[0..rank): 1 for rank 0; 0 when any dimension is 0; nonzero return when
  * the product (with no zero dimension) does not fit in u64. */
-int kiln__element_count(const uint64_t *shape, unsigned rank, uint64_t *count);
+static inline int kiln__element_count(const uint64_t *shape, unsigned rank, uint64_t *count)
+{
+	/* A zero anywhere wins over an overflow anywhere: [2^32, 2^32, 0] has count 0. */
+	for (unsigned i = 0; i < rank; i++) {
+		if (shape[i] == 0) {
+			*count = 0;
+			return 0;
+		}
+	}
+	uint64_t c = 1;
+	for (unsigned i = 0; i < rank; i++)
+		if (kiln__mul_overflows(c, shape[i], &c))
+			return 1;
+	*count = c;
+	return 0;
+}
 
 /* ceil(count * bits / 8) with overflow reporting (nonzero when count * bits overflows). */
-int kiln__payload_bytes(uint64_t count, unsigned bits, uint64_t *bytes);
+static inline int kiln__payload_bytes(uint64_t count, unsigned bits, uint64_t *bytes)
+{
+	uint64_t b;
+	if (kiln__mul_overflows(count, bits, &b))
+		return 1;
+	*bytes = b / 8 + (b % 8 != 0);
+	return 0;
+}
+
+/* Bits per element of a dtype code, 0 when it is not in the table (kiln_dtype_bits, inline). */
+#define KILN__DTYPE_TABLE 32
+extern const uint8_t kiln__dtype_bits_table[KILN__DTYPE_TABLE];
+static inline unsigned kiln__dtype_bits(unsigned code)
+{
+	return code < KILN__DTYPE_TABLE ? kiln__dtype_bits_table[code] : 0;
+}
 
 /* Scale-count rule of spec section 6: groups along `axis` in runs of `group` (partial counts). */
 uint64_t kiln__quant_groups(const uint64_t *shape, uint64_t count, unsigned axis, uint32_t group);
@@ -117,7 +162,6 @@ int kiln__is_scale_dtype(unsigned code);
 /* --- defaults and limits: one home each ------------------------------------------------ */
 
 #define KILN__CHUNK_DEFAULT  (4u << 20) /* bytes per read request */
-#define KILN__SLOT_EMPTY     UINT64_MAX
 #define KILN__QD_DEFAULT     32u        /* requests in flight */
 #define KILN__QD_SMALL_RUNS  256u       /* in flight for slices of runs below 512 KiB */
 #define KILN__CHUNK_MAX      (1u << 30) /* request lengths must fit io_uring's 32-bit length */
@@ -137,6 +181,11 @@ int kiln__is_scale_dtype(unsigned code);
 
 #define KILN__SECRET_SIZE 192
 
+/* Named tensors: each name starts below heap offset 0xFFFF and is at least one byte, so a file
+ * holds at most this many, and a tensor index of the name table fits 16 bits. */
+#define KILN__NAMED_MAX  0xFFFFu
+#define KILN__SLOT_EMPTY 0xFFFFFFFFu /* index 0xFFFF is never a named tensor's */
+
 struct kiln_dir {
 	/* Where the validator reads the directory, [0, payload_base): the block itself for
 	 * borrowed buffers and owned memory (filled from the file through `fetch`), the header
@@ -150,9 +199,9 @@ struct kiln_dir {
 	int verified;         /* payload verification passed; atomic, see kiln_dir_verify_payload */
 	kiln_tensor *tensors; /* tensor_count views */
 	uint16_t *layout_off; /* heap offset of each opaque tensor's layout name, for validation */
-	/* Open-addressing name table: the name hash's high 32 bits above the tensor index;
+	/* Open-addressing name table: the name hash's top 16 bits above the tensor index;
 	 * KILN__SLOT_EMPTY when empty. */
-	uint64_t *slots;
+	uint32_t *slots;
 	uint64_t slot_mask; /* table size - 1; 0 when there are no names */
 	uint64_t probes;    /* slots visited while inserting names: tests check it stays linear */
 	uint8_t

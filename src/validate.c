@@ -17,7 +17,12 @@
 
 static size_t first_nonzero(const uint8_t *p, size_t n)
 {
-	for (size_t i = 0; i < n; i++)
+	/* Reserved words are zero in every valid file: eight bytes at a time until one is not. */
+	size_t i = 0;
+	for (; n - i >= 8; i += 8)
+		if (kiln__ld64(p + i))
+			break;
+	for (; i < n; i++)
 		if (p[i])
 			return i;
 	return SIZE_MAX;
@@ -222,8 +227,8 @@ static int desc_1_reserved(struct pass *s, struct desc *c)
 static int desc_2_dtype(struct pass *s, struct desc *c)
 {
 	unsigned dtype = kiln__ld16(c->d + KILN__D_DTYPE);
-	unsigned bits = kiln_dtype_bits(dtype);
-	int opaque = kiln_dtype_is_opaque(dtype);
+	unsigned bits = kiln__dtype_bits(dtype);
+	int opaque = dtype >= KILN_DT_OPAQUE_MIN && dtype <= KILN_DT_OPAQUE_MAX;
 	c->bits = bits;
 	c->opaque = opaque;
 	if (!bits && !opaque)
@@ -272,7 +277,7 @@ static int heap_string(struct pass *s, const struct desc *c, int layout, unsigne
 				       "%s [%u, %" PRIu64 ") ends past the %" PRIu32 "-byte heap",
 				       what, off, s->heap_cursor + len, heap_bytes);
 	*str = s->heap_bytes + off;
-	size_t bad = kiln__utf8_check(*str, len);
+	size_t bad = kiln__utf8_check_name(*str, len);
 	if (bad != SIZE_MAX)
 		return kiln__fail_desc(
 		    s->err, KILN_UTF8, c->i, layout ? "layout" : "name", s->heap + off + bad,
