@@ -166,6 +166,9 @@ int kiln__is_scale_dtype(unsigned code);
 #define KILN__QD_SMALL_RUNS  256u       /* in flight for slices of runs below 512 KiB */
 #define KILN__CHUNK_MAX      (1u << 30) /* request lengths must fit io_uring's 32-bit length */
 #define KILN__QD_MAX         4096u
+#define KILN__THREADS_MAX    64u
+/* Payload parts of a threaded load start on multiples of this (huge-page and O_DIRECT friendly). */
+#define KILN__THREAD_PART    ((uint64_t)2 << 20)
 /* Owned allocations from this size up get a mapping of their own with transparent huge pages. */
 #define KILN__HUGE_MIN       ((size_t)2 << 20)
 /* A file's directory is read this far ahead of the validator (into the block for READ/URING,

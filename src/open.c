@@ -54,6 +54,12 @@ static int check_options(const kiln_open_options *opts, kiln_error *err)
 		return kiln__fail_inval(err, KILN_NO_INDEX, "queue_depth",
 					"queue_depth %u is above %u", opts->queue_depth,
 					KILN__QD_MAX);
+	if (opts->threads > KILN__THREADS_MAX)
+		return kiln__fail_inval(err, KILN_NO_INDEX, "threads", "threads %u is above %u",
+					opts->threads, KILN__THREADS_MAX);
+	if (opts->reserved32)
+		return kiln__fail_inval(err, KILN_NO_INDEX, "reserved",
+					"kiln_open_options.reserved32 is not 0");
 	for (size_t i = 0; i < sizeof(opts->reserved) / sizeof(opts->reserved[0]); i++)
 		if (opts->reserved[i])
 			return kiln__fail_inval(err, KILN_NO_INDEX, "reserved",

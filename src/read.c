@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 
 #include "io.h"
 #include "source.h"
@@ -48,6 +49,42 @@ int kiln__read_attach(struct kiln_dir *dir, const kiln_open_options *opts, kiln_
 	return 0;
 }
 
+/* One thread's part of a threaded load. */
+struct part {
+	struct kiln__io io;
+	struct kiln__range range;
+	kiln_error err;
+	int rc;
+	pthread_t thread;
+	int started;
+};
+
+static void *run_part(void *arg)
+{
+	struct part *p = arg;
+	p->rc = kiln__io_run(&p->io, &p->range, 1, &p->err);
+	return NULL;
+}
+
+/* The parts: [from, to) split in up to n pieces on KILN__THREAD_PART boundaries (absolute file
+ * offsets, so O_DIRECT needs a bounce buffer only at the ends and each part fills whole huge
+ * pages of an owned block). Returns how many parts there are. */
+static uint32_t split(uint64_t from, uint64_t to, uint32_t n, uint64_t *bounds)
+{
+	uint64_t unit = KILN__THREAD_PART, len = to - from;
+	uint64_t each = (len / n + unit - 1) / unit * unit;
+	uint32_t k = 0;
+	bounds[0] = from;
+	while (bounds[k] < to) {
+		uint64_t next = (bounds[k] + each) / unit * unit;
+		if (k + 1 == n || next >= to || next <= bounds[k])
+			next = to;
+		bounds[k + 1] = next;
+		k++;
+	}
+	return k;
+}
+
 int kiln__read_payload(struct kiln_dir *dir, const kiln_open_options *opts, kiln_error *err)
 {
 	uint64_t pb = dir->info.payload_base, block = dir->info.block_length;
@@ -62,16 +99,57 @@ int kiln__read_payload(struct kiln_dir *dir, const kiln_open_options *opts, kiln
 	    .qd = opts && opts->queue_depth ? opts->queue_depth : KILN__QD_DEFAULT,
 	    .engine = dir->info.source == KILN_SOURCE_URING ? KILN_ENGINE_URING : KILN_ENGINE_PREAD,
 	};
-	struct kiln__range payload = {.off = pb,
-				      .len = block - pb,
-				      .dst = mem + pb,
-				      .slack = cap - block,
-				      .tensor = KILN_NO_INDEX};
-	int rc = kiln__io_run(&io, &payload, 1, err);
-	dir->info.direct = (uint8_t)io.res.direct;
-	dir->info.direct_fallback = io.res.direct_fallback;
-	dir->info.uring_fallback = io.res.uring_fallback;
-	dir->info.dio_align = io.res.direct ? io.dio_align : 0;
+	uint32_t want = opts && opts->threads > 1 ? opts->threads : 1;
+	uint64_t bounds[KILN__THREADS_MAX + 1];
+	uint32_t n = want > 1 ? split(pb, block, want, bounds) : 1;
+	if (n <= 1) {
+		bounds[0] = pb;
+		bounds[1] = block;
+		n = 1;
+	}
+	struct part parts[KILN__THREADS_MAX];
+	for (uint32_t k = 0; k < n; k++) {
+		parts[k] = (struct part){.io = io,
+					 .range = {.off = bounds[k],
+						   .len = bounds[k + 1] - bounds[k],
+						   .dst = mem + bounds[k],
+						   .slack = k == n - 1 ? cap - block : 0,
+						   .tensor = KILN_NO_INDEX}};
+	}
+	/* Parts 1.. on threads of their own (a part whose thread cannot start runs here after
+	 * part 0), part 0 on the calling thread. */
+	for (uint32_t k = 1; k < n; k++)
+		parts[k].started = pthread_create(&parts[k].thread, NULL, run_part, &parts[k]) == 0;
+	run_part(&parts[0]);
+	for (uint32_t k = 1; k < n; k++) {
+		if (parts[k].started)
+			pthread_join(parts[k].thread, NULL);
+		else
+			run_part(&parts[k]);
+	}
+	/* The first failure in file order is the answer; direct only if every part was. */
+	int rc = 0;
+	dir->info.direct = 1;
+	dir->info.direct_fallback = 0;
+	dir->info.uring_fallback = 0;
+	dir->info.dio_align = 0;
+	for (uint32_t k = 0; k < n; k++) {
+		const struct kiln__io *d = &parts[k].io;
+		if (!rc && parts[k].rc) {
+			rc = parts[k].rc;
+			if (err)
+				*err = parts[k].err;
+		}
+		dir->info.direct &= (uint8_t)(d->res.direct != 0);
+		if (d->res.direct_fallback)
+			dir->info.direct_fallback = d->res.direct_fallback;
+		if (d->res.uring_fallback)
+			dir->info.uring_fallback = d->res.uring_fallback;
+		if (d->res.direct)
+			dir->info.dio_align = d->dio_align;
+	}
+	if (!dir->info.direct)
+		dir->info.dio_align = 0;
 	return rc;
 }
 

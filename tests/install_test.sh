@@ -193,7 +193,7 @@ if [ "$tools" = ON ] && [ -f "$prefix/bin/klnt" ]; then
 			expect "check" klnt ch
 			expect "--help --version" klnt --
 			expect "mmap read uring" klnt cat --source ""
-			expect "uring uring-direct uring-reuse" klnt bench -s u
+			expect "uring uring-direct uring-reuse uring-threads" klnt bench -s u
 			expect "inspect" klnt help in
 			expect "$src/golden/kiln-v2-f32.hex" klnt check "$src/golden/kiln-v2-f32"
 			expect "--read-all" klnt check --r

@@ -110,10 +110,16 @@ Test(args, null_and_bad_arguments_are_inval)
 	cr_assert_eq(kiln_dir_open("x", NULL, NULL, &err), KILN_INVAL);
 	cr_assert_eq(kiln_dir_parse(NULL, 10, NULL, &dir, &err), KILN_INVAL);
 	cr_assert_eq(kiln_dir_parse(NULL, 0, NULL, &dir, &err), KILN_LIMIT); /* empty span */
-	kiln_open_options o = {.reserved = {[3] = 1}};
+	kiln_open_options o = {.reserved = {[2] = 1}};
 	uint8_t x[64] = {0};
 	cr_assert_eq(kiln_dir_parse(x, 64, &o, &dir, &err), KILN_INVAL);
 	cr_assert_str_eq(err.field, "reserved");
+	o = (kiln_open_options){.reserved32 = 1};
+	cr_assert_eq(kiln_dir_parse(x, 64, &o, &dir, &err), KILN_INVAL);
+	cr_assert_str_eq(err.field, "reserved");
+	o = (kiln_open_options){.threads = 65};
+	cr_assert_eq(kiln_dir_parse(x, 64, &o, &dir, &err), KILN_INVAL);
+	cr_assert_str_eq(err.field, "threads");
 	o = (kiln_open_options){.size = 4};
 	cr_assert_eq(kiln_dir_parse(x, 64, &o, &dir, &err), KILN_INVAL);
 	o = (kiln_open_options){.flags = 1u << 20};

@@ -1210,3 +1210,115 @@ Test(faults, auto_sees_a_file_whose_end_is_not_cached)
 	cr_assert_eq(info.auto_choice, KILN_AUTO_COLD, "a tail out of the cache is not 'cached'");
 	kiln_dir_close(dir);
 }
+
+/* --- threaded loads ------------------------------------------------------------------------ */
+
+/* A file big enough for several 2 MiB parts: 8 MiB and a bit, in tensors that straddle the part
+ * boundaries at odd offsets. */
+static char *threads_file(uint8_t **bytes, uint64_t *lens, kiln_tensor_spec *t)
+{
+	static const uint64_t n[4] = {3, (5u << 20) + 123, 4097, (3u << 20) + 7};
+	static const char *const names[4] = {"a", "b", "c", "d"};
+	uint64_t x = 7;
+	for (int i = 0; i < 4; i++) {
+		lens[i] = n[i];
+		bytes[i] = malloc(n[i]);
+		for (uint64_t k = 0; k < n[i]; k++) {
+			x = x * 6364136223846793005ull + 1442695040888963407ull;
+			bytes[i][k] = (uint8_t)(x >> 56);
+		}
+		t[i] = (kiln_tensor_spec){.name = names[i],
+					  .name_len = 1,
+					  .dtype = KILN_DT_U8,
+					  .rank = 1,
+					  .shape = {n[i]},
+					  .data = bytes[i]};
+	}
+	char *dir = temp_dir(), *p;
+	cr_assert(asprintf(&p, "%s/threads.klnt", dir) > 0);
+	free(dir);
+	kiln_error err;
+	cr_assert_eq(kiln_write_file(p, t, 4, KILN_WRITE_NO_SYNC, &err), 0, "%s", err.message);
+	return p;
+}
+
+Test(load, threads_give_the_same_bytes)
+{
+	uint8_t *bytes[4];
+	uint64_t lens[4];
+	kiln_tensor_spec t[4];
+	char *p = threads_file(bytes, lens, t);
+	static const uint32_t threads[] = {0, 1, 2, 3, 8, 64};
+	for (unsigned src = KILN_SOURCE_READ; src <= KILN_SOURCE_URING; src++)
+		for (uint32_t flags = 0; flags <= KILN_OPEN_DIRECT; flags += KILN_OPEN_DIRECT)
+			for (size_t k = 0; k < sizeof(threads) / sizeof(threads[0]); k++) {
+				kiln_open_options o = {.source = src,
+						       .flags = flags,
+						       .chunk_size = k % 2 ? 1000000 : 0,
+						       .threads = threads[k]};
+				kiln_dir *dir;
+				kiln_error err;
+				cr_assert_eq(kiln_dir_open(p, &o, &dir, &err), 0, "%s",
+					     err.message);
+				kiln_dir_info info;
+				kiln_dir_get_info(dir, &info);
+				if (flags)
+					cr_assert_eq(info.direct, 1, "every part read directly");
+				for (uint32_t i = 0; i < 4; i++)
+					cr_assert_eq(memcmp(kiln_dir_tensor(dir, i)->data, bytes[i],
+							    lens[i]),
+						     0,
+						     "%s, flags %u, %u threads: tensor %u differs",
+						     kiln_source_name(src), flags, threads[k], i);
+				kiln_dir_close(dir);
+			}
+	unlink(p);
+	free(p);
+	for (int i = 0; i < 4; i++)
+		free(bytes[i]);
+}
+
+/* A read failing at one offset, whichever thread issues it. */
+static uint64_t bad_off;
+
+static ssize_t pread_bad_at(int fd, void *buf, size_t len, off_t off)
+{
+	if ((uint64_t)off <= bad_off && bad_off < (uint64_t)off + len) {
+		errno = EIO;
+		return -1;
+	}
+	return pread(fd, buf, len, off);
+}
+
+static int result_bad_at(int res, int fd, uint64_t off, size_t len)
+{
+	(void)fd;
+	return off <= bad_off && bad_off < off + len ? -EIO : res;
+}
+
+Test(faults, eio_in_one_part_of_a_threaded_load)
+{
+	uint8_t *bytes[4];
+	uint64_t lens[4];
+	kiln_tensor_spec t[4];
+	char *p = threads_file(bytes, lens, t);
+	bad_off = (5u << 20) + 4096; /* in the third of four 2 MiB parts */
+	for (unsigned src = KILN_SOURCE_READ; src <= KILN_SOURCE_URING; src++) {
+		reset_faults();
+		kiln__sys.pread = pread_bad_at;
+		kiln__sys.uring_result = result_bad_at;
+		kiln_open_options o = {.source = src, .chunk_size = 65536, .threads = 4};
+		kiln_dir *dir = (kiln_dir *)1;
+		kiln_error err;
+		cr_assert_eq(kiln_dir_open(p, &o, &dir, &err), KILN_IO, "%s",
+			     kiln_source_name(src));
+		cr_assert_eq(err.sys_errno, EIO);
+		cr_assert_not_null(strstr(err.message, "failed"), "%s", err.message);
+		cr_assert_null(dir, "nothing is left half-open");
+	}
+	reset_faults();
+	unlink(p);
+	free(p);
+	for (int i = 0; i < 4; i++)
+		free(bytes[i]);
+}

@@ -187,6 +187,38 @@ static void borrowed_buffer(void)
 	free(buf);
 }
 
+/* A load split over threads (kiln_open_options.threads): three 2 MiB parts and a tail, each
+ * read by its own thread into one block. */
+static void threaded_load(unsigned source)
+{
+	enum { LEN = (7u << 20) + 99 };
+	uint8_t *bytes = malloc(LEN);
+	for (uint32_t k = 0; k < LEN; k++)
+		bytes[k] = (uint8_t)(k * 2654435761u >> 11);
+	kiln_tensor_spec t = {.name = "big",
+			      .name_len = 3,
+			      .dtype = KILN_DT_U8,
+			      .rank = 1,
+			      .shape = {LEN},
+			      .data = bytes};
+	char big[4200];
+	snprintf(big, sizeof(big), "%s.big", path);
+	kiln_error err;
+	kiln_dir *dir = NULL;
+	kiln_open_options o = {.source = source, .threads = 4};
+	int ok = kiln_write_file(big, &t, 1, KILN_WRITE_NO_SYNC, &err) == 0 &&
+		 kiln_dir_open(big, &o, &dir, &err) == 0;
+	if (!ok)
+		fprintf(stderr, "FAIL: threaded %s: %s\n", kiln_source_name(source), err.message),
+		    failures++;
+	else if (memcmp(kiln_dir_tensor(dir, 0)->data, bytes, LEN) != 0)
+		fprintf(stderr, "FAIL: threaded %s: the bytes differ\n", kiln_source_name(source)),
+		    failures++;
+	kiln_dir_close(dir);
+	unlink(big);
+	free(bytes);
+}
+
 int main(void)
 {
 	make_file();
@@ -196,6 +228,12 @@ int main(void)
 		int before = failures;
 		open_and_run(sources[k]);
 		printf("threads: %s source: %s\n", kiln_source_name(sources[k]),
+		       failures > before ? "FAIL" : "ok");
+	}
+	for (unsigned src = KILN_SOURCE_READ; src <= KILN_SOURCE_URING; src++, cases++) {
+		int before = failures;
+		threaded_load(src);
+		printf("threads: %s load on 4 threads: %s\n", kiln_source_name(src),
 		       failures > before ? "FAIL" : "ok");
 	}
 	int before = failures;

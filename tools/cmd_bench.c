@@ -37,10 +37,13 @@ static const char usage[] =
     "  uring-direct  uring with O_DIRECT\n"
     "  read-reuse    read into one caller buffer reused across runs (one file only)\n"
     "  uring-reuse   uring into one reused caller buffer (one file only)\n"
+    "  read-threads  read on one thread per online CPU (kiln_open_options.threads)\n"
+    "  uring-threads uring on one thread per online CPU, a ring each\n"
     "  stream        kiln_stream of every tensor through 4 reused 2 MiB staging buffers\n"
     "Plain programs, no kiln (always measured):\n"
     "  plain         read() into one reused, page-aligned 4 MiB buffer: the ratio's base\n"
     "  plain-fresh   read() of each file into fresh memory of its size (as an owned load)\n"
+    "  plain-fresh-thp the same, the memory advised MADV_HUGEPAGE (as kiln's owned blocks)\n"
     "  cat           read() with a 128 KiB buffer, as cat(1) does\n"
     "  memcpy        memcpy of the files' size between two warm buffers (warm only)\n"
     "\n"
@@ -59,6 +62,7 @@ static const char usage[] =
 enum src {
 	S_PLAIN,
 	S_PLAIN_FRESH,
+	S_PLAIN_FRESH_THP,
 	S_CAT,
 	S_MEMCPY,
 	S_OPEN,
@@ -73,15 +77,18 @@ enum src {
 	S_URING_D,
 	S_READ_R,
 	S_URING_R,
+	S_READ_T,
+	S_URING_T,
 	S_STREAM,
 	NSRC
 };
 #define FIRST_KILN S_OPEN
 
 static const char *const src_name[] = {
-    "plain",       "plain-fresh",   "cat",        "memcpy",      "open",   "mmap",
-    "mmap-normal", "mmap-willneed", "populate",   "auto",        "read",   "uring",
-    "read-direct", "uring-direct",  "read-reuse", "uring-reuse", "stream",
+    "plain",      "plain-fresh", "plain-fresh-thp", "cat",           "memcpy",
+    "open",       "mmap",        "mmap-normal",     "mmap-willneed", "populate",
+    "auto",       "read",        "uring",           "read-direct",   "uring-direct",
+    "read-reuse", "uring-reuse", "read-threads",    "uring-threads", "stream",
 };
 _Static_assert(sizeof(src_name) / sizeof(src_name[0]) == NSRC, "one name per source");
 
@@ -99,6 +106,7 @@ struct bench {
 	void *ring[RING_N]; /* RING_SIZE each */
 	void *block_buf;    /* -reuse rows: the one file's block */
 	size_t block_cap;
+	uint32_t threads;             /* -threads rows: one per online CPU */
 	uint8_t *copy_src, *copy_dst; /* memcpy row: `total` bytes each */
 	int cold;                     /* the mode now running */
 	char auto_choice[2][64];      /* what AUTO picked last, warm and cold, for the table */
@@ -165,12 +173,16 @@ static int run_plain(const struct bench *b, enum src s)
 	}
 	for (uint32_t i = 0; i < b->npaths; i++) {
 		int rc;
-		if (s == S_PLAIN_FRESH) {
+		if (s == S_PLAIN_FRESH || s == S_PLAIN_FRESH_THP) {
 			size_t len = b->sizes[i] ? (size_t)b->sizes[i] : 1;
 			uint8_t *m = mmap(NULL, len, PROT_READ | PROT_WRITE,
 					  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 			if (m == MAP_FAILED)
 				return -1;
+			/* Memory of the kind kiln's owned blocks are: huge pages where the kernel
+			 * gives them (with "madvise" THP, only when asked like this). */
+			if (s == S_PLAIN_FRESH_THP)
+				madvise(m, len, MADV_HUGEPAGE);
 			rc = read_through(b->paths[i], m, len, 1);
 			munmap(m, len);
 		} else {
@@ -228,6 +240,11 @@ static double run_once(struct bench *b, enum src s)
 		o.flags = KILN_OPEN_DIRECT; /* fall through */
 	case S_URING:
 		o.source = KILN_SOURCE_URING;
+		break;
+	case S_READ_T:
+	case S_URING_T:
+		o.source = s == S_READ_T ? KILN_SOURCE_READ : KILN_SOURCE_URING;
+		o.threads = b->threads;
 		break;
 	case S_READ_R:
 	case S_URING_R:
@@ -342,6 +359,8 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 		return klnt_usage_error(cmd, "no file given");
 	struct bench b = {.paths = (const char *const *)argv + optind,
 			  .npaths = (uint32_t)(argc - optind)};
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	b.threads = cpus < 1 ? 1 : cpus > 64 ? 64 : (uint32_t)cpus;
 	for (int k = 0; k < NSRC; k++)
 		if (!any || k < FIRST_KILN)
 			want[k] = 1;
@@ -460,14 +479,14 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 		printf("set of %" PRIu32 " files (%s, ...): %" PRIu64 " tensors, %" PRIu64
 		       " bytes, %" PRIu64 " rounds\n\n",
 		       b.npaths, b.paths[0], tensors, b.total, repeat);
-	printf("%-5s  %-13s  %10s  %10s  %10s  %8s  %9s\n", "mode", "source", "median ms", "min ms",
+	printf("%-5s  %-15s  %10s  %10s  %10s  %8s  %9s\n", "mode", "source", "median ms", "min ms",
 	       "max ms", "GB/s", "vs plain");
 	for (int mode = 0; mode < 2; mode++) {
 		for (int s = 0; s < NSRC; s++) {
 			const struct result *r = &res[mode][s];
 			if (!r->ok)
 				continue;
-			printf("%-5s  %-13s  %10.3f  %10.3f  %10.3f  ", mode ? "cold" : "warm",
+			printf("%-5s  %-15s  %10.3f  %10.3f  %10.3f  ", mode ? "cold" : "warm",
 			       src_name[s], r->med * 1e3, r->min * 1e3, r->max * 1e3);
 			if (s == S_OPEN)
 				printf("%8s  %9s", "-", "-"); /* reads the directory only */

@@ -327,7 +327,13 @@ typedef struct kiln_open_options {
 	 * borrowed: kiln never frees it, and it must outlive the directory. NULL: owned memory. */
 	void *buffer;
 	size_t buffer_size;
-	uint64_t reserved[4]; /* zero */
+	/* READ/URING: threads reading parts of the payload at once, the calling thread included
+	 * (each with its own engine: pread, or an io_uring of its own). 0 or 1: the calling thread
+	 * alone; kiln starts no thread unless asked. At most 64. Worth it where copying is the
+	 * bound (a warm file into fresh memory: page faults and the copy run on every core). */
+	uint32_t threads;
+	uint32_t reserved32;  /* zero */
+	uint64_t reserved[3]; /* zero */
 } kiln_open_options;
 
 /*
