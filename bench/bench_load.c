@@ -310,6 +310,7 @@ struct load {
 	uint32_t open_flags;   /* kiln_open_options.flags */
 	uint32_t stream_flags; /* kiln_stream_options.flags */
 	uint32_t chunk, qd;    /* 0: the defaults (4 MiB, 32) */
+	uint32_t threads;      /* kiln_open_options.threads */
 	int cold;
 	int host_cold;   /* fresh memory the host has taken back (see settle_memory) */
 	const char *dst; /* where the bytes land, for the label */
@@ -402,7 +403,8 @@ static void load_body(kb_state *st, uint64_t iters, void *arg)
 		    .source = l->kind == OWNED || l->kind == AUTO ? l->source : KILN_SOURCE_MMAP,
 		    .flags = l->open_flags,
 		    .chunk_size = chunk,
-		    .queue_depth = l->qd};
+		    .queue_depth = l->qd,
+		    .threads = l->threads};
 		kiln_stream_options so = {
 		    .flags = l->stream_flags, .chunk_size = chunk, .queue_depth = l->qd};
 		struct stage_ctx sc = {0, 0};
@@ -436,7 +438,8 @@ static void load_body(kb_state *st, uint64_t iters, void *arg)
 			for (uint32_t t = 0; !rc && t < info.tensor_count; t++) {
 				uint32_t next = t + 1;
 				if (next < info.tensor_count)
-					rc = kiln_tensor_hint(dir, &next, 1, KILN_HINT_WILLNEED, &err);
+					rc = kiln_tensor_hint(dir, &next, 1, KILN_HINT_WILLNEED,
+							      &err);
 				const kiln_tensor *v = kiln_dir_tensor(dir, t);
 				for (uint64_t k = 0; k < v->byte_length; k += 4096)
 					x ^= p[v->file_offset + k];
@@ -506,32 +509,44 @@ static const struct {
 	enum kind kind;
 	uint32_t source, open_flags, stream_flags;
 	const char *dst;
+	uint32_t threads; /* UINT32_MAX: one per online CPU */
 } loads[] = {
-    {"mmap_touch", MMAP_TOUCH, 0, 0, 0, "page cache, zero-copy; one byte read per 4 KiB page"},
+    {"mmap_touch", MMAP_TOUCH, 0, 0, 0, "page cache, zero-copy; one byte read per 4 KiB page", 0},
     {"mmap_walk_willneed", MMAP_WALK, 0, 0, 0,
-     "page cache, zero-copy; tensors in order, a byte per page, WILLNEED on the next one"},
+     "page cache, zero-copy; tensors in order, a byte per page, WILLNEED on the next one", 0},
     {"mmap_populate", MMAP_POPULATE, 0, KILN_OPEN_POPULATE, 0,
-     "page cache, zero-copy; KILN_OPEN_POPULATE (MADV_POPULATE_READ)"},
-    {"auto", AUTO, KILN_SOURCE_AUTO, 0, 0, "what KILN_SOURCE_AUTO picks; pages touched if mapped"},
-    {"read", OWNED, KILN_SOURCE_READ, 0, 0, "fresh owned memory kiln maps per open (THP)"},
-    {"uring", OWNED, KILN_SOURCE_URING, 0, 0, "fresh owned memory kiln maps per open (THP)"},
+     "page cache, zero-copy; KILN_OPEN_POPULATE (MADV_POPULATE_READ)", 0},
+    {"auto", AUTO, KILN_SOURCE_AUTO, 0, 0, "what KILN_SOURCE_AUTO picks; pages touched if mapped",
+     0},
+    {"read", OWNED, KILN_SOURCE_READ, 0, 0, "fresh owned memory kiln maps per open (THP)", 0},
+    {"uring", OWNED, KILN_SOURCE_URING, 0, 0, "fresh owned memory kiln maps per open (THP)", 0},
+    {"read_threads", OWNED, KILN_SOURCE_READ, 0, 0,
+     "fresh owned memory kiln maps per open (THP); one thread per online CPU", UINT32_MAX},
+    {"uring_threads", OWNED, KILN_SOURCE_URING, 0, 0,
+     "fresh owned memory kiln maps per open (THP); one thread per online CPU", UINT32_MAX},
     {"read_direct", OWNED, KILN_SOURCE_READ, KILN_OPEN_DIRECT, 0,
-     "fresh owned memory kiln maps per open (THP); O_DIRECT"},
+     "fresh owned memory kiln maps per open (THP); O_DIRECT", 0},
     {"uring_direct", OWNED, KILN_SOURCE_URING, KILN_OPEN_DIRECT, 0,
-     "fresh owned memory kiln maps per open (THP); O_DIRECT"},
+     "fresh owned memory kiln maps per open (THP); O_DIRECT", 0},
     {"stream_staging", STREAM_STAGING, 0, 0, 0,
-     "reused staging buffers; on_chunk only checks one byte (bytes not kept)"},
+     "reused staging buffers; on_chunk only checks one byte (bytes not kept)", 0},
     {"stream_staging_direct", STREAM_STAGING, 0, 0, KILN_STREAM_DIRECT,
-     "reused staging buffers; on_chunk only checks one byte; O_DIRECT"},
+     "reused staging buffers; on_chunk only checks one byte; O_DIRECT", 0},
     {"stream_reused", STREAM_REUSED, 0, 0, 0,
-     "one reused, pre-touched buffer laid out like the file"},
+     "one reused, pre-touched buffer laid out like the file", 0},
     {"stream_reused_direct", STREAM_REUSED, 0, 0, KILN_STREAM_DIRECT,
-     "one reused, pre-touched buffer laid out like the file; O_DIRECT"},
+     "one reused, pre-touched buffer laid out like the file; O_DIRECT", 0},
 };
 #define NLOADS (sizeof(loads) / sizeof(loads[0]))
 
 static struct load load_args[2 * NLOADS + 64];
 static size_t nload_args;
+
+static uint32_t online_cpus(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n < 1 ? 1 : n > 64 ? 64 : (uint32_t)n;
+}
 
 static void register_load(const char *prefix, size_t which, int cold, int host_cold, uint32_t chunk,
 			  uint32_t qd, uint64_t iters, int reps)
@@ -545,6 +560,8 @@ static void register_load(const char *prefix, size_t which, int cold, int host_c
 			   .stream_flags = loads[which].stream_flags,
 			   .chunk = chunk,
 			   .qd = qd,
+			   .threads = loads[which].threads == UINT32_MAX ? online_cpus()
+									 : loads[which].threads,
 			   .cold = cold,
 			   .host_cold = host_cold,
 			   .dst = loads[which].dst};
