@@ -421,10 +421,11 @@ static void load_body(kb_state *st, uint64_t iters, void *arg)
 			kiln_dir_get_info(dir, &info);
 			pinfo = &info;
 		}
-		/* AUTO is compared with the other rows as a caller uses it: every page touched when
-		 * it chose a mapping (populated or not), nothing more when it read the file. */
+		/* AUTO is measured as the row of what it chose: every page touched when it left
+		 * them to come in on use (a file too large to populate), nothing more when it
+		 * populated the mapping or read the file. */
 		if (!rc && (l->kind == MMAP_TOUCH ||
-			    (l->kind == AUTO && info.source == KILN_SOURCE_MMAP))) {
+			    (l->kind == AUTO && info.auto_choice == KILN_AUTO_LARGE))) {
 			const volatile uint8_t *p = info.base;
 			uint8_t x = 0;
 			for (uint64_t k = 0; k < info.block_length; k += 4096)

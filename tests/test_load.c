@@ -638,7 +638,8 @@ static void unpin_hook(void *ctx, void *p, size_t len)
 }
 
 /* kB locked in the mapping that holds p, from /proc/self/smaps; -1 when not found. */
-static long locked_kib(const void *p)
+/* A field of /proc/self/smaps ("Locked", "Rss") for the mapping holding p, in KiB. */
+static long smaps_kib(const void *p, const char *field)
 {
 	FILE *f = fopen("/proc/self/smaps", "r");
 	cr_assert_not_null(f);
@@ -649,11 +650,18 @@ static long locked_kib(const void *p)
 		unsigned long a, b;
 		if (sscanf(line, "%lx-%lx ", &a, &b) == 2 && strchr(line, '-') < strchr(line, ' '))
 			inside = (uintptr_t)p >= a && (uintptr_t)p < b;
-		else if (inside && sscanf(line, "Locked: %ld kB", &kib) == 1)
+		else if (inside && !strncmp(line, field, strlen(field)) &&
+			 line[strlen(field)] == ':' &&
+			 sscanf(line + strlen(field) + 1, "%ld kB", &kib) == 1)
 			break;
 	}
 	fclose(f);
 	return kib;
+}
+
+static long locked_kib(const void *p)
+{
+	return smaps_kib(p, "Locked");
 }
 
 /* A pin whose hook fails undoes its own mlock, but pages it shares with a live pin stay locked
@@ -1090,16 +1098,26 @@ static kiln_dir *open_auto(uint32_t flags, kiln_dir_info *info)
 	return dir;
 }
 
-Test(faults, auto_maps_a_cached_file_as_it_is)
+Test(faults, auto_maps_and_populates_a_cached_file)
 {
 	reset_faults();
 	kiln_dir *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
 	cr_assert_eq(kiln_dir_read_all(dir, NULL, NULL, NULL), 0);
-	kiln_dir_close(dir);
+	/* A plain mapping has nothing mapped in yet: open reads the directory with pread. */
 	kiln_dir_info info;
-	dir = open_auto(0, &info);
+	kiln_dir_get_info(dir, &info);
+	long before = smaps_kib(info.base, "Rss");
+	kiln_dir_close(dir);
+	dir = open_with(KILN_SOURCE_AUTO, 0, 0, 0);
+	kiln_dir_get_info(dir, &info);
 	cr_assert_eq(info.source, KILN_SOURCE_MMAP);
 	cr_assert_eq(info.auto_choice, KILN_AUTO_CACHED);
+	/* Populated: every page mapped at open, before anything touches the payload. */
+	long rss = smaps_kib(info.base, "Rss");
+	cr_assert_geq(rss, (long)(info.block_length / 1024), "Rss %ld KiB of a %llu-byte file", rss,
+		      (unsigned long long)info.block_length);
+	cr_assert_lt(before, rss);
+	expect_same_bytes(dir, "auto, cached");
 	kiln_dir_close(dir);
 	/* Not asked for: nothing to report. */
 	dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);

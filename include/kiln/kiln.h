@@ -243,7 +243,9 @@ enum kiln_source {
  */
 enum kiln_auto_choice {
 	KILN_AUTO_NONE = 0,
-	KILN_AUTO_CACHED = 1,     /* MMAP: the sampled pages were all in the page cache */
+	KILN_AUTO_CACHED = 1,     /* MMAP + KILN_OPEN_POPULATE: the sampled pages were all in the
+				   * page cache; mapping them all at open costs no disk read and beats
+				   * faulting them in one by one later */
 	KILN_AUTO_COLD = 2,       /* MMAP + KILN_OPEN_POPULATE: not all cached, and the file fits in
 				   * half of MemAvailable, so one sequential pass at open is the fastest
 				   * way in and every later touch is free */
