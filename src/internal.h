@@ -233,6 +233,8 @@ struct kiln_dir {
 	size_t map_len;
 	int map_errno;    /* why mmap failed, for KILN_SOURCE_AUTO's fall-back to READ */
 	int auto_pending; /* KILN_SOURCE_AUTO mapped the file; map_finish decides the rest */
+	int seq_position; /* sequential advice on a cold directory: set the read position
+			     (load_file) */
 	void *owned;      /* READ/URING: the block in owned memory (kiln__owned_alloc) */
 	size_t owned_len;
 	int fd; /* the file (-1 for BUFFER): copies and streams read it with pread */

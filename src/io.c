@@ -503,8 +503,7 @@ struct cachestat_ {
 	uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
 };
 
-/* 1 when the page cache holds every page of [off, off + len) of fd. */
-static int span_cached(int fd, uint64_t off, uint64_t len)
+int kiln__span_cached(int fd, uint64_t off, uint64_t len)
 {
 	uint64_t page = kiln__page_size();
 	uint64_t first = off / page, last = (off + len - 1) / page;
@@ -527,7 +526,7 @@ static int all_cached(const struct kiln__io *io, const struct kiln__range *range
 	}
 	if (hi == 0)
 		return 1;
-	if (one_file && span_cached(io->fds ? io->fds[ranges[0].file] : io->fd, lo, hi - lo))
+	if (one_file && kiln__span_cached(io->fds ? io->fds[ranges[0].file] : io->fd, lo, hi - lo))
 		return 1;
 	/* Runs of a slice may be cached while the gaps between them are not. */
 	size_t step = n > CACHED_SAMPLE ? n / CACHED_SAMPLE : 1;
@@ -535,7 +534,7 @@ static int all_cached(const struct kiln__io *io, const struct kiln__range *range
 		const struct kiln__range *g = &ranges[i];
 		if (g->len == 0)
 			continue;
-		if (!span_cached(io->fds ? io->fds[g->file] : io->fd, g->off, g->len))
+		if (!kiln__span_cached(io->fds ? io->fds[g->file] : io->fd, g->off, g->len))
 			return 0;
 	}
 	return 1;

@@ -40,6 +40,10 @@ struct kiln__io {
 
 int kiln__io_run(struct kiln__io *io, const struct kiln__range *ranges, size_t n, kiln_error *err);
 
+/* 1 when the page cache holds every page of [off, off + len) of fd (cachestat(2); 0 when it
+ * cannot tell). */
+int kiln__span_cached(int fd, uint64_t off, uint64_t len);
+
 /* pread the whole of [off, off + len) into dst, retrying EINTR/EAGAIN and short reads; a file
  * that ends first is IO/EIO. */
 int kiln__pread_full(int fd, void *dst, size_t len, uint64_t off, kiln_error *err);

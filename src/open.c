@@ -368,6 +368,13 @@ static int read_directory(struct kiln_dir *dir, const kiln_open_options *opts, c
 		return rc;
 	dir->filled[0] = KILN__HEADER_SIZE;
 	dir->filled[1] = KILN__HEADER_SIZE + (uint64_t)dir->info.tensor_count * KILN__DESC_SIZE;
+	/* A sequential mapping of a file whose directory is not all cached: its payload is
+	 * likely cold too, and the read position matters (see load_file). */
+	uint64_t page = kiln__page_size();
+	if (dir->info.source == KILN_SOURCE_MMAP && opts &&
+	    opts->advice == KILN_ADVICE_SEQUENTIAL && dir->info.payload_base > page)
+		dir->seq_position =
+		    !kiln__span_cached(dir->fd, page, dir->info.payload_base - page);
 	if (dir->info.source == KILN_SOURCE_MMAP) {
 		rc = kiln__map_attach(dir, opts, path, err);
 		if (rc && dir->auto_pending && dir->map_errno == ENODEV) {
@@ -413,6 +420,17 @@ static int load_file(struct kiln_dir *dir, const kiln_open_options *opts, const 
 	int rc = read_directory(dir, opts, path, err);
 	if (quiet)
 		posix_fadvise(dir->fd, 0, 0, POSIX_FADV_NORMAL);
+	/* Under MADV_SEQUENTIAL a fault that misses gets the kernel's sequential read-ahead (a
+	 * window with an asynchronous marker, so the next window is read while this one is used)
+	 * only when the miss follows the file's last read position; otherwise one window is read
+	 * synchronously and the faults stall again at the next. The directory's reads end
+	 * wherever validation left them, so a cold 1 GiB touched through a sequential mapping
+	 * took 0.9-1.0 s where one with no advice took 0.55. A 1-byte read of the directory's last
+	 * byte (cached by now) puts the position where the payload starts. */
+	if (!rc && dir->seq_position) {
+		uint8_t last;
+		(void)kiln__sys.pread(dir->fd, &last, 1, (off_t)dir->info.payload_base - 1);
+	}
 	if (!rc && dir->info.source != KILN_SOURCE_MMAP) /* AUTO fell back to READ */
 		return kiln__read_payload(dir, opts, err);
 	return rc ? rc : kiln__map_finish(dir, opts, err);

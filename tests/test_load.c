@@ -1340,3 +1340,88 @@ Test(faults, eio_in_one_part_of_a_threaded_load)
 	for (int i = 0; i < 4; i++)
 		free(bytes[i]);
 }
+
+/* --- sequential advice on a cold file --------------------------------------------------------- */
+
+static uint64_t positioned_at;
+static int positioned;
+
+static ssize_t pread_watch(int fd, void *buf, size_t len, off_t off)
+{
+	if (len == 1) {
+		positioned++;
+		positioned_at = (uint64_t)off;
+	}
+	return pread(fd, buf, len, off);
+}
+
+/* Sequential advice on a file whose directory (more than a page) came from the disk: open ends
+ * with a 1-byte read of the directory's last byte, so the kernel's read position is where the
+ * payload starts and the first fault on it starts sequential read-ahead (see load_file). Not
+ * when the directory was cached, nor for other advice. */
+Test(faults, sequential_advice_on_a_cold_file_sets_the_read_position)
+{
+	enum { N = 64 };
+	kiln_tensor_spec t[N];
+	static uint8_t bytes[N][4096];
+	char names[N][8];
+	for (int i = 0; i < N; i++) {
+		snprintf(names[i], sizeof(names[i]), "w%d", i);
+		memset(bytes[i], i + 1, sizeof(bytes[i]));
+		t[i] = (kiln_tensor_spec){.name = names[i],
+					  .name_len = strlen(names[i]),
+					  .dtype = KILN_DT_U8,
+					  .rank = 1,
+					  .shape = {sizeof(bytes[i])},
+					  .data = bytes[i]};
+	}
+	char *dir_name = temp_dir(), *p;
+	cr_assert(asprintf(&p, "%s/seq.klnt", dir_name) > 0);
+	free(dir_name);
+	kiln_error err;
+	cr_assert_eq(kiln_write_file(p, t, N, 0, &err), 0, "%s", err.message);
+	int fd = open(p, O_RDONLY);
+	posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	/* A file system that keeps its pages regardless (tmpfs) cannot make a file cold. */
+	void *m = mmap(NULL, 8192, PROT_READ, MAP_SHARED, fd, 0);
+	unsigned char vec[2] = {1, 1};
+	cr_assert_neq(m, MAP_FAILED);
+	mincore(m, 8192, vec);
+	munmap(m, 8192);
+	close(fd);
+	if (vec[1] & 1) {
+		unlink(p);
+		free(p);
+		cr_skip_test("cannot drop the test file's pages here");
+	}
+	static const unsigned advice[] = {KILN_ADVICE_NORMAL, KILN_ADVICE_SEQUENTIAL,
+					  KILN_ADVICE_SEQUENTIAL};
+	for (int k = 0; k < 3; k++) {
+		reset_faults();
+		kiln__sys.pread = pread_watch;
+		positioned = 0;
+		kiln_open_options o = {.advice = advice[k]};
+		kiln_dir *dir;
+		cr_assert_eq(kiln_dir_open(p, &o, &dir, &err), 0, "%s", err.message);
+		kiln_dir_info info;
+		kiln_dir_get_info(dir, &info);
+		cr_assert_gt(info.payload_base, 4096, "a directory of more than a page");
+		/* Open 0 reads the cold directory with no advice, so open 1 finds it cold only
+		 * after it is dropped again; open 2 finds it cached. */
+		if (k == 1)
+			cr_assert_eq(positioned, 1, "cold, sequential: one positioning read");
+		else
+			cr_assert_eq(positioned, 0, "open %d: no positioning read", k);
+		if (k == 1)
+			cr_assert_eq(positioned_at, info.payload_base - 1);
+		kiln_dir_close(dir);
+		if (k == 0) {
+			fd = open(p, O_RDONLY);
+			posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+			close(fd);
+		}
+	}
+	reset_faults();
+	unlink(p);
+	free(p);
+}
