@@ -242,6 +242,19 @@ static void roundtrip(const struct kc_model *a, const char *out)
 	kc_model_free(&b);
 }
 
+/* The file at `path` holds exactly the generator's bytes. */
+static void expect_file_is(const char *path, const struct g *f)
+{
+	int fd = open(path, O_RDONLY);
+	struct stat st;
+	cr_assert_eq(fstat(fd, &st), 0);
+	cr_assert_eq((size_t)st.st_size, f->n);
+	uint8_t *w = slurp(fd, 0, f->n);
+	cr_assert(memcmp(w, f->p, f->n) == 0, "the writer's bytes differ from the generator's");
+	free(w);
+	close(fd);
+}
+
 static char *out_path(const char *name)
 {
 	char *d = temp_dir(), *p;
@@ -388,14 +401,7 @@ Test(gguf, every_value_type)
 
 	/* The 64-byte alignment is kept; the round trip gives the same bytes as the generator. */
 	roundtrip(&m, out);
-	struct stat st;
-	cr_assert_eq(stat(out, &st), 0);
-	cr_assert_eq((size_t)st.st_size, f.n);
-	int fd = open(out, O_RDONLY);
-	uint8_t *w = slurp(fd, 0, f.n);
-	cr_assert(memcmp(w, f.p, f.n) == 0, "the writer's bytes differ from the generator's");
-	free(w);
-	close(fd);
+	expect_file_is(out, &f);
 	unlink(out);
 	unlink(path);
 	kc_model_free(&m);
@@ -567,14 +573,7 @@ Test(gguf, large_alignment)
 	kiln_error err;
 	cr_assert_eq(read1(&m, path, &err), 0, "%s", err.message);
 	roundtrip(&m, out);
-	int fd = open(out, O_RDONLY);
-	struct stat st;
-	cr_assert_eq(fstat(fd, &st), 0);
-	cr_assert_eq((size_t)st.st_size, f.n);
-	uint8_t *w = slurp(fd, 0, f.n);
-	cr_assert(memcmp(w, f.p, f.n) == 0, "the writer's bytes differ from the generator's");
-	free(w);
-	close(fd);
+	expect_file_is(out, &f);
 	unlink(out);
 	unlink(path);
 	kc_model_free(&m);
