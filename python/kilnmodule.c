@@ -1230,13 +1230,15 @@ static int is_series_name(const char *path)
 static PyObject *mod_open(PyObject *mod, PyObject *args, PyObject *kw)
 {
 	(void)mod;
-	static char *kwlist[] = {"path",   "source",        "direct", "populate",
-				 "verify", "copy_on_write", NULL};
+	static char *kwlist[] = {"path",   "source",        "direct",  "populate",
+				 "verify", "copy_on_write", "threads", NULL};
 	PyObject *path = NULL;
 	const char *source = "mmap";
 	int direct = 0, populate = 0, verify = 0, cow = 1;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|$spppp:open", kwlist, PyUnicode_FSConverter,
-					 &path, &source, &direct, &populate, &verify, &cow))
+	unsigned int threads = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|$sppppI:open", kwlist, PyUnicode_FSConverter,
+					 &path, &source, &direct, &populate, &verify, &cow,
+					 &threads))
 		return NULL;
 	kiln_open_options opts;
 	memset(&opts, 0, sizeof(opts));
@@ -1256,6 +1258,7 @@ static PyObject *mod_open(PyObject *mod, PyObject *args, PyObject *kw)
 				    "\"%s\"",
 				    source);
 	}
+	opts.threads = threads; /* kiln checks the limit (INVAL past 64) */
 	if (direct)
 		opts.flags |= KILN_OPEN_DIRECT;
 	if (populate)
@@ -1482,10 +1485,11 @@ static PyObject *mod_dtype_bits(PyObject *mod, PyObject *arg)
 static PyMethodDef module_methods[] = {
     {"open", (PyCFunction)(void (*)(void))mod_open, METH_VARARGS | METH_KEYWORDS,
      "open(path, *, source=\"mmap\", direct=False, populate=False, verify=False,\n"
-     "     copy_on_write=True) -> Dir\n\n"
+     "     copy_on_write=True, threads=0) -> Dir\n\n"
      "Open and validate a KLNT file, or a whole series from any of its shards\n"
      "(STEM-NNNNN-of-MMMMM.klnt). source: \"mmap\" (a mapping), \"read\" or \"uring\" (the\n"
-     "block read into owned memory). copy_on_write (mmap): map copy-on-write, so a consumer\n"
+     "block read into owned memory; threads > 1 reads it on that many threads, the\n"
+     "GIL released). copy_on_write (mmap): map copy-on-write, so a consumer\n"
      "that writes through DLPack (torch) changes a private copy, never the file; False maps\n"
      "read-only shared, where such a write is a segmentation fault. Raises a kiln.Error\n"
      "subclass."},

@@ -161,8 +161,23 @@ def test_names_with_nul_and_unicode(tmp_path):
         kiln.save_file({"": np.zeros(1)}, p)
 
 
+@pytest.mark.parametrize("source", ["read", "uring"])
+def test_threads_load_the_same_bytes(tmp_path, source):
+    # 6 MiB and a bit: three 2 MiB parts, each read by its own thread into one block.
+    big = {"w": (np.arange(6 * 2**20 // 4 + 7, dtype=np.uint32) * 2654435761).astype(np.uint32),
+           "x": np.arange(5, dtype=np.int8)}
+    p = str(tmp_path / "big.klnt")
+    kiln.save_file(big, p)
+    for threads in (0, 1, 3, 64):
+        with kiln.open(p, source=source, threads=threads) as d:
+            for k, v in big.items():
+                np.testing.assert_array_equal(d[k].numpy(), v)
+    with pytest.raises(kiln.Error, match="threads"):
+        kiln.open(p, source=source, threads=65)
+
+
 def test_auto_source_maps_a_cached_file(path):
-    # The file was just written, so it is in the page cache: AUTO keeps the mapping as it is.
+    # The file was just written, so it is in the page cache: AUTO maps it (and populates it).
     with open(path, "rb") as f:
         f.read()
     with kiln.open(path, source="auto") as d:
