@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdlib.h>
 
 #include "io.h"
 #include "source.h"
@@ -102,12 +103,15 @@ int kiln__read_payload(struct kiln_dir *dir, const kiln_open_options *opts, kiln
 	uint32_t want = opts && opts->threads > 1 ? opts->threads : 1;
 	uint64_t bounds[KILN__THREADS_MAX + 1];
 	uint32_t n = want > 1 ? split(pb, block, want, bounds) : 1;
-	if (n <= 1) {
+	/* On the heap when threaded: 64 parts of engine state and error text would take ~40 KiB
+	 * of the caller's stack. Without memory for them the load runs on this thread alone. */
+	struct part one, *parts = n > 1 ? calloc(n, sizeof(*parts)) : NULL;
+	if (!parts) {
+		parts = &one;
 		bounds[0] = pb;
 		bounds[1] = block;
 		n = 1;
 	}
-	struct part parts[KILN__THREADS_MAX];
 	for (uint32_t k = 0; k < n; k++) {
 		parts[k] = (struct part){.io = io,
 					 .range = {.off = bounds[k],
@@ -150,6 +154,8 @@ int kiln__read_payload(struct kiln_dir *dir, const kiln_open_options *opts, kiln
 	}
 	if (!dir->info.direct)
 		dir->info.dio_align = 0;
+	if (parts != &one)
+		free(parts);
 	return rc;
 }
 
