@@ -188,6 +188,8 @@ int kiln__is_scale_dtype(unsigned code);
  * holds at most this many, and a tensor index of the name table fits 16 bits. */
 #define KILN__NAMED_MAX  0xFFFFu
 #define KILN__SLOT_EMPTY 0xFFFFFFFFu /* index 0xFFFF is never a named tensor's */
+/* Heap bytes a name or layout name can reach: a start below 0xFFFF plus a 16-bit length. */
+#define KILN__HEAP_REACH (0xFFFEu + 0xFFFFu)
 
 struct kiln_dir {
 	/* Where the validator reads the directory, [0, payload_base): the block itself for

@@ -662,10 +662,13 @@ int kiln__validate_structure(struct kiln_dir *dir, int exact, kiln_error *err)
 			 .heap = KILN__HEADER_SIZE + (uint64_t)n * KILN__DESC_SIZE,
 			 .first_opaque = n,
 			 .first_quant = n};
-	/* The heap at once: names start below 0xFFFF, so it is small, and a fetch per name cost
-	 * more than the check. */
-	if (dir->info.name_bytes &&
-	    (rc = at(dir, s.heap, dir->info.name_bytes, &s.heap_bytes, err)) != 0)
+	/* The heap at once (a fetch per name cost more than the check), but never more of it than
+	 * a name can reach: names and layout names start at a 16-bit offset below 0xFFFF and are
+	 * at most 0xFFFF long, so a larger name_bytes is a file the steps reject, and reading its
+	 * heap first would be I/O for nothing. */
+	uint64_t reach =
+	    dir->info.name_bytes < KILN__HEAP_REACH ? dir->info.name_bytes : KILN__HEAP_REACH;
+	if (reach && (rc = at(dir, s.heap, reach, &s.heap_bytes, err)) != 0)
 		goto fail;
 	/* Descriptors a window at a time: one fetch for many, not a call per descriptor. */
 	const uint32_t batch = (uint32_t)(KILN__HEAD_WINDOW / KILN__DESC_SIZE);
