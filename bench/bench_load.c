@@ -543,12 +543,6 @@ static const struct {
 static struct load load_args[2 * NLOADS + 64];
 static size_t nload_args;
 
-static uint32_t online_cpus(void)
-{
-	long n = sysconf(_SC_NPROCESSORS_ONLN);
-	return n < 1 ? 1 : n > 64 ? 64 : (uint32_t)n;
-}
-
 static void register_load(const char *prefix, size_t which, int cold, int host_cold, uint32_t chunk,
 			  uint32_t qd, uint64_t iters, int reps)
 {
@@ -561,7 +555,7 @@ static void register_load(const char *prefix, size_t which, int cold, int host_c
 			   .stream_flags = loads[which].stream_flags,
 			   .chunk = chunk,
 			   .qd = qd,
-			   .threads = loads[which].threads == UINT32_MAX ? online_cpus()
+			   .threads = loads[which].threads == UINT32_MAX ? kmeasure_threads()
 									 : loads[which].threads,
 			   .cold = cold,
 			   .host_cold = host_cold,

@@ -95,3 +95,9 @@ long kmeasure_warm(const char *path)
 	long total, resident = kmeasure_resident(path, &total);
 	return n < 0 || resident < 0 ? -1 : total - resident;
 }
+
+uint32_t kmeasure_threads(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n < 1 ? 1 : n > 64 ? 64 : (uint32_t)n;
+}

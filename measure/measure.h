@@ -39,4 +39,8 @@ long kmeasure_warm(const char *path);
  */
 int64_t kmeasure_read_file(const char *path, void *buf, size_t len);
 
+/* The thread count the -threads rows load with: one per online CPU, 1 to 64 (the most
+ * kiln_open_options.threads takes). */
+uint32_t kmeasure_threads(void);
+
 #endif

@@ -366,8 +366,7 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 		return klnt_usage_error(cmd, "no file given");
 	struct bench b = {.paths = (const char *const *)argv + optind,
 			  .npaths = (uint32_t)(argc - optind)};
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	b.threads = cpus < 1 ? 1 : cpus > 64 ? 64 : (uint32_t)cpus;
+	b.threads = kmeasure_threads();
 	for (int k = 0; k < NSRC; k++)
 		if (!any || k < FIRST_KILN)
 			want[k] = 1;
