@@ -29,7 +29,7 @@ _Static_assert(NDTYPES <= KILN__DTYPE_TABLE, "the width table covers every named
 
 int kiln_dtype_is_opaque(unsigned code)
 {
-	return code >= KILN_DT_OPAQUE_MIN && code <= KILN_DT_OPAQUE_MAX;
+	return kiln__dtype_is_opaque(code);
 }
 
 const char *kiln_dtype_name(unsigned code)

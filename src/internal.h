@@ -145,6 +145,12 @@ static inline int kiln__payload_bytes(uint64_t count, unsigned bits, uint64_t *b
 	return 0;
 }
 
+/* kiln_dtype_is_opaque, inline for the validator. */
+static inline int kiln__dtype_is_opaque(unsigned code)
+{
+	return code >= KILN_DT_OPAQUE_MIN && code <= KILN_DT_OPAQUE_MAX;
+}
+
 /* Bits per element of a dtype code, 0 when it is not in the table (kiln_dtype_bits, inline). */
 #define KILN__DTYPE_TABLE 32
 extern const uint8_t kiln__dtype_bits_table[KILN__DTYPE_TABLE];

@@ -228,7 +228,7 @@ static int desc_2_dtype(struct pass *s, struct desc *c)
 {
 	unsigned dtype = kiln__ld16(c->d + KILN__D_DTYPE);
 	unsigned bits = kiln__dtype_bits(dtype);
-	int opaque = dtype >= KILN_DT_OPAQUE_MIN && dtype <= KILN_DT_OPAQUE_MAX;
+	int opaque = kiln__dtype_is_opaque(dtype);
 	c->bits = bits;
 	c->opaque = opaque;
 	if (!bits && !opaque)
