@@ -101,7 +101,7 @@ void kiln__clear_error(kiln_error *err);
 /* RFC 3629 well-formedness; returns the offset of the first bad byte or SIZE_MAX when valid. */
 size_t kiln__utf8_check(const uint8_t *s, size_t len);
 
-/* The same, with all-ASCII names (nearly all of them) answered inline. */
+/* kiln__utf8_check, with all-ASCII names (nearly all of them) answered inline. */
 static inline size_t kiln__utf8_check_name(const uint8_t *s, size_t len)
 {
 	uint64_t high = 0;
@@ -111,6 +111,31 @@ static inline size_t kiln__utf8_check_name(const uint8_t *s, size_t len)
 	for (; i < len; i++)
 		high |= s[i];
 	return high & 0x8080808080808080ull ? kiln__utf8_check(s, len) : SIZE_MAX;
+}
+
+/* Names of tensors are mostly short: two overlapping loads from each side compare up to 16
+ * bytes without a call (memcmp through the PLT was a tenth of a lookup), never reading outside
+ * [0, len). */
+static inline int kiln__same_bytes(const char *a, const char *b, size_t len)
+{
+	if (len > 16)
+		return memcmp(a, b, len) == 0;
+	if (len >= 8) {
+		uint64_t a0, a1, b0, b1;
+		memcpy(&a0, a, 8), memcpy(&a1, a + len - 8, 8);
+		memcpy(&b0, b, 8), memcpy(&b1, b + len - 8, 8);
+		return ((a0 ^ b0) | (a1 ^ b1)) == 0;
+	}
+	if (len >= 4) {
+		uint32_t a0, a1, b0, b1;
+		memcpy(&a0, a, 4), memcpy(&a1, a + len - 4, 4);
+		memcpy(&b0, b, 4), memcpy(&b1, b + len - 4, 4);
+		return ((a0 ^ b0) | (a1 ^ b1)) == 0;
+	}
+	for (size_t i = 0; i < len; i++)
+		if (a[i] != b[i])
+			return 0;
+	return 1;
 }
 
 /* The arithmetic below runs once per descriptor of every open: inline, not a call into
@@ -185,6 +210,10 @@ int kiln__is_scale_dtype(unsigned code);
  * to come from malloc's reused memory and stay in cache, so a large table is never faulted into
  * fresh pages. A multiple of the descriptor size. */
 #define KILN__HEAD_WINDOW    ((uint64_t)128 << 10)
+/* A mapped open asks whether the file's first bytes up to this size are in the page cache; when
+ * they are (and the rest of the directory, if it is longer), it reads the directory with no
+ * read-ahead hints at all. */
+#define KILN__HEAD_PROBE     ((uint64_t)1 << 20)
 
 /* --- the directory ----------------------------------------------------------------------- */
 
@@ -234,6 +263,8 @@ struct kiln_dir {
 	size_t window_cap;
 	uint64_t window_off, window_len;
 	uint64_t read_ahead; /* MMAP: the descriptor table is being read ahead up to here */
+	int dir_cached;      /* MMAP: the directory is all in the page cache: no hints needed */
+	int ra_quiet;        /* MMAP: POSIX_FADV_RANDOM is set during open and must be undone */
 	uint8_t *heap_copy;  /* [heap, payload_base), from alloc */
 	size_t heap_copy_len;
 	/* how to release the bytes */
@@ -293,8 +324,8 @@ int kiln__verify_payload(const struct kiln_dir *dir, kiln__read_fn read, kiln_er
 
 /* --- the index (src/dir.c) --------------------------------------------------------------- */
 
-/* Fill a name-hash key with random bytes (`salt` mixes in when the kernel has none to give). */
-void kiln__hash_key(uint8_t key[KILN__SECRET_SIZE], const void *salt);
+/* A name-hash key for one table: the process's random key, varied per call. */
+void kiln__hash_key(uint8_t key[KILN__SECRET_SIZE]);
 
 /* Allocate the index (views, name table) for dir->info.tensor_count tensors from
  * dir->alloc. Called only once the header has proven that the descriptors fit in the bytes

@@ -509,7 +509,16 @@ int kiln__span_cached(int fd, uint64_t off, uint64_t len)
 	uint64_t first = off / page, last = (off + len - 1) / page;
 	struct cachestat_range_ cr = {first * page, (last - first + 1) * page};
 	struct cachestat_ cs;
-	return syscall(__NR_cachestat, fd, &cr, &cs, 0) == 0 && cs.nr_cache >= last - first + 1;
+	/* Kernels before 6.5 (or a sandbox) refuse it: ask once, not on every open. */
+	static int missing;
+	if (len == 0 || __atomic_load_n(&missing, __ATOMIC_RELAXED))
+		return 0;
+	if (syscall(__NR_cachestat, fd, &cr, &cs, 0) != 0) {
+		if (errno == ENOSYS || errno == EPERM)
+			__atomic_store_n(&missing, 1, __ATOMIC_RELAXED);
+		return 0;
+	}
+	return cs.nr_cache >= last - first + 1;
 }
 
 static int all_cached(const struct kiln__io *io, const struct kiln__range *ranges, size_t n)

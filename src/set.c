@@ -230,7 +230,7 @@ static uint64_t find_slot(const kiln_set *set, uint64_t h, const char *name, siz
 		if (e->hash != h)
 			continue;
 		const kiln_tensor *t = slot_tensor(set, e->ref, NULL);
-		if (t->name_len == len && memcmp(t->name, name, len) == 0)
+		if (t->name_len == len && kiln__same_bytes(t->name, name, len))
 			return s;
 	}
 }
@@ -254,7 +254,7 @@ static int build_names(kiln_set *set, kiln_error *err)
 	if (!set->slots)
 		return nomem(err);
 	set->slot_mask = table - 1;
-	kiln__hash_key(set->secret, set);
+	kiln__hash_key(set->secret);
 	/* In batches: hash a batch of names and prefetch their slots, then insert them, so the
 	 * table's cache misses overlap instead of coming one after another. */
 	enum { BATCH = 16 };

@@ -999,3 +999,22 @@ Test(memory, peak_is_bounded_by_the_proven_descriptors)
 	cr_log_info("peak RSS of the memory test: %ld KiB", rss);
 	cr_assert_lt(rss, 1024 * 1024, "peak RSS %ld KiB", rss);
 }
+
+/* The name table compares names only when a slot's hash tag matches, so a wrong compare would
+ * show only on a collision: the compare is checked on its own, at every length it treats
+ * differently (short loops, 4- and 8-byte overlapping loads, memcmp) and every position. */
+Test(names, compare_sees_every_byte)
+{
+	char a[40], b[40];
+	for (size_t len = 0; len <= sizeof(a); len++) {
+		for (size_t i = 0; i < len; i++)
+			a[i] = b[i] = (char)('a' + i % 26);
+		cr_assert(kiln__same_bytes(a, b, len), "length %zu: equal names differ", len);
+		for (size_t at = 0; at < len; at++) {
+			b[at] ^= 0x20;
+			cr_assert_not(kiln__same_bytes(a, b, len), "length %zu: byte %zu missed",
+				      len, at);
+			b[at] ^= 0x20;
+		}
+	}
+}

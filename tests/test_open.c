@@ -64,6 +64,17 @@ static size_t resident(const kiln_dir *dir, uint64_t from, uint64_t to)
 	return n;
 }
 
+/* Payload pages resident after opening `path` (mapped, default options). */
+static size_t payload_after_open(const char *path, uint64_t base, uint64_t block)
+{
+	kiln_dir *dir;
+	kiln_error err;
+	cr_assert_eq(kiln_dir_open(path, NULL, &dir, &err), 0, "%s", err.message);
+	size_t n = resident(dir, (base + PAGE - 1) / PAGE * PAGE, block);
+	kiln_dir_close(dir);
+	return n;
+}
+
 Test(open, does_not_touch_payload_pages, .timeout = 60)
 {
 	const uint64_t big = 4ull << 30;
@@ -80,6 +91,9 @@ Test(open, does_not_touch_payload_pages, .timeout = 60)
 	size_t payload_pages = resident(dir, first_payload_page, block);
 	cr_assert_gt(dir_pages, 0, "the directory was read, so its pages are resident");
 	cr_assert_eq(payload_pages, 0, "open faulted in %zu payload pages", payload_pages);
+	/* Again, warm: the cached directory is read with no read-ahead hints at all (load_file),
+	 * and that must not start the kernel's read-ahead into the payload either. */
+	cr_assert_eq(payload_after_open(path, base, block), 0);
 
 	/* The measurement can see a touched page: read one byte in the middle of the payload. */
 	const volatile uint8_t *p = kiln_dir_tensor(dir, 299)->data;
@@ -87,6 +101,25 @@ Test(open, does_not_touch_payload_pages, .timeout = 60)
 	cr_assert_geq(resident(dir, first_payload_page, block), 1);
 
 	kiln_dir_close(dir);
+	unlink(path);
+	free(path);
+}
+
+/* A directory longer than the warm path's probe, cached only in its first MiB: the probe says
+ * "cached", and the uncached rest must still be read without read-ahead into the payload. */
+Test(open, partly_cached_directory_does_not_touch_payload_pages, .timeout = 60)
+{
+	uint64_t base, block;
+	char *path = sparse_file(12000, 64ull << 20, &base, &block);
+	cr_assert_gt(base, (1u << 20) + (256u << 10), "the directory must outgrow the probe");
+	int fd = open(path, O_RDONLY);
+	cr_assert(fd >= 0);
+	/* Exactly the first MiB: this descriptor's own read-ahead is off (the mode is per open). */
+	cr_assert_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM), 0);
+	static uint8_t first[1u << 20];
+	cr_assert_eq(pread(fd, first, sizeof(first), 0), (ssize_t)sizeof(first));
+	close(fd);
+	cr_assert_eq(payload_after_open(path, base, block), 0);
 	unlink(path);
 	free(path);
 }
