@@ -214,6 +214,8 @@ int kiln__is_scale_dtype(unsigned code);
  * they are (and the rest of the directory, if it is longer), it reads the directory with no
  * read-ahead hints at all. */
 #define KILN__HEAD_PROBE     ((uint64_t)1 << 20)
+/* A cached directory up to this size past the header is read in one pread (src/open.c). */
+#define KILN__HEAD_SMALL     ((uint64_t)64 << 10)
 
 /* --- the directory ----------------------------------------------------------------------- */
 
@@ -258,7 +260,8 @@ struct kiln_dir {
 	uint64_t filled[2];
 	uint8_t hdr[KILN__HEADER_SIZE]; /* files: the header, read first */
 	/* MMAP: descriptors pass through a window that is reused, so the descriptor table is
-	 * never held whole; the heap and pad are copied once, since names point into them. */
+	 * never held whole; the heap and pad are copied once, since names point into them. A
+	 * small cached directory is read whole into the window, and the heap copied from it. */
 	uint8_t *window;
 	size_t window_cap;
 	uint64_t window_off, window_len;

@@ -324,9 +324,19 @@ static const uint8_t *fetch_mapped(struct kiln_dir *dir, uint64_t off, uint64_t 
 			dir->heap_copy_len = (size_t)region;
 		}
 		uint64_t from = dir->filled[1], want = off + len;
-		if (want > from && fill_region(dir, 1, dir->heap_copy + (from - heap),
-					       window_end(from, want, dir->info.payload_base), err))
-			return NULL;
+		if (want > from) {
+			uint64_t to = window_end(from, want, dir->info.payload_base);
+			uint8_t *dst = dir->heap_copy + (from - heap);
+			if (dir->window && from >= dir->window_off &&
+			    to <= dir->window_off + dir->window_len) {
+				/* read_directory's first read already holds it */
+				memcpy(dst, dir->window + (from - dir->window_off),
+				       (size_t)(to - from));
+				dir->filled[1] = to;
+			} else if (fill_region(dir, 1, dst, to, err)) {
+				return NULL;
+			}
+		}
 		return dir->heap_copy + (off - heap);
 	}
 	if (off < dir->window_off || off + len > dir->window_off + dir->window_len) {
@@ -353,6 +363,27 @@ static const uint8_t *fetch_mapped(struct kiln_dir *dir, uint64_t off, uint64_t 
 		read_ahead(dir, off + n, heap);
 	}
 	return dir->window + (off - dir->window_off);
+}
+
+/* A cached directory of at most KILN__HEAD_SMALL bytes past the header: descriptors and heap in
+ * one read, which is fetch_mapped's only window and the source of its heap copy (a read each was
+ * a tenth of a warm 300-tensor open above the floor). Without the memory, the usual reads. */
+static int read_rest_whole(struct kiln_dir *dir, kiln_error *err)
+{
+	size_t len = (size_t)(dir->info.payload_base - KILN__HEADER_SIZE);
+	uint8_t *buf = kiln__alloc(&dir->alloc, len);
+	if (!buf)
+		return 0;
+	int rc = kiln__pread_full(dir->fd, buf, len, KILN__HEADER_SIZE, err);
+	if (rc) {
+		kiln__free(&dir->alloc, buf, len);
+		return rc;
+	}
+	dir->window = buf;
+	dir->window_cap = len;
+	dir->window_off = KILN__HEADER_SIZE;
+	dir->window_len = len;
+	return 0;
 }
 
 /* The header, checked; then memory for the directory from the source (a READ/URING block) or a
@@ -389,6 +420,7 @@ static int read_directory(struct kiln_dir *dir, const kiln_open_options *opts, c
 		rc = kiln__map_attach(dir, opts, path, err);
 		if (rc && dir->auto_pending && dir->map_errno == ENODEV) {
 			/* AUTO on a file system that cannot map files: read it instead. */
+			window_free(dir);
 			kiln__clear_error(err);
 			dir->auto_pending = 0;
 			dir->info.auto_choice = KILN_AUTO_UNMAPPABLE;
@@ -396,6 +428,9 @@ static int read_directory(struct kiln_dir *dir, const kiln_open_options *opts, c
 			return read_directory(dir, opts, path, err);
 		}
 		dir->fetch = fetch_mapped;
+		uint64_t rest = dir->info.payload_base - KILN__HEADER_SIZE;
+		if (!rc && dir->dir_cached && rest && rest <= KILN__HEAD_SMALL)
+			rc = read_rest_whole(dir, err);
 		/* The heap first (where a large table ends), then the table's start: one read each
 		 * in flight before the first descriptor is asked for. */
 		uint64_t heap = dir->filled[1];
