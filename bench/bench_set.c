@@ -2,8 +2,10 @@
 /*
  * Sets and slices (issue 10):
  * - set_open/shards:64/tensors:1000: kiln_set_open of a 64-shard series of 1,000 named tensors
- *   each, against dir_open_x64: the same 64 files opened one by one with kiln_dir_open. The set
- *   should cost about the same (one name table more), nothing quadratic.
+ *   each, against dir_open_x64: the same 64 files opened one by one with kiln_dir_open, each
+ *   closed before the next (so each reuses the last one's memory), and dir_open_x64_held: all
+ *   64 held open, then closed, as a set holds them. The set should cost about the same as the
+ *   held row (one name table more), nothing quadratic.
  * - tp_load/...: a tensor-parallel rank's load, rank 0 of 4 along axis 0 and along axis 1 of every
  *   tensor, against the full load, warm (bytes per second: a slice should move its bytes about as
  *   fast as a full load moves its own) and cold (the counter `resident_fraction` says how much of
@@ -116,6 +118,29 @@ static void dir_opens_body(kb_state *st, uint64_t iters, void *arg)
 			}
 			kiln_dir_close(dir);
 		}
+}
+
+/* The same 64 opens with every directory held until the last is open, as a loader holding the
+ * shards (and a set) does: their indexes are all live at once, so they cannot reuse one
+ * another's memory the way open-close-open does. */
+static void dir_opens_held_body(kb_state *st, uint64_t iters, void *arg)
+{
+	(void)arg;
+	kiln_dir *dirs[SHARDS];
+	for (uint64_t i = 0; i < iters; i++) {
+		unsigned n = 0;
+		for (; n < SHARDS; n++) {
+			kiln_error err;
+			if (kiln_dir_open(shard_paths[n], NULL, &dirs[n], &err) != 0) {
+				kb_skip(st, err.message);
+				break;
+			}
+		}
+		for (unsigned s = 0; s < n; s++)
+			kiln_dir_close(dirs[s]);
+		if (n < SHARDS)
+			return;
+	}
 }
 
 /* --- tensor-parallel loads ------------------------------------------------------------------ */
@@ -264,6 +289,8 @@ int main(int argc, char **argv)
 	kb_register(name, set_open_body, NULL);
 	snprintf(name, sizeof(name), "dir_open_x%u/tensors:%u", SHARDS, per_shard);
 	kb_register(name, dir_opens_body, NULL);
+	snprintf(name, sizeof(name), "dir_open_x%u_held/tensors:%u", SHARDS, per_shard);
+	kb_register(name, dir_opens_held_body, NULL);
 
 	/* 8 f16 tensors of [512, 16384] (128 MiB): a quarter row is 8 KiB, two whole pages, so a
 	 * cold axis-1 share can read a quarter of the file. */

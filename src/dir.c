@@ -50,9 +50,14 @@ void kiln__hash_key(uint8_t key[KILN__SECRET_SIZE])
 	memcpy(key, &w, sizeof(w));
 }
 
+uint64_t kiln__name_hash(const uint8_t key[KILN__SECRET_SIZE], const void *name, size_t len)
+{
+	return XXH3_64bits_withSecret(name, len, key, KILN__SECRET_SIZE);
+}
+
 static uint64_t name_hash(const struct kiln_dir *dir, const void *name, size_t len)
 {
-	return XXH3_64bits_withSecret(name, len, dir->secret, sizeof(dir->secret));
+	return kiln__name_hash(dir->secret, name, len);
 }
 
 /* One allocation for views, the name table (at most half full) and the layout name offsets the

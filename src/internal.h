@@ -329,6 +329,8 @@ int kiln__verify_payload(const struct kiln_dir *dir, kiln__read_fn read, kiln_er
 
 /* A name-hash key for one table: the process's random key, varied per call. */
 void kiln__hash_key(uint8_t key[KILN__SECRET_SIZE]);
+/* XXH3 of a name under such a key (inlined from Debian's xxhash header in src/dir.c). */
+uint64_t kiln__name_hash(const uint8_t key[KILN__SECRET_SIZE], const void *name, size_t len);
 
 /* Allocate the index (views, name table) for dir->info.tensor_count tensors from
  * dir->alloc. Called only once the header has proven that the descriptors fit in the bytes

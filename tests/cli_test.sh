@@ -237,16 +237,17 @@ expect 0 "$KLNT" gen "$TMP/gen3.klnt" --tensors 20000 --bytes 1M --unnamed --no-
 expect 2 "$KLNT" gen "$TMP/gen4.klnt" --tensors 10
 expect 0 "$KLNT" bench "$TMP/gen.klnt" --repeat 1
 for src in open mmap mmap-normal mmap-willneed populate auto read uring read-direct uring-direct \
-	read-threads uring-threads stream plain plain-fresh plain-fresh-thp cat; do
+	read-threads uring-threads stream plain plain-fresh plain-fresh-thp cat floor; do
 	has "$TMP/out" "warm   $src "
 	has "$TMP/out" "cold   $src "
 done
 has "$TMP/out" "warm   memcpy "
 ! grep -q "cold   memcpy " "$TMP/out" && ok || bad "bench: memcpy has no cold row"
 grep -q "^warm   auto .*(mmap, cached)" "$TMP/out" && ok || bad "bench: warm auto did not map a cached file"
+grep -Eq "^warm   open .* [+-][0-9]+\.[0-9]us$" "$TMP/out" && ok || bad "bench: open is not shown against floor"
 expect 0 "$KLNT" bench "$TMP/gen.klnt" --warm --source read --repeat 2
-[ "$(grep -c '^warm' "$TMP/out")" -eq 6 ] && ok ||
-	bad "bench --source read: read and the five plain rows only"
+[ "$(grep -c '^warm' "$TMP/out")" -eq 7 ] && ok ||
+	bad "bench --source read: read and the six plain rows only"
 expect 1 "$KLNT" bench "$TMP/kiln-v2-opaque-no-layout.klnt"
 expect 2 "$KLNT" bench "$TMP/gen.klnt" --source tape
 

@@ -132,9 +132,24 @@ Test(set, plain_files_and_a_single_file)
 	cr_assert_eq(s, 1);
 	kiln_set_close(set);
 
+	/* A set of one file looks names up in the directory's own table. */
 	cr_assert_eq(kiln_set_open((const char *const[]){a}, 1, NULL, &set, &err), 0);
 	cr_assert_eq(kiln_set_shards(set), 1);
-	cr_assert_not_null(kiln_set_find_cstr(set, "a.0", NULL));
+	for (uint64_t i = 0; i < 2; i++) {
+		uint32_t f = 99;
+		const kiln_tensor *t = kiln_set_tensor(set, i, NULL);
+		cr_assert_eq(kiln_set_find(set, t->name, t->name_len, &f), t);
+		cr_assert_eq(f, 0);
+		cr_assert_eq(t, kiln_dir_find(kiln_set_shard(set, 0), t->name, t->name_len));
+	}
+	cr_assert_null(kiln_set_find_cstr(set, "a.2", NULL));
+	cr_assert_null(kiln_set_find(set, NULL, 1, NULL));
+	cr_assert_null(kiln_set_find(set, "a.0", 2, NULL), "a prefix is another name");
+	kiln_set_close(set);
+	/* An unnamed one has no names to find. */
+	cr_assert_eq(kiln_set_open((const char *const[]){b}, 1, NULL, &set, &err), 0);
+	cr_assert_null(kiln_set_find_cstr(set, "", NULL));
+	cr_assert_null(kiln_set_find_cstr(set, "a.0", NULL));
 	kiln_set_close(set);
 	free(a), free(b), free(dir);
 }
