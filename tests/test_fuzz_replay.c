@@ -8,6 +8,7 @@
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,8 @@
 #include <unistd.h>
 
 #include "fuzz.h"
+#include "helpers.h"
+#include "kiln/kiln.h"
 
 static char current[1024];
 
@@ -111,4 +114,50 @@ Test(replay, safetensors)
 Test(replay, gguf)
 {
 	replay("gguf", kiln_fuzz_gguf);
+}
+
+/* The same verdict from a file as from the buffer: every parse input is written to a file and
+ * opened mapped (the page cache warm: the directory in one read), mapped again after eviction
+ * (windows of descriptors with read-ahead hints) and read into owned memory; the error's class,
+ * descriptor, field and offset must be the buffer's. The file paths fetch the directory in
+ * pieces that the buffer parse never has, so this is where a fetch that reads too little or too
+ * much shows. */
+static int same_as_buffer(const uint8_t *buf, size_t len)
+{
+	kiln_error want, got;
+	int rc = kiln_validate(buf, len, 0, &want);
+	char *path = write_temp(buf, len);
+	for (int way = 0; way < 3; way++) {
+		if (way == 1) {
+			int fd = open(path, O_RDONLY);
+			cr_assert(fd >= 0);
+			cr_assert_eq(fdatasync(fd), 0);
+			cr_assert_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+			close(fd);
+		}
+		kiln_open_options o = {.source = way == 2 ? KILN_SOURCE_READ : KILN_SOURCE_MMAP};
+		kiln_dir *dir;
+		int frc = kiln_dir_open(path, &o, &dir, &got);
+		kiln_dir_close(dir);
+		static const char *const ways[] = {"mapped, warm", "mapped, cold", "read"};
+		cr_assert_eq(frc, rc, "%s (%s): file %s, buffer %s (%s)", current, ways[way],
+			     kiln_code_name(frc), kiln_code_name(rc), rc ? want.message : "");
+		if (!rc)
+			continue;
+		cr_assert_eq(got.tensor, want.tensor, "%s (%s): %s | %s", current, ways[way],
+			     got.message, want.message);
+		cr_assert_eq(got.offset, want.offset, "%s (%s): %s | %s", current, ways[way],
+			     got.message, want.message);
+		cr_assert((!got.field && !want.field) ||
+			      (got.field && want.field && !strcmp(got.field, want.field)),
+			  "%s (%s): %s | %s", current, ways[way], got.message, want.message);
+	}
+	unlink(path);
+	free(path);
+	return 0;
+}
+
+Test(replay, parse_inputs_as_files)
+{
+	replay("parse", same_as_buffer);
 }
