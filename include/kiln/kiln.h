@@ -495,6 +495,10 @@ enum kiln_hint {
  * a neighbour's pages sharing a page are not dropped. Only for the MMAP source (owned and
  * borrowed memory is the caller's business): UNSUPPORTED otherwise. Returns 0, INVAL for a bad
  * index or hint, UNSUPPORTED when the kernel lacks the hint (EINVAL from madvise), IO otherwise.
+ * WILLNEED is for tensors used out of file order: the call waits while the kernel submits the
+ * reads (in 2 MiB pieces), and a walk in file order is served better by the kernel's own
+ * read-around with the default advice (hinting the next tensor ran 0.85-0.89x without hints,
+ * docs/benchmarks.md).
  */
 KILN_API int kiln_tensor_hint(const kiln_dir *dir, const uint32_t *tensors, uint32_t count,
 			      unsigned hint, kiln_error *err);
