@@ -26,8 +26,6 @@ for t in $targets; do
 	dict="$src/klnt.dict" # a target's own dictionary when it has one (fuzz/<target>.dict)
 	[ -f "$src/$t.dict" ] && dict="$src/$t.dict"
 	echo "fuzz: $t for $seconds s"
-	dict="$src/klnt.dict" # a target's own dictionary when it has one (gguf.dict)
-	[ -f "$src/$t.dict" ] && dict="$src/$t.dict"
 	if ! "$build/fuzz/fuzz_$t" "$work/$t" -max_total_time="$seconds" -timeout=10 \
 		-rss_limit_mb=2048 -dict="$dict" -artifact_prefix="$work/$t-" \
 		-print_final_stats=1 >"$work/$t.log" 2>&1; then
