@@ -541,9 +541,12 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 				continue;
 			printf("%-5s  %-15s  %10.3f  %10.3f  %10.3f  ", mode ? "cold" : "warm",
 			       src_name[s], r->med * 1e3, r->min * 1e3, r->max * 1e3);
-			if (s == S_OPEN && res[mode][S_FLOOR].ok) /* reads the directory only */
-				printf("%8s  %+7.1fus", "-", r->above * 1e6);
-			else if (s == S_OPEN || s == S_FLOOR)
+			if (s == S_OPEN && res[mode][S_FLOOR].ok) { /* reads the directory only */
+				if (r->above < 1e-3 && r->above > -1e-3)
+					printf("%8s  %+7.1fus", "-", r->above * 1e6);
+				else
+					printf("%8s  %+7.2fms", "-", r->above * 1e3);
+			} else if (s == S_OPEN || s == S_FLOOR)
 				printf("%8s  %9s", "-", "-");
 			else
 				printf("%8.2f  %8.2fx", gb / r->med, r->ratio);
