@@ -109,10 +109,11 @@ void kiln__index_free(struct kiln_dir *dir)
 }
 
 /* The slot that holds the name with hash h, or the empty slot where it would go. Expected O(1):
- * the hash is keyed per directory, so a file cannot choose colliding names, and the table is at
- * most half full. A slot is 32 bits, the hash's top 16 above the tensor index (below
- * KILN__NAMED_MAX), so the table of a few thousand names stays in L1 and a probe past another
- * name rarely reads that name's view. *probes (when not NULL) counts the slots visited. */
+ * the hash's key is one the file's author cannot know, so a file cannot choose colliding names,
+ * and the table is at most half full. A slot is 32 bits, the hash's top 16 above the tensor
+ * index (below KILN__NAMED_MAX), so the table of a few thousand names stays in L1 and a probe
+ * past another name rarely reads that name's view. *probes (when not NULL) counts the slots
+ * visited. */
 static uint64_t slot_of(const struct kiln_dir *dir, uint64_t h, const char *name, size_t len,
 			uint64_t *probes)
 {

@@ -246,8 +246,8 @@ struct kiln_dir {
 	uint32_t *slots;
 	uint64_t slot_mask; /* table size - 1; 0 when there are no names */
 	uint64_t probes;    /* slots visited while inserting names: tests check it stays linear */
-	uint8_t
-	    secret[KILN__SECRET_SIZE]; /* per-directory hash key: names from a file are hostile */
+	/* name-hash key (kiln__hash_key): names from a file are hostile */
+	uint8_t secret[KILN__SECRET_SIZE];
 	kiln_allocator alloc;
 	size_t index_bytes; /* bytes obtained from alloc for the index */
 	void *index_mem;
@@ -294,7 +294,8 @@ size_t kiln__page_size(void);
 void *kiln__owned_alloc(size_t size);
 void kiln__owned_free(void *p, size_t size);
 
-/* malloc for small blocks, kiln__owned_alloc from KILN__HUGE_MIN up. */
+/* malloc up to 32 MiB (glibc keeps freed blocks of that size for the next open), then
+ * kiln__owned_alloc (src/mem.c). */
 extern const kiln_allocator kiln__default_allocator;
 
 /* Allocation through a directory's allocator. */
