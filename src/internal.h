@@ -292,6 +292,8 @@ size_t kiln__page_size(void);
 /* Page-aligned owned memory; blocks of KILN__HUGE_MIN and more get their own mapping with
  * transparent huge pages, because first touch of fresh 4 KiB pages is slow on VMs. */
 void *kiln__owned_alloc(size_t size);
+/* The same, zeroed (without touching the pages of a fresh mapping). */
+void *kiln__owned_zalloc(size_t size);
 void kiln__owned_free(void *p, size_t size);
 
 /* malloc up to 32 MiB (glibc keeps freed blocks of that size for the next open), then

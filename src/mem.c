@@ -52,6 +52,14 @@ void *kiln__owned_alloc(size_t size)
 	return p;
 }
 
+void *kiln__owned_zalloc(size_t size)
+{
+	void *p = kiln__owned_alloc(size);
+	if (p && size < KILN__HUGE_MIN) /* a mapping of its own is zero already */
+		memset(p, 0, size);
+	return p;
+}
+
 void kiln__owned_free(void *p, size_t size)
 {
 	if (!p)

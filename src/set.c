@@ -30,7 +30,7 @@ struct kiln_set {
 	uint64_t *first; /* global index of each shard's first tensor; first[n] = count */
 	uint64_t count;
 	/* Name table over every shard: (shard, index) pairs, open addressing, keyed hash. */
-	struct set_slot *slots; /* kiln__owned_alloc'd, slots_bytes long */
+	struct set_slot *slots; /* kiln__owned_zalloc'd, slots_bytes long */
 	size_t slots_bytes;
 	uint64_t slot_mask;
 	uint8_t secret[KILN__SECRET_SIZE];
@@ -255,14 +255,11 @@ static int build_names(kiln_set *set, kiln_error *err)
 	while (table < 2 * named)
 		table *= 2;
 	/* Large tables in huge pages: one fault instead of one per 4 KiB, and fewer TLB misses
-	 * for probes that land anywhere. kiln__owned_alloc maps fresh (zeroed) memory from
-	 * KILN__HUGE_MIN up; below, it comes from the heap and is cleared here. */
+	 * for probes that land anywhere. */
 	set->slots_bytes = (size_t)table * sizeof(*set->slots);
-	set->slots = kiln__owned_alloc(set->slots_bytes);
+	set->slots = kiln__owned_zalloc(set->slots_bytes);
 	if (!set->slots)
 		return nomem(err);
-	if (set->slots_bytes < KILN__HUGE_MIN)
-		memset(set->slots, 0, set->slots_bytes);
 	set->slot_mask = table - 1;
 	kiln__hash_key(set->secret);
 	/* In batches: hash a batch of names and prefetch their slots, then insert them, so the
