@@ -210,10 +210,6 @@ int kiln__is_scale_dtype(unsigned code);
  * to come from malloc's reused memory and stay in cache, so a large table is never faulted into
  * fresh pages. A multiple of the descriptor size. */
 #define KILN__HEAD_WINDOW    ((uint64_t)128 << 10)
-/* A mapped open asks whether the file's first bytes up to this size are in the page cache; when
- * they are (and the rest of the directory, if it is longer), it reads the directory with no
- * read-ahead hints at all. */
-#define KILN__HEAD_PROBE     ((uint64_t)1 << 20)
 /* A cached directory up to this size past the header is read in one pread (src/open.c). */
 #define KILN__HEAD_SMALL     ((uint64_t)64 << 10)
 

@@ -505,14 +505,14 @@ struct cachestat_ {
 
 int kiln__span_cached(int fd, uint64_t off, uint64_t len)
 {
-	uint64_t page = kiln__page_size();
-	uint64_t first = off / page, last = (off + len - 1) / page;
-	struct cachestat_range_ cr = {first * page, (last - first + 1) * page};
-	struct cachestat_ cs;
 	/* Kernels before 6.5 (or a sandbox) refuse it: ask once, not on every open. */
 	static int missing;
 	if (len == 0 || __atomic_load_n(&missing, __ATOMIC_RELAXED))
 		return 0;
+	uint64_t page = kiln__page_size();
+	uint64_t first = off / page, last = (off + len - 1) / page;
+	struct cachestat_range_ cr = {first * page, (last - first + 1) * page};
+	struct cachestat_ cs;
 	if (syscall(__NR_cachestat, fd, &cr, &cs, 0) != 0) {
 		if (errno == ENOSYS || errno == EPERM)
 			__atomic_store_n(&missing, 1, __ATOMIC_RELAXED);

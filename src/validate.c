@@ -541,7 +541,7 @@ static int after_1_layouts(struct pass *s)
 	const kiln_dir_info *info = &s->dir->info;
 	for (uint32_t i = s->first_opaque; i < info->tensor_count; i++) {
 		struct desc c = desc_at(s, i);
-		if (!kiln_dtype_is_opaque(c.t->dtype))
+		if (!kiln__dtype_is_opaque(c.t->dtype))
 			continue;
 		/* Kept by descriptor step 5: the descriptor bytes are gone by now. */
 		unsigned off = s->dir->layout_off[i];

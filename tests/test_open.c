@@ -105,13 +105,13 @@ Test(open, does_not_touch_payload_pages, .timeout = 60)
 	free(path);
 }
 
-/* A directory longer than the warm path's probe, cached only in its first MiB: the probe says
- * "cached", and the uncached rest must still be read without read-ahead into the payload. */
+/* A directory cached only in its first MiB: the header's page is cached, so the open reads it
+ * without hints, and the uncached rest must still be read without read-ahead into the payload. */
 Test(open, partly_cached_directory_does_not_touch_payload_pages, .timeout = 60)
 {
 	uint64_t base, block;
 	char *path = sparse_file(12000, 64ull << 20, &base, &block);
-	cr_assert_gt(base, (1u << 20) + (256u << 10), "the directory must outgrow the probe");
+	cr_assert_gt(base, (1u << 20) + (256u << 10), "the directory must outgrow what is cached");
 	int fd = open(path, O_RDONLY);
 	cr_assert(fd >= 0);
 	/* Exactly the first MiB: this descriptor's own read-ahead is off (the mode is per open). */
