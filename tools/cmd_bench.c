@@ -121,7 +121,6 @@ struct bench {
 	uint32_t threads;             /* -threads rows: one per online CPU */
 	uint8_t *copy_src, *copy_dst; /* memcpy row: `total` bytes each */
 	int cold;                     /* the mode now running */
-	int repeating;                /* inside run_once's OPEN_REPS loop */
 	char auto_choice[2][64];      /* what AUTO picked last, warm and cold, for the table */
 };
 
@@ -245,17 +244,6 @@ static const char *const auto_why[] = {
 /* One timed run of source s; returns seconds, or a negative value with the error reported. */
 static double run_once(struct bench *b, enum src s)
 {
-	/* Warm open and floor: the mean of OPEN_REPS runs (cold: only the first would be cold). */
-	if ((s == S_OPEN || s == S_FLOOR) && !b->cold && !b->repeating) {
-		b->repeating = 1;
-		double sum = 0;
-		for (int k = 0; k < OPEN_REPS && sum >= 0; k++) {
-			double dt = run_once(b, s);
-			sum = dt < 0 ? dt : sum + dt;
-		}
-		b->repeating = 0;
-		return sum < 0 ? sum : sum / OPEN_REPS;
-	}
 	double t0 = kmeasure_now();
 	if (s < FIRST_KILN)
 		return run_plain(b, s) ? -1 : kmeasure_now() - t0;
@@ -336,6 +324,22 @@ static double run_once(struct bench *b, enum src s)
 	}
 	kiln_set_close(set);
 	return kmeasure_now() - t0;
+}
+
+/* A row's time for one round: one run, or for warm open and floor the mean of OPEN_REPS runs
+ * (cold, only the first would be cold). Negative when a run failed. */
+static double run_row(struct bench *b, enum src s)
+{
+	if ((s != S_OPEN && s != S_FLOOR) || b->cold)
+		return run_once(b, s);
+	double sum = 0;
+	for (int k = 0; k < OPEN_REPS; k++) {
+		double dt = run_once(b, s);
+		if (dt < 0)
+			return dt;
+		sum += dt;
+	}
+	return sum / OPEN_REPS;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -490,7 +494,7 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 					if (left > residual)
 						residual = left;
 				}
-				double dt = run_once(&b, s);
+				double dt = run_row(&b, s);
 				if (dt < 0) {
 					live[s] = 0, failed = 1;
 					continue;
