@@ -10,8 +10,8 @@
  *   4 MiB buffer: the disk's or page cache's limit ("x_read").
  * - base/{cold,warm}/read_then_h2d: what a plain program does: read() the whole file into one
  *   pinned buffer, then one cudaMemcpy ("x_plain").
- * - load/{cold,warm}/SOURCE[/direct][/ring:NxMiB]: kiln_dir_open + kiln_cuda_load of every tensor
- *   into device buffers + kiln_dir_close.
+ * - load/{cold,warm}/SOURCE[/direct][/ring:NxMiB]: kiln_model_open + kiln_cuda_load of every tensor
+ *   into device buffers + kiln_model_close.
  *
  * The load can at best run at the slower of its two limits; "x_limit" is the row's rate over
  * min(read, h2d) of its own pairing. Counters and pairing work as in bench_load.c. After the
@@ -232,9 +232,9 @@ static void load_body(kb_state *st, uint64_t iters, void *arg)
 		kb_resume(st);
 		double t0 = kmeasure_now();
 		kiln_open_options o = {.source = l->source};
-		kiln_dir *dir;
+		kiln_model *dir;
 		kiln_error err;
-		if (kiln_dir_open(g.path, &o, &dir, &err)) {
+		if (kiln_model_open(g.path, &o, &dir, &err)) {
 			kb_skip(st, err.message);
 			return;
 		}
@@ -243,7 +243,7 @@ static void load_body(kb_state *st, uint64_t iters, void *arg)
 					     .staging_size = l->ring_size,
 					     .engine = l->engine};
 		int rc = kiln_cuda_load(dir, NULL, 0, g.dests, &lo, NULL, &err);
-		kiln_dir_close(dir);
+		kiln_model_close(dir);
 		double t = kmeasure_now() - t0;
 		if (rc) {
 			kb_skip(st, err.message);
@@ -271,25 +271,25 @@ static void load_body(kb_state *st, uint64_t iters, void *arg)
 static void setup(uint64_t size_mib)
 {
 	g.path = kbu_random_file(300, size_mib * MiB, SEED);
-	kiln_dir *dir;
+	kiln_model *dir;
 	kiln_error err;
-	if (kiln_dir_open(g.path, NULL, &dir, &err)) {
+	if (kiln_model_open(g.path, NULL, &dir, &err)) {
 		fprintf(stderr, "bench_cuda: %s\n", err.message);
 		exit(1);
 	}
-	g.count = kiln_dir_count(dir);
+	g.count = kiln_model_count(dir);
 	g.dests = calloc(g.count, sizeof(*g.dests));
 	g.lengths = calloc(g.count, sizeof(*g.lengths));
 	g.offsets = calloc(g.count, sizeof(*g.offsets));
 	uint64_t end = 0;
 	for (uint32_t i = 0; i < g.count; i++) {
-		const kiln_tensor *t = kiln_dir_tensor(dir, i);
+		const kiln_tensor *t = kiln_model_tensor(dir, i);
 		g.lengths[i] = t->byte_length;
 		g.offsets[i] = t->file_offset;
 		if (t->file_offset + t->byte_length > end)
 			end = t->file_offset + t->byte_length;
 	}
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 	struct stat sb;
 	if (stat(g.path, &sb)) {
 		perror("bench_cuda: stat");

@@ -11,9 +11,9 @@
  *   ("memcpy_fresh_thp") or plain 4 KiB pages as malloc gives ("memcpy_fresh_4k"); a plain
  *   sequential read() of the file with one reused 4 MiB buffer, cold and warm ("read_4MiB", the
  *   read baseline). These give the absolute numbers.
- * - cold_open/...: kiln_dir_open on an evicted file: time to the first tensor pointer, and to the
+ * - cold_open/...: kiln_model_open on an evicted file: time to the first tensor pointer, and to the
  *   first byte of the last tensor's payload.
- * - load/{cold,warm}/SOURCE: kiln_dir_open until every byte is in memory. Timing covers open and
+ * - load/{cold,warm}/SOURCE: kiln_model_open until every byte is in memory. Timing covers open and
  *   load, not close. Each row's label says where the bytes land.
  * - .../host_cold: the same, but fresh memory is memory the VM's host has taken back (see
  *   settle_memory); every other row runs with fresh memory "primed" first.
@@ -267,16 +267,16 @@ static void cold_open_body(kb_state *st, uint64_t iters, void *arg)
 		if (kbu_set_temperature(st, c->path, 1, RESIDENT_MAX))
 			return;
 		kiln_open_options o = {.source = c->source};
-		kiln_dir *dir;
+		kiln_model *dir;
 		kiln_error err;
 		uint8_t byte = 0;
 		double t0 = kmeasure_now();
-		int rc = kiln_dir_open(c->path, &o, &dir, &err);
+		int rc = kiln_model_open(c->path, &o, &dir, &err);
 		if (rc == 0) {
-			g.sink ^= (uint8_t)(uintptr_t)kiln_dir_tensor(dir, 0)->data;
+			g.sink ^= (uint8_t)(uintptr_t)kiln_model_tensor(dir, 0)->data;
 			if (c->first_byte) {
 				const kiln_tensor *t =
-				    kiln_dir_tensor(dir, kiln_dir_count(dir) - 1);
+				    kiln_model_tensor(dir, kiln_model_count(dir) - 1);
 				byte = *(const volatile uint8_t *)t->data;
 			}
 		}
@@ -288,8 +288,8 @@ static void cold_open_body(kb_state *st, uint64_t iters, void *arg)
 		kb_pause(st);
 		/* What the open pulled into the page cache: the directory, plus read-around. */
 		long resident = kmeasure_resident(c->path, NULL);
-		uint32_t last = kiln_dir_count(dir) - 1;
-		kiln_dir_close(dir);
+		uint32_t last = (uint32_t)kiln_model_count(dir) - 1;
+		kiln_model_close(dir);
 		kb_resume(st);
 		if (c->first_byte && c->checked && byte != kbu_byte(SEED, last, 0)) {
 			kb_skip(st, "wrong byte read");
@@ -336,12 +336,12 @@ static int on_chunk(void *ctx, const kiln_chunk *c)
 /* Check a few bytes of three tensors wherever they landed (base: the tensor's bytes at
  * dst + file_offset when not NULL, else the view's data). Returns the count of wrong bytes. With
  * `poison`, zero them instead (payload bytes are never zero), so stale bytes cannot pass. */
-static int check_bytes(kiln_dir *dir, uint8_t *base, int poison)
+static int check_bytes(kiln_model *dir, uint8_t *base, int poison)
 {
-	uint32_t n = kiln_dir_count(dir), pick[3] = {0, n / 2, n - 1};
+	uint32_t n = (uint32_t)kiln_model_count(dir), pick[3] = {0, n / 2, n - 1};
 	int bad = 0;
 	for (int k = 0; k < 3; k++) {
-		const kiln_tensor *t = kiln_dir_tensor(dir, pick[k]);
+		const kiln_tensor *t = kiln_model_tensor(dir, pick[k]);
 		uint64_t len = t->byte_length, at[3] = {0, len / 2, len - 1};
 		uint8_t *p = base ? base + t->file_offset : (uint8_t *)(uintptr_t)t->data;
 		for (int j = 0; j < 3 && len; j++) {
@@ -384,10 +384,10 @@ static void load_body(kb_state *st, uint64_t iters, void *arg)
 		if (l->kind == STREAM_REUSED) {
 			/* Zero the bytes checked afterwards, so last iteration's cannot pass. */
 			kb_pause(st);
-			kiln_dir *d;
-			if (kiln_dir_open(g.path, NULL, &d, NULL) == 0) {
+			kiln_model *d;
+			if (kiln_model_open(g.path, NULL, &d, NULL) == 0) {
 				check_bytes(d, g.dst, 1);
-				kiln_dir_close(d);
+				kiln_model_close(d);
 			}
 			kb_resume(st);
 		}
@@ -409,16 +409,18 @@ static void load_body(kb_state *st, uint64_t iters, void *arg)
 		    .flags = l->stream_flags, .chunk_size = chunk, .queue_depth = l->qd};
 		struct stage_ctx sc = {0, 0};
 		kiln_stream_result res = {0};
-		kiln_dir *dir = NULL;
+		kiln_model *dir = NULL;
 		kiln_error err;
 		uint64_t bytes = 0;
 
 		double t0 = kmeasure_now();
-		int rc = kiln_dir_open(g.path, &o, &dir, &err);
-		const kiln_dir_info *pinfo = NULL;
-		kiln_dir_info info;
+		int rc = kiln_model_open(g.path, &o, &dir, &err);
+		const kiln_model_info *pinfo = NULL;
+		kiln_model_info info;
+		kiln_file_info fi;
 		if (!rc) {
-			kiln_dir_get_info(dir, &info);
+			kiln_model_get_info(dir, &info);
+			kiln_model_file_info(dir, 0, &fi);
 			pinfo = &info;
 		}
 		/* AUTO is measured as the row of what it chose: every page touched when it left
@@ -426,22 +428,22 @@ static void load_body(kb_state *st, uint64_t iters, void *arg)
 		 * populated the mapping or read the file. */
 		if (!rc && (l->kind == MMAP_TOUCH ||
 			    (l->kind == AUTO && info.auto_choice == KILN_AUTO_LARGE))) {
-			const volatile uint8_t *p = info.base;
+			const volatile uint8_t *p = fi.base;
 			uint8_t x = 0;
-			for (uint64_t k = 0; k < info.block_length; k += 4096)
+			for (uint64_t k = 0; k < fi.size; k += 4096)
 				x ^= p[k];
-			g.sink ^= x ^ p[info.block_length - 1];
+			g.sink ^= x ^ p[fi.size - 1];
 		} else if (!rc && l->kind == MMAP_WALK) {
 			/* A runtime walking its layers in order: hint the next tensor, then use
 			 * this one (a byte per page), so the disk reads ahead of the compute. */
-			const volatile uint8_t *p = info.base;
+			const volatile uint8_t *p = fi.base;
 			uint8_t x = 0;
-			for (uint32_t t = 0; !rc && t < info.tensor_count; t++) {
-				uint32_t next = t + 1;
+			for (uint64_t t = 0; !rc && t < info.tensor_count; t++) {
+				uint64_t next = t + 1;
 				if (next < info.tensor_count)
 					rc = kiln_tensor_hint(dir, &next, 1, KILN_HINT_WILLNEED,
 							      &err);
-				const kiln_tensor *v = kiln_dir_tensor(dir, t);
+				const kiln_tensor *v = kiln_model_tensor(dir, t);
 				for (uint64_t k = 0; k < v->byte_length; k += 4096)
 					x ^= p[v->file_offset + k];
 			}
@@ -469,7 +471,7 @@ static void load_body(kb_state *st, uint64_t iters, void *arg)
 				note_fallback(st, l, so.flags & KILN_STREAM_DIRECT, (int)res.direct,
 					      res.direct_fallback, res.uring_fallback);
 			} else {
-				bytes = pinfo->block_length;
+				bytes = fi.size;
 				bad = check_bytes(dir, NULL, 0);
 				if (l->kind == AUTO) {
 					static const char *const why[] = {
@@ -487,7 +489,7 @@ static void load_body(kb_state *st, uint64_t iters, void *arg)
 					      pinfo->uring_fallback);
 			}
 		}
-		kiln_dir_close(dir);
+		kiln_model_close(dir);
 		kb_resume(st);
 		if (rc) {
 			kb_skip(st, err.message);
@@ -603,17 +605,17 @@ int main(int argc, char **argv)
 	uint64_t warm_iters = smoke ? 1 : 3, cold_iters = 1, open_iters = smoke ? 1 : 3;
 
 	g.path = kbu_random_file(300, size, SEED);
-	kiln_dir *dir;
+	kiln_model *dir;
 	kiln_error err;
-	if (kiln_dir_open(g.path, NULL, &dir, &err)) {
+	if (kiln_model_open(g.path, NULL, &dir, &err)) {
 		fprintf(stderr, "bench_load: %s\n", err.message);
 		return 1;
 	}
-	kiln_dir_info info;
-	kiln_dir_get_info(dir, &info);
-	g.size = info.block_length;
+	kiln_file_info info;
+	kiln_model_file_info(dir, 0, &info);
+	g.size = info.size;
 	g.payload = info.payload_bytes;
-	g.count = info.tensor_count;
+	g.count = (uint32_t)info.tensor_count;
 	g.src = kbu_map(g.size, 1, 0);
 	kbu_fill(SEED, 0, 0, g.src, g.size);
 	g.dst = kbu_map(g.size, 1, 1);
@@ -627,8 +629,8 @@ int main(int argc, char **argv)
 	if (!g.dests)
 		return 1;
 	for (uint32_t i = 0; i < g.count; i++)
-		g.dests[i] = g.dst + kiln_dir_tensor(dir, i)->file_offset;
-	kiln_dir_close(dir);
+		g.dests[i] = g.dst + kiln_model_tensor(dir, i)->file_offset;
+	kiln_model_close(dir);
 
 	/* Baselines for the absolute numbers (ratios are paired, see pair()). Fresh 4 KiB pages run
 	 * at a few hundred MB/s here, so that row gets one iteration per repetition. */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Warm open: kiln_dir_open + structural validation + close, on files in the page cache.
+ * Warm open: kiln_model_open + structural validation + close, on files in the page cache.
  * - by tensor count (1 .. 300,000, tiny payloads): cost should grow linearly with the count;
  * - 300 tensors with 1 MiB vs 4 GiB of payload: cost should not depend on the payload, since
  *   open reads only the directory. The 4 GiB file is sparse (its payload is a hole), which is
@@ -27,20 +27,20 @@ static volatile uintptr_t sink;
 static void open_loop(kb_state *st, uint64_t iters, const char *path, int lookups)
 {
 	for (uint64_t i = 0; i < iters; i++) {
-		kiln_dir *dir;
+		kiln_model *dir;
 		kiln_error err;
-		if (kiln_dir_open(path, NULL, &dir, &err) != 0) {
+		if (kiln_model_open(path, NULL, &dir, &err) != 0) {
 			kb_skip(st, err.message);
 			return;
 		}
-		uint32_t n = lookups ? kiln_dir_count(dir) : 0;
+		uint32_t n = lookups ? kiln_model_count(dir) : 0;
 		for (uint32_t k = 0; k < n; k++) {
-			const kiln_tensor *t = kiln_dir_tensor(dir, k);
+			const kiln_tensor *t = kiln_model_tensor(dir, k);
 			if (t->name_len)
-				t = kiln_dir_find(dir, t->name, t->name_len);
+				t = kiln_model_find(dir, t->name, t->name_len);
 			sink ^= (uintptr_t)t->data;
 		}
-		kiln_dir_close(dir);
+		kiln_model_close(dir);
 	}
 }
 

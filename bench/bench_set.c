@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Sets and slices (issue 10):
- * - set_open/shards:64/tensors:1000: kiln_set_open of a 64-shard series of 1,000 named tensors
- *   each, against dir_open_x64: the same 64 files opened one by one with kiln_dir_open, each
- *   closed before the next (so each reuses the last one's memory), and dir_open_x64_held: all
- *   64 held open, then closed, as a set holds them. The set should cost about the same as the
- *   held row (one name table more), nothing quadratic.
+ * - set_open/shards:64/tensors:1000: kiln_model_open of a 64-shard series of 1,000 named tensors
+ *   each (one model, one index and name table over the shards), against dir_open_x64: the same
+ *   64 files opened one by one as models of one file (KILN_OPEN_ONE_FILE), each closed before
+ *   the next (so each reuses the last one's memory), and dir_open_x64_held: all 64 held open,
+ *   then closed, as the series model holds them. The series should cost about the same as the
+ *   held row, nothing quadratic.
  * - tp_load/...: a tensor-parallel rank's load, rank 0 of 4 along axis 0 and along axis 1 of every
  *   tensor, against the full load, warm (bytes per second: a slice should move its bytes about as
  *   fast as a full load moves its own) and cold (the counter `resident_fraction` says how much of
@@ -27,6 +28,7 @@
 #include "shim.h"
 
 static char *dir_path;
+static const kiln_open_options one_file = {.flags = KILN_OPEN_ONE_FILE};
 static char **made;
 static size_t nmade;
 
@@ -95,13 +97,13 @@ static void set_open_body(kb_state *st, uint64_t iters, void *arg)
 {
 	(void)arg;
 	for (uint64_t i = 0; i < iters; i++) {
-		kiln_set *set;
+		kiln_model *set;
 		kiln_error err;
-		if (kiln_set_open((const char *const *)shard_paths, 1, NULL, &set, &err) != 0) {
+		if (kiln_model_open(shard_paths[0], NULL, &set, &err) != 0) {
 			kb_skip(st, err.message);
 			return;
 		}
-		kiln_set_close(set);
+		kiln_model_close(set);
 	}
 }
 
@@ -110,13 +112,13 @@ static void dir_opens_body(kb_state *st, uint64_t iters, void *arg)
 	(void)arg;
 	for (uint64_t i = 0; i < iters; i++)
 		for (unsigned s = 0; s < SHARDS; s++) {
-			kiln_dir *dir;
+			kiln_model *dir;
 			kiln_error err;
-			if (kiln_dir_open(shard_paths[s], NULL, &dir, &err) != 0) {
+			if (kiln_model_open(shard_paths[s], &one_file, &dir, &err) != 0) {
 				kb_skip(st, err.message);
 				return;
 			}
-			kiln_dir_close(dir);
+			kiln_model_close(dir);
 		}
 }
 
@@ -126,18 +128,18 @@ static void dir_opens_body(kb_state *st, uint64_t iters, void *arg)
 static void dir_opens_held_body(kb_state *st, uint64_t iters, void *arg)
 {
 	(void)arg;
-	kiln_dir *dirs[SHARDS];
+	kiln_model *dirs[SHARDS];
 	for (uint64_t i = 0; i < iters; i++) {
 		unsigned n = 0;
 		for (; n < SHARDS; n++) {
 			kiln_error err;
-			if (kiln_dir_open(shard_paths[n], NULL, &dirs[n], &err) != 0) {
+			if (kiln_model_open(shard_paths[n], &one_file, &dirs[n], &err) != 0) {
 				kb_skip(st, err.message);
 				break;
 			}
 		}
 		for (unsigned s = 0; s < n; s++)
-			kiln_dir_close(dirs[s]);
+			kiln_model_close(dirs[s]);
 		if (n < SHARDS)
 			return;
 	}
@@ -185,31 +187,31 @@ static void make_tp_file(void)
 /* Load rank 0's share (or everything) of every tensor; returns the bytes read or 0. */
 static uint64_t tp_once(kb_state *st, const struct tp *c)
 {
-	kiln_dir *dir;
+	kiln_model *dir;
 	kiln_error err;
-	if (kiln_dir_open(tp_path, NULL, &dir, &err) != 0) {
+	if (kiln_model_open(tp_path, NULL, &dir, &err) != 0) {
 		kb_skip(st, err.message);
 		return 0;
 	}
 	uint64_t total = 0;
 	if (c->batched) {
-		uint32_t idx[TP_TENSORS];
+		uint64_t idx[TP_TENSORS];
 		kiln_slice sl[TP_TENSORS];
 		void *dests[TP_TENSORS];
 		int rc = 0;
 		for (uint32_t i = 0; i < TP_TENSORS && !rc; i++) {
 			uint64_t n = 0;
 			idx[i] = i;
-			rc = kiln_slice_share(kiln_dir_tensor(dir, i), (uint32_t)c->axis, 0, WORLD,
-					      &sl[i], &err);
+			rc = kiln_slice_share(kiln_model_tensor(dir, i), (uint32_t)c->axis, 0,
+					      WORLD, &sl[i], &err);
 			if (!rc)
-				rc = kiln_slice_size(kiln_dir_tensor(dir, i), &sl[i], &n, &err);
+				rc = kiln_slice_size(kiln_model_tensor(dir, i), &sl[i], &n, &err);
 			dests[i] = tp_dst + total;
 			total += n;
 		}
 		if (!rc)
 			rc = kiln_read_slices(dir, idx, sl, TP_TENSORS, dests, NULL, NULL, &err);
-		kiln_dir_close(dir);
+		kiln_model_close(dir);
 		if (rc) {
 			kb_skip(st, err.message);
 			return 0;
@@ -217,7 +219,7 @@ static uint64_t tp_once(kb_state *st, const struct tp *c)
 		return total;
 	}
 	for (uint32_t i = 0; i < TP_TENSORS; i++) {
-		const kiln_tensor *t = kiln_dir_tensor(dir, i);
+		const kiln_tensor *t = kiln_model_tensor(dir, i);
 		int rc;
 		uint64_t n = t->byte_length;
 		if (c->axis < 0) {
@@ -233,12 +235,12 @@ static uint64_t tp_once(kb_state *st, const struct tp *c)
 		}
 		if (rc) {
 			kb_skip(st, err.message);
-			kiln_dir_close(dir);
+			kiln_model_close(dir);
 			return 0;
 		}
 		total += n;
 	}
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 	return total;
 }
 

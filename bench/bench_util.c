@@ -128,10 +128,10 @@ char *kbu_tensors_file(uint32_t count, uint64_t payload, uint64_t sparse_total, 
 		fclose(f);
 		if (truncate(path, (off_t)(payload_base + sparse_total)) != 0)
 			die(path, NULL);
-		kiln_dir *check;
-		if (kiln_dir_open(path, NULL, &check, &err) != 0)
+		kiln_model *check;
+		if (kiln_model_open(path, NULL, &check, &err) != 0)
 			die(path, &err);
-		kiln_dir_close(check);
+		kiln_model_close(check);
 	}
 	free(names);
 	free(t);

@@ -100,7 +100,7 @@ fi
 
 if [ -n "$open" ]; then
 	echo
-	echo "Warm open (kiln_dir_open + close, file in the page cache; µs, median [min-max]):"
+	echo "Warm open (kiln_model_open + close, file in the page cache; µs, median [min-max]):"
 	echo
 	jq -r "$defs"'
 	def us: . / 1000 | f(1);

@@ -201,13 +201,13 @@ int kiln_export(const char *const *inputs, uint32_t count, const char *out,
 	return rc;
 }
 
-int kiln_metadata_json(const kiln_dir *dir, char **json, kiln_error *err)
+int kiln_metadata_json(const kiln_model *dir, char **json, kiln_error *err)
 {
 	if (json)
 		*json = NULL;
 	if (!dir || !json)
 		return kiln_error_set(err, KILN_INVAL, 0, "dir or json is NULL");
-	const kiln_tensor *v = kiln_dir_find_cstr(dir, KILN_METADATA_TENSOR);
+	const kiln_tensor *v = kiln_model_find_cstr(dir, KILN_METADATA_TENSOR);
 	if (!v)
 		return kiln_error_set(err, KILN_NOTFOUND, 0, "no %s tensor: no metadata",
 				      KILN_METADATA_TENSOR);

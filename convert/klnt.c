@@ -455,9 +455,10 @@ static uint32_t remove_stale(const struct kc_model *m, const char *out, uint32_t
 		char *full = NULL;
 		if (source || asprintf(&full, "%s/%s", dir, e->d_name) < 0)
 			continue;
-		kiln_dir *k;
-		if (!kiln_dir_open(full, NULL, &k, NULL)) {
-			kiln_dir_close(k);
+		kiln_model *k;
+		kiln_open_options one = {.flags = KILN_OPEN_ONE_FILE};
+		if (!kiln_model_open(full, &one, &k, NULL)) {
+			kiln_model_close(k);
 			removed += !unlinkat(dirfd(d), e->d_name, 0);
 		}
 		free(full);
@@ -617,8 +618,8 @@ out:
  * Reading
  * -------------------------------------------------------------------------------------------- */
 
-static int read_meta(struct kc_model *m, const kiln_dir *d, const kiln_tensor *v, const char *path,
-		     int *seen, kiln_error *err)
+static int read_meta(struct kc_model *m, const kiln_model *d, const kiln_tensor *v,
+		     const char *path, int *seen, kiln_error *err)
 {
 	if (*seen)
 		return kiln_error_set(err, KILN_TYPE, 0,
@@ -678,8 +679,9 @@ static int read_one(struct kc_model *m, const char *path, int *seen_meta, kiln_e
 	int src = kc_model_add_source(m, path, err);
 	if (src < 0)
 		return err ? err->code : KILN_IO;
-	kiln_dir *d;
-	int rc = kiln_dir_open(path, NULL, &d, err);
+	kiln_model *d;
+	kiln_open_options one = {.flags = KILN_OPEN_ONE_FILE};
+	int rc = kiln_model_open(path, &one, &d, err);
 	if (rc) {
 		if (err && !strstr(err->message, path)) {
 			char msg[sizeof(err->message)];
@@ -691,27 +693,27 @@ static int read_one(struct kc_model *m, const char *path, int *seen_meta, kiln_e
 	struct stat mine, now;
 	if (fstat(m->srcs[src].fd, &mine) != 0 || stat(path, &now) != 0 ||
 	    mine.st_ino != now.st_ino || mine.st_dev != now.st_dev) {
-		kiln_dir_close(d);
+		kiln_model_close(d);
 		return kiln_error_set(err, KILN_IO, ESTALE,
 				      "%s: the file was replaced while it was being opened", path);
 	}
-	uint32_t count = kiln_dir_count(d);
+	uint32_t count = (uint32_t)kiln_model_count(d);
 	/* Quantization links are indices in this file; the model numbers tensors across files and
 	 * without the metadata tensor. The index exists, so count fits in memory. */
 	uint32_t *map = malloc((count ? count : 1) * sizeof(uint32_t));
 	if (!map) {
-		kiln_dir_close(d);
+		kiln_model_close(d);
 		return nomem(err);
 	}
 	uint32_t next = m->n;
 	for (uint32_t i = 0; i < count; i++) {
-		const kiln_tensor *v = kiln_dir_tensor(d, i);
+		const kiln_tensor *v = kiln_model_tensor(d, i);
 		int is_meta = v->name && v->name_len == META_NAME_LEN &&
 			      !memcmp(v->name, KILN_METADATA_TENSOR, META_NAME_LEN);
 		map[i] = is_meta ? KILN_NONE32 : next++;
 	}
 	for (uint32_t i = 0; i < count && !rc; i++) {
-		const kiln_tensor *v = kiln_dir_tensor(d, i);
+		const kiln_tensor *v = kiln_model_tensor(d, i);
 		if (!v->name) {
 			rc = kiln_error_set(err, KILN_UNSUPPORTED, 0,
 					    "%s: tensor %" PRIu32
@@ -752,12 +754,14 @@ static int read_one(struct kc_model *m, const char *path, int *seen_meta, kiln_e
 		if (v->quant_scheme) {
 			t->quant_axis = v->quant_axis;
 			t->group_size = v->group_size;
-			t->scale_index = v->scale_index < count ? map[v->scale_index] : KILN_NONE32;
-			t->outer_index = v->outer_index < count ? map[v->outer_index] : KILN_NONE32;
+			t->scale_index =
+			    v->scale_index < count ? map[(size_t)v->scale_index] : KILN_NONE32;
+			t->outer_index =
+			    v->outer_index < count ? map[(size_t)v->outer_index] : KILN_NONE32;
 		}
 	}
 	free(map);
-	kiln_dir_close(d);
+	kiln_model_close(d);
 	return rc;
 }
 

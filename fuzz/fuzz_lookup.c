@@ -3,7 +3,7 @@
  * Fuzz target: name lookup. The input chooses a list of names (raw bytes, or a prefix with a
  * counter for many names at once) and a list of queries. The target predicts the verdict on the
  * names itself (empty name TYPE, bad UTF-8 UTF8, repeated name TYPE, in descriptor order),
- * builds the directory with the writer and reads it back, then checks kiln_dir_find for every
+ * builds the directory with the writer and reads it back, then checks kiln_model_find for every
  * name, every query and near misses against a linear scan.
  */
 #include <string.h>
@@ -107,25 +107,25 @@ static int predict(const struct names *s, uint32_t *bad)
 	return 0;
 }
 
-static const kiln_tensor *scan(const kiln_dir *dir, const char *name, size_t len)
+static const kiln_tensor *scan(const kiln_model *dir, const char *name, size_t len)
 {
-	for (uint32_t i = 0; i < kiln_dir_count(dir); i++) {
-		const kiln_tensor *t = kiln_dir_tensor(dir, i);
+	for (uint32_t i = 0; i < kiln_model_count(dir); i++) {
+		const kiln_tensor *t = kiln_model_tensor(dir, i);
 		if (t->name_len == len && memcmp(t->name, name, len) == 0)
 			return t;
 	}
 	return NULL;
 }
 
-static void query(const kiln_dir *dir, const char *q, size_t len)
+static void query(const kiln_model *dir, const char *q, size_t len)
 {
-	const kiln_tensor *r = kiln_dir_find(dir, q, len);
+	const kiln_tensor *r = kiln_model_find(dir, q, len);
 	FUZZ_CHECK(r == scan(dir, q, len), "lookup of a %zu-byte name: %p", len, (const void *)r);
 	char buf[64];
 	if (len < sizeof(buf) && !memchr(q, 0, len)) {
 		memcpy(buf, q, len);
 		buf[len] = 0;
-		FUZZ_CHECK(kiln_dir_find_cstr(dir, buf) == r, "find_cstr differs");
+		FUZZ_CHECK(kiln_model_find_cstr(dir, buf) == r, "find_cstr differs");
 	}
 }
 
@@ -146,7 +146,8 @@ int kiln_fuzz_lookup(const uint8_t *data, size_t size)
 	FUZZ_CHECK(rc == want, "writer says %s, predicted %s: %s", kiln_code_name(rc),
 		   kiln_code_name(want), err.message);
 	if (rc) {
-		FUZZ_CHECK(err.tensor == bad, "refused tensor %u, predicted %u", err.tensor, bad);
+		FUZZ_CHECK(err.tensor == bad, "refused tensor %llu, predicted %u",
+			   (unsigned long long)err.tensor, bad);
 		goto out;
 	}
 	uint8_t *buf = malloc(block);
@@ -154,15 +155,15 @@ int kiln_fuzz_lookup(const uint8_t *data, size_t size)
 	size_t written;
 	rc = kiln_write_memory(s->t, s->n, buf, block, &written, &err);
 	FUZZ_CHECK(rc == 0 && written == block, "write_memory: %s", err.message);
-	kiln_dir *dir;
-	rc = kiln_dir_parse(buf, written, NULL, &dir, &err);
+	kiln_model *dir;
+	rc = kiln_model_parse(buf, written, NULL, &dir, &err);
 	FUZZ_CHECK(rc == 0, "parse: %s", err.message);
 
 	/* Every name finds itself; near misses (of the first 32, to bound the quadratic scan)
 	 * match the scan. */
 	for (uint32_t i = 0; i < s->n; i++) {
 		const kiln_tensor_spec *t = &s->t[i];
-		FUZZ_CHECK(kiln_dir_find(dir, t->name, t->name_len) == kiln_dir_tensor(dir, i),
+		FUZZ_CHECK(kiln_model_find(dir, t->name, t->name_len) == kiln_model_tensor(dir, i),
 			   "name %u does not find itself", i);
 		if (i >= 32)
 			continue;
@@ -176,8 +177,8 @@ int kiln_fuzz_lookup(const uint8_t *data, size_t size)
 		const char *q = (const char *)fuzz_bytes(&in, fuzz_u8(&in) % 48, &len);
 		query(dir, q, len);
 	}
-	FUZZ_CHECK(!kiln_dir_find(dir, NULL, 0), "NULL name found");
-	kiln_dir_close(dir);
+	FUZZ_CHECK(!kiln_model_find(dir, NULL, 0), "NULL name found");
+	kiln_model_close(dir);
 	free(buf);
 out:
 	for (uint32_t i = 0; i < s->n; i++) {

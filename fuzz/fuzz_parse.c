@@ -64,7 +64,8 @@ static void check_error(int rc, const kiln_error *err, const uint8_t *data, size
 		   err->message);
 	if (err->tensor != KILN_NO_INDEX)
 		FUZZ_CHECK(size >= 12 && err->tensor < ld32(data + 8),
-			   "tensor %u is not a descriptor: %s", err->tensor, err->message);
+			   "tensor %llu is not a descriptor: %s", (unsigned long long)err->tensor,
+			   err->message);
 }
 
 static int same_error(const kiln_error *a, const kiln_error *b)
@@ -86,38 +87,42 @@ static uint64_t element_count(const uint64_t *shape, unsigned rank)
 }
 
 /* The linear-scan answer to a lookup. */
-static const kiln_tensor *scan(const kiln_dir *dir, const char *name, size_t len)
+static const kiln_tensor *scan(const kiln_model *dir, const char *name, size_t len)
 {
-	for (uint32_t i = 0; i < kiln_dir_count(dir); i++) {
-		const kiln_tensor *t = kiln_dir_tensor(dir, i);
+	for (uint32_t i = 0; i < kiln_model_count(dir); i++) {
+		const kiln_tensor *t = kiln_model_tensor(dir, i);
 		if (t->name && t->name_len == len && memcmp(t->name, name, len) == 0)
 			return t;
 	}
 	return NULL;
 }
 
-static void use(const kiln_dir *dir, const uint8_t *data, size_t size, uint32_t flags)
+static void use(const kiln_model *dir, const uint8_t *data, size_t size, uint32_t flags)
 {
-	kiln_dir_info info;
-	kiln_dir_get_info(dir, &info);
+	kiln_file_info info;
+	kiln_model_file_info(dir, 0, &info);
 	const uint8_t *base = info.base;
-	uint32_t n = info.tensor_count;
+	uint32_t n = (uint32_t)info.tensor_count;
 	FUZZ_CHECK(base == data, "base is not the buffer");
 	FUZZ_CHECK(info.version == 2 && (info.flags & ~3u) == 0 && (info.flags & 2),
 		   "version %u flags 0x%x", info.version, info.flags);
 	FUZZ_CHECK(info.source == KILN_SOURCE_BUFFER, "source %u", info.source);
 	FUZZ_CHECK(info.directory_bytes == (uint64_t)n * 128 + info.name_bytes, "directory_bytes");
 	FUZZ_CHECK(info.payload_base == align64(64 + info.directory_bytes), "payload_base");
-	FUZZ_CHECK(info.block_length == info.payload_base + info.payload_bytes &&
-		       info.block_length >= info.payload_base,
+	FUZZ_CHECK(info.size == info.payload_base + info.payload_bytes &&
+		       info.size >= info.payload_base,
 		   "block_length");
-	FUZZ_CHECK(info.block_length <= size, "block %llu > %zu bytes",
-		   (unsigned long long)info.block_length, size);
+	FUZZ_CHECK(info.size <= size, "block %llu > %zu bytes", (unsigned long long)info.size,
+		   size);
 	if (!(flags & KILN_OPEN_ALLOW_TRAILING))
-		FUZZ_CHECK(info.block_length == size, "exact parse accepted trailing bytes");
-	FUZZ_CHECK(info.payload_verified == !!(flags & KILN_OPEN_VERIFY_PAYLOAD), "verified %u",
-		   info.payload_verified);
-	FUZZ_CHECK(kiln_dir_count(dir) == n && !kiln_dir_tensor(dir, n), "count");
+		FUZZ_CHECK(info.size == size, "exact parse accepted trailing bytes");
+	kiln_model_info mi;
+	kiln_model_get_info(dir, &mi);
+	FUZZ_CHECK(mi.payload_verified == !!(flags & KILN_OPEN_VERIFY_PAYLOAD), "verified %u",
+		   mi.payload_verified);
+	FUZZ_CHECK(mi.format == KILN_FORMAT_KLNT && mi.files == 1, "format %u, %u files", mi.format,
+		   mi.files);
+	FUZZ_CHECK(kiln_model_count(dir) == n && !kiln_model_tensor(dir, n), "count");
 	FUZZ_CHECK(n || !(info.flags & KILN_FLAG_NAMES), "NAMES without tensors");
 	for (uint64_t k = 64 + info.directory_bytes; k < info.payload_base; k++)
 		FUZZ_CHECK(base[k] == 0, "pad byte %llu is 0x%02x", (unsigned long long)k, base[k]);
@@ -125,7 +130,7 @@ static void use(const kiln_dir *dir, const uint8_t *data, size_t size, uint32_t 
 	const uint8_t *heap = base + 64 + (uint64_t)n * 128;
 	uint64_t name_cursor = 0, layout_total = 0, place = 0;
 	for (uint32_t i = 0; i < n; i++) {
-		const kiln_tensor *t = kiln_dir_tensor(dir, i);
+		const kiln_tensor *t = kiln_model_tensor(dir, i);
 		FUZZ_CHECK(t && t->index == i, "view %u", i);
 		unsigned bits = kiln_dtype_bits(t->dtype);
 		int opaque = kiln_dtype_is_opaque(t->dtype);
@@ -142,16 +147,16 @@ static void use(const kiln_dir *dir, const uint8_t *data, size_t size, uint32_t 
 				   "name slice of %u", i);
 			name_cursor += t->name_len;
 			FUZZ_CHECK(name_cursor <= info.name_bytes, "name past the heap");
-			FUZZ_CHECK(kiln_dir_find(dir, t->name, t->name_len) == t,
+			FUZZ_CHECK(kiln_model_find(dir, t->name, t->name_len) == t,
 				   "tensor %u not found by its name", i);
 			/* Near misses: the name less its last byte, and one byte changed. */
-			const kiln_tensor *r = kiln_dir_find(dir, t->name, t->name_len - 1);
+			const kiln_tensor *r = kiln_model_find(dir, t->name, t->name_len - 1);
 			FUZZ_CHECK(r == scan(dir, t->name, t->name_len - 1), "prefix lookup");
 			char buf[64];
 			if (t->name_len <= sizeof(buf)) {
 				memcpy(buf, t->name, t->name_len);
 				buf[t->name_len - 1] ^= 1;
-				r = kiln_dir_find(dir, buf, t->name_len);
+				r = kiln_model_find(dir, buf, t->name_len);
 				FUZZ_CHECK(r == scan(dir, buf, t->name_len), "near-miss lookup");
 			}
 		} else {
@@ -175,7 +180,8 @@ static void use(const kiln_dir *dir, const uint8_t *data, size_t size, uint32_t 
 		FUZZ_CHECK(t->quant_scheme <= 2, "scheme");
 		if (t->quant_scheme == 0) {
 			FUZZ_CHECK(t->quant_axis == 0xFFFF && !t->group_size &&
-				       t->scale_index == 0xFFFFFFFF && t->outer_index == 0xFFFFFFFF,
+				       t->scale_index == KILN_NO_INDEX &&
+				       t->outer_index == KILN_NO_INDEX,
 				   "scheme 0 fields of %u", i);
 			FUZZ_CHECK(!kiln_tensor_scale(dir, t) && !kiln_tensor_outer(dir, t),
 				   "scale of an unquantized tensor");
@@ -183,7 +189,7 @@ static void use(const kiln_dir *dir, const uint8_t *data, size_t size, uint32_t 
 			const kiln_tensor *s = kiln_tensor_scale(dir, t);
 			FUZZ_CHECK(!opaque && t->quant_axis < t->rank && t->group_size, "quant %u",
 				   i);
-			FUZZ_CHECK(s && s == kiln_dir_tensor(dir, t->scale_index) && s != t &&
+			FUZZ_CHECK(s && s == kiln_model_tensor(dir, t->scale_index) && s != t &&
 				       s->quant_scheme == 0,
 				   "scale of %u", i);
 			const kiln_tensor *o = kiln_tensor_outer(dir, t);
@@ -192,7 +198,7 @@ static void use(const kiln_dir *dir, const uint8_t *data, size_t size, uint32_t 
 					       o->quant_scheme == 0,
 					   "outer of %u", i);
 			else
-				FUZZ_CHECK(!o && t->outer_index == 0xFFFFFFFF, "outer of %u", i);
+				FUZZ_CHECK(!o && t->outer_index == KILN_NO_INDEX, "outer of %u", i);
 		}
 
 		FUZZ_CHECK(t->byte_offset == align64(place), "placement of %u", i);
@@ -206,7 +212,7 @@ static void use(const kiln_dir *dir, const uint8_t *data, size_t size, uint32_t 
 		for (uint64_t k = 0; k < t->byte_length; k++)
 			acc ^= p[k];
 		sink ^= acc;
-		if (info.payload_verified) {
+		if (mi.payload_verified) {
 			for (uint64_t k = place; k < t->byte_offset; k++)
 				FUZZ_CHECK(base[info.payload_base + k] == 0, "gap byte before %u",
 					   i);
@@ -217,15 +223,16 @@ static void use(const kiln_dir *dir, const uint8_t *data, size_t size, uint32_t 
 	}
 	FUZZ_CHECK(place == info.payload_bytes, "payloads end at %llu", (unsigned long long)place);
 	FUZZ_CHECK(name_cursor + layout_total == info.name_bytes, "heap is not names + layouts");
-	FUZZ_CHECK(!kiln_dir_find(dir, NULL, 0) && !kiln_dir_find(dir, "", 0), "empty name found");
+	FUZZ_CHECK(!kiln_model_find(dir, NULL, 0) && !kiln_model_find(dir, "", 0),
+		   "empty name found");
 }
 
 /* Parse with flags; on failure check the error and return the code. */
 static int parse(const uint8_t *data, size_t size, uint32_t flags, const kiln_allocator *a,
-		 kiln_dir **dir, kiln_error *err)
+		 kiln_model **dir, kiln_error *err)
 {
 	kiln_open_options o = {.size = sizeof(o), .flags = flags, .allocator = a};
-	int rc = kiln_dir_parse(data, size, &o, dir, err);
+	int rc = kiln_model_parse(data, size, &o, dir, err);
 	if (rc == KILN_NOMEM && a)
 		return rc;
 	if (rc) {
@@ -241,7 +248,7 @@ static int parse(const uint8_t *data, size_t size, uint32_t flags, const kiln_al
 int kiln_fuzz_parse(const uint8_t *data, size_t size)
 {
 	const uint32_t V = KILN_OPEN_VERIFY_PAYLOAD, T = KILN_OPEN_ALLOW_TRAILING;
-	kiln_dir *d0, *dv, *dt, *df;
+	kiln_model *d0, *dv, *dt, *df;
 	kiln_error e0, ev, et, e;
 
 	/* Structure only; then the same bytes with payload verification at open. */
@@ -255,12 +262,12 @@ int kiln_fuzz_parse(const uint8_t *data, size_t size)
 			   kiln_code_name(r0), kiln_code_name(rv));
 	} else {
 		/* Verifying later must give what verifying at open gave. */
-		int rl = kiln_dir_verify_payload(d0, &e);
+		int rl = kiln_model_verify(d0, &e);
 		FUZZ_CHECK(rl == rv && (rl == 0 || same_error(&e, &ev)),
 			   "verify after open %s, at open %s", kiln_code_name(rl),
 			   kiln_code_name(rv));
-		kiln_dir_info info;
-		kiln_dir_get_info(d0, &info);
+		kiln_model_info info;
+		kiln_model_get_info(d0, &info);
 		FUZZ_CHECK(info.payload_verified == (rl == 0), "payload_verified");
 		if (!rl)
 			use(d0, data, size, V);
@@ -272,7 +279,7 @@ int kiln_fuzz_parse(const uint8_t *data, size_t size)
 		FUZZ_CHECK(c.peak <= 2 * 128 * n + 4096, "peak %zu bytes for %llu descriptors",
 			   c.peak, (unsigned long long)n);
 	}
-	kiln_dir_close(dv);
+	kiln_model_close(dv);
 	FUZZ_CHECK(c.live == 0, "%zu bytes leaked", c.live);
 
 	/* Trailing bytes allowed: the same verdict except that a FRAME for trailing bytes may now
@@ -285,10 +292,10 @@ int kiln_fuzz_parse(const uint8_t *data, size_t size)
 		FUZZ_CHECK(rt == rv && same_error(&et, &ev), "trailing changed %s to %s",
 			   kiln_code_name(rv), kiln_code_name(rt));
 	if (rt == 0) {
-		kiln_dir_info info;
-		kiln_dir_get_info(dt, &info);
-		FUZZ_CHECK(info.block_length == size || trailing, "a shorter block passed exact");
-		FUZZ_CHECK(kiln_validate(data, (size_t)info.block_length, V, &e) == 0,
+		kiln_file_info info;
+		kiln_model_file_info(dt, 0, &info);
+		FUZZ_CHECK(info.size == size || trailing, "a shorter block passed exact");
+		FUZZ_CHECK(kiln_validate(data, (size_t)info.size, V, &e) == 0,
 			   "the block alone is refused: %s", e.message);
 	}
 
@@ -301,11 +308,11 @@ int kiln_fuzz_parse(const uint8_t *data, size_t size)
 	if (rf == KILN_NOMEM)
 		FUZZ_CHECK(!df && e.sys_errno != 0 && size >= 64 && ld32(data + 8) > 0,
 			   "NOMEM without an index to allocate");
-	kiln_dir_close(df);
+	kiln_model_close(df);
 	FUZZ_CHECK(c.live == 0, "%zu bytes leaked after NOMEM", c.live);
 
-	kiln_dir_close(d0);
-	kiln_dir_close(dt);
+	kiln_model_close(d0);
+	kiln_model_close(dt);
 	return 0;
 }
 

@@ -166,23 +166,24 @@ static int same_refusal(const kiln_error *a, const kiln_error *b)
 	       (a->field == b->field || (a->field && b->field && !strcmp(a->field, b->field)));
 }
 
-static void compare(const struct list *l, const kiln_dir *dir)
+static void compare(const struct list *l, const kiln_model *dir)
 {
 	uint32_t n = l->n;
-	FUZZ_CHECK(kiln_dir_count(dir) == n, "count %u, wrote %u", kiln_dir_count(dir), n);
-	kiln_dir_info info;
-	kiln_dir_get_info(dir, &info);
+	FUZZ_CHECK(kiln_model_count(dir) == n, "count %llu, wrote %u",
+		   (unsigned long long)kiln_model_count(dir), n);
+	kiln_file_info info;
+	kiln_model_file_info(dir, 0, &info);
 	FUZZ_CHECK(!!(info.flags & KILN_FLAG_NAMES) == (n && l->t[0].name), "NAMES flag");
 	for (uint32_t i = 0; i < n; i++) {
 		const kiln_tensor_spec *s = &l->t[i];
-		const kiln_tensor *t = kiln_dir_tensor(dir, i);
+		const kiln_tensor *t = kiln_model_tensor(dir, i);
 		FUZZ_CHECK(t->dtype == s->dtype && t->rank == s->rank, "dtype/rank of %u", i);
 		FUZZ_CHECK(!memcmp(t->shape, s->shape, sizeof(t->shape)), "shape of %u", i);
 		if (s->name) {
 			FUZZ_CHECK(t->name_len == s->name_len &&
 				       !memcmp(t->name, s->name, s->name_len),
 				   "name of %u", i);
-			FUZZ_CHECK(kiln_dir_find(dir, s->name, s->name_len) == t, "find %u", i);
+			FUZZ_CHECK(kiln_model_find(dir, s->name, s->name_len) == t, "find %u", i);
 		} else {
 			FUZZ_CHECK(!t->name && !t->name_len, "name of unnamed %u", i);
 		}
@@ -198,9 +199,9 @@ static void compare(const struct list *l, const kiln_dir *dir)
 		int q = s->quant_scheme != 0;
 		FUZZ_CHECK(t->quant_axis == (q ? s->quant_axis : 0xFFFF) &&
 			       t->group_size == (q ? s->group_size : 0) &&
-			       t->scale_index == (q ? s->scale_index : 0xFFFFFFFF) &&
+			       t->scale_index == (q ? s->scale_index : KILN_NO_INDEX) &&
 			       t->outer_index ==
-				   (s->quant_scheme == 2 ? s->outer_index : 0xFFFFFFFF),
+				   (s->quant_scheme == 2 ? s->outer_index : KILN_NO_INDEX),
 			   "quant fields of %u", i);
 		FUZZ_CHECK(t->byte_length == l->length[i], "byte_length of %u", i);
 		FUZZ_CHECK(t->byte_length == 0 || !memcmp(t->data, l->payload[i], t->byte_length),
@@ -221,7 +222,8 @@ int kiln_fuzz_roundtrip(const uint8_t *data, size_t size)
 		FUZZ_CHECK(kiln_is_format_error(rs), "write_size: %s: %s", kiln_code_name(rs),
 			   es.message);
 		FUZZ_CHECK(es.code == rs && es.message[0], "error struct");
-		FUZZ_CHECK(es.tensor == KILN_NO_INDEX || es.tensor < l.n, "tensor %u", es.tensor);
+		FUZZ_CHECK(es.tensor == KILN_NO_INDEX || es.tensor < l.n, "tensor %llu",
+			   (unsigned long long)es.tensor);
 		uint8_t buf[256];
 		int rw = kiln_write_memory(l.t, l.n, buf, sizeof(buf), NULL, &ew);
 		FUZZ_CHECK(rw == rs && same_refusal(&es, &ew), "write_memory %s, write_size %s",
@@ -283,13 +285,13 @@ int kiln_fuzz_roundtrip(const uint8_t *data, size_t size)
 	FUZZ_CHECK(rc == 0 && written == block && !memcmp(a, b, block),
 		   "data and read paths differ: %s", kiln_code_name(rc));
 
-	kiln_dir *dir;
+	kiln_model *dir;
 	kiln_open_options o = {.size = sizeof(o), .flags = KILN_OPEN_VERIFY_PAYLOAD};
-	rc = kiln_dir_parse(a, block, &o, &dir, &ew);
+	rc = kiln_model_parse(a, block, &o, &dir, &ew);
 	FUZZ_CHECK(rc == 0, "the reader refuses what the writer wrote: %s: %s", kiln_code_name(rc),
 		   ew.message);
 	compare(&l, dir);
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 out:
 	free(a);
 	free(b);

@@ -3,11 +3,12 @@
  * kiln._kiln: the CPython extension under the `kiln` package, over the public API
  * (include/kiln/kiln.h) only.
  *
- * A path that is a shard of a series (STEM-NNNNN-of-MMMMM.klnt) opens the whole series as a
- * kiln_set; any other path opens one kiln_dir. The Owner holds either, and Dir indexes run over
- * the whole set (shard 0's tensors first); a Tensor keeps its shard's directory.
+ * kiln.open() opens one kiln_model: a KLNT file, or the whole series when the path is a shard of
+ * one (kiln_model_open() finds the siblings; the module parses no names). Dir indexes are the
+ * model's (shard 0's tensors first); a Tensor's shard is its view's file and its `index` the
+ * descriptor index in that file.
  *
- * Lifetime: every open directory (or set) belongs to one Owner object. The Dir, every Tensor
+ * Lifetime: every open model belongs to one Owner object. The Dir, every Tensor
  * view, every numpy array (as its base) and every DLPack capsule (through its manager context)
  * hold a reference on the Owner, and only the Owner's deallocation closes it. Dir.close() drops
  * the Dir's reference, so arrays made before it keep the mappings (or the owned blocks of the
@@ -81,7 +82,7 @@ static PyObject *raise_kiln(int code, const kiln_error *e)
 	    set_attr(exc, "cls", PyUnicode_FromString(kiln_code_name(code))) ||
 	    set_attr(exc, "tensor",
 		     e->tensor == KILN_NO_INDEX ? Py_NewRef(none)
-						: PyLong_FromUnsignedLong(e->tensor)) ||
+						: PyLong_FromUnsignedLongLong(e->tensor)) ||
 	    set_attr(exc, "field", e->field ? PyUnicode_FromString(e->field) : Py_NewRef(none)) ||
 	    set_attr(exc, "offset",
 		     e->offset == KILN_NO_OFFSET ? Py_NewRef(none)
@@ -97,63 +98,26 @@ static PyObject *raise_kiln(int code, const kiln_error *e)
 }
 
 /* ---------------------------------------------------------------------------------------------
- * Owner: the one reference-counted holder of a kiln_dir
+ * Owner: the one reference-counted holder of a kiln_model
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct {
-	PyObject_HEAD kiln_dir *dir; /* one file; NULL for a series */
-	kiln_set *set;               /* a series; NULL for one file */
-	PyObject *path;              /* the path opened, as bytes */
+	PyObject_HEAD kiln_model *model; /* one file or every shard of a series */
 } OwnerObject;
 
 static void owner_dealloc(OwnerObject *self)
 {
-	kiln_dir_close(self->dir);
-	kiln_set_close(self->set);
-	Py_XDECREF(self->path);
+	kiln_model_close(self->model);
 	Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* The set and the single file seen alike: shards, tensors by global index, names. */
-static uint32_t owner_shards(const OwnerObject *o)
+/* A tensor's descriptor index in its shard's file (its model index less the file's first). */
+static uint64_t local_index(const kiln_model *m, const kiln_tensor *t)
 {
-	return o->set ? kiln_set_shards(o->set) : 1;
-}
-
-static kiln_dir *owner_shard(const OwnerObject *o, uint32_t shard)
-{
-	return o->set ? kiln_set_shard(o->set, shard) : shard == 0 ? o->dir : NULL;
-}
-
-static uint64_t owner_count(const OwnerObject *o)
-{
-	return o->set ? kiln_set_count(o->set) : kiln_dir_count(o->dir);
-}
-
-static const kiln_tensor *owner_tensor(const OwnerObject *o, uint64_t i, uint32_t *shard)
-{
-	*shard = 0;
-	if (o->set)
-		return kiln_set_tensor(o->set, i, shard);
-	return i < kiln_dir_count(o->dir) ? kiln_dir_tensor(o->dir, (uint32_t)i) : NULL;
-}
-
-static const kiln_tensor *owner_find(const OwnerObject *o, const char *s, size_t len,
-				     uint32_t *shard)
-{
-	*shard = 0;
-	if (o->set)
-		return kiln_set_find(o->set, s, len, shard);
-	return kiln_dir_find(o->dir, s, len);
-}
-
-/* The global index of the first tensor of `shard`. */
-static uint64_t owner_first(const OwnerObject *o, uint32_t shard)
-{
-	uint64_t first = 0;
-	for (uint32_t s = 0; s < shard; s++)
-		first += kiln_dir_count(owner_shard(o, s));
-	return first;
+	kiln_file_info fi;
+	if (kiln_model_file_info(m, t->file, &fi))
+		return t->index;
+	return t->index - fi.first_tensor;
 }
 
 static PyTypeObject OwnerType = {
@@ -171,16 +135,14 @@ static PyTypeObject OwnerType = {
 
 typedef struct {
 	PyObject_HEAD OwnerObject *owner;
-	const kiln_tensor *t;
-	kiln_dir *dir;   /* the shard's directory (the file's for one file) */
-	uint32_t shard;  /* 0 for one file */
-	uint64_t gindex; /* index in the whole set (the descriptor index for one file) */
+	const kiln_tensor *t; /* t->index: the model's index; t->file: its shard */
+	uint64_t index;       /* the descriptor index in its shard's file */
 } TensorObject;
 
 static PyTypeObject TensorType;
 
-static PyObject *tensor_new(OwnerObject *owner, uint32_t shard, const kiln_tensor *t,
-			    uint64_t gindex)
+/* A Tensor for view t of owner's model; None for NULL (no such tensor). */
+static PyObject *tensor_new(OwnerObject *owner, const kiln_tensor *t)
 {
 	if (!t)
 		Py_RETURN_NONE;
@@ -190,18 +152,8 @@ static PyObject *tensor_new(OwnerObject *owner, uint32_t shard, const kiln_tenso
 	Py_INCREF(owner);
 	self->owner = owner;
 	self->t = t;
-	self->dir = owner_shard(owner, shard);
-	self->shard = shard;
-	self->gindex = gindex;
+	self->index = local_index(owner->model, t);
 	return (PyObject *)self;
-}
-
-/* A tensor of the same shard as `self` (its scale or outer scale). */
-static PyObject *tensor_sibling(TensorObject *self, const kiln_tensor *t)
-{
-	if (!t)
-		Py_RETURN_NONE;
-	return tensor_new(self->owner, self->shard, t, self->gindex - self->t->index + t->index);
 }
 
 static void tensor_dealloc(TensorObject *self)
@@ -270,13 +222,13 @@ static PyObject *tensor_get_quant_axis(TensorObject *self, void *c)
 static PyObject *tensor_get_scale(TensorObject *self, void *c)
 {
 	(void)c;
-	return tensor_sibling(self, kiln_tensor_scale(self->dir, self->t));
+	return tensor_new(self->owner, kiln_tensor_scale(self->owner->model, self->t));
 }
 
 static PyObject *tensor_get_outer(TensorObject *self, void *c)
 {
 	(void)c;
-	return tensor_sibling(self, kiln_tensor_outer(self->dir, self->t));
+	return tensor_new(self->owner, kiln_tensor_outer(self->owner->model, self->t));
 }
 
 static PyObject *tensor_get_address(TensorObject *self, void *c)
@@ -291,7 +243,6 @@ static PyObject *tensor_get_address(TensorObject *self, void *c)
 		(void)c;                                                      \
 		return PyLong_FromUnsignedLongLong((uint64_t)self->t->field); \
 	}
-TENSOR_U64(index)
 TENSOR_U64(rank)
 TENSOR_U64(count)
 TENSOR_U64(byte_length)
@@ -302,16 +253,28 @@ TENSOR_U64(quant_scheme)
 TENSOR_U64(group_size)
 #undef TENSOR_U64
 
+static PyObject *tensor_get_index(TensorObject *self, void *c)
+{
+	(void)c;
+	return PyLong_FromUnsignedLongLong(self->index);
+}
+
 static PyObject *tensor_get_shard(TensorObject *self, void *c)
 {
 	(void)c;
-	return PyLong_FromUnsignedLong(self->shard);
+	return PyLong_FromUnsignedLong(self->t->file);
+}
+
+static PyObject *tensor_get_alignment(TensorObject *self, void *c)
+{
+	(void)c;
+	return PyLong_FromUnsignedLong(self->t->alignment);
 }
 
 static PyObject *tensor_get_gindex(TensorObject *self, void *c)
 {
 	(void)c;
-	return PyLong_FromUnsignedLongLong(self->gindex);
+	return PyLong_FromUnsignedLongLong(self->t->index);
 }
 
 static PyObject *tensor_get_dtype_code(TensorObject *self, void *c)
@@ -346,6 +309,8 @@ static PyGetSetDef tensor_getset[] = {
     {"scale", (getter)tensor_get_scale, NULL, "The scale tensor's view, or None.", NULL},
     {"outer", (getter)tensor_get_outer, NULL, "The outer scale tensor's view, or None.", NULL},
     {"address", (getter)tensor_get_address, NULL, "Address of the first payload byte.", NULL},
+    {"alignment", (getter)tensor_get_alignment, NULL,
+     "The largest power of two (up to 4096) dividing the data's address.", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 /* numpy's type number for a kiln dtype, or -1 when numpy has none. */
@@ -381,13 +346,14 @@ static int npy_type(unsigned code)
 	}
 }
 
-static PyObject *no_type(const kiln_tensor *t, const char *what, const char *hint)
+/* Messages name a tensor by its descriptor index in its file (Tensor.index), `index` here. */
+static PyObject *no_type(const kiln_tensor *t, uint64_t index, const char *what, const char *hint)
 {
 	PyObject *name = name_of(t->name, t->name_len);
 	if (!name)
 		return NULL;
-	PyErr_Format(PyExc_TypeError, "tensor %u (%R) has dtype %s, which %s has no type for; %s",
-		     t->index, name, dtype_name(t->dtype), what, hint);
+	PyErr_Format(PyExc_TypeError, "tensor %llu (%R) has dtype %s, which %s has no type for; %s",
+		     (unsigned long long)index, name, dtype_name(t->dtype), what, hint);
 	Py_DECREF(name);
 	return NULL;
 }
@@ -397,13 +363,15 @@ static _Alignas(64) const unsigned char empty_payload[64];
 
 /* The numpy type, rank and dims of a tensor's array (raw: its bytes as 1-D uint8); -1 with an
  * exception set when numpy cannot hold it. */
-static int array_shape(const kiln_tensor *t, int raw, int *type, int *nd, npy_intp *dims)
+static int array_shape(const kiln_tensor *t, uint64_t index, int raw, int *type, int *nd,
+		       npy_intp *dims)
 {
 	if (raw) {
 		*type = NPY_UINT8;
 		*nd = 1;
 		if (t->byte_length > (uint64_t)NPY_MAX_INTP) {
-			PyErr_Format(PyExc_OverflowError, "tensor %u is too large", t->index);
+			PyErr_Format(PyExc_OverflowError, "tensor %llu is too large",
+				     (unsigned long long)index);
 			return -1;
 		}
 		dims[0] = (npy_intp)t->byte_length;
@@ -411,7 +379,7 @@ static int array_shape(const kiln_tensor *t, int raw, int *type, int *nd, npy_in
 	}
 	*type = npy_type(t->dtype);
 	if (*type < 0) {
-		no_type(t, "numpy",
+		no_type(t, index, "numpy",
 			t->dtype == KILN_DT_BF16 ? "numpy(raw=True) gives its bytes as uint8, and "
 						   "torch.from_dlpack() gives torch.bfloat16"
 						 : "numpy(raw=True) gives its bytes as uint8");
@@ -421,7 +389,8 @@ static int array_shape(const kiln_tensor *t, int raw, int *type, int *nd, npy_in
 	for (int i = 0; i < *nd; i++) {
 		if (t->shape[i] > (uint64_t)NPY_MAX_INTP) {
 			PyErr_Format(PyExc_OverflowError,
-				     "tensor %u: dimension %d is too large for numpy", t->index, i);
+				     "tensor %llu: dimension %d is too large for numpy",
+				     (unsigned long long)index, i);
 			return -1;
 		}
 		dims[i] = (npy_intp)t->shape[i];
@@ -438,7 +407,7 @@ static PyObject *tensor_numpy(TensorObject *self, PyObject *args, PyObject *kw)
 	const kiln_tensor *t = self->t;
 	npy_intp dims[KILN_MAX_RANK];
 	int nd, type;
-	if (array_shape(t, raw, &type, &nd, dims) < 0)
+	if (array_shape(t, self->index, raw, &type, &nd, dims) < 0)
 		return NULL;
 	void *data = t->data ? (void *)t->data : (void *)empty_payload;
 	PyArray_Descr *descr = PyArray_DescrFromType(type);
@@ -462,9 +431,9 @@ static int read_payload(TensorObject *self, void *dst, size_t cap)
 {
 	kiln_error err;
 	int rc;
-	kiln_dir *dir = self->dir;
-	uint32_t index = self->t->index;
-	Py_BEGIN_ALLOW_THREADS rc = kiln_tensor_read(dir, index, dst, cap, NULL, NULL, &err);
+	const kiln_model *m = self->owner->model;
+	uint64_t index = self->t->index;
+	Py_BEGIN_ALLOW_THREADS rc = kiln_tensor_read(m, index, dst, cap, NULL, NULL, &err);
 	Py_END_ALLOW_THREADS if (rc)
 	{
 		raise_kiln(rc, &err);
@@ -481,8 +450,9 @@ static PyObject *tensor_read_into(TensorObject *self, PyObject *arg)
 	int rc = -1;
 	if ((uint64_t)view.len < self->t->byte_length)
 		PyErr_Format(PyExc_ValueError,
-			     "a buffer of %zd bytes cannot hold tensor %u (%llu bytes)", view.len,
-			     self->t->index, (unsigned long long)self->t->byte_length);
+			     "a buffer of %zd bytes cannot hold tensor %llu (%llu bytes)", view.len,
+			     (unsigned long long)self->index,
+			     (unsigned long long)self->t->byte_length);
 	else
 		rc = read_payload(self, view.buf, (size_t)view.len);
 	PyBuffer_Release(&view);
@@ -497,7 +467,7 @@ static PyObject *tensor_copy(TensorObject *self, PyObject *args, PyObject *kw)
 		return NULL;
 	npy_intp dims[KILN_MAX_RANK];
 	int nd, type;
-	if (array_shape(self->t, raw, &type, &nd, dims) < 0)
+	if (array_shape(self->t, self->index, raw, &type, &nd, dims) < 0)
 		return NULL;
 	PyObject *arr = PyArray_Empty(nd, dims, PyArray_DescrFromType(type), 0);
 	if (!arr)
@@ -586,7 +556,8 @@ static PyObject *make_capsule(TensorObject *self, int raw)
 	const kiln_tensor *t = self->t;
 	DLDataType dt = {1, 8, 1};
 	if (!raw && dl_type(t->dtype, &dt) < 0)
-		return no_type(t, "DLPack", "to_dlpack(raw=True) gives its bytes as uint8");
+		return no_type(t, self->index, "DLPack",
+			       "to_dlpack(raw=True) gives its bytes as uint8");
 	kiln_dlpack *d = calloc(1, sizeof(*d));
 	if (!d)
 		return PyErr_NoMemory();
@@ -595,8 +566,8 @@ static PyObject *make_capsule(TensorObject *self, int raw)
 		uint64_t v = raw ? t->byte_length : t->shape[i];
 		if (v > (uint64_t)INT64_MAX) {
 			free(d);
-			return PyErr_Format(PyExc_OverflowError, "tensor %u is too large",
-					    t->index);
+			return PyErr_Format(PyExc_OverflowError, "tensor %llu is too large",
+					    (unsigned long long)self->index);
 		}
 		d->shape[i] = (int64_t)v;
 	}
@@ -666,7 +637,8 @@ static PyObject *tensor_repr(TensorObject *self)
 	PyObject *shape = name ? tensor_get_shape(self, NULL) : NULL;
 	PyObject *r = NULL;
 	if (shape)
-		r = PyUnicode_FromFormat("<kiln.Tensor %u %R %s %R>", self->t->index, name,
+		r = PyUnicode_FromFormat("<kiln.Tensor %llu %R %s %R>",
+					 (unsigned long long)self->index, name,
 					 dtype_name(self->t->dtype), shape);
 	Py_XDECREF(name);
 	Py_XDECREF(shape);
@@ -729,7 +701,7 @@ static void dir_dealloc(DirObject *self)
 static Py_ssize_t dir_len(DirObject *self)
 {
 	OwnerObject *o = dir_owner(self);
-	return o ? (Py_ssize_t)owner_count(o) : -1;
+	return o ? (Py_ssize_t)kiln_model_count(o->model) : -1;
 }
 
 static PyObject *dir_item(DirObject *self, Py_ssize_t i)
@@ -737,26 +709,24 @@ static PyObject *dir_item(DirObject *self, Py_ssize_t i)
 	OwnerObject *o = dir_owner(self);
 	if (!o)
 		return NULL;
-	Py_ssize_t n = (Py_ssize_t)owner_count(o);
+	Py_ssize_t n = (Py_ssize_t)kiln_model_count(o->model);
 	if (i < 0)
 		i += n;
 	if (i < 0 || i >= n) {
 		PyErr_SetString(PyExc_IndexError, "tensor index out of range");
 		return NULL;
 	}
-	uint32_t shard;
-	const kiln_tensor *t = owner_tensor(o, (uint64_t)i, &shard);
-	return tensor_new(o, shard, t, (uint64_t)i);
+	return tensor_new(o, kiln_model_tensor(o->model, (uint64_t)i));
 }
 
-/* The tensor a str names, in any shard, with its shard; NULL with KeyError when none. */
-static const kiln_tensor *find_name(OwnerObject *o, PyObject *key, uint32_t *shard)
+/* The tensor a str names, in any shard; NULL with KeyError when none. */
+static const kiln_tensor *find_name(OwnerObject *o, PyObject *key)
 {
 	Py_ssize_t len;
 	const char *s = PyUnicode_AsUTF8AndSize(key, &len);
 	if (!s)
 		return NULL;
-	const kiln_tensor *t = owner_find(o, s, (size_t)len, shard);
+	const kiln_tensor *t = kiln_model_find(o->model, s, (size_t)len);
 	if (!t)
 		PyErr_SetObject(PyExc_KeyError, key);
 	return t;
@@ -768,9 +738,8 @@ static PyObject *dir_subscript(DirObject *self, PyObject *key)
 	if (!o)
 		return NULL;
 	if (PyUnicode_Check(key)) {
-		uint32_t shard;
-		const kiln_tensor *t = find_name(o, key, &shard);
-		return t ? tensor_new(o, shard, t, owner_first(o, shard) + t->index) : NULL;
+		const kiln_tensor *t = find_name(o, key);
+		return t ? tensor_new(o, t) : NULL;
 	}
 	Py_ssize_t i = PyNumber_AsSsize_t(key, PyExc_IndexError);
 	if (i == -1 && PyErr_Occurred())
@@ -789,8 +758,7 @@ static int dir_contains(DirObject *self, PyObject *key)
 	const char *s = PyUnicode_AsUTF8AndSize(key, &len);
 	if (!s)
 		return -1;
-	uint32_t shard;
-	return owner_find(o, s, (size_t)len, &shard) != NULL;
+	return kiln_model_find(o->model, s, (size_t)len) != NULL;
 }
 
 static PyObject *dir_keys(DirObject *self, PyObject *unused)
@@ -799,11 +767,10 @@ static PyObject *dir_keys(DirObject *self, PyObject *unused)
 	OwnerObject *o = dir_owner(self);
 	if (!o)
 		return NULL;
-	uint64_t n = owner_count(o);
+	uint64_t n = kiln_model_count(o->model);
 	PyObject *list = PyList_New(0);
 	for (uint64_t i = 0; list && i < n; i++) {
-		uint32_t shard;
-		const kiln_tensor *t = owner_tensor(o, i, &shard);
+		const kiln_tensor *t = kiln_model_tensor(o->model, i);
 		if (!t->name)
 			continue;
 		PyObject *name = name_of(t->name, t->name_len);
@@ -847,29 +814,27 @@ static PyObject *dir_verify_payload(DirObject *self, PyObject *unused)
 		return NULL;
 	kiln_error err;
 	int rc;
-	/* The reference keeps the directory open even if another thread closes the Dir. */
+	/* The reference keeps the model open even if another thread closes the Dir. */
 	Py_INCREF(o);
-	uint32_t shards = owner_shards(o);
-	Py_BEGIN_ALLOW_THREADS rc = 0;
-	for (uint32_t s = 0; !rc && s < shards; s++)
-		rc = kiln_dir_verify_payload(owner_shard(o, s), &err);
+	const kiln_model *m = o->model;
+	Py_BEGIN_ALLOW_THREADS rc = kiln_model_verify(m, &err); /* every shard */
 	Py_END_ALLOW_THREADS Py_DECREF(o);
 	if (rc)
 		return raise_kiln(rc, &err);
 	Py_RETURN_NONE;
 }
 
-/* The Dir index a key names (over the whole set for a series): a str (name), an int (index,
- * negative from the end) or a Tensor of this directory. -1 with an exception set otherwise. */
+/* The model index a key names (over the whole series for a series): a str (name), an int
+ * (index, negative from the end) or a Tensor of this directory. -1 with an exception set
+ * otherwise. */
 static int resolve_index(OwnerObject *o, PyObject *key, uint64_t *out)
 {
-	uint64_t n = owner_count(o);
+	uint64_t n = kiln_model_count(o->model);
 	if (PyUnicode_Check(key)) {
-		uint32_t shard;
-		const kiln_tensor *t = find_name(o, key, &shard);
+		const kiln_tensor *t = find_name(o, key);
 		if (!t)
 			return -1;
-		*out = owner_first(o, shard) + t->index;
+		*out = t->index;
 		return 0;
 	}
 	if (PyObject_TypeCheck(key, &TensorType)) {
@@ -879,7 +844,7 @@ static int resolve_index(OwnerObject *o, PyObject *key, uint64_t *out)
 					"the tensor belongs to another directory");
 			return -1;
 		}
-		*out = t->gindex;
+		*out = t->t->index;
 		return 0;
 	}
 	Py_ssize_t i = PyNumber_AsSsize_t(key, PyExc_IndexError);
@@ -896,18 +861,13 @@ static int resolve_index(OwnerObject *o, PyObject *key, uint64_t *out)
 }
 
 /* Indices for a sequence of keys (None: every tensor) in new PyMem memory (*out, *count). */
-static int resolve_indices(OwnerObject *o, PyObject *keys, uint64_t **out, uint32_t *count)
+static int resolve_indices(OwnerObject *o, PyObject *keys, uint64_t **out, size_t *count)
 {
-	uint64_t n = owner_count(o);
+	uint64_t n = kiln_model_count(o->model);
 	PyObject *seq = keys == Py_None ? NULL : PySequence_Fast(keys, "expected a sequence");
 	if (keys != Py_None && !seq)
 		return -1;
 	Py_ssize_t len = seq ? PySequence_Fast_GET_SIZE(seq) : (Py_ssize_t)n;
-	if ((uint64_t)len > UINT32_MAX) {
-		Py_XDECREF(seq);
-		PyErr_SetString(PyExc_OverflowError, "more than 2^32 - 1 tensors at once");
-		return -1;
-	}
 	uint64_t *idx = PyMem_Malloc(len ? (size_t)len * sizeof(*idx) : 1);
 	if (!idx) {
 		Py_XDECREF(seq);
@@ -925,7 +885,7 @@ static int resolve_indices(OwnerObject *o, PyObject *keys, uint64_t **out, uint3
 	}
 	Py_XDECREF(seq);
 	*out = idx;
-	*count = (uint32_t)len;
+	*count = (size_t)len;
 	return 0;
 }
 
@@ -946,19 +906,15 @@ static PyObject *dir_hint(DirObject *self, PyObject *args, PyObject *kw)
 				    name);
 	OwnerObject *o = dir_owner(self);
 	uint64_t *idx;
-	uint32_t count;
+	size_t count;
 	if (!o || resolve_indices(o, keys, &idx, &count) < 0)
 		return NULL;
 	kiln_error err;
-	int rc = 0;
+	int rc;
 	Py_INCREF(o);
-	/* One tensor at a time: each goes to its own shard's directory. */
-	Py_BEGIN_ALLOW_THREADS for (uint32_t k = 0; !rc && k < count; k++)
-	{
-		uint32_t shard;
-		const kiln_tensor *t = owner_tensor(o, idx[k], &shard);
-		rc = kiln_tensor_hint(owner_shard(o, shard), &t->index, 1, hint, &err);
-	}
+	const kiln_model *m = o->model;
+	/* One call: the model sends each tensor to its own shard's mapping. */
+	Py_BEGIN_ALLOW_THREADS rc = kiln_tensor_hint(m, idx, count, hint, &err);
 	Py_END_ALLOW_THREADS Py_DECREF(o);
 	PyMem_Free(idx);
 	if (rc)
@@ -1004,15 +960,10 @@ static PyObject *dir_stream(DirObject *self, PyObject *args, PyObject *kw)
 	Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), got = 0;
 	PyObject *ret = NULL;
 	uint64_t *idx = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*idx));
-	uint32_t *idx32 = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*idx32));
 	void **dests = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*dests));
 	Py_buffer *views = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*views));
-	if (!idx || !idx32 || !dests || !views) {
+	if (!idx || !dests || !views) {
 		PyErr_NoMemory();
-		goto out;
-	}
-	if ((uint64_t)n > UINT32_MAX) {
-		PyErr_SetString(PyExc_OverflowError, "more than 2^32 - 1 tensors at once");
 		goto out;
 	}
 	for (Py_ssize_t i = 0; i < n; i++) {
@@ -1023,13 +974,12 @@ static PyObject *dir_stream(DirObject *self, PyObject *args, PyObject *kw)
 		    PyObject_GetBuffer(buf, &views[i], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
 			goto out;
 		got = i + 1;
-		uint32_t shard;
-		const kiln_tensor *t = owner_tensor(o, idx[i], &shard);
-		idx32[i] = t->index;
+		const kiln_tensor *t = kiln_model_tensor(o->model, idx[i]);
 		if ((uint64_t)views[i].len < t->byte_length) {
 			PyErr_Format(PyExc_ValueError,
-				     "a buffer of %zd bytes cannot hold tensor %u (%llu bytes)",
-				     views[i].len, t->index, (unsigned long long)t->byte_length);
+				     "a buffer of %zd bytes cannot hold tensor %llu (%llu bytes)",
+				     views[i].len, (unsigned long long)local_index(o->model, t),
+				     (unsigned long long)t->byte_length);
 			goto out;
 		}
 		dests[i] = views[i].buf;
@@ -1039,11 +989,10 @@ static PyObject *dir_stream(DirObject *self, PyObject *args, PyObject *kw)
 	int rc;
 	memset(&res, 0, sizeof(res));
 	Py_INCREF(o);
+	const kiln_model *m = o->model;
 	/* A series streams through one queue across its files. */
 	Py_BEGIN_ALLOW_THREADS rc =
-	    o->set
-		? kiln_set_stream(o->set, idx, (uint32_t)n, (void *const *)dests, &so, &res, &err)
-		: kiln_stream(o->dir, idx32, (uint32_t)n, (void *const *)dests, &so, &res, &err);
+	    kiln_stream(m, idx, (size_t)n, (void *const *)dests, &so, &res, &err);
 	Py_END_ALLOW_THREADS Py_DECREF(o);
 	if (rc) {
 		raise_kiln(rc, &err);
@@ -1059,7 +1008,6 @@ out:
 	for (Py_ssize_t i = 0; i < got; i++)
 		PyBuffer_Release(&views[i]);
 	PyMem_Free(idx);
-	PyMem_Free(idx32);
 	PyMem_Free(dests);
 	PyMem_Free(views);
 	Py_DECREF(seq);
@@ -1072,22 +1020,21 @@ static PyObject *dir_get_info(DirObject *self, void *c)
 	OwnerObject *o = dir_owner(self);
 	if (!o)
 		return NULL;
-	kiln_dir_info in;
-	kiln_dir_get_info(owner_shard(o, 0), &in);
-	/* A series: counts and sizes are totals over the shards, verified only when every shard
-	 * is; the rest (version, flags, source, payload_base, fallbacks) is the first shard's. */
-	uint64_t count = 0, names = 0, payload = 0, directory = 0, block = 0, pinned = 0;
-	int verified = 1;
-	for (uint32_t s = 0; s < owner_shards(o); s++) {
-		kiln_dir_info si;
-		kiln_dir_get_info(owner_shard(o, s), &si);
-		count += si.tensor_count;
-		names += si.name_bytes;
-		payload += si.payload_bytes;
-		directory += si.directory_bytes;
-		block += si.block_length;
-		pinned += si.pinned;
-		verified &= si.payload_verified != 0;
+	kiln_model_info in;
+	kiln_file_info first;
+	kiln_model_get_info(o->model, &in);
+	kiln_model_file_info(o->model, 0, &first);
+	/* A series: counts and sizes are totals over the shards, verified once every shard is;
+	 * version, flags and payload_base are the first shard's, source and auto_choice the first
+	 * shard's too, the fallbacks any shard's, direct every shard's. */
+	uint64_t names = 0, payload = 0, directory = 0, block = 0;
+	for (uint32_t s = 0; s < in.files; s++) {
+		kiln_file_info fi;
+		kiln_model_file_info(o->model, s, &fi);
+		names += fi.name_bytes;
+		payload += fi.payload_bytes;
+		directory += fi.directory_bytes;
+		block += fi.size;
 	}
 	const char *src = kiln_source_name(in.source);
 	static const char *const why[] = {"", "cached", "cold", "large", "unmappable", "owned"};
@@ -1095,15 +1042,118 @@ static PyObject *dir_get_info(DirObject *self, void *c)
 	    in.auto_choice < sizeof(why) / sizeof(why[0]) ? why[in.auto_choice] : "?";
 	return Py_BuildValue(
 	    "{s:K,s:K,s:K,s:K,s:K,s:K,s:i,s:i,s:O,s:O,s:s,s:i,s:i,s:i,s:I,s:K,s:I,s:s}",
-	    "tensor_count", (unsigned long long)count, "name_bytes", (unsigned long long)names,
-	    "payload_bytes", (unsigned long long)payload, "directory_bytes",
-	    (unsigned long long)directory, "payload_base", (unsigned long long)in.payload_base,
-	    "block_length", (unsigned long long)block, "version", in.version, "flags", in.flags,
-	    "payload_verified", verified ? Py_True : Py_False, "direct",
-	    in.direct ? Py_True : Py_False, "source", src ? src : "unknown", "direct_fallback",
-	    in.direct_fallback, "uring_fallback", in.uring_fallback, "advice_errno",
-	    in.advice_errno, "dio_align", in.dio_align, "pinned", (unsigned long long)pinned,
-	    "shards", owner_shards(o), "auto_choice", choice);
+	    "tensor_count", (unsigned long long)in.tensor_count, "name_bytes",
+	    (unsigned long long)names, "payload_bytes", (unsigned long long)payload,
+	    "directory_bytes", (unsigned long long)directory, "payload_base",
+	    (unsigned long long)first.payload_base, "block_length", (unsigned long long)block,
+	    "version", (int)first.version, "flags", (int)first.flags, "payload_verified",
+	    in.payload_verified ? Py_True : Py_False, "direct", in.direct ? Py_True : Py_False,
+	    "source", src ? src : "unknown", "direct_fallback", (int)in.direct_fallback,
+	    "uring_fallback", (int)in.uring_fallback, "advice_errno", (int)in.advice_errno,
+	    "dio_align", (unsigned int)in.dio_align, "pinned", (unsigned long long)in.pinned,
+	    "shards", (unsigned int)in.files, "auto_choice", choice);
+}
+
+/* A metadata value as Python gives it: int, float, bool, str (bytes when not UTF-8), list. */
+static PyObject *py_value(const kiln_value *v, int depth)
+{
+	switch (v->type) {
+	case KILN_META_U8:
+	case KILN_META_U16:
+	case KILN_META_U32:
+	case KILN_META_U64:
+		return PyLong_FromUnsignedLongLong(v->num.u);
+	case KILN_META_I8:
+	case KILN_META_I16:
+	case KILN_META_I32:
+	case KILN_META_I64:
+		return PyLong_FromLongLong(v->num.i);
+	case KILN_META_F32:
+	case KILN_META_F64:
+		return PyFloat_FromDouble(v->num.f);
+	case KILN_META_BOOL:
+		return PyBool_FromLong((long)v->num.u);
+	case KILN_META_STRING: {
+		if (kiln_utf8_check(v->str, v->str_len) == SIZE_MAX)
+			return PyUnicode_DecodeUTF8(v->str, (Py_ssize_t)v->str_len, "strict");
+		return PyBytes_FromStringAndSize(v->str, (Py_ssize_t)v->str_len);
+	}
+	case KILN_META_ARRAY: {
+		if (depth > 64)
+			return PyErr_Format(PyExc_ValueError, "metadata arrays nested too deep");
+		if (v->count > PY_SSIZE_T_MAX)
+			return PyErr_NoMemory();
+		PyObject *list = PyList_New((Py_ssize_t)v->count);
+		kiln_value_iter it;
+		kiln_value item;
+		kiln_value_iter_init(&it, v);
+		for (Py_ssize_t i = 0; list && kiln_value_next(&it, &item); i++) {
+			PyObject *x = py_value(&item, depth + 1);
+			if (!x) {
+				Py_CLEAR(list);
+				break;
+			}
+			PyList_SET_ITEM(list, i, x);
+		}
+		return list;
+	}
+	default:
+		return PyErr_Format(PyExc_ValueError, "unknown metadata type %u", v->type);
+	}
+}
+
+/* The model's metadata: {key: value} in file order (with_types: {key: (type, value)}). */
+static PyObject *metadata_dict(OwnerObject *o, int with_types)
+{
+	const kiln_meta *e;
+	uint64_t n;
+	kiln_error err;
+	int rc;
+	Py_BEGIN_ALLOW_THREADS rc = kiln_model_metadata(o->model, &e, &n, &err);
+	Py_END_ALLOW_THREADS if (rc) return raise_kiln(rc, &err);
+	PyObject *d = PyDict_New();
+	for (uint64_t i = 0; d && i < n; i++) {
+		PyObject *k =
+		    PyUnicode_DecodeUTF8(e[i].key, (Py_ssize_t)e[i].key_len, "surrogateescape");
+		PyObject *v = k ? py_value(&e[i].value, 0) : NULL;
+		if (v && with_types) {
+			const char *t = kiln_meta_type_name(e[i].value.type);
+			const char *it = kiln_meta_type_name(e[i].value.item_type);
+			PyObject *tv = e[i].value.type == KILN_META_ARRAY
+					   ? PyUnicode_FromFormat("arr:%s", it ? it : "?")
+					   : PyUnicode_FromString(t ? t : "?");
+			PyObject *pair = tv ? PyTuple_Pack(2, tv, v) : NULL;
+			Py_XDECREF(tv);
+			Py_DECREF(v);
+			v = pair;
+		}
+		if (!v || PyDict_SetItem(d, k, v) != 0)
+			Py_CLEAR(d);
+		Py_XDECREF(k);
+		Py_XDECREF(v);
+	}
+	return d;
+}
+
+static PyObject *dir_metadata(DirObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"types", NULL};
+	int types = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|$p:metadata", kwlist, &types))
+		return NULL;
+	OwnerObject *o = dir_owner(self);
+	return o ? metadata_dict(o, types) : NULL;
+}
+
+static PyObject *dir_get_format(DirObject *self, void *c)
+{
+	(void)c;
+	OwnerObject *o = dir_owner(self);
+	if (!o)
+		return NULL;
+	kiln_model_info in;
+	kiln_model_get_info(o->model, &in);
+	return PyUnicode_FromString(kiln_format_name(in.format));
 }
 
 static PyObject *dir_get_paths(DirObject *self, void *c)
@@ -1112,11 +1162,12 @@ static PyObject *dir_get_paths(DirObject *self, void *c)
 	OwnerObject *o = dir_owner(self);
 	if (!o)
 		return NULL;
-	uint32_t n = owner_shards(o);
+	uint32_t n = kiln_model_files(o->model);
 	PyObject *list = PyList_New(n);
 	for (uint32_t s = 0; list && s < n; s++) {
-		PyObject *p = PyUnicode_DecodeFSDefault(o->set ? kiln_set_path(o->set, s)
-							       : PyBytes_AS_STRING(o->path));
+		kiln_file_info fi;
+		kiln_model_file_info(o->model, s, &fi);
+		PyObject *p = fi.path ? PyUnicode_DecodeFSDefault(fi.path) : Py_NewRef(Py_None);
 		if (!p) {
 			Py_CLEAR(list);
 			break;
@@ -1140,10 +1191,17 @@ static PyGetSetDef dir_getset[] = {
     {"paths", (getter)dir_get_paths, NULL, "The files open: one, or every shard of a series.",
      NULL},
     {"closed", (getter)dir_get_closed, NULL, "True after close().", NULL},
+    {"format", (getter)dir_get_format, NULL, "\"klnt\", \"safetensors\" or \"gguf\".", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PyMethodDef dir_methods[] = {
     {"keys", (PyCFunction)dir_keys, METH_NOARGS, "Names of the named tensors, in file order."},
+    {"metadata", (PyCFunction)(void (*)(void))dir_metadata, METH_VARARGS | METH_KEYWORDS,
+     "metadata(*, types=False) -> dict\n"
+     "What the model says besides its tensors, in file order: GGUF key/values as int, float,\n"
+     "bool, str (bytes when not UTF-8) and list; safetensors __metadata__ (str); a KLNT file's\n"
+     "kiln.metadata document. types=True gives (type, value) pairs, type as GGUF names it\n"
+     "(\"u32\", \"str\", \"arr:f32\", ...)."},
     {"verify_payload", (PyCFunction)dir_verify_payload, METH_NOARGS,
      "Check the bytes between payloads and the 4-bit padding are zero (raises "
      "FormatTypeError)."},
@@ -1176,16 +1234,16 @@ static PyObject *dir_repr(DirObject *self)
 {
 	if (!self->owner)
 		return PyUnicode_FromString("<kiln.Dir closed>");
-	OwnerObject *o = self->owner;
-	kiln_dir_info in;
-	kiln_dir_get_info(owner_shard(o, 0), &in);
+	kiln_model_info in;
+	kiln_model_get_info(self->owner->model, &in);
 	const char *src = kiln_source_name(in.source);
-	if (o->set)
+	if (in.files > 1)
 		return PyUnicode_FromFormat("<kiln.Dir %llu tensors in %u shards, %s>",
-					    (unsigned long long)owner_count(o), owner_shards(o),
-					    src ? src : "unknown");
-	return PyUnicode_FromFormat("<kiln.Dir %u tensors, %llu bytes, %s>", in.tensor_count,
-				    (unsigned long long)in.block_length, src ? src : "unknown");
+					    (unsigned long long)in.tensor_count,
+					    (unsigned int)in.files, src ? src : "unknown");
+	return PyUnicode_FromFormat("<kiln.Dir %llu tensors, %llu bytes, %s>",
+				    (unsigned long long)in.tensor_count,
+				    (unsigned long long)in.bytes, src ? src : "unknown");
 }
 
 static PyTypeObject DirType = {
@@ -1206,39 +1264,19 @@ static PyTypeObject DirType = {
  * Module functions
  * ------------------------------------------------------------------------------------------- */
 
-/* Whether `path` names a shard of a series: ...-NNNNN-of-MMMMM.klnt with 1 <= N <= M (the
- * names kiln_set_open takes as a whole series; it checks the rest). */
-static int is_series_name(const char *path)
-{
-	static const char tail[] = "-NNNNN-of-MMMMM.klnt";
-	size_t len = strlen(path), tl = sizeof(tail) - 1;
-	if (len <= tl)
-		return 0;
-	const char *t = path + len - tl;
-	if (t[0] != '-' || memcmp(t + 6, "-of-", 4) || strcmp(t + 15, ".klnt"))
-		return 0;
-	unsigned long a = 0, b = 0;
-	for (int k = 0; k < 5; k++) {
-		if (t[1 + k] < '0' || t[1 + k] > '9' || t[10 + k] < '0' || t[10 + k] > '9')
-			return 0;
-		a = a * 10 + (unsigned long)(t[1 + k] - '0');
-		b = b * 10 + (unsigned long)(t[10 + k] - '0');
-	}
-	return a >= 1 && a <= b;
-}
-
 static PyObject *mod_open(PyObject *mod, PyObject *args, PyObject *kw)
 {
 	(void)mod;
 	static char *kwlist[] = {"path",   "source",        "direct",  "populate",
-				 "verify", "copy_on_write", "threads", NULL};
+				 "verify", "copy_on_write", "threads", "format",
+				 "align",  "one_file",      NULL};
 	PyObject *path = NULL;
-	const char *source = "mmap";
-	int direct = 0, populate = 0, verify = 0, cow = 1;
+	const char *source = "mmap", *format = "auto";
+	int direct = 0, populate = 0, verify = 0, cow = 1, align = 0, one_file = 0;
 	unsigned int threads = 0;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|$sppppI:open", kwlist, PyUnicode_FSConverter,
-					 &path, &source, &direct, &populate, &verify, &cow,
-					 &threads))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|$sppppIspp:open", kwlist,
+					 PyUnicode_FSConverter, &path, &source, &direct, &populate,
+					 &verify, &cow, &threads, &format, &align, &one_file))
 		return NULL;
 	kiln_open_options opts;
 	memset(&opts, 0, sizeof(opts));
@@ -1271,34 +1309,48 @@ static PyObject *mod_open(PyObject *mod, PyObject *args, PyObject *kw)
 	if (cow && opts.source == KILN_SOURCE_MMAP)
 		opts.flags |= KILN_OPEN_PRIVATE;
 
+	/* Any format (KLNT, safetensors, GGUF) unless the caller names one: a file of another
+	 * format is then a FrameError naming what it is. */
+	unsigned f = 0;
+	while (f <= KILN_FORMAT_SAFETENSORS && strcmp(format, kiln_format_name(f)))
+		f++;
+	if (f > KILN_FORMAT_SAFETENSORS) {
+		Py_DECREF(path);
+		return PyErr_Format(PyExc_ValueError,
+				    "format must be \"auto\", \"klnt\", \"gguf\" or "
+				    "\"safetensors\", not \"%s\"",
+				    format);
+	}
+	opts.format = f;
+	if (align)
+		opts.flags |= KILN_OPEN_ALIGN;
+	if (one_file)
+		opts.flags |= KILN_OPEN_ONE_FILE;
+
 	OwnerObject *owner = PyObject_New(OwnerObject, &OwnerType);
 	DirObject *d = owner ? PyObject_New(DirObject, &DirType) : NULL;
 	if (!d) {
 		if (owner) {
-			owner->dir = NULL;
-			owner->set = NULL;
-			owner->path = NULL;
+			owner->model = NULL;
 			Py_DECREF(owner);
 		}
 		Py_DECREF(path);
 		return NULL;
 	}
-	owner->dir = NULL;
-	owner->set = NULL;
-	owner->path = path; /* the owner's reference now */
+	owner->model = NULL;
 	d->owner = owner;
 	kiln_error err;
 	int rc;
 	const char *p = PyBytes_AS_STRING(path);
-	/* A shard name opens the whole series (its siblings found beside it). */
-	int series = is_series_name(p);
-	Py_BEGIN_ALLOW_THREADS rc = series ? kiln_set_open(&p, 1, &opts, &owner->set, &err)
-					   : kiln_dir_open(p, &opts, &owner->dir, &err);
-	Py_END_ALLOW_THREADS if (rc)
-	{
+	kiln_model *model = NULL;
+	/* A shard name opens the whole series (the library finds its siblings beside it). */
+	Py_BEGIN_ALLOW_THREADS rc = kiln_model_open(p, &opts, &model, &err);
+	Py_END_ALLOW_THREADS Py_DECREF(path);
+	if (rc) {
 		Py_DECREF(d);
 		return raise_kiln(rc, &err);
 	}
+	owner->model = model;
 	return (PyObject *)d;
 }
 

@@ -44,6 +44,12 @@ unsigned kiln_dtype_bits(unsigned code)
 	return kiln__dtype_bits(code);
 }
 
+unsigned kiln_dtype_align(unsigned code)
+{
+	unsigned bits = kiln__dtype_bits(code);
+	return bits >= 8 ? bits / 8 : 1;
+}
+
 unsigned kiln_dtype_from_name(const char *name)
 {
 	if (!name)

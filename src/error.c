@@ -49,15 +49,33 @@ void kiln__clear_error(kiln_error *err)
 		return;
 	memset(err, 0, sizeof(*err));
 	err->tensor = KILN_NO_INDEX;
+	err->file = KILN_NO_FILE;
 	err->offset = KILN_NO_OFFSET;
 }
 
+void kiln__error_prefix(kiln_error *err, const char *prefix)
+{
+	if (!err)
+		return;
+	/* The prefixed message is cut where any message is: at sizeof(message) - 1. */
+	char msg[2 * sizeof(err->message)];
+	snprintf(msg, sizeof(msg), "%s: %s", prefix, err->message);
+	memcpy(err->message, msg, sizeof(err->message) - 1);
+	err->message[sizeof(err->message) - 1] = '\0';
+}
+
+void kiln__error_file(kiln_error *err, uint32_t file)
+{
+	if (err && err->code && err->file == KILN_NO_FILE)
+		err->file = file;
+}
+
 /* Every failure is filled here: the code and where, then the message. */
-static int vfail(kiln_error *err, int code, int sys_errno, uint32_t tensor, const char *field,
+static int vfail(kiln_error *err, int code, int sys_errno, uint64_t tensor, const char *field,
 		 uint64_t offset, const char *fmt, va_list ap)
     __attribute__((format(printf, 7, 0)));
 
-static int vfail(kiln_error *err, int code, int sys_errno, uint32_t tensor, const char *field,
+static int vfail(kiln_error *err, int code, int sys_errno, uint64_t tensor, const char *field,
 		 uint64_t offset, const char *fmt, va_list ap)
 {
 	if (!err)
@@ -65,13 +83,14 @@ static int vfail(kiln_error *err, int code, int sys_errno, uint32_t tensor, cons
 	*err = (kiln_error){.code = code,
 			    .sys_errno = sys_errno,
 			    .tensor = tensor,
+			    .file = KILN_NO_FILE,
 			    .field = field,
 			    .offset = offset};
 	vsnprintf(err->message, sizeof(err->message), fmt, ap);
 	return code;
 }
 
-int kiln__fail(kiln_error *err, int code, uint32_t tensor, const char *field, uint64_t offset,
+int kiln__fail(kiln_error *err, int code, uint64_t tensor, const char *field, uint64_t offset,
 	       const char *fmt, ...)
 {
 	va_list ap;
@@ -81,7 +100,7 @@ int kiln__fail(kiln_error *err, int code, uint32_t tensor, const char *field, ui
 	return code;
 }
 
-int kiln__fail_desc(kiln_error *err, int code, uint32_t tensor, const char *field, uint64_t offset,
+int kiln__fail_desc(kiln_error *err, int code, uint64_t tensor, const char *field, uint64_t offset,
 		    const char *fmt, ...)
 {
 	if (!err)
@@ -92,7 +111,7 @@ int kiln__fail_desc(kiln_error *err, int code, uint32_t tensor, const char *fiel
 	va_start(ap, fmt);
 	vsnprintf(what, sizeof(what), fmt, ap);
 	va_end(ap);
-	return kiln__fail(err, code, tensor, field, offset, "descriptor %" PRIu32 ": %s", tensor,
+	return kiln__fail(err, code, tensor, field, offset, "descriptor %" PRIu64 ": %s", tensor,
 			  what);
 }
 

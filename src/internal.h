@@ -3,6 +3,7 @@
 #ifndef KILN_INTERNAL_H
 #define KILN_INTERNAL_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
@@ -81,11 +82,11 @@ static inline uint64_t kiln__align64(uint64_t x)
 }
 
 /* Fill an error. Safe with err == NULL. Returns code so callers can `return kiln__fail(...)`. */
-int kiln__fail(kiln_error *err, int code, uint32_t tensor, const char *field, uint64_t offset,
+int kiln__fail(kiln_error *err, int code, uint64_t tensor, const char *field, uint64_t offset,
 	       const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 /* A rule broken by descriptor `tensor`: the message starts "descriptor N: ", so fmt says only
  * what is wrong. */
-int kiln__fail_desc(kiln_error *err, int code, uint32_t tensor, const char *field, uint64_t offset,
+int kiln__fail_desc(kiln_error *err, int code, uint64_t tensor, const char *field, uint64_t offset,
 		    const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 /* A rule of the block as a whole (header, heap, pad): no descriptor index. */
 #define kiln__fail_at(err, code, field, offset, ...) \
@@ -97,6 +98,10 @@ int kiln__fail_desc(kiln_error *err, int code, uint32_t tensor, const char *fiel
 int kiln__fail_sys(kiln_error *err, int code, int sys_errno, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 void kiln__clear_error(kiln_error *err);
+/* Start an error's message with "PREFIX: " (a path). */
+void kiln__error_prefix(kiln_error *err, const char *prefix);
+/* Say which file of the model an error is about (when err is set and names none yet). */
+void kiln__error_file(kiln_error *err, uint32_t file);
 
 /* RFC 3629 well-formedness; returns the offset of the first bad byte or SIZE_MAX when valid. */
 size_t kiln__utf8_check(const uint8_t *s, size_t len);
@@ -213,71 +218,103 @@ int kiln__is_scale_dtype(unsigned code);
 /* A cached directory up to this size past the header is read in one pread (src/open.c). */
 #define KILN__HEAD_SMALL     ((uint64_t)64 << 10)
 
-/* --- the directory ----------------------------------------------------------------------- */
+/* --- the model ---------------------------------------------------------------------------- */
 
 #define KILN__SECRET_SIZE 192
 
-/* Named tensors: each name starts below heap offset 0xFFFF and is at least one byte, so a file
- * holds at most this many, and a tensor index of the name table fits 16 bits. */
+/* Named tensors of one KLNT file: each name starts below heap offset 0xFFFF and is at least one
+ * byte, so a file holds at most this many. */
 #define KILN__NAMED_MAX  0xFFFFu
-#define KILN__SLOT_EMPTY 0xFFFFFFFFu /* index 0xFFFF is never a named tensor's */
 /* Heap bytes a name or layout name can reach: a start below 0xFFFF plus a 16-bit length. */
 #define KILN__HEAP_REACH (0xFFFEu + 0xFFFFu)
 
-struct kiln_dir {
-	/* Where the validator reads the directory, [0, payload_base): the block itself for
-	 * borrowed buffers and owned memory (filled from the file through `fetch`), the header
-	 * copy `hdr` for a mapped file, whose other bytes only ever come through `fetch`. */
-	const uint8_t *head;
-	/* The block's first byte: data pointers point into it. NULL when only the directory exists
-	 * (the writer's check), and data pointers are then NULL. */
+/* Tensors of a model: slots of the name table hold an index in 40 bits. */
+#define KILN__MODEL_MAX (((uint64_t)1 << 40) - 2)
+
+struct kiln__source;
+struct kiln__format;
+
+/* The model's metadata (src/meta.c): entries in file order, and their order by key. Built at
+ * open for the stock formats, on first use for KLNT (under meta_lock). */
+struct kiln__meta {
+	kiln_meta *v;
+	uint64_t n, cap;
+	uint64_t *by_key;
+	int ready; /* atomic: v, n and by_key are complete and never change again */
+	/* bump allocation for decoded strings and encoded arrays, from kept blocks */
+	uint8_t *arena;
+	size_t arena_left;
+};
+
+/* What loading a file did (the model's info gathers them). */
+struct kiln__load {
+	uint32_t source;      /* enum kiln_source the bytes came from */
+	uint32_t auto_choice; /* enum kiln_auto_choice */
+	uint8_t direct;
+	int32_t direct_fallback, uring_fallback, advice_errno;
+	uint32_t dio_align;
+};
+
+/* One file of a model. Its bytes come through its source (src/source.h); its format's reader
+ * (src/format.h) validates them and adds its tensors to the model's index. */
+struct kiln__file {
+	struct kiln_model *model;
+	const struct kiln__source *src;
+	const struct kiln__format *fmt;
+	uint32_t no;   /* its position in the model */
+	char *path;    /* NULL for a buffer */
+	int fd;        /* -1 when there is no descriptor (a buffer) */
+	uint64_t size; /* bytes of the file */
+	/* The file's first byte in memory, where data pointers point (the mapping, the owned block,
+	 * the caller's buffer); NULL while a source has not placed it, or for the writer's check.
+	 */
 	const uint8_t *base;
-	uint64_t len; /* bytes available: the file's or buffer's length */
-	kiln_dir_info info;
-	int verified;         /* payload verification passed; atomic, see kiln_dir_verify_payload */
-	kiln_tensor *tensors; /* tensor_count views */
-	uint16_t *layout_off; /* heap offset of each opaque tensor's layout name, for validation */
-	/* Open-addressing name table: the name hash's top 16 bits above the tensor index;
-	 * KILN__SLOT_EMPTY when empty. */
-	uint32_t *slots;
-	uint64_t slot_mask; /* table size - 1; 0 when there are no names */
+	/* Memory that holds every byte of the file (owned block, buffer), from which copies and
+	 * streams memcpy; NULL when the bytes must be read from fd (a mapping may not be
+	 * resident). */
+	const uint8_t *mem;
+	void *src_state; /* the source's own, from the model's allocator */
+	struct kiln__load load;
+	/* what the reader found */
+	uint32_t version, alignment, name_bytes;
+	uint8_t flags;
+	uint64_t payload_base, payload_bytes, directory_bytes;
+	uint64_t first, count; /* its tensors: model indices [first, first + count) */
+	int64_t split_tensors; /* GGUF: its split.tensors.count, or -1 */
+	/* Bytes the reader kept past open (fetched with keep), freed at close. */
+	struct kiln__kept *kept;
+};
+
+/* A block of kept bytes (a header copy whose names views point into). */
+struct kiln__kept {
+	struct kiln__kept *next;
+	size_t len; /* of the whole allocation, this header included */
+};
+
+struct kiln_model {
+	kiln_allocator alloc;
+	uint32_t format; /* enum kiln_format of every file */
+	uint32_t nfiles;
+	struct kiln__file *files;
+	struct kiln__file one; /* files == &one for a model of one file: no second allocation */
+	/* The index: views by position, and an open-addressing name table over every file. A
+	 * slot is 0 (empty) or the name hash's top 24 bits above the tensor index + 1. */
+	kiln_tensor *tensors;
+	uint64_t count, cap;
+	uint64_t *slots;
+	uint64_t slot_mask; /* table size - 1; 0 when there is no table */
+	uint64_t named;     /* names in the table */
 	uint64_t probes;    /* slots visited while inserting names: tests check it stays linear */
 	/* name-hash key (kiln__hash_key): names from a file are hostile */
 	uint8_t secret[KILN__SECRET_SIZE];
-	kiln_allocator alloc;
-	size_t index_bytes; /* bytes obtained from alloc for the index */
-	void *index_mem;
-	/* Files: block bytes [off, off + len) for the validator, read from the file, or NULL with
-	 * IO in *err. Asked for the header, whole descriptors, name slices and the pad, in order
-	 * within the descriptor table and within the heap. src/open.c sets it during open. */
-	const uint8_t *(*fetch)(struct kiln_dir *dir, uint64_t off, uint64_t len, kiln_error *err);
-	/* How far the file's bytes have been read in, in the descriptor table and in the heap
-	 * (into head for READ/URING, into heap_copy for MMAP). */
-	uint64_t filled[2];
-	uint8_t hdr[KILN__HEADER_SIZE]; /* files: the header, read first */
-	/* MMAP: descriptors pass through a window that is reused, so the descriptor table is
-	 * never held whole; the heap and pad are copied once, since names point into them. A
-	 * small cached directory is read whole into the window, and the heap copied from it. */
-	uint8_t *window;
-	size_t window_cap;
-	uint64_t window_off, window_len;
-	uint64_t read_ahead; /* MMAP: the descriptor table is being read ahead up to here */
-	int dir_cached;      /* MMAP: the directory is all in the page cache: no hints needed */
-	int ra_quiet;        /* MMAP: POSIX_FADV_RANDOM is set during open and must be undone */
-	uint8_t *heap_copy;  /* [heap, payload_base), from alloc */
-	size_t heap_copy_len;
-	/* how to release the bytes */
-	void *map_addr; /* MMAP: the file mapping */
-	size_t map_len;
-	int map_errno;    /* why mmap failed, for KILN_SOURCE_AUTO's fall-back to READ */
-	int auto_pending; /* KILN_SOURCE_AUTO mapped the file; map_finish decides the rest */
-	int seq_position; /* sequential advice on a cold directory: set the read position
-			     (load_file) */
-	void *owned;      /* READ/URING: the block in owned memory (kiln__owned_alloc) */
-	size_t owned_len;
-	int fd; /* the file (-1 for BUFFER): copies and streams read it with pread */
-	struct kiln__pin *pins; /* live pins, kiln__pin records */
-	uint32_t npins, pins_cap;
+	int verified; /* payload verification passed; atomic, see kiln_model_verify */
+	uint32_t realigned;
+	void *realign_mem; /* KILN_OPEN_ALIGN's copies, one owned block */
+	size_t realign_len;
+	struct kiln__meta meta;    /* typed metadata (src/meta.c) */
+	pthread_mutex_t meta_lock; /* a KLNT model's document is read on first use */
+	struct kiln__pin *pins;    /* live pins, kiln__pin records */
+	uint32_t npins, pins_cap, pinned;
 };
 
 /* --- owned memory (src/mem.c) ------------------------------------------------------------ */
@@ -303,56 +340,63 @@ void kiln__free(const kiln_allocator *a, void *p, size_t size);
 /* IO error for a failed mlock, with the RLIMIT_MEMLOCK limit in the message. */
 int kiln__mlock_fail(kiln_error *err, int e, size_t len);
 
-/* --- validation (src/validate.c) --------------------------------------------------------- */
+/* --- the lifecycle (src/model.c) ---------------------------------------------------------- */
 
-/* Header checks only (spec section 8, header steps 1-6): reads head[0, min(len, 64)). Fills
- * dir->info. Used before anything is allocated for a file. */
-int kiln__check_header(struct kiln_dir *dir, int exact, kiln_error *err);
+/* A model of no files yet, with the allocator of opts. NULL with NOMEM in *err. */
+struct kiln_model *kiln__model_new(const kiln_open_options *opts, kiln_error *err);
 
-/* The structural pass (spec section 8, header, descriptor and after-descriptor steps). Reads
- * only head[0, payload_base), through dir->fill when set. Fills dir->info, dir->tensors and the
- * name table, allocating the index only after the descriptor table is proven to fit in `len`.
- * The caller sets head, base, len, alloc and secret first. `exact`: a block shorter than len is
- * FRAME. */
-int kiln__validate_structure(struct kiln_dir *dir, int exact, kiln_error *err);
+/* Bytes [off, off + len) of file f through its source: valid until the model closes when `keep`,
+ * else until the file's next fetch. 0 and *p, or an IO/NOMEM error (err->file set). Callers
+ * have proven off + len <= f->size. */
+int kiln__fetch(struct kiln__file *f, uint64_t off, uint64_t len, int keep, const uint8_t **p,
+		kiln_error *err);
+/* Bytes [0, len) of file f in one piece, kept until close, for formats whose header has no
+ * length up front (GGUF) or one that must be read whole (safetensors): a longer prefix later may
+ * move the bytes, so readers keep offsets until they are done. len <= f->size. */
+int kiln__prefix(struct kiln__file *f, uint64_t len, const uint8_t **p, kiln_error *err);
+/* The reader will fetch within [off, end) next: the source may read it ahead or in one go. */
+void kiln__expect(struct kiln__file *f, uint64_t off, uint64_t end);
 
-/* Copy block bytes [off, off + len) into buf (len <= 64): 0 or an IO error. */
-typedef int (*kiln__read_fn)(const struct kiln_dir *dir, uint64_t off, void *buf, size_t len,
-			     kiln_error *err);
+/* The writer's check (src/write.c): the KLNT reader over an encoded directory of `len` bytes
+ * that would be written, with no payload behind it. */
+int kiln__check_directory(const uint8_t *head, uint64_t len, kiln_error *err);
 
-/* Section 8's payload verification over a validated directory: reads the gaps between payloads
- * and the last byte of each odd-count 4-bit tensor through `read`, nothing else. */
-int kiln__verify_payload(const struct kiln_dir *dir, kiln__read_fn read, kiln_error *err);
+/* Memory from the model's allocator, kept until close (an arena for decoded names). */
+void *kiln__keep_alloc(struct kiln__file *f, size_t len, kiln_error *err);
 
-/* --- the index (src/dir.c) --------------------------------------------------------------- */
+/* --- the index (src/index.c) --------------------------------------------------------------- */
 
 /* A name-hash key for one table: the process's random key, varied per call. */
 void kiln__hash_key(uint8_t key[KILN__SECRET_SIZE]);
-/* XXH3 of a name under such a key (inlined from Debian's xxhash header in src/dir.c). */
+/* XXH3 of a name under such a key (inlined from Debian's xxhash header in src/index.c). */
 uint64_t kiln__name_hash(const uint8_t key[KILN__SECRET_SIZE], const void *name, size_t len);
 
-/* Allocate the index (views, name table) for dir->info.tensor_count tensors from
- * dir->alloc. Called only once the header has proven that the descriptors fit in the bytes
- * available. 0 or NOMEM. */
-int kiln__index_alloc(struct kiln_dir *dir, kiln_error *err);
+/* Room for `views` more tensors and `names` more names, called once a file's format has proven
+ * that its tensors fit in its bytes. The views array may move: readers address views by index
+ * until their file is done. 0 or NOMEM/LIMIT. */
+int kiln__index_reserve(struct kiln_model *m, uint64_t views, uint64_t names, kiln_error *err);
 
 /* Enter tensor i's name into the table; returns an earlier tensor with the same bytes, else
- * KILN_NO_INDEX. */
-uint32_t kiln__index_insert(struct kiln_dir *dir, uint32_t i, const char *name, size_t len);
+ * KILN_NO_INDEX. Needs room reserved. */
+uint64_t kiln__index_insert(struct kiln_model *m, uint64_t i, const char *name, size_t len);
 
-/* Release the index (not the bytes). */
-void kiln__index_free(struct kiln_dir *dir);
+/* Release the index. */
+void kiln__index_free(struct kiln_model *m);
 
-/* The view of tensor `index`, or NULL with INVAL in *err (NULL dir, index out of range). */
-const kiln_tensor *kiln__tensor_or_fail(const kiln_dir *dir, uint32_t index, kiln_error *err);
+/* The file a model index lives in (O(log files)). */
+const struct kiln__file *kiln__file_of(const struct kiln_model *m, uint64_t index);
+
+/* The view of tensor `index`, or NULL with INVAL in *err (NULL model, index out of range). */
+const kiln_tensor *kiln__tensor_or_fail(const struct kiln_model *m, uint64_t index,
+					kiln_error *err);
 /* The same, and also INVAL unless dst[0, cap) can take the tensor's payload (a NULL dst only
  * for an empty tensor). */
-const kiln_tensor *kiln__tensor_fits_or_fail(const kiln_dir *dir, uint32_t index, const void *dst,
-					     size_t cap, kiln_error *err);
+const kiln_tensor *kiln__tensor_fits_or_fail(const struct kiln_model *m, uint64_t index,
+					     const void *dst, size_t cap, kiln_error *err);
 
-/* --- the lifecycle (src/open.c), for the writer's check of an encoded directory ---------- */
-
-struct kiln_dir *kiln__dir_new(const kiln_open_options *opts, kiln_error *err);
+/* Bind file f's views to its memory: data pointers (base + file_offset, or NULL) and alignment.
+ * Called by the lifecycle once the source has placed the file. */
+void kiln__index_bind(struct kiln_model *m, const struct kiln__file *f);
 
 /* --- slices (src/slice.c) ---------------------------------------------------------------- */
 
@@ -366,9 +410,9 @@ struct kiln__runs {
 int kiln__slice_runs(const kiln_tensor *t, const kiln_slice *s, struct kiln__runs *r,
 		     kiln_error *err);
 
-/* --- uses of an open directory ----------------------------------------------------------- */
+/* --- uses of an open model --------------------------------------------------------------- */
 
 /* Unpin everything still pinned (calling the unpin hooks); used by close. */
-void kiln__pins_release(struct kiln_dir *dir);
+void kiln__pins_release(struct kiln_model *m);
 
 #endif

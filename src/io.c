@@ -39,7 +39,7 @@ struct slot {
 	uint64_t off; /* the chunk: file offset, length, destination */
 	uint64_t len;
 	uint8_t *dst;
-	uint32_t tensor;
+	uint64_t tensor;
 	uint64_t tensor_off;
 	uint32_t file;   /* the range's file */
 	uint32_t buffer; /* staging buffer, or UINT32_MAX */
@@ -188,12 +188,13 @@ static void land(struct run *r, struct slot *s)
 	if (r->io->on_chunk && !r->stop) {
 		kiln_chunk c = {.tensor = s->tensor,
 				.buffer = s->buffer == UINT32_MAX ? 0 : s->buffer,
+				.file = s->file,
 				.offset = s->tensor_off,
 				.length = s->len,
 				.data = s->dst};
 		if (r->io->on_chunk(r->io->ctx, &c) != 0) {
 			kiln__fail(r->err, KILN_CANCELED, s->tensor, NULL, KILN_NO_OFFSET,
-				   "the chunk callback stopped the stream at tensor %" PRIu32
+				   "the chunk callback stopped the stream at tensor %" PRIu64
 				   " offset %" PRIu64,
 				   s->tensor, s->tensor_off);
 			stop_with(r, KILN_CANCELED);
@@ -234,6 +235,7 @@ static int complete(struct run *r, struct slot *s, ssize_t res)
 		kiln__fail_sys(r->err, KILN_IO, (int)-res,
 			       "read of %" PRIu64 " bytes at offset %" PRIu64 " failed: %s",
 			       s->rlen - s->done, s->roff + s->done, strerror((int)-res));
+		kiln__error_file(r->err, s->file); /* the offset is in that file */
 		stop_with(r, KILN_IO);
 		s->busy = 0;
 		if (s->buffer != UINT32_MAX)
@@ -250,6 +252,7 @@ static int complete(struct run *r, struct slot *s, ssize_t res)
 			       "the file ended at offset %" PRIu64 ", %" PRIu64
 			       " bytes short (truncated after open?)",
 			       s->roff + s->done, needed(s) - s->done);
+		kiln__error_file(r->err, s->file);
 		stop_with(r, KILN_IO);
 		s->busy = 0;
 		if (s->buffer != UINT32_MAX)
@@ -321,7 +324,8 @@ static void run_memory(struct run *r)
 {
 	struct slot *s = &r->slots[0];
 	while (start(r, s)) {
-		memcpy(s->rbuf, r->io->mem + s->roff, (size_t)s->rlen);
+		const uint8_t *mem = r->io->mems ? r->io->mems[s->file] : r->io->mem;
+		memcpy(s->rbuf, mem + s->roff, (size_t)s->rlen);
 		complete(r, s, (ssize_t)s->rlen);
 	}
 }
@@ -554,9 +558,10 @@ int kiln__io_run(struct kiln__io *io, const struct kiln__range *ranges, size_t n
 	memset(&io->res, 0, sizeof(io->res));
 	struct run r = {.io = io, .ranges = ranges, .n = n, .err = err};
 	int rc = 0;
-	if (io->direct && !io->mem)
+	int in_memory = io->mem || io->mems;
+	if (io->direct && !in_memory)
 		open_direct(&r);
-	int engine = io->mem ? KILN_ENGINE_PREAD : io->engine;
+	int engine = in_memory ? KILN_ENGINE_PREAD : io->engine;
 	if (engine == KILN_ENGINE_AUTO && !io->direct && all_cached(io, ranges, n))
 		engine = KILN_ENGINE_PREAD;
 	r.nslots = engine == KILN_ENGINE_PREAD ? 1 : io->qd;
@@ -580,7 +585,7 @@ int kiln__io_run(struct kiln__io *io, const struct kiln__range *ranges, size_t n
 		goto out;
 	}
 
-	if (io->mem) {
+	if (in_memory) {
 		run_memory(&r);
 	} else if (engine == KILN_ENGINE_PREAD) {
 		run_pread(&r);

@@ -11,22 +11,24 @@ struct kiln__range {
 	uint64_t len;    /* bytes */
 	uint8_t *dst;    /* destination, NULL in staging mode */
 	uint64_t slack;  /* bytes writable past dst + len (lets O_DIRECT read a tail in place) */
-	uint32_t tensor; /* reported in chunks */
+	uint64_t tensor; /* reported in chunks */
 	uint64_t tensor_off; /* offset of this range within the tensor */
 	uint32_t file;       /* index into kiln__io.fds; 0 with a single file */
 };
 
 struct kiln__io {
 	int fd; /* buffered descriptor (the single file) */
-	/* Several files (a set's shards): ranges name one by index; NULL for the single fd. Reads
-	 * of every file share one queue. */
+	/* Several files (a model's shards): ranges name one by index; NULL for the single fd.
+	 * Reads of every file share one queue. */
 	const int *fds;
 	uint32_t nfds;
+	/* The memory engine over several files: each one's bytes (nfds of them), or NULL. */
+	const uint8_t *const *mems;
 	int direct;         /* try O_DIRECT (reopened through /proc/self/fd) */
 	uint32_t chunk;     /* bytes per request */
 	uint32_t qd;        /* requests in flight (uring) */
 	int engine;         /* KILN_ENGINE_* */
-	const uint8_t *mem; /* memory engine: read from here instead of fd (BUFFER source) */
+	const uint8_t *mem; /* memory engine: read from here instead of fd (the file in memory) */
 	/* staging mode */
 	void *const *staging;
 	uint32_t nstaging;
@@ -47,11 +49,5 @@ int kiln__span_cached(int fd, uint64_t off, uint64_t len);
 /* pread the whole of [off, off + len) into dst, retrying EINTR/EAGAIN and short reads; a file
  * that ends first is IO/EIO. */
 int kiln__pread_full(int fd, void *dst, size_t len, uint64_t off, kiln_error *err);
-
-/* kiln_stream over ranges of several files (a set's shards): the options checked like
- * kiln_stream's, one queue of reads for all the files. Ranges name their file by index. */
-int kiln__stream_files(const int *fds, uint32_t nfds, const struct kiln__range *ranges, size_t n,
-		       void *const *dests, const kiln_stream_options *opts,
-		       kiln_stream_result *result, kiln_error *err);
 
 #endif

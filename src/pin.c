@@ -11,32 +11,32 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
-#include "internal.h"
+#include "source.h"
 #include "sys.h"
 
 struct kiln__pin {
-	uint32_t tensor;
+	uint64_t tensor;
 	uint32_t count;
 	uint8_t *ptr;
 	size_t len;
 	kiln_pin_hooks hooks;
 };
 
-static struct kiln__pin *find(kiln_dir *dir, uint32_t index)
+static struct kiln__pin *find(kiln_model *m, uint64_t index)
 {
-	for (uint32_t i = 0; i < dir->npins; i++)
-		if (dir->pins[i].tensor == index)
-			return &dir->pins[i];
+	for (uint32_t i = 0; i < m->npins; i++)
+		if (m->pins[i].tensor == index)
+			return &m->pins[i];
 	return NULL;
 }
 
 /* munlock [ptr, ptr + len), then lock again the pages a live pin other than `self` still covers:
  * mlock is not counted, so the first munlock of a page unlocks it for every pin. */
-static void unlock_range(kiln_dir *dir, uint8_t *ptr, size_t len, const struct kiln__pin *self)
+static void unlock_range(kiln_model *m, uint8_t *ptr, size_t len, const struct kiln__pin *self)
 {
 	munlock(ptr, len);
-	for (uint32_t i = 0; i < dir->npins; i++) {
-		const struct kiln__pin *o = &dir->pins[i];
+	for (uint32_t i = 0; i < m->npins; i++) {
+		const struct kiln__pin *o = &m->pins[i];
 		if (o == self || !o->len)
 			continue;
 		uint8_t *a = o->ptr > ptr ? o->ptr : ptr;
@@ -46,37 +46,37 @@ static void unlock_range(kiln_dir *dir, uint8_t *ptr, size_t len, const struct k
 	}
 }
 
-static void unpin_range(kiln_dir *dir, struct kiln__pin *p)
+static void unpin_range(kiln_model *m, struct kiln__pin *p)
 {
 	if (!p->len)
 		return;
 	if (p->hooks.unpin)
 		p->hooks.unpin(p->hooks.ctx, p->ptr, p->len);
-	unlock_range(dir, p->ptr, p->len, p);
+	unlock_range(m, p->ptr, p->len, p);
 }
 
-int kiln_tensor_pin(kiln_dir *dir, uint32_t index, const kiln_pin_hooks *hooks, kiln_error *err)
+int kiln_tensor_pin(kiln_model *m, uint64_t index, const kiln_pin_hooks *hooks, kiln_error *err)
 {
 	kiln__clear_error(err);
-	const kiln_tensor *t = kiln__tensor_or_fail(dir, index, err);
+	const kiln_tensor *t = kiln__tensor_or_fail(m, index, err);
 	if (!t)
 		return KILN_INVAL;
-	if (dir->info.source == KILN_SOURCE_BUFFER)
+	if (!m->files[t->file].src->pinnable)
 		return kiln__fail(err, KILN_UNSUPPORTED, index, NULL, KILN_NO_OFFSET,
 				  "a borrowed buffer is the caller's to pin");
-	struct kiln__pin *p = find(dir, index);
+	struct kiln__pin *p = find(m, index);
 	if (p) {
 		p->count++;
-		dir->info.pinned++;
+		m->pinned++;
 		return 0;
 	}
-	if (dir->npins == dir->pins_cap) {
-		uint32_t cap = dir->pins_cap ? dir->pins_cap * 2 : 8;
-		struct kiln__pin *n = realloc(dir->pins, cap * sizeof(*n));
+	if (m->npins == m->pins_cap) {
+		uint32_t cap = m->pins_cap ? m->pins_cap * 2 : 8;
+		struct kiln__pin *n = realloc(m->pins, cap * sizeof(*n));
 		if (!n)
 			return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
-		dir->pins = n;
-		dir->pins_cap = cap;
+		m->pins = n;
+		m->pins_cap = cap;
 	}
 	uintptr_t page = kiln__page_size();
 	uintptr_t a = (uintptr_t)t->data / page * page;
@@ -97,14 +97,14 @@ int kiln_tensor_pin(kiln_dir *dir, uint32_t index, const kiln_pin_hooks *hooks, 
 			kiln_error why = {0};
 			int e = pin.hooks.pin(pin.hooks.ctx, pin.ptr, pin.len, &why);
 			if (e) {
-				unlock_range(dir, pin.ptr, pin.len, NULL);
+				unlock_range(m, pin.ptr, pin.len, NULL);
 				why.message[sizeof(why.message) - 1] = '\0';
 				if (!why.message[0])
 					snprintf(why.message, sizeof(why.message), "it returned %d",
 						 e);
 				int rc = kiln__fail_sys(
 				    err, KILN_IO, why.sys_errno > 0 ? why.sys_errno : 0,
-				    "the pin hook failed for tensor %" PRIu32 ": %s", index,
+				    "the pin hook failed for tensor %" PRIu64 ": %s", index,
 				    why.message);
 				if (err)
 					err->tensor = index;
@@ -112,35 +112,35 @@ int kiln_tensor_pin(kiln_dir *dir, uint32_t index, const kiln_pin_hooks *hooks, 
 			}
 		}
 	}
-	dir->pins[dir->npins++] = pin;
-	dir->info.pinned++;
+	m->pins[m->npins++] = pin;
+	m->pinned++;
 	return 0;
 }
 
-int kiln_tensor_unpin(kiln_dir *dir, uint32_t index, kiln_error *err)
+int kiln_tensor_unpin(kiln_model *m, uint64_t index, kiln_error *err)
 {
 	kiln__clear_error(err);
-	struct kiln__pin *p = dir ? find(dir, index) : NULL;
+	struct kiln__pin *p = m ? find(m, index) : NULL;
 	if (!p)
-		return kiln__fail_inval(err, index, NULL, "tensor %" PRIu32 " is not pinned",
+		return kiln__fail_inval(err, index, NULL, "tensor %" PRIu64 " is not pinned",
 					index);
-	dir->info.pinned--;
+	m->pinned--;
 	if (--p->count)
 		return 0;
-	unpin_range(dir, p);
-	*p = dir->pins[--dir->npins];
+	unpin_range(m, p);
+	*p = m->pins[--m->npins];
 	return 0;
 }
 
-void kiln__pins_release(struct kiln_dir *dir)
+void kiln__pins_release(struct kiln_model *m)
 {
-	while (dir->npins) {
-		struct kiln__pin *p = &dir->pins[dir->npins - 1];
-		unpin_range(dir, p);
-		dir->npins--;
+	while (m->npins) {
+		struct kiln__pin *p = &m->pins[m->npins - 1];
+		unpin_range(m, p);
+		m->npins--;
 	}
-	free(dir->pins);
-	dir->pins = NULL;
-	dir->pins_cap = 0;
-	dir->info.pinned = 0;
+	free(m->pins);
+	m->pins = NULL;
+	m->pins_cap = 0;
+	m->pinned = 0;
 }

@@ -37,7 +37,7 @@ static int granule(const kiln_tensor *t, unsigned axis, uint64_t *g, uint64_t *s
 				 : 1))
 			return kiln__fail_inval(
 			    err, t->index, "slice",
-			    "tensor %" PRIu32 ": the %" PRIu64 " bytes of its %.*s blocks (%" PRIu32
+			    "tensor %" PRIu64 ": the %" PRIu64 " bytes of its %.*s blocks (%" PRIu32
 			    " bytes each) do not divide into rows of whole blocks over its shape; "
 			    "read it whole or by byte range",
 			    t->index, t->byte_length, (int)t->layout_len, t->layout, t->block_size);
@@ -77,12 +77,12 @@ int kiln__slice_runs(const kiln_tensor *t, const kiln_slice *s, struct kiln__run
 		return kiln__fail_inval(err, t->index, "slice", "kiln_slice.reserved is not 0");
 	if (s->axis >= t->rank)
 		return kiln__fail_inval(err, t->index, "axis",
-					"tensor %" PRIu32 " has rank %u: there is no axis %" PRIu32,
+					"tensor %" PRIu64 " has rank %u: there is no axis %" PRIu32,
 					t->index, t->rank, s->axis);
 	uint64_t dim = t->shape[s->axis];
 	if (s->start > s->stop || s->stop > dim)
 		return kiln__fail_inval(err, t->index, "slice",
-					"tensor %" PRIu32 ": [%" PRIu64 ", %" PRIu64
+					"tensor %" PRIu64 ": [%" PRIu64 ", %" PRIu64
 					") is not a range of axis %" PRIu32 " (size %" PRIu64 ")",
 					t->index, s->start, s->stop, s->axis, dim);
 	*r = (struct kiln__runs){0};
@@ -107,7 +107,7 @@ int kiln__slice_runs(const kiln_tensor *t, const kiln_slice *s, struct kiln__run
 			lo = 0, hi = dim;
 		return kiln__fail_inval(
 		    err, t->index, "slice",
-		    "tensor %" PRIu32 ": axis %" PRIu32 " of %s can be cut only every %" PRIu64
+		    "tensor %" PRIu64 ": axis %" PRIu32 " of %s can be cut only every %" PRIu64
 		    " indices (whole %s)%s; [%" PRIu64 ", %" PRIu64 ") does not fall on them: the "
 		    "nearest that do are [%" PRIu64 ", %" PRIu64 ")",
 		    t->index, s->axis,
@@ -156,7 +156,7 @@ int kiln_slice_share(const kiln_tensor *t, uint32_t axis, uint32_t rank, uint32_
 					rank, world);
 	if (axis >= t->rank)
 		return kiln__fail_inval(err, t->index, "axis",
-					"tensor %" PRIu32 " has rank %u: there is no axis %" PRIu32,
+					"tensor %" PRIu64 " has rank %u: there is no axis %" PRIu32,
 					t->index, t->rank, axis);
 	uint64_t dim = t->shape[axis], g = 1, step;
 	if (t->count && granule(t, axis, &g, &step, err))

@@ -1,30 +1,63 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * How the bytes of a file arrive and are released: the MMAP source (src/map.c) and the
- * READ/URING sources (src/read.c). A source knows the block's length and payload_base and
- * nothing else of the format: the lifecycle (src/open.c) validates the directory between a
- * source's attach and finish steps.
+ * Sources: how the bytes of a file arrive and are released. One table of operations per source,
+ * each in a file of its own: the mapping (src/source_map.c), owned memory read with pread or
+ * io_uring (src/source_read.c), the caller's buffer (src/source_buffer.c). A source knows
+ * nothing of formats: a reader asks it for byte ranges of the header and directory
+ * (kiln__fetch), says which ranges come next (kiln__expect), and once the reader has accepted
+ * the file the source finishes (maps or reads the payload, advises, populates). After open, the
+ * uses of a model (copies, hints, verification) go through the same table, so nothing outside
+ * the sources asks which source a file has.
  */
 #ifndef KILN_SOURCE_H
 #define KILN_SOURCE_H
 
 #include "internal.h"
 
-/* MMAP: map the file's dir->len bytes (read-only, or copy-on-write with KILN_OPEN_PRIVATE) and
- * set dir->base. Touches no page. */
-int kiln__map_attach(struct kiln_dir *dir, const kiln_open_options *opts, const char *path,
-		     kiln_error *err);
-/* MMAP, once the directory is valid: the caller's advice, huge pages, then lock or populate. */
-int kiln__map_finish(struct kiln_dir *dir, const kiln_open_options *opts, kiln_error *err);
-/* Unmap; safe when nothing is mapped. */
-void kiln__map_release(struct kiln_dir *dir);
+struct kiln__source {
+	unsigned id; /* enum kiln_source */
+	/* Take the file at f->path (or the buffer, for the BUFFER source): set f->fd, f->size and,
+	 * where the bytes are in memory at once, f->base and f->mem. */
+	int (*attach)(struct kiln__file *f, const kiln_open_options *o, const void *buf, size_t len,
+		      kiln_error *err);
+	/* kiln__fetch: bytes [off, off + len), off + len <= f->size. */
+	const uint8_t *(*fetch)(struct kiln__file *f, uint64_t off, uint64_t len, int keep,
+				kiln_error *err);
+	/* kiln__prefix: bytes [0, len) in one piece, kept until close; a longer prefix may move
+	 * it (the earlier pointer is then dead). */
+	const uint8_t *(*prefix)(struct kiln__file *f, uint64_t len, kiln_error *err);
+	/* kiln__expect: a hint, never an error. NULL when it has nothing to do. */
+	void (*expect)(struct kiln__file *f, uint64_t off, uint64_t end);
+	/* The reader accepted the file (f->payload_base is set): place it in memory (f->base),
+	 * advise, populate, read the payload. The source may hand the file to another source
+	 * (AUTO on a file system that cannot map: f->src changes). */
+	int (*finish)(struct kiln__file *f, const kiln_open_options *o, kiln_error *err);
+	/* Release what attach, fetch and finish took (not f->kept, not f->path). Safe at any
+	 * stage, and twice. */
+	void (*release)(struct kiln__file *f);
+	/* Copy file bytes [off, off + len) into dst, never through a mapping (a file truncated
+	 * after open gives IO, not SIGBUS). */
+	int (*read)(const struct kiln__file *f, uint64_t off, void *dst, size_t len,
+		    kiln_error *err);
+	/* madvise-style hint on [p, p + len) of the file's memory (page aligned); NULL when the
+	 * source's memory is not the page cache's (UNSUPPORTED). Returns 0 or an errno. */
+	int (*hint)(const struct kiln__file *f, void *p, size_t len, unsigned hint);
+	/* Nonzero when its memory may be pinned (mlock'ed and registered for DMA). */
+	int pinnable;
+};
 
-/* READ/URING: memory for the whole block (owned, or the caller's load buffer); sets dir->base
- * and dir->head to it, so the directory is read and validated in place. */
-int kiln__read_attach(struct kiln_dir *dir, const kiln_open_options *opts, kiln_error *err);
-/* READ/URING, once the directory is valid: the payload region into the block memory. */
-int kiln__read_payload(struct kiln_dir *dir, const kiln_open_options *opts, kiln_error *err);
-/* Free owned block memory; safe when there is none (a borrowed buffer is left alone). */
-void kiln__read_release(struct kiln_dir *dir);
+extern const struct kiln__source kiln__source_map;
+extern const struct kiln__source kiln__source_read; /* READ and URING: id says which engine */
+extern const struct kiln__source kiln__source_uring;
+extern const struct kiln__source kiln__source_buffer;
+
+/* READ, for a file another source has read the directory of and cannot keep (AUTO on a file
+ * system that cannot map): f->src becomes the READ source, which reads the whole file into
+ * owned memory. */
+int kiln__read_takeover(struct kiln__file *f, const kiln_open_options *o, kiln_error *err);
+
+/* Open `path` read-only and check it is a regular file (for the sources that read files).
+ * Returns the descriptor and *size, or -1 with IO in *err naming the path. */
+int kiln__open_file(const char *path, uint64_t *size, kiln_error *err);
 
 #endif

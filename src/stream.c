@@ -2,7 +2,7 @@
 /*
  * Streaming reads through the chunk engine (src/io.c): kiln_stream (chosen tensors into caller
  * memory or a ring of staging buffers), kiln_tensor_read (one tensor, the common case) and
- * kiln_dir_read_all (every byte of the block, kept nowhere).
+ * kiln_model_read_all (every byte of every file, kept nowhere).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -15,7 +15,7 @@
 #include "io.h"
 
 /* The start every streaming call shares: clear *err and *result, copy the caller's options into
- * *o (all zero for NULL), and check them (size, flags, engine, limits, reserved words) and dir. */
+ * *o (all zero for NULL), and check them (size, flags, engine, limits, reserved words). */
 static int begin_options(const kiln_stream_options *opts, kiln_stream_options *o,
 			 kiln_stream_result *result, kiln_error *err)
 {
@@ -46,31 +46,79 @@ static int begin_options(const kiln_stream_options *opts, kiln_stream_options *o
 	return 0;
 }
 
-static int begin(const kiln_dir *dir, const kiln_stream_options *opts, kiln_stream_options *o,
+static int begin(const kiln_model *m, const kiln_stream_options *opts, kiln_stream_options *o,
 		 kiln_stream_result *result, kiln_error *err)
 {
 	int rc = begin_options(opts, o, result, err);
-	if (!rc && !dir)
-		rc = kiln__fail_inval(err, KILN_NO_INDEX, NULL, "dir is NULL");
+	if (!rc && !m)
+		rc = kiln__fail_inval(err, KILN_NO_INDEX, NULL, "model is NULL");
 	return rc;
 }
 
-/* Run the engine over `ranges` of the files `fds` (one queue for all of them), or of the single
- * file `fd` when fds is NULL, or out of `mem` (a borrowed buffer), staging through o->staging
- * when it is set. */
-static int run_files(const int *fds, uint32_t nfds, int fd, const uint8_t *mem,
-		     const kiln_stream_options *o, const struct kiln__range *ranges, size_t n,
-		     kiln_stream_result *result, kiln_error *err)
+/* The files a stream reads, as the engine takes them: one file's descriptor (or memory), or an
+ * array of each for several. `fds` may replace the files' own descriptors (read_jobs' own). Where
+ * a file's bytes are all in memory already (READ, URING, BUFFER), the engine copies from there:
+ * reading the file again would cost a second pass over the disk or page cache for bytes a memcpy
+ * gives. A mapping is not memory in that sense: its pages may still have to come from the disk. */
+struct files {
+	int one_fd;
+	const uint8_t *one_mem;
+	int *fds;
+	const uint8_t **mems;
+	uint32_t n;
+};
+
+static int files_get(const kiln_model *m, struct files *fs, kiln_error *err)
+{
+	memset(fs, 0, sizeof(*fs));
+	fs->n = m->nfiles;
+	if (m->nfiles == 1) {
+		fs->one_fd = m->files[0].fd;
+		fs->one_mem = m->files[0].mem;
+		return 0;
+	}
+	fs->fds = calloc(m->nfiles, sizeof(*fs->fds));
+	fs->mems = calloc(m->nfiles, sizeof(*fs->mems));
+	if (!fs->fds || !fs->mems) {
+		free(fs->fds);
+		free(fs->mems);
+		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+	}
+	int in_memory = 1;
+	for (uint32_t i = 0; i < m->nfiles; i++) {
+		fs->fds[i] = m->files[i].fd;
+		fs->mems[i] = m->files[i].mem;
+		in_memory &= fs->mems[i] != NULL;
+	}
+	if (!in_memory) {
+		free(fs->mems);
+		fs->mems = NULL;
+	}
+	return 0;
+}
+
+static void files_put(struct files *fs)
+{
+	free(fs->fds);
+	free(fs->mems);
+}
+
+/* Run the engine over `ranges` of the files (one queue for all of them), staging through
+ * o->staging when it is set. */
+static int run(const struct files *fs, const kiln_stream_options *o,
+	       const struct kiln__range *ranges, size_t n, kiln_stream_result *result,
+	       kiln_error *err)
 {
 	struct kiln__io io = {
-	    .fd = fd,
-	    .fds = fds,
-	    .nfds = nfds,
+	    .fd = fs->one_fd,
+	    .fds = fs->fds,
+	    .nfds = fs->fds ? fs->n : 0,
+	    .mems = fs->mems,
 	    .direct = (o->flags & KILN_STREAM_DIRECT) != 0,
 	    .chunk = o->chunk_size ? o->chunk_size : KILN__CHUNK_DEFAULT,
 	    .qd = o->queue_depth ? o->queue_depth : KILN__QD_DEFAULT,
 	    .engine = (int)o->engine,
-	    .mem = mem,
+	    .mem = fs->one_mem,
 	    .staging = o->staging,
 	    .nstaging = o->staging_count,
 	    .staging_size = o->staging_size,
@@ -84,20 +132,26 @@ static int run_files(const int *fds, uint32_t nfds, int fd, const uint8_t *mem,
 	return rc;
 }
 
-/* Where payload reads come from when not from the file: the block in memory. A borrowed buffer
- * has no file behind it; READ and URING hold the whole block already, and reading the file again
- * would cost a second pass over the disk or page cache for bytes a memcpy gives. A mapping is not
- * memory in that sense: its pages may still have to come from the disk. */
-static const uint8_t *block_memory(const kiln_dir *dir)
+/* A failure reading a file of a model of several: say which in the message too. */
+static void name_file(const kiln_model *m, int rc, kiln_error *err)
 {
-	return dir->info.source == KILN_SOURCE_MMAP ? NULL : dir->base;
+	if (rc && err && m->nfiles > 1 && err->file < m->nfiles && m->files[err->file].path &&
+	    rc != KILN_CANCELED && rc != KILN_INVAL)
+		kiln__error_prefix(err, m->files[err->file].path);
 }
 
-/* The engine over `ranges` of one directory's payloads. */
-static int run(const kiln_dir *dir, const kiln_stream_options *o, const struct kiln__range *ranges,
-	       size_t n, kiln_stream_result *result, kiln_error *err)
+/* run() over every file of the model as it is. */
+static int run_model(const kiln_model *m, const kiln_stream_options *o,
+		     const struct kiln__range *ranges, size_t n, kiln_stream_result *result,
+		     kiln_error *err)
 {
-	return run_files(NULL, 0, dir->fd, block_memory(dir), o, ranges, n, result, err);
+	struct files fs;
+	int rc = files_get(m, &fs, err);
+	if (!rc)
+		rc = run(&fs, o, ranges, n, result, err);
+	files_put(&fs);
+	name_file(m, rc, err);
+	return rc;
 }
 
 /* The two modes of a stream: destinations given (the staging fields do not apply), or else a
@@ -116,23 +170,21 @@ static int stream_mode(kiln_stream_options *o, void *const *dests, kiln_error *e
 	return 0;
 }
 
-int kiln__stream_files(const int *fds, uint32_t nfds, const struct kiln__range *ranges, size_t n,
-		       void *const *dests, const kiln_stream_options *opts,
-		       kiln_stream_result *result, kiln_error *err)
+/* The engine's range for tensor t, landing at dst. */
+static struct kiln__range range_of(const kiln_tensor *t, void *dst)
 {
-	kiln_stream_options o;
-	int rc = begin_options(opts, &o, result, err);
-	if (rc)
-		return rc;
-	rc = stream_mode(&o, dests, err);
-	return rc ? rc : run_files(fds, nfds, -1, NULL, &o, ranges, n, result, err);
+	return (struct kiln__range){.off = t->file_offset,
+				    .len = t->byte_length,
+				    .dst = dst,
+				    .tensor = t->index,
+				    .file = t->file};
 }
 
-int kiln_stream(const kiln_dir *dir, const uint32_t *tensors, uint32_t count, void *const *dests,
+int kiln_stream(const kiln_model *m, const uint64_t *tensors, size_t count, void *const *dests,
 		const kiln_stream_options *opts, kiln_stream_result *result, kiln_error *err)
 {
 	kiln_stream_options o;
-	int rc = begin(dir, opts, &o, result, err);
+	int rc = begin(m, opts, &o, result, err);
 	if (rc)
 		return rc;
 	rc = stream_mode(&o, dests, err);
@@ -140,42 +192,38 @@ int kiln_stream(const kiln_dir *dir, const uint32_t *tensors, uint32_t count, vo
 		return rc;
 	int staging = dests == NULL;
 	if (!tensors)
-		count = dir->info.tensor_count;
+		count = (size_t)m->count;
 
 	struct kiln__range *ranges = calloc(count ? count : 1, sizeof(*ranges));
 	if (!ranges)
 		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
-	for (uint32_t k = 0; k < count; k++) {
-		uint32_t i = tensors ? tensors[k] : k;
-		const kiln_tensor *t = kiln_dir_tensor(dir, i);
+	for (size_t k = 0; k < count; k++) {
+		uint64_t i = tensors ? tensors[k] : k;
+		const kiln_tensor *t = kiln_model_tensor(m, i);
 		if (!t || (!staging && !dests[k] && t->byte_length)) {
 			free(ranges);
-			return kiln__fail_inval(err, i, NULL,
-						t ? "destination %" PRIu32 " is NULL"
-						  : "tensor index %" PRIu32 " is out of range",
-						t ? k : i);
+			if (!t)
+				return kiln__fail_inval(
+				    err, i, NULL, "tensor index %" PRIu64 " is out of range", i);
+			return kiln__fail_inval(err, i, NULL, "destination %zu is NULL", k);
 		}
-		ranges[k] = (struct kiln__range){.off = t->file_offset,
-						 .len = t->byte_length,
-						 .dst = staging ? NULL : dests[k],
-						 .tensor = i};
+		ranges[k] = range_of(t, staging ? NULL : dests[k]);
 	}
-	rc = run(dir, &o, ranges, count, result, err);
+	rc = run_model(m, &o, ranges, count, result, err);
 	free(ranges);
 	return rc;
 }
 
-int kiln_tensor_read(const kiln_dir *dir, uint32_t index, void *dst, size_t cap,
+int kiln_tensor_read(const kiln_model *m, uint64_t index, void *dst, size_t cap,
 		     kiln_chunk_fn on_chunk, void *ctx, kiln_error *err)
 {
 	kiln__clear_error(err);
-	const kiln_tensor *t = kiln__tensor_fits_or_fail(dir, index, dst, cap, err);
+	const kiln_tensor *t = kiln__tensor_fits_or_fail(m, index, dst, cap, err);
 	if (!t)
 		return KILN_INVAL;
 	kiln_stream_options o = {.size = sizeof(o), .on_chunk = on_chunk, .ctx = ctx};
-	struct kiln__range r = {
-	    .off = t->file_offset, .len = t->byte_length, .dst = dst, .tensor = index};
-	return run(dir, &o, &r, 1, NULL, err);
+	struct kiln__range r = range_of(t, dst);
+	return run_model(m, &o, &r, 1, NULL, err);
 }
 
 /* The runs of a slice or range go to the engine in batches of this many ranges, each batch's
@@ -203,10 +251,10 @@ static void add_result(kiln_stream_result *sum, const kiln_stream_result *one)
 		sum->direct_fallback = one->direct_fallback;
 }
 
-static uint64_t jobs_bytes(const struct slice_job *jobs, uint32_t count)
+static uint64_t jobs_bytes(const struct slice_job *jobs, size_t count)
 {
 	uint64_t bytes = 0;
-	for (uint32_t j = 0; j < count; j++)
+	for (size_t j = 0; j < count; j++)
 		bytes += jobs[j].r.bytes;
 	return bytes;
 }
@@ -214,29 +262,46 @@ static uint64_t jobs_bytes(const struct slice_job *jobs, uint32_t count)
 /* The runs of every job, in order, through one queue of reads: the engine gets them in batches
  * of RUN_BATCH ranges, each batch's reads in flight together, so memory stays small whatever the
  * number of runs, and one tensor's runs overlap the next one's. */
-static int read_jobs(const kiln_dir *dir, const struct slice_job *jobs, uint32_t count,
+static int read_jobs(const kiln_model *m, const struct slice_job *jobs, size_t count,
 		     const kiln_stream_options *o, kiln_stream_result *result, kiln_error *err)
 {
 	uint64_t total = 0;
 	int partial = 0;
-	for (uint32_t j = 0; j < count; j++) {
+	for (size_t j = 0; j < count; j++) {
 		total += jobs[j].r.bytes ? jobs[j].r.runs : 0;
 		partial |= jobs[j].r.runs * jobs[j].r.len < jobs[j].t->byte_length;
 	}
 	if (!total)
 		return 0;
+	struct files fs;
+	int rc = files_get(m, &fs, err);
+	if (rc)
+		return rc;
 	/* The kernel's read-ahead would read on past every run of a cold file (a quarter of each
-	 * row becomes most of the file). A descriptor of our own, reopened from the same open file,
-	 * with random-access advice reads just the runs, and leaves the directory's descriptor and
-	 * its read-ahead state alone for other threads. Falls back to the shared one. */
-	int fd = dir->fd, own = -1;
-	if (fd >= 0 && partial) {
-		char path[64];
-		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-		own = open(path, O_RDONLY | O_CLOEXEC);
-		if (own >= 0) {
-			posix_fadvise(own, 0, 0, POSIX_FADV_RANDOM);
-			fd = own;
+	 * row becomes most of the file). Descriptors of our own, reopened from the same open
+	 * files, with random-access advice read just the runs, and leave the model's descriptors
+	 * and their read-ahead state alone for other threads. Falls back to the shared ones. */
+	int *own = NULL;
+	if (partial && !fs.one_mem && !fs.mems) {
+		own = malloc(fs.n * sizeof(*own));
+		for (uint32_t i = 0; own && i < fs.n; i++) {
+			int fd = fs.fds ? fs.fds[i] : fs.one_fd;
+			own[i] = -1;
+			for (size_t j = 0; j < count && fd >= 0; j++) {
+				if (jobs[j].t->file != i)
+					continue;
+				char path[64];
+				snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+				own[i] = open(path, O_RDONLY | O_CLOEXEC);
+				if (own[i] >= 0) {
+					posix_fadvise(own[i], 0, 0, POSIX_FADV_RANDOM);
+					if (fs.fds)
+						fs.fds[i] = own[i];
+					else
+						fs.one_fd = own[i];
+				}
+				break;
+			}
 		}
 	}
 	/* Small runs keep more reads in flight than the default queue of whole chunks (a cold
@@ -246,12 +311,11 @@ static int read_jobs(const kiln_dir *dir, const struct slice_job *jobs, uint32_t
 	if (!deep.queue_depth && jobs_bytes(jobs, count) / total < KILN__CHUNK_DEFAULT / 8)
 		deep.queue_depth = KILN__QD_SMALL_RUNS;
 	o = &deep;
-	const uint8_t *mem = block_memory(dir);
 	size_t cap = total < RUN_BATCH ? (size_t)total : RUN_BATCH, n = 0;
 	struct kiln__range *ranges = calloc(cap, sizeof(*ranges));
-	int rc = ranges ? 0 : kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+	rc = ranges ? 0 : kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
 	kiln_stream_result one = {0};
-	for (uint32_t j = 0; j < count && !rc; j++) {
+	for (size_t j = 0; j < count && !rc; j++) {
 		const struct slice_job *b = &jobs[j];
 		for (uint64_t k = 0; b->r.bytes && k < b->r.runs && !rc; k++) {
 			ranges[n++] = (struct kiln__range){.off = b->t->file_offset + b->r.first +
@@ -259,9 +323,10 @@ static int read_jobs(const kiln_dir *dir, const struct slice_job *jobs, uint32_t
 							   .len = b->r.len,
 							   .dst = b->dst + k * b->r.len,
 							   .tensor = b->t->index,
-							   .tensor_off = k * b->r.len};
+							   .tensor_off = k * b->r.len,
+							   .file = b->t->file};
 			if (n == cap) { /* a full batch goes now; the last, shorter one below */
-				rc = run_files(NULL, 0, fd, mem, o, ranges, n, &one, err);
+				rc = run(&fs, o, ranges, n, &one, err);
 				if (result)
 					add_result(result, &one);
 				n = 0;
@@ -269,73 +334,76 @@ static int read_jobs(const kiln_dir *dir, const struct slice_job *jobs, uint32_t
 		}
 	}
 	if (!rc && n) {
-		rc = run_files(NULL, 0, fd, mem, o, ranges, n, &one, err);
+		rc = run(&fs, o, ranges, n, &one, err);
 		if (result)
 			add_result(result, &one);
 	}
 	free(ranges);
-	if (own >= 0)
-		close(own);
+	for (uint32_t i = 0; own && i < fs.n; i++)
+		if (own[i] >= 0)
+			close(own[i]);
+	free(own);
+	files_put(&fs);
 	return rc;
 }
 
-static int read_runs(const kiln_dir *dir, const kiln_tensor *t, const struct kiln__runs *r,
+static int read_runs(const kiln_model *m, const kiln_tensor *t, const struct kiln__runs *r,
 		     uint8_t *dst, kiln_chunk_fn on_chunk, void *ctx, kiln_error *err)
 {
 	kiln_stream_options o = {.size = sizeof(o), .on_chunk = on_chunk, .ctx = ctx};
 	struct slice_job job = {.t = t, .r = *r, .dst = dst};
-	return read_jobs(dir, &job, 1, &o, NULL, err);
+	return read_jobs(m, &job, 1, &o, NULL, err);
 }
 
 static int fits(const kiln_tensor *t, uint64_t bytes, const void *dst, size_t cap, kiln_error *err)
 {
 	if (cap < bytes || (!dst && bytes))
 		return kiln__fail_inval(err, t->index, NULL,
-					"tensor %" PRIu32 ": %" PRIu64
+					"tensor %" PRIu64 ": %" PRIu64
 					" bytes to read; the buffer holds %zu",
 					t->index, bytes, dst ? cap : 0);
 	return 0;
 }
 
-int kiln_tensor_read_slice(const kiln_dir *dir, uint32_t index, const kiln_slice *s, void *dst,
+int kiln_tensor_read_slice(const kiln_model *m, uint64_t index, const kiln_slice *s, void *dst,
 			   size_t cap, kiln_chunk_fn on_chunk, void *ctx, kiln_error *err)
 {
 	kiln__clear_error(err);
-	const kiln_tensor *t = kiln__tensor_or_fail(dir, index, err);
+	const kiln_tensor *t = kiln__tensor_or_fail(m, index, err);
 	if (!t)
 		return KILN_INVAL;
 	struct kiln__runs r;
 	int rc = kiln__slice_runs(t, s, &r, err);
 	if (!rc)
 		rc = fits(t, r.bytes, dst, cap, err);
-	return rc ? rc : read_runs(dir, t, &r, dst, on_chunk, ctx, err);
+	return rc ? rc : read_runs(m, t, &r, dst, on_chunk, ctx, err);
 }
 
-int kiln_tensor_read_range(const kiln_dir *dir, uint32_t index, uint64_t offset, uint64_t length,
+int kiln_tensor_read_range(const kiln_model *m, uint64_t index, uint64_t offset, uint64_t length,
 			   void *dst, size_t cap, kiln_chunk_fn on_chunk, void *ctx,
 			   kiln_error *err)
 {
 	kiln__clear_error(err);
-	const kiln_tensor *t = kiln__tensor_or_fail(dir, index, err);
+	const kiln_tensor *t = kiln__tensor_or_fail(m, index, err);
 	if (!t)
 		return KILN_INVAL;
 	uint64_t end;
 	if (kiln__add_overflows(offset, length, &end) || end > t->byte_length)
 		return kiln__fail_inval(err, index, "range",
-					"tensor %" PRIu32 ": bytes [%" PRIu64 ", +%" PRIu64
+					"tensor %" PRIu64 ": bytes [%" PRIu64 ", +%" PRIu64
 					") pass its %" PRIu64 "-byte payload",
 					index, offset, length, t->byte_length);
 	int rc = fits(t, length, dst, cap, err);
 	struct kiln__runs r = {.runs = 1, .first = offset, .len = length, .bytes = length};
-	return rc ? rc : read_runs(dir, t, &r, dst, on_chunk, ctx, err);
+	return rc ? rc : read_runs(m, t, &r, dst, on_chunk, ctx, err);
 }
 
-int kiln_read_slices(const kiln_dir *dir, const uint32_t *tensors, const kiln_slice *slices,
-		     uint32_t count, void *const *dests, const kiln_stream_options *opts,
+int kiln_read_slices(const kiln_model *m, const uint64_t *tensors, const kiln_slice *slices,
+		     size_t count, void *const *dests, const kiln_stream_options *opts,
 		     kiln_stream_result *result, kiln_error *err)
 {
 	kiln_stream_options o;
-	int rc = begin(dir, opts, &o, result, err);
+	int rc = begin(m, opts, &o, result, err);
 	if (rc)
 		return rc;
 	if (count && (!tensors || !slices || !dests))
@@ -348,29 +416,28 @@ int kiln_read_slices(const kiln_dir *dir, const uint32_t *tensors, const kiln_sl
 	if (!jobs)
 		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
 	/* Every slice is checked before the first read. */
-	for (uint32_t k = 0; k < count && !rc; k++) {
+	for (size_t k = 0; k < count && !rc; k++) {
 		struct slice_job *b = &jobs[k];
-		if (!(b->t = kiln__tensor_or_fail(dir, tensors[k], err)))
+		if (!(b->t = kiln__tensor_or_fail(m, tensors[k], err)))
 			rc = KILN_INVAL;
 		else if (!(rc = kiln__slice_runs(b->t, &slices[k], &b->r, err)) && b->r.bytes &&
 			 !dests[k])
-			rc = kiln__fail_inval(err, tensors[k], NULL,
-					      "destination %" PRIu32 " is NULL", k);
+			rc = kiln__fail_inval(err, tensors[k], NULL, "destination %zu is NULL", k);
 		b->dst = dests[k];
 	}
 	if (!rc)
-		rc = read_jobs(dir, jobs, count, &o, result, err);
+		rc = read_jobs(m, jobs, count, &o, result, err);
 	free(jobs);
 	return rc;
 }
 
-int kiln_tensor_slice_data(const kiln_dir *dir, uint32_t index, const kiln_slice *s,
+int kiln_tensor_slice_data(const kiln_model *m, uint64_t index, const kiln_slice *s,
 			   const void **data, uint64_t *bytes, kiln_error *err)
 {
 	kiln__clear_error(err);
 	if (!data || !bytes)
 		return kiln__fail_inval(err, index, NULL, "data or bytes is NULL");
-	const kiln_tensor *t = kiln__tensor_or_fail(dir, index, err);
+	const kiln_tensor *t = kiln__tensor_or_fail(m, index, err);
 	if (!t)
 		return KILN_INVAL;
 	struct kiln__runs r;
@@ -379,10 +446,10 @@ int kiln_tensor_slice_data(const kiln_dir *dir, uint32_t index, const kiln_slice
 		return rc;
 	if (r.runs > 1)
 		return kiln__fail(err, KILN_UNSUPPORTED, index, "slice", KILN_NO_OFFSET,
-				  "tensor %" PRIu32 ": a slice of axis %" PRIu32 " is %" PRIu64
+				  "tensor %" PRIu64 ": a slice of axis %" PRIu32 " is %" PRIu64
 				  " runs, not one; read it with kiln_tensor_read_slice()",
 				  index, s->axis, r.runs);
-	*data = dir->base ? (const uint8_t *)t->data + r.first : NULL;
+	*data = t->data ? (const uint8_t *)t->data + r.first : NULL;
 	*bytes = r.bytes;
 	return 0;
 }
@@ -391,11 +458,11 @@ int kiln_tensor_slice_data(const kiln_dir *dir, uint32_t index, const kiln_slice
  * to keep a disk busy, little memory. */
 #define READ_ALL_BUFFERS 4u
 
-int kiln_dir_read_all(const kiln_dir *dir, const kiln_stream_options *opts,
-		      kiln_stream_result *result, kiln_error *err)
+int kiln_model_read_all(const kiln_model *m, const kiln_stream_options *opts,
+			kiln_stream_result *result, kiln_error *err)
 {
 	kiln_stream_options o;
-	int rc = begin(dir, opts, &o, result, err);
+	int rc = begin(m, opts, &o, result, err);
 	if (rc)
 		return rc;
 	if (o.staging && (o.staging_count == 0 || o.staging_size == 0))
@@ -424,12 +491,31 @@ int kiln_dir_read_all(const kiln_dir *dir, const kiln_stream_options *opts,
 		o.before_reuse =
 		    NULL; /* the buffers are kiln's: nothing of the caller's to wait for */
 	}
-	/* One range over the whole block: the header, directory, pad, payloads and the gaps
-	 * between them. Chunks report their offset in the block. */
-	struct kiln__range r = {.off = 0, .len = dir->info.block_length, .tensor = KILN_NO_INDEX};
-	/* This one reads the file whatever the source: finding unreadable sectors is its point. */
-	rc = run_files(NULL, 0, dir->fd, dir->info.source == KILN_SOURCE_BUFFER ? dir->base : NULL,
-		       &o, &r, 1, result, err);
+	/* One range per file over the whole of it: headers, directories, pads, payloads and the
+	 * gaps between them. Chunks report their file and offset in it. This reads the files
+	 * whatever the source (finding unreadable sectors is its point); only a buffer, which has
+	 * no file behind it, is copied from memory. */
+	struct files fs;
+	struct kiln__range *ranges = calloc(m->nfiles ? m->nfiles : 1, sizeof(*ranges));
+	rc = ranges ? files_get(m, &fs, err)
+		    : kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+	if (!rc) {
+		int has_fd = 1;
+		for (uint32_t i = 0; i < m->nfiles; i++) {
+			ranges[i] = (struct kiln__range){
+			    .off = 0, .len = m->files[i].size, .tensor = KILN_NO_INDEX, .file = i};
+			has_fd &= m->files[i].fd >= 0;
+		}
+		if (has_fd) {
+			fs.one_mem = NULL;
+			free(fs.mems);
+			fs.mems = NULL;
+		}
+		rc = run(&fs, &o, ranges, m->nfiles, result, err);
+		files_put(&fs);
+		name_file(m, rc, err);
+	}
+	free(ranges);
 	if (mem)
 		kiln__owned_free(mem, mem_len);
 	free(own);

@@ -205,14 +205,7 @@ static int plan_build(const kiln_tensor_spec *ts, uint32_t n, struct plan *p, ki
 	}
 
 	/* The reader's structural pass over the encoded directory decides the rest. */
-	struct kiln_dir *dir = kiln__dir_new(NULL, err);
-	if (!dir)
-		return KILN_NOMEM;
-	dir->head = p->head; /* only the directory exists: base stays NULL, so do data pointers */
-	dir->len = p->block;
-	rc = kiln__validate_structure(dir, 1, err);
-	kiln_dir_close(dir); /* error offsets are those of the block that would be written */
-	return rc;
+	return kiln__check_directory(p->head, p->block, err);
 }
 
 /* The 4-bit rule of payload verification, checked on the bytes the caller supplied. */

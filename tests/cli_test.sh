@@ -106,24 +106,28 @@ expect 0 "$KLNT" check --help
 has "$TMP/out" "--read-all"
 has "$TMP/out" "reads only those bytes"
 
-# 4b. check names GGUF and safetensors files (made here by hand) and says what to do; hostile
-# headers are only printed
+# 4b. check applies each format's own rules to GGUF and safetensors files (made here by hand)
+# and names their defects; hostile headers are only printed
 pad() { head -c 100 /dev/zero; }
-{ printf 'GGUF\003\000\000\000'; pad; } >"$TMP/m.gguf"
-expect 1 "$KLNT" check "$TMP/m.gguf"
-has "$TMP/out" "$TMP/m.gguf: FRAME: not a KLNT v2 block: this is a GGUF file (version 3)"
-has "$TMP/out" "convert it with \`klnt import -o OUT.klnt FILE\`"
+{ printf 'GGUF\003\000\000\000'; pad; } >"$TMP/m.gguf" # no tensors, no keys: valid
+expect 0 "$KLNT" check "$TMP/m.gguf"
+has "$TMP/out" "$TMP/m.gguf: ok (gguf)"
+{ printf 'GGUF\003\000\000\000\001\000\000\000\000\000\000\000'; pad; } >"$TMP/t.gguf"
+expect 1 "$KLNT" check "$TMP/t.gguf"
+has "$TMP/out" "$TMP/t.gguf: TYPE: tensor 0: empty name"
 { printf 'GGUF\377\377\377\377'; pad; } >"$TMP/huge.gguf"
 expect 1 "$KLNT" check --read-all "$TMP/huge.gguf"
-has "$TMP/out" "this is a GGUF file (version 4294967295)"
+has "$TMP/out" "$TMP/huge.gguf: FRAME: unknown GGUF version 4294967295"
 { printf '\016\000\000\000\000\000\000\000{"a":"bcdef"}'; pad; } >"$TMP/m.safetensors"
 expect 1 "$KLNT" check "$TMP/m.safetensors"
-has "$TMP/out" "$TMP/m.safetensors: FRAME: not a KLNT v2 block: this is a safetensors file (a 14-byte JSON header)"
+has "$TMP/out" "$TMP/m.safetensors: TYPE: tensor a: the entry is not an object"
+{ printf '\023\000\000\000\000\000\000\000{"__metadata__":{}}'; } >"$TMP/empty.safetensors"
+expect 0 "$KLNT" check "$TMP/empty.safetensors"
+has "$TMP/out" "$TMP/empty.safetensors: ok (safetensors)"
 # a header length past the end of the file is not safetensors: the plain verdict
 { printf '\377\377\377\377\377\377\377\177{"a":1}'; pad; } >"$TMP/long.safetensors"
 expect 1 "$KLNT" check "$TMP/long.safetensors"
-has "$TMP/out" 'FRAME: magic is ff ff ff ff, not "KLNT"'
-grep -q "safetensors file" "$TMP/out" && bad "an implausible header was called safetensors" || ok
+has "$TMP/out" 'FRAME: magic is ff ff ff ff, not "KLNT"; not a safetensors or GGUF file either'
 # a KLNT file with a bad version is not mistaken for anything else
 { printf 'KLNT\003'; pad; } >"$TMP/v3.klnt"
 expect 1 "$KLNT" check "$TMP/v3.klnt"
@@ -195,7 +199,7 @@ has "$TMP/out" "ok (2 shards, 2 tensors, $both bytes read"
 cp "$TMP/ser-00001-of-00002.klnt" "$TMP/dup-00001-of-00002.klnt"
 cp "$TMP/ser-00001-of-00002.klnt" "$TMP/dup-00002-of-00002.klnt"
 expect 1 "$KLNT" check "$TMP/dup-00001-of-00002.klnt"
-has "$TMP/out" "dup-00002-of-00002.klnt: tensor 0 has the name of tensor 0 of"
+has "$TMP/out" "dup-00002-of-00002.klnt: descriptor 0: the name is the same as tensor 0 of"
 rm -f "$TMP/ser-00002-of-00002.klnt"
 expect 3 "$KLNT" check "$TMP/ser-00001-of-00002.klnt"
 has "$TMP/out" "shard 2 of 2 is missing"

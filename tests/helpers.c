@@ -3,6 +3,7 @@
 
 #include <criterion/criterion.h>
 #include <ctype.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,7 +163,7 @@ static void dump_block(const blob *b, int code, const char *field)
 	fclose(f);
 }
 
-void expect_reject(const blob *b, int code, uint32_t tensor, const char *field)
+void expect_reject(const blob *b, int code, uint64_t tensor, const char *field)
 {
 	dump_block(b, code, field);
 	kiln_error err;
@@ -170,12 +171,14 @@ void expect_reject(const blob *b, int code, uint32_t tensor, const char *field)
 	cr_assert_eq(rc, code, "expected %s, got %s: %s", kiln_code_name(code), kiln_code_name(rc),
 		     err.message);
 	cr_assert_eq(err.code, code);
-	cr_assert_eq(err.tensor, tensor, "expected tensor %u, got %u: %s", tensor, err.tensor,
-		     err.message);
+	cr_assert_eq(err.tensor, tensor, "expected tensor %" PRIu64 ", got %" PRIu64 ": %s", tensor,
+		     err.tensor, err.message);
 	if (field)
 		cr_assert(err.field && strcmp(err.field, field) == 0,
 			  "expected field %s, got %s: %s", field, err.field ? err.field : "(null)",
 			  err.message);
+	cr_assert_eq(err.file, 0, "a rejected buffer is file 0, got %" PRIu32 ": %s", err.file,
+		     err.message);
 	cr_assert(err.message[0] != '\0', "empty message");
 	cr_assert_null(strchr(err.message, '\n'), "message is not one line");
 	if (err.offset != KILN_NO_OFFSET)
@@ -214,14 +217,15 @@ void count_free(void *ctx, void *p, size_t size)
 
 void expect_io(const char *path, int want_errno)
 {
-	kiln_dir *dir = (kiln_dir *)1;
+	kiln_model *dir = (kiln_model *)1;
 	kiln_error err;
-	int rc = kiln_dir_open(path, NULL, &dir, &err);
+	int rc = kiln_model_open(path, NULL, &dir, &err);
 	cr_assert_eq(rc, KILN_IO, "%s: got %s: %s", path, kiln_code_name(rc), err.message);
 	cr_assert_null(dir);
 	cr_assert_eq(err.sys_errno, want_errno, "%s: errno %d (%s), want %d", path, err.sys_errno,
 		     strerror(err.sys_errno), want_errno);
 	cr_assert_not_null(strstr(err.message, path), "the message names the file: %s",
 			   err.message);
+	cr_assert_eq(err.file, 0, "the error is about file 0, got %" PRIu32, err.file);
 	cr_assert(!kiln_is_format_error(rc));
 }

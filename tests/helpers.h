@@ -66,9 +66,9 @@ void count_free(void *ctx, void *p, size_t size);
 
 /* Parse b with flags (plus VERIFY) and assert the result: code, tensor index and field.
  * field may be NULL to skip the field check. */
-void expect_reject(const blob *b, int code, uint32_t tensor, const char *field);
+void expect_reject(const blob *b, int code, uint64_t tensor, const char *field);
 void expect_valid(const blob *b);
-/* kiln_dir_open(path) fails with IO and errno want_errno, sets *out to NULL, and the message
+/* kiln_model_open(path) fails with IO and errno want_errno, sets *out to NULL, and the message
  * names the file. */
 void expect_io(const char *path, int want_errno);
 

@@ -47,9 +47,9 @@ Test(open, character_device)
 Test(open, empty_file_is_limit)
 {
 	char *p = write_temp("", 0);
-	kiln_dir *dir;
+	kiln_model *dir;
 	kiln_error err;
-	cr_assert_eq(kiln_dir_open(p, NULL, &dir, &err), KILN_LIMIT);
+	cr_assert_eq(kiln_model_open(p, NULL, &dir, &err), KILN_LIMIT);
 	cr_assert_str_eq(err.field, "length");
 	cr_assert_null(dir);
 	unlink(p);
@@ -80,23 +80,37 @@ Test(open, file_and_buffer_agree)
 			      .data = f32_2};
 	blob b = build(&t, 1);
 	char *p = write_temp(b.p, b.len);
-	kiln_dir *dir;
+	kiln_model *dir;
 	kiln_error err;
-	cr_assert_eq(kiln_dir_open(p, NULL, &dir, &err), 0, "%s", err.message);
-	kiln_dir_info info;
-	kiln_dir_get_info(dir, &info);
+	cr_assert_eq(kiln_model_open(p, NULL, &dir, &err), 0, "%s", err.message);
+	kiln_model_info info;
+	kiln_model_get_info(dir, &info);
 	cr_assert_eq(info.source, KILN_SOURCE_MMAP);
-	cr_assert_eq(info.block_length, b.len);
+	cr_assert_eq(info.format, KILN_FORMAT_KLNT);
+	cr_assert_eq(info.files, 1);
+	cr_assert_eq(kiln_model_files(dir), 1);
+	cr_assert_eq(info.tensor_count, 1);
+	cr_assert_eq(info.bytes, b.len);
 	cr_assert_eq(info.payload_verified, 0);
-	cr_assert_eq((uintptr_t)info.base % 4096, 0, "a mapping starts on a page");
-	const kiln_tensor *v = kiln_dir_find_cstr(dir, "x");
+	kiln_file_info fi;
+	cr_assert_eq(kiln_model_file_info(dir, 0, &fi), 0);
+	cr_assert_str_eq(fi.path, p);
+	cr_assert_eq(fi.format, KILN_FORMAT_KLNT);
+	cr_assert_eq(fi.version, 2);
+	cr_assert_eq(fi.size, b.len);
+	cr_assert_eq(fi.first_tensor, 0);
+	cr_assert_eq(fi.tensor_count, 1);
+	cr_assert_eq(fi.alignment, 64);
+	cr_assert_eq(fi.payload_base + fi.payload_bytes, b.len);
+	cr_assert_eq((uintptr_t)fi.base % 4096, 0, "a mapping starts on a page");
+	const kiln_tensor *v = kiln_model_find_cstr(dir, "x");
 	cr_assert_not_null(v);
 	cr_assert_eq((uintptr_t)v->data % 64, 0);
 	cr_assert_eq(memcmp(v->data, f32_2, 8), 0);
-	cr_assert_eq(kiln_dir_verify_payload(dir, &err), 0);
-	kiln_dir_get_info(dir, &info);
+	cr_assert_eq(kiln_model_verify(dir, &err), 0);
+	kiln_model_get_info(dir, &info);
 	cr_assert_eq(info.payload_verified, 1);
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 	unlink(p);
 	free(p);
 	blob_free(&b);
@@ -104,35 +118,40 @@ Test(open, file_and_buffer_agree)
 
 Test(args, null_and_bad_arguments_are_inval)
 {
-	kiln_dir *dir = NULL;
+	kiln_model *dir = NULL;
 	kiln_error err;
-	cr_assert_eq(kiln_dir_open(NULL, NULL, &dir, &err), KILN_INVAL);
-	cr_assert_eq(kiln_dir_open("x", NULL, NULL, &err), KILN_INVAL);
-	cr_assert_eq(kiln_dir_parse(NULL, 10, NULL, &dir, &err), KILN_INVAL);
-	cr_assert_eq(kiln_dir_parse(NULL, 0, NULL, &dir, &err), KILN_LIMIT); /* empty span */
+	cr_assert_eq(kiln_model_open(NULL, NULL, &dir, &err), KILN_INVAL);
+	cr_assert_eq(kiln_model_open("x", NULL, NULL, &err), KILN_INVAL);
+	cr_assert_eq(kiln_model_parse(NULL, 10, NULL, &dir, &err), KILN_INVAL);
+	cr_assert_eq(kiln_model_parse(NULL, 0, NULL, &dir, &err), KILN_LIMIT); /* empty span */
 	kiln_open_options o = {.reserved = {[2] = 1}};
 	uint8_t x[64] = {0};
-	cr_assert_eq(kiln_dir_parse(x, 64, &o, &dir, &err), KILN_INVAL);
+	cr_assert_eq(kiln_model_parse(x, 64, &o, &dir, &err), KILN_INVAL);
 	cr_assert_str_eq(err.field, "reserved");
-	o = (kiln_open_options){.reserved32 = 1};
-	cr_assert_eq(kiln_dir_parse(x, 64, &o, &dir, &err), KILN_INVAL);
-	cr_assert_str_eq(err.field, "reserved");
+	o = (kiln_open_options){.format = KILN_FORMAT_SAFETENSORS + 1};
+	cr_assert_eq(kiln_model_parse(x, 64, &o, &dir, &err), KILN_INVAL);
+	cr_assert_str_eq(err.field, "format");
 	o = (kiln_open_options){.threads = 65};
-	cr_assert_eq(kiln_dir_parse(x, 64, &o, &dir, &err), KILN_INVAL);
+	cr_assert_eq(kiln_model_parse(x, 64, &o, &dir, &err), KILN_INVAL);
 	cr_assert_str_eq(err.field, "threads");
 	o = (kiln_open_options){.size = 4};
-	cr_assert_eq(kiln_dir_parse(x, 64, &o, &dir, &err), KILN_INVAL);
+	cr_assert_eq(kiln_model_parse(x, 64, &o, &dir, &err), KILN_INVAL);
 	o = (kiln_open_options){.flags = 1u << 20};
-	cr_assert_eq(kiln_dir_parse(x, 64, &o, &dir, &err), KILN_INVAL);
+	cr_assert_eq(kiln_model_parse(x, 64, &o, &dir, &err), KILN_INVAL);
 	o = (kiln_open_options){.flags = KILN_OPEN_ALLOW_TRAILING};
-	cr_assert_eq(kiln_dir_open("x", &o, &dir, &err), KILN_INVAL);
+	cr_assert_eq(kiln_model_open("x", &o, &dir, &err), KILN_INVAL);
+	const char *paths[2] = {"x", NULL};
+	cr_assert_eq(kiln_model_open_files(NULL, 1, NULL, &dir, &err), KILN_INVAL);
+	cr_assert_eq(kiln_model_open_files(paths, 0, NULL, &dir, &err), KILN_INVAL);
+	cr_assert_eq(kiln_model_open_files(paths, 2, NULL, &dir, &err), KILN_INVAL);
+	cr_assert_eq(kiln_model_open_files(paths, 1, NULL, NULL, &err), KILN_INVAL);
 	kiln_allocator half = {.alloc = NULL};
 	o = (kiln_open_options){.allocator = &half};
-	cr_assert_eq(kiln_dir_parse(x, 64, &o, &dir, &err), KILN_INVAL);
-	cr_assert_eq(kiln_dir_verify_payload(NULL, &err), KILN_INVAL);
+	cr_assert_eq(kiln_model_parse(x, 64, &o, &dir, &err), KILN_INVAL);
+	cr_assert_eq(kiln_model_verify(NULL, &err), KILN_INVAL);
 	cr_assert_eq(kiln_write_file(NULL, NULL, 0, 0, &err), KILN_INVAL);
 	cr_assert_eq(kiln_write_size(NULL, 3, NULL, &err), KILN_INVAL);
-	kiln_dir_close(NULL);
+	kiln_model_close(NULL);
 	/* A NULL error struct is allowed everywhere. */
 	cr_assert_eq(kiln_validate(x, 64, 0, NULL), KILN_FRAME);
 }
@@ -142,22 +161,29 @@ Test(args, null_and_bad_arguments_are_inval)
 Test(args, null_directory_policy)
 {
 	kiln_error err;
-	uint32_t idx = 0;
+	uint64_t idx = 0;
 	uint8_t buf[8];
 	void *dup = (void *)1;
-	cr_assert_eq(kiln_dir_count(NULL), 0);
-	cr_assert_null(kiln_dir_tensor(NULL, 0));
-	cr_assert_null(kiln_dir_find(NULL, "a", 1));
-	cr_assert_null(kiln_dir_find_cstr(NULL, "a"));
+	cr_assert_eq(kiln_model_count(NULL), 0);
+	cr_assert_null(kiln_model_tensor(NULL, 0));
+	cr_assert_null(kiln_model_find(NULL, "a", 1));
+	cr_assert_null(kiln_model_find_cstr(NULL, "a"));
 	cr_assert_null(kiln_tensor_scale(NULL, NULL));
 	cr_assert_null(kiln_tensor_outer(NULL, NULL));
-	kiln_dir_info info;
+	kiln_model_info info, zero_info;
 	memset(&info, 0xAB, sizeof(info));
-	kiln_dir_get_info(NULL, &info);
-	cr_assert_eq(info.tensor_count, 0);
-	cr_assert_null(info.base);
-	kiln_dir_get_info(NULL, NULL);
-	cr_assert_eq(kiln_dir_verify_payload(NULL, &err), KILN_INVAL);
+	memset(&zero_info, 0, sizeof(zero_info));
+	kiln_model_get_info(NULL, &info);
+	cr_assert_eq(memcmp(&info, &zero_info, sizeof(info)), 0, "info is zeroed");
+	kiln_model_get_info(NULL, NULL);
+	kiln_file_info fi, zero_fi;
+	memset(&fi, 0xAB, sizeof(fi));
+	memset(&zero_fi, 0, sizeof(zero_fi));
+	cr_assert_eq(kiln_model_file_info(NULL, 0, &fi), KILN_INVAL);
+	cr_assert_eq(memcmp(&fi, &zero_fi, sizeof(fi)), 0, "file info is zeroed");
+	cr_assert_eq(kiln_model_files(NULL), 0);
+	cr_assert_eq(kiln_model_read_all(NULL, NULL, NULL, &err), KILN_INVAL);
+	cr_assert_eq(kiln_model_verify(NULL, &err), KILN_INVAL);
 	cr_assert_eq(kiln_tensor_copy(NULL, 0, buf, sizeof(buf), &err), KILN_INVAL);
 	cr_assert_eq(kiln_tensor_dup(NULL, 0, 0, &dup, &err), KILN_INVAL);
 	cr_assert_null(dup);
@@ -165,19 +191,24 @@ Test(args, null_directory_policy)
 	cr_assert_eq(kiln_stream(NULL, &idx, 1, NULL, NULL, NULL, &err), KILN_INVAL);
 	cr_assert_eq(kiln_tensor_pin(NULL, 0, NULL, &err), KILN_INVAL);
 	cr_assert_eq(kiln_tensor_unpin(NULL, 0, &err), KILN_INVAL);
-	cr_assert_eq(kiln_dir_try_close(NULL, &err), 0);
-	kiln_dir_close(NULL);
+	cr_assert_eq(kiln_model_try_close(NULL, &err), 0);
+	kiln_model_close(NULL);
 
 	/* And required pointers on a real directory. */
 	blob b = load_golden("kiln-v2-f32");
-	kiln_dir *dir;
-	cr_assert_eq(kiln_dir_parse(b.p, b.len, NULL, &dir, &err), 0);
+	kiln_model *dir;
+	cr_assert_eq(kiln_model_parse(b.p, b.len, NULL, &dir, &err), 0);
 	cr_assert_null(kiln_tensor_scale(dir, NULL));
 	cr_assert_eq(kiln_tensor_copy(dir, 0, NULL, 8, &err), KILN_INVAL);
 	cr_assert_eq(kiln_tensor_dup(dir, 0, 0, NULL, &err), KILN_INVAL);
 	cr_assert_eq(kiln_tensor_hint(dir, NULL, 1, KILN_HINT_WILLNEED, &err), KILN_INVAL);
 	cr_assert_eq(kiln_stream(dir, &idx, 1, NULL, NULL, NULL, &err), KILN_INVAL);
-	kiln_dir_close(dir);
+	cr_assert_eq(kiln_model_file_info(dir, 0, NULL), KILN_INVAL);
+	/* A file out of range is INVAL with the info zeroed. */
+	memset(&fi, 0xAB, sizeof(fi));
+	cr_assert_eq(kiln_model_file_info(dir, 1, &fi), KILN_INVAL);
+	cr_assert_eq(memcmp(&fi, &zero_fi, sizeof(fi)), 0, "file info is zeroed");
+	kiln_model_close(dir);
 	blob_free(&b);
 }
 
@@ -190,6 +221,7 @@ Test(args, error_struct_is_reset_on_success)
 	cr_assert_eq(kiln_validate(b.p, b.len, 0, &err), 0);
 	cr_assert_eq(err.code, 0);
 	cr_assert_eq(err.tensor, KILN_NO_INDEX);
+	cr_assert_eq(err.file, KILN_NO_FILE);
 	cr_assert_eq(err.offset, KILN_NO_OFFSET);
 	blob_free(&b);
 }
@@ -213,51 +245,52 @@ Test(views, lookup_by_name)
 	     .data = f32_2},
 	};
 	blob b = build(t, 4);
-	kiln_dir *dir;
-	cr_assert_eq(kiln_dir_parse(b.p, b.len, NULL, &dir, NULL), 0);
+	kiln_model *dir;
+	cr_assert_eq(kiln_model_parse(b.p, b.len, NULL, &dir, NULL), 0);
 	for (uint32_t i = 0; i < 4; i++) {
-		const kiln_tensor *v = kiln_dir_find(dir, t[i].name, t[i].name_len);
+		const kiln_tensor *v = kiln_model_find(dir, t[i].name, t[i].name_len);
 		cr_assert_not_null(v, "tensor %u not found", i);
 		cr_assert_eq(v->index, i);
+		cr_assert_eq(v->file, 0);
 		cr_assert_eq(v->name_len, t[i].name_len);
 		cr_assert_eq(memcmp(v->name, t[i].name, v->name_len), 0);
 	}
-	cr_assert_eq(kiln_dir_find_cstr(dir, "a")->index, 2); /* stops at the NUL: "a" */
-	cr_assert_null(kiln_dir_find(dir, "a\0c", 3));
-	cr_assert_null(kiln_dir_find(dir, "blk.0.attn_q.weigh", 18));
-	cr_assert_null(kiln_dir_find(dir, "", 0));
-	cr_assert_null(kiln_dir_find_cstr(dir, NULL));
-	cr_assert_eq(kiln_dir_tensor(dir, 1)->rank, 0);
-	cr_assert_eq(kiln_dir_tensor(dir, 1)->count, 1);
-	kiln_dir_close(dir);
+	cr_assert_eq(kiln_model_find_cstr(dir, "a")->index, 2); /* stops at the NUL: "a" */
+	cr_assert_null(kiln_model_find(dir, "a\0c", 3));
+	cr_assert_null(kiln_model_find(dir, "blk.0.attn_q.weigh", 18));
+	cr_assert_null(kiln_model_find(dir, "", 0));
+	cr_assert_null(kiln_model_find_cstr(dir, NULL));
+	cr_assert_eq(kiln_model_tensor(dir, 1)->rank, 0);
+	cr_assert_eq(kiln_model_tensor(dir, 1)->count, 1);
+	kiln_model_close(dir);
 	blob_free(&b);
 }
 
 Test(views, unnamed_directory_has_no_names)
 {
 	blob b = load_golden("kiln-v2-f8-pair");
-	kiln_dir *dir;
-	cr_assert_eq(kiln_dir_parse(b.p, b.len, NULL, &dir, NULL), 0);
-	cr_assert_null(kiln_dir_find_cstr(dir, "a"));
-	const kiln_tensor *v = kiln_dir_tensor(dir, 1);
+	kiln_model *dir;
+	cr_assert_eq(kiln_model_parse(b.p, b.len, NULL, &dir, NULL), 0);
+	cr_assert_null(kiln_model_find_cstr(dir, "a"));
+	const kiln_tensor *v = kiln_model_tensor(dir, 1);
 	cr_assert_null(v->name);
 	cr_assert_eq(v->name_len, 0);
 	cr_assert_null(v->layout);
 	cr_assert_eq(v->quant_axis, KILN_NONE16);
-	cr_assert_eq(v->scale_index, KILN_NONE32);
-	cr_assert_eq(v->outer_index, KILN_NONE32);
+	cr_assert_eq(v->scale_index, KILN_NO_INDEX);
+	cr_assert_eq(v->outer_index, KILN_NO_INDEX);
 	cr_assert_eq(v->byte_offset, 64);
 	cr_assert_eq(v->file_offset, 384);
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 	blob_free(&b);
 }
 
 Test(views, opaque_layout_view)
 {
 	blob b = load_golden("kiln-v2-opaque");
-	kiln_dir *dir;
-	cr_assert_eq(kiln_dir_parse(b.p, b.len, NULL, &dir, NULL), 0);
-	const kiln_tensor *v = kiln_dir_tensor(dir, 0);
+	kiln_model *dir;
+	cr_assert_eq(kiln_model_parse(b.p, b.len, NULL, &dir, NULL), 0);
+	const kiln_tensor *v = kiln_model_tensor(dir, 0);
 	cr_assert_eq(v->dtype, 4096);
 	cr_assert_str_eq(kiln_dtype_name(v->dtype), "opaque");
 	cr_assert_eq(v->layout_len, 4);
@@ -265,7 +298,7 @@ Test(views, opaque_layout_view)
 	cr_assert_eq(v->block_size, 18);
 	cr_assert_eq(v->byte_length, 18);
 	cr_assert_eq(v->shape[0], 32);
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 	blob_free(&b);
 }
 
@@ -274,15 +307,21 @@ Test(views, data_aligned_in_an_aligned_buffer)
 	blob g = load_golden("kiln-v2-scales-outer");
 	uint8_t *buf = aligned_alloc(64, 640);
 	memcpy(buf, g.p, g.len);
-	kiln_dir *dir;
-	cr_assert_eq(kiln_dir_parse(buf, g.len, NULL, &dir, NULL), 0);
-	for (uint32_t i = 0; i < kiln_dir_count(dir); i++)
-		cr_assert_eq((uintptr_t)kiln_dir_tensor(dir, i)->data % 64, 0);
-	kiln_dir_info info;
-	kiln_dir_get_info(dir, &info);
+	kiln_model *dir;
+	cr_assert_eq(kiln_model_parse(buf, g.len, NULL, &dir, NULL), 0);
+	for (uint64_t i = 0; i < kiln_model_count(dir); i++) {
+		cr_assert_eq((uintptr_t)kiln_model_tensor(dir, i)->data % 64, 0);
+		cr_assert_geq(kiln_model_tensor(dir, i)->alignment, 64);
+	}
+	kiln_model_info info;
+	kiln_model_get_info(dir, &info);
 	cr_assert_eq(info.source, KILN_SOURCE_BUFFER);
-	cr_assert_eq(info.base, buf);
-	kiln_dir_close(dir);
+	kiln_file_info fi;
+	cr_assert_eq(kiln_model_file_info(dir, 0, &fi), 0);
+	cr_assert_eq(fi.base, buf);
+	cr_assert_null(fi.path);
+	cr_assert_eq(fi.size, g.len);
+	kiln_model_close(dir);
 	free(buf);
 	blob_free(&g);
 }

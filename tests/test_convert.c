@@ -167,9 +167,9 @@ Test(klnt, one_file_round_trip)
 	cr_assert_eq(count_entries(dir), 1);
 
 	/* The metadata tensor is the last of the file, and the public API returns its text. */
-	kiln_dir *d;
-	cr_assert_eq(kiln_dir_open(out, NULL, &d, &err), 0, "%s", err.message);
-	const kiln_tensor *v = kiln_dir_tensor(d, kiln_dir_count(d) - 1);
+	kiln_model *d;
+	cr_assert_eq(kiln_model_open(out, NULL, &d, &err), 0, "%s", err.message);
+	const kiln_tensor *v = kiln_model_tensor(d, kiln_model_count(d) - 1);
 	cr_assert_eq(v->name_len, strlen(KILN_METADATA_TENSOR));
 	cr_assert_eq(memcmp(v->name, KILN_METADATA_TENSOR, v->name_len), 0);
 	char *json;
@@ -178,7 +178,7 @@ Test(klnt, one_file_round_trip)
 	cr_assert(json_object_equal(doc, m.meta), "%s", json);
 	json_object_put(doc);
 	kiln_free(json);
-	kiln_dir_close(d);
+	kiln_model_close(d);
 
 	const char *paths[] = {out};
 	kc_model_init(&r);
@@ -197,25 +197,26 @@ Test(klnt, one_file_round_trip)
 static void expect_series(char **paths, uint32_t n, const struct kc_model *m)
 {
 	uint32_t seen = 0;
-	kiln_dir **d = calloc(n, sizeof(*d));
+	kiln_model **d = calloc(n, sizeof(*d));
 	for (uint32_t k = 0; k < n; k++) {
 		kiln_error err;
-		cr_assert_eq(kiln_dir_open(paths[k], NULL, &d[k], &err), 0, "%s: %s", paths[k],
+		kiln_open_options one = {.flags = KILN_OPEN_ONE_FILE};
+		cr_assert_eq(kiln_model_open(paths[k], &one, &d[k], &err), 0, "%s: %s", paths[k],
 			     err.message);
-		cr_assert_eq(!!kiln_dir_find_cstr(d[k], KILN_METADATA_TENSOR), k == 0, "%s",
+		cr_assert_eq(!!kiln_model_find_cstr(d[k], KILN_METADATA_TENSOR), k == 0, "%s",
 			     paths[k]);
-		cr_assert_gt(kiln_dir_count(d[k]), 0);
-		seen += kiln_dir_count(d[k]) - (k == 0);
+		cr_assert_gt(kiln_model_count(d[k]), 0);
+		seen += kiln_model_count(d[k]) - (k == 0);
 	}
 	cr_assert_eq(seen, m->n);
 	for (uint32_t i = 0; i < m->n; i++) {
 		int in = 0;
 		for (uint32_t k = 0; k < n; k++)
-			in += !!kiln_dir_find(d[k], m->tensors[i].name, m->tensors[i].name_len);
+			in += !!kiln_model_find(d[k], m->tensors[i].name, m->tensors[i].name_len);
 		cr_assert_eq(in, 1, "%s is in %d shards", m->tensors[i].name, in);
 	}
 	for (uint32_t k = 0; k < n; k++)
-		kiln_dir_close(d[k]);
+		kiln_model_close(d[k]);
 	free(d);
 }
 
@@ -237,14 +238,13 @@ Test(klnt, long_names_force_a_series)
 	cr_assert_eq(count_entries(dir), 4);
 	expect_series(paths, 4, &m);
 	/* the core opens the series as one model from its first shard's name */
-	kiln_set *set;
-	cr_assert_eq(kiln_set_open((const char *const *)paths, 1, NULL, &set, &err), 0, "%s",
-		     err.message);
-	cr_assert_eq(kiln_set_shards(set), 4);
-	cr_assert_eq(kiln_set_count(set), 41); /* and the metadata tensor */
+	kiln_model *set;
+	cr_assert_eq(kiln_model_open(paths[0], NULL, &set, &err), 0, "%s", err.message);
+	cr_assert_eq(kiln_model_files(set), 4);
+	cr_assert_eq(kiln_model_count(set), 41); /* and the metadata tensor */
 	for (uint32_t i = 0; i < m.n; i++)
-		cr_assert(kiln_set_find(set, m.tensors[i].name, m.tensors[i].name_len, NULL));
-	kiln_set_close(set);
+		cr_assert(kiln_model_find(set, m.tensors[i].name, m.tensors[i].name_len));
+	kiln_model_close(set);
 	kc_model_init(&r);
 	cr_assert_eq(kc_klnt_read(&r, (const char *const *)paths, 4, &err), 0, "%s", err.message);
 	expect_same(&m, &r);
@@ -319,20 +319,21 @@ Test(klnt, max_shard_size_splits_and_keeps_quant_groups)
 	/* The payload of every shard but one holding a single big group stays within 300. */
 	int together = 0;
 	for (uint32_t k = 0; k < res.files; k++) {
-		kiln_dir *d;
-		cr_assert_eq(kiln_dir_open(paths[k], NULL, &d, &err), 0);
-		kiln_dir_info info;
-		kiln_dir_get_info(d, &info);
+		kiln_model *d;
+		kiln_open_options one = {.flags = KILN_OPEN_ONE_FILE};
+		cr_assert_eq(kiln_model_open(paths[k], &one, &d, &err), 0);
+		kiln_file_info info;
+		kiln_model_file_info(d, 0, &info);
 		cr_assert_leq(info.payload_bytes, 300 + 64, "%s: %lu", paths[k],
 			      (unsigned long)info.payload_bytes);
-		const kiln_tensor *q = kiln_dir_find_cstr(d, m.tensors[4].name);
+		const kiln_tensor *q = kiln_model_find_cstr(d, m.tensors[4].name);
 		if (q) {
-			const kiln_tensor *s = kiln_dir_tensor(d, q->scale_index);
+			const kiln_tensor *s = kiln_model_tensor(d, q->scale_index);
 			cr_assert_eq(s->name_len, m.tensors[9].name_len);
 			cr_assert_eq(memcmp(s->name, m.tensors[9].name, s->name_len), 0);
 			together = 1;
 		}
-		kiln_dir_close(d);
+		kiln_model_close(d);
 	}
 	cr_assert(together);
 	kc_model_init(&r);
@@ -555,12 +556,12 @@ Test(klnt, read_rejects_bad_metadata_and_unnamed_files)
 	cr_assert_eq(kc_klnt_read(&m, paths, 1, &err), KILN_TYPE);
 	cr_assert(strstr(err.message, path) && strstr(err.message, "JSON"), "%s", err.message);
 	kc_model_free(&m);
-	kiln_dir *d;
-	cr_assert_eq(kiln_dir_parse(b.p, b.len, NULL, &d, &err), 0);
+	kiln_model *d;
+	cr_assert_eq(kiln_model_parse(b.p, b.len, NULL, &d, &err), 0);
 	char *json = (char *)1;
 	cr_assert_eq(kiln_metadata_json(d, &json, &err), KILN_TYPE);
 	cr_assert_null(json);
-	kiln_dir_close(d);
+	kiln_model_close(d);
 	blob_free(&b);
 	unlink(path);
 	free(path);
@@ -586,10 +587,10 @@ Test(klnt, read_rejects_bad_metadata_and_unnamed_files)
 	/* no metadata tensor: NOTFOUND from the API, an empty document when read */
 	b = build(t, 1);
 	path = write_temp(b.p, b.len);
-	cr_assert_eq(kiln_dir_parse(b.p, b.len, NULL, &d, &err), 0);
+	cr_assert_eq(kiln_model_parse(b.p, b.len, NULL, &d, &err), 0);
 	cr_assert_eq(kiln_metadata_json(d, &json, &err), KILN_NOTFOUND);
 	cr_assert_eq(kiln_metadata_json(NULL, &json, &err), KILN_INVAL);
-	kiln_dir_close(d);
+	kiln_model_close(d);
 	kc_model_init(&m);
 	paths[0] = path;
 	cr_assert_eq(kc_klnt_read(&m, paths, 1, &err), 0, "%s", err.message);

@@ -49,13 +49,13 @@ Test(cuda, no_device_is_unsupported_not_a_crash)
 	uint64_t *sizes;
 	uint8_t **data;
 	char *p = model(&sizes, &data);
-	kiln_dir *dir;
-	cr_assert_eq(kiln_dir_open(p, NULL, &dir, NULL), 0);
+	kiln_model *dir;
+	cr_assert_eq(kiln_model_open(p, NULL, &dir, NULL), 0);
 	void *dests[4] = {0};
 	kiln_error err;
 	cr_assert_eq(kiln_cuda_load(dir, NULL, 0, dests, NULL, NULL, &err), KILN_UNSUPPORTED);
 	cr_assert_not_null(strstr(err.message, "no CUDA device"), "%s", err.message);
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 	unlink(p);
 	free(p);
 }
@@ -69,8 +69,8 @@ Test(cuda, pin_hook_failure_carries_the_cuda_error_text)
 	uint64_t *sizes;
 	uint8_t **data;
 	char *p = model(&sizes, &data);
-	kiln_dir *dir;
-	cr_assert_eq(kiln_dir_open(p, NULL, &dir, NULL), 0);
+	kiln_model *dir;
+	cr_assert_eq(kiln_model_open(p, NULL, &dir, NULL), 0);
 	kiln_pin_hooks h;
 	kiln_cuda_pin_hooks(&h);
 	kiln_error err;
@@ -86,7 +86,7 @@ Test(cuda, pin_hook_failure_carries_the_cuda_error_text)
 		 "the pin hook failed for tensor 1: cudaHostRegister(read-only) failed: %s",
 		 cudaGetErrorString(e != cudaSuccess ? e : cudaErrorNoDevice));
 	cr_assert_not_null(strstr(err.message, want), "%s\nwanted: %s", err.message, want);
-	cr_assert_eq(kiln_dir_try_close(dir, &err), 0, "the failed pin left nothing pinned");
+	cr_assert_eq(kiln_model_try_close(dir, &err), 0, "the failed pin left nothing pinned");
 	unlink(p);
 	free(p);
 }
@@ -101,8 +101,8 @@ Test(cuda, load_to_device_matches_the_file)
 		if (src == KILN_SOURCE_BUFFER)
 			continue;
 		kiln_open_options o = {.source = src};
-		kiln_dir *dir;
-		cr_assert_eq(kiln_dir_open(p, &o, &dir, NULL), 0);
+		kiln_model *dir;
+		cr_assert_eq(kiln_model_open(p, &o, &dir, NULL), 0);
 		void *dev[4];
 		for (int i = 0; i < 4; i++)
 			cr_assert_eq(cudaMalloc(&dev[i], sizes[i] + 1), cudaSuccess);
@@ -121,7 +121,7 @@ Test(cuda, load_to_device_matches_the_file)
 			free(back);
 			cudaFree(dev[i]);
 		}
-		kiln_dir_close(dir);
+		kiln_model_close(dir);
 	}
 	unlink(p);
 	free(p);
@@ -133,13 +133,13 @@ Test(cuda, pin_hooks_register_read_only)
 	uint64_t *sizes;
 	uint8_t **data;
 	char *p = model(&sizes, &data);
-	kiln_dir *dir;
-	cr_assert_eq(kiln_dir_open(p, NULL, &dir, NULL), 0);
+	kiln_model *dir;
+	cr_assert_eq(kiln_model_open(p, NULL, &dir, NULL), 0);
 	kiln_pin_hooks h;
 	kiln_cuda_pin_hooks(&h);
 	kiln_error err;
 	cr_assert_eq(kiln_tensor_pin(dir, 1, &h, &err), 0, "%s", err.message);
-	const kiln_tensor *t = kiln_dir_tensor(dir, 1);
+	const kiln_tensor *t = kiln_model_tensor(dir, 1);
 	/* A registered host range can be the source of a device copy. */
 	void *dev;
 	cr_assert_eq(cudaMalloc(&dev, t->byte_length), cudaSuccess);
@@ -150,7 +150,7 @@ Test(cuda, pin_hooks_register_read_only)
 	free(back);
 	cudaFree(dev);
 	cr_assert_eq(kiln_tensor_unpin(dir, 1, &err), 0);
-	cr_assert_eq(kiln_dir_try_close(dir, &err), 0);
+	cr_assert_eq(kiln_model_try_close(dir, &err), 0);
 	unlink(p);
 	free(p);
 }

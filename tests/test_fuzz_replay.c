@@ -136,9 +136,9 @@ static int same_as_buffer(const uint8_t *buf, size_t len)
 			close(fd);
 		}
 		kiln_open_options o = {.source = way == 2 ? KILN_SOURCE_READ : KILN_SOURCE_MMAP};
-		kiln_dir *dir;
-		int frc = kiln_dir_open(path, &o, &dir, &got);
-		kiln_dir_close(dir);
+		kiln_model *dir;
+		int frc = kiln_model_open(path, &o, &dir, &got);
+		kiln_model_close(dir);
 		static const char *const ways[] = {"mapped, warm", "mapped, cold", "read"};
 		cr_assert_eq(frc, rc, "%s (%s): file %s, buffer %s (%s)", current, ways[way],
 			     kiln_code_name(frc), kiln_code_name(rc), rc ? want.message : "");
@@ -148,6 +148,8 @@ static int same_as_buffer(const uint8_t *buf, size_t len)
 			     got.message, want.message);
 		cr_assert_eq(got.offset, want.offset, "%s (%s): %s | %s", current, ways[way],
 			     got.message, want.message);
+		cr_assert_eq(got.file, want.file, "%s (%s): file %u, buffer file %u", current,
+			     ways[way], got.file, want.file);
 		cr_assert((!got.field && !want.field) ||
 			      (got.field && want.field && !strcmp(got.field, want.field)),
 			  "%s (%s): %s | %s", current, ways[way], got.message, want.message);

@@ -1328,13 +1328,13 @@ static void klnt_accepts(const struct kc_model *m)
 	size_t written;
 	cr_assert_eq(kiln_write_memory(s, m->n, buf, (size_t)len, &written, &err), 0, "%s",
 		     err.message);
-	kiln_dir *d;
+	kiln_model *d;
 	kiln_open_options o = {.size = sizeof(o), .flags = KILN_OPEN_VERIFY_PAYLOAD};
-	cr_assert_eq(kiln_dir_parse(buf, written, &o, &d, &err), 0, "%s", err.message);
-	cr_assert_eq(kiln_dir_count(d), m->n);
+	cr_assert_eq(kiln_model_parse(buf, written, &o, &d, &err), 0, "%s", err.message);
+	cr_assert_eq(kiln_model_count(d), m->n);
 	for (uint32_t i = 0; i < m->n; i++) {
 		const struct kc_tensor *t = &m->tensors[i];
-		const kiln_tensor *v = kiln_dir_tensor(d, i);
+		const kiln_tensor *v = kiln_model_tensor(d, i);
 		cr_assert_eq(v->dtype, t->dtype);
 		cr_assert_eq(v->rank, t->rank);
 		cr_assert(memcmp(v->shape, t->shape, sizeof(t->shape)) == 0);
@@ -1344,7 +1344,7 @@ static void klnt_accepts(const struct kc_model *m)
 		cr_assert(memcmp(p, v->data, t->byte_length) == 0, "payload of %s", t->name);
 		free(p);
 	}
-	kiln_dir_close(d);
+	kiln_model_close(d);
 	free(buf);
 	free(s);
 }

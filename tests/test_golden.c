@@ -42,13 +42,13 @@ Test(golden, manifest_verdicts)
 			     err.message, result);
 
 		char *path = write_temp(b.p, b.len);
-		kiln_dir *dir = NULL;
+		kiln_model *dir = NULL;
 		kiln_open_options o = {.flags = KILN_OPEN_VERIFY_PAYLOAD};
-		rc = kiln_dir_open(path, &o, &dir, &err);
+		rc = kiln_model_open(path, &o, &dir, &err);
 		cr_assert_eq(rc, want, "%s (file): got %s (%s)", name, kiln_code_name(rc),
 			     err.message);
 		cr_assert_eq(dir == NULL, want != KILN_OK);
-		kiln_dir_close(dir);
+		kiln_model_close(dir);
 		/* Again from a cold page cache: a cached directory is read in one piece, an evicted
 		 * one through windows with read-ahead hints; the verdict is the same. */
 		int fd = open(path, O_RDONLY);
@@ -56,10 +56,10 @@ Test(golden, manifest_verdicts)
 		cr_assert_eq(fdatasync(fd), 0);
 		cr_assert_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
 		close(fd);
-		rc = kiln_dir_open(path, &o, &dir, &err);
+		rc = kiln_model_open(path, &o, &dir, &err);
 		cr_assert_eq(rc, want, "%s (cold file): got %s (%s)", name, kiln_code_name(rc),
 			     err.message);
-		kiln_dir_close(dir);
+		kiln_model_close(dir);
 		unlink(path);
 		free(path);
 		blob_free(&b);
@@ -177,26 +177,32 @@ Test(golden, writer_refuses_invalid_cases)
 Test(golden, scales_outer_views)
 {
 	blob b = load_golden("kiln-v2-scales-outer");
-	kiln_dir *dir;
+	kiln_model *dir;
 	kiln_error err;
-	cr_assert_eq(kiln_dir_parse(b.p, b.len, NULL, &dir, &err), 0, "%s", err.message);
-	cr_assert_eq(kiln_dir_count(dir), 3);
-	const kiln_tensor *t = kiln_dir_tensor(dir, 0);
+	cr_assert_eq(kiln_model_parse(b.p, b.len, NULL, &dir, &err), 0, "%s", err.message);
+	cr_assert_eq(kiln_model_count(dir), 3);
+	const kiln_tensor *t = kiln_model_tensor(dir, 0);
 	cr_assert_eq(t->dtype, KILN_DT_E2M1);
 	cr_assert_eq(t->count, 16);
 	cr_assert_eq(t->byte_length, 8);
 	cr_assert_eq(t->quant_scheme, 2);
 	cr_assert_eq(t->group_size, 16);
-	cr_assert_eq(kiln_tensor_scale(dir, t), kiln_dir_tensor(dir, 1));
-	cr_assert_eq(kiln_tensor_outer(dir, t), kiln_dir_tensor(dir, 2));
-	cr_assert_null(kiln_tensor_scale(dir, kiln_dir_tensor(dir, 1)));
+	cr_assert_eq(kiln_tensor_scale(dir, t), kiln_model_tensor(dir, 1));
+	cr_assert_eq(kiln_tensor_outer(dir, t), kiln_model_tensor(dir, 2));
+	cr_assert_null(kiln_tensor_scale(dir, kiln_model_tensor(dir, 1)));
+	/* The references are model indices; "none" is KILN_NO_INDEX. */
+	cr_assert_eq(t->scale_index, 1);
+	cr_assert_eq(t->outer_index, 2);
+	cr_assert_eq(kiln_model_tensor(dir, 1)->scale_index, KILN_NO_INDEX);
+	cr_assert_eq(kiln_model_tensor(dir, 1)->outer_index, KILN_NO_INDEX);
+	cr_assert_eq(t->file, 0);
 	cr_assert_eq(memcmp(t->data, e2m1_8, 8), 0);
-	const kiln_tensor *o = kiln_dir_tensor(dir, 2);
+	const kiln_tensor *o = kiln_model_tensor(dir, 2);
 	cr_assert_eq(o->file_offset, 576);
 	cr_assert_eq(o->byte_offset, 128);
 	cr_assert_eq(memcmp(o->data, f32_one, 4), 0);
 	cr_assert_eq((const uint8_t *)o->data - b.p, 576);
-	cr_assert_null(kiln_dir_tensor(dir, 3));
-	kiln_dir_close(dir);
+	cr_assert_null(kiln_model_tensor(dir, 3));
+	kiln_model_close(dir);
 	blob_free(&b);
 }

@@ -67,9 +67,9 @@ static void parse_counted(const char *what, const blob *b, int code, const char 
 	struct counting c = {0};
 	kiln_allocator a = {count_alloc, count_free, &c};
 	kiln_open_options o = {.allocator = &a};
-	kiln_dir *dir;
+	kiln_model *dir;
 	kiln_error err;
-	int rc = kiln_dir_parse(b->p, b->len, &o, &dir, &err);
+	int rc = kiln_model_parse(b->p, b->len, &o, &dir, &err);
 	cr_assert_eq(rc, code, "%s: expected %s, got %s: %s", what, kiln_code_name(code),
 		     kiln_code_name(rc), err.message);
 	if (rc && field)
@@ -81,7 +81,7 @@ static void parse_counted(const char *what, const blob *b, int code, const char 
 		    kiln_code_name(rc), (unsigned long long)n, c.peak, bound);
 	cr_assert_leq(c.peak, bound, "%s: peak %zu bytes for %llu descriptors", what, c.peak,
 		      (unsigned long long)n);
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 	cr_assert_eq(c.live, 0, "%s: %zu bytes leaked", what, c.live);
 }
 
@@ -206,15 +206,15 @@ static double time_parse(const blob *b, int runs, int code, struct arena *a)
 	kiln_open_options o = {.allocator = a ? &al : NULL};
 	double best = 1e9;
 	for (int r = 0; r < runs; r++) {
-		kiln_dir *dir;
+		kiln_model *dir;
 		kiln_error err;
 		if (a)
 			a->used = 0;
 		double t0 = now();
-		int rc = kiln_dir_parse(b->p, b->len, &o, &dir, &err);
+		int rc = kiln_model_parse(b->p, b->len, &o, &dir, &err);
 		double dt = now() - t0;
 		cr_assert_eq(rc, code, "got %s: %s", kiln_code_name(rc), err.message);
-		kiln_dir_close(dir);
+		kiln_model_close(dir);
 		if (dt < best)
 			best = dt;
 	}
@@ -269,10 +269,10 @@ Test(count, sparse_table_of_2p32m1_descriptors_meets_the_allocator)
 	struct counting c = {.cap = 64 * MiB};
 	kiln_allocator a = {count_alloc, count_free, &c};
 	kiln_open_options o = {.allocator = &a};
-	kiln_dir *dir;
+	kiln_model *dir;
 	kiln_error err;
 	double t0 = now();
-	int rc = kiln_dir_open(path, &o, &dir, &err);
+	int rc = kiln_model_open(path, &o, &dir, &err);
 	double dt = now() - t0;
 	cr_assert_eq(rc, KILN_NOMEM, "got %s: %s", kiln_code_name(rc), err.message);
 	cr_assert_null(dir);
@@ -353,11 +353,11 @@ Test(length, opaque_logical_shape_is_not_tied_to_the_bytes)
 			      .data = block};
 	blob b = build(&t, 1);
 	expect_valid(&b);
-	kiln_dir *dir;
-	cr_assert_eq(kiln_dir_parse(b.p, b.len, NULL, &dir, NULL), 0);
-	cr_assert_eq(kiln_dir_tensor(dir, 0)->count, UINT64_MAX);
-	cr_assert_eq(kiln_dir_tensor(dir, 0)->byte_length, 18);
-	kiln_dir_close(dir);
+	kiln_model *dir;
+	cr_assert_eq(kiln_model_parse(b.p, b.len, NULL, &dir, NULL), 0);
+	cr_assert_eq(kiln_model_tensor(dir, 0)->count, UINT64_MAX);
+	cr_assert_eq(kiln_model_tensor(dir, 0)->byte_length, 18);
+	kiln_model_close(dir);
 	blob_free(&b);
 }
 
@@ -372,11 +372,11 @@ Test(length, zero_dimension_after_an_overflowing_prefix_is_count_0)
 		memcpy(t.shape, shapes[s], sizeof(shapes[s]));
 		blob b = build(&t, 1);
 		expect_valid(&b);
-		kiln_dir *dir;
-		cr_assert_eq(kiln_dir_parse(b.p, b.len, NULL, &dir, NULL), 0);
-		cr_assert_eq(kiln_dir_tensor(dir, 0)->count, 0);
-		cr_assert_eq(kiln_dir_tensor(dir, 0)->byte_length, 0);
-		kiln_dir_close(dir);
+		kiln_model *dir;
+		cr_assert_eq(kiln_model_parse(b.p, b.len, NULL, &dir, NULL), 0);
+		cr_assert_eq(kiln_model_tensor(dir, 0)->count, 0);
+		cr_assert_eq(kiln_model_tensor(dir, 0)->byte_length, 0);
+		kiln_model_close(dir);
 		blob_free(&b);
 	}
 	/* the writer refuses the same shape without the zero, as the reader would: LIMIT */
@@ -492,20 +492,20 @@ Test(heap, longest_names_round_trip)
 		kiln_tensor_spec *u = n == 1 ? &t[1] : t;
 		blob b = build(u, (uint32_t)n);
 		expect_valid(&b);
-		kiln_dir *dir;
-		cr_assert_eq(kiln_dir_parse(b.p, b.len, NULL, &dir, NULL), 0);
+		kiln_model *dir;
+		cr_assert_eq(kiln_model_parse(b.p, b.len, NULL, &dir, NULL), 0);
 		for (int i = 0; i < n; i++) {
-			const kiln_tensor *v = kiln_dir_find(dir, u[i].name, u[i].name_len);
+			const kiln_tensor *v = kiln_model_find(dir, u[i].name, u[i].name_len);
 			cr_assert_not_null(v);
-			cr_assert_eq(v->index, (uint32_t)i);
+			cr_assert_eq(v->index, (uint64_t)i);
 			cr_assert_eq(v->name_len, u[i].name_len);
 			/* one byte short and one byte different are other names */
-			cr_assert_null(kiln_dir_find(dir, u[i].name, u[i].name_len - 1));
+			cr_assert_null(kiln_model_find(dir, u[i].name, u[i].name_len - 1));
 		}
-		kiln_dir_info info;
-		kiln_dir_get_info(dir, &info);
+		kiln_file_info info;
+		cr_assert_eq(kiln_model_file_info(dir, 0, &info), 0);
 		cr_assert_eq(info.name_bytes, n == 1 ? 65535 : 131069);
-		kiln_dir_close(dir);
+		kiln_model_close(dir);
 		blob_free(&b);
 	}
 	free(a);
@@ -572,21 +572,21 @@ Test(sparse, one_tib_payload_is_not_read_at_open)
 	cr_assert_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
 	close(fd);
 
-	kiln_dir *dir;
+	kiln_model *dir;
 	kiln_error err;
 	double t0 = now();
-	int rc = kiln_dir_open(path, NULL, &dir, &err);
+	int rc = kiln_model_open(path, NULL, &dir, &err);
 	double dt = now() - t0;
 	cr_assert_eq(rc, 0, "%s", err.message);
 	/* Timed for the record only (speed belongs to benchmarks); mincore below is the proof. */
 	cr_log_info("open of a 1 TiB file: %.3f ms", dt * 1e3);
-	const kiln_tensor *v = kiln_dir_tensor(dir, 0);
+	const kiln_tensor *v = kiln_model_tensor(dir, 0);
 	cr_assert_eq(v->byte_length, len - base);
 
 	/* No payload page is resident. The whole range would need a 256 MiB mincore vector, so
 	 * look where a read-ahead would land (the first and last 64 MiB) and 4 MiB every 64 GiB. */
-	kiln_dir_info info;
-	kiln_dir_get_info(dir, &info);
+	kiln_file_info info;
+	cr_assert_eq(kiln_model_file_info(dir, 0, &info), 0);
 	const uint8_t *m = info.base;
 	cr_assert_eq(resident(m, 0, PAGE), 1, "the directory page was read");
 	size_t hits = resident(m, PAGE, 64 * MiB) + resident(m, len - 64 * MiB, len);
@@ -597,7 +597,7 @@ Test(sparse, one_tib_payload_is_not_read_at_open)
 	(void)*(const volatile uint8_t *)((const uint8_t *)v->data + len / 2);
 	cr_assert_geq(resident(m, len / 2 + base, len / 2 + base + 1), 1);
 
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 	unlink(path);
 	free(path);
 	blob_free(&b);
@@ -646,9 +646,9 @@ static void expect_truncated(const blob *b, size_t cut, uint64_t payload_base)
 	blob s = {b->p, cut};
 	expect_reject(&s, KILN_LIMIT, NONE, field);
 	char *path = write_temp(b->p, cut);
-	kiln_dir *dir;
+	kiln_model *dir;
 	kiln_error err;
-	int rc = kiln_dir_open(path, NULL, &dir, &err);
+	int rc = kiln_model_open(path, NULL, &dir, &err);
 	cr_assert_eq(rc, KILN_LIMIT, "file cut at %zu: %s: %s", cut, kiln_code_name(rc),
 		     err.message);
 	cr_assert_str_eq(err.field, field, "file cut at %zu", cut);
@@ -662,13 +662,13 @@ Test(truncated, at_every_region_boundary)
 	blob b = regions();
 	expect_valid(&b);
 	const uint64_t n = 3, heap = D(n), heap_end = heap + 10, base = (heap_end + 63) / 64 * 64;
-	kiln_dir *dir;
-	cr_assert_eq(kiln_dir_parse(b.p, b.len, NULL, &dir, NULL), 0);
-	kiln_dir_info info;
-	kiln_dir_get_info(dir, &info);
+	kiln_model *dir;
+	cr_assert_eq(kiln_model_parse(b.p, b.len, NULL, &dir, NULL), 0);
+	kiln_file_info info;
+	cr_assert_eq(kiln_model_file_info(dir, 0, &info), 0);
 	cr_assert_eq(info.payload_base, base);
 	cr_assert_eq(info.name_bytes, 10);
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 	size_t cuts[64], k = 0;
 	size_t fixed[] = {0,        1,        4,    8,        63,   64,       65,
 			  D(1) - 1, D(1),     D(2), heap - 1, heap, heap + 1, heap_end - 1,
@@ -750,9 +750,9 @@ Test(paths, symlinks_loops_and_non_directories)
 Test(paths, procfs_file_reports_size_0)
 {
 	/* /proc files are regular with st_size 0 whatever they hold: an empty file, LIMIT. */
-	kiln_dir *dir;
+	kiln_model *dir;
 	kiln_error err;
-	cr_assert_eq(kiln_dir_open("/proc/self/status", NULL, &dir, &err), KILN_LIMIT, "%s",
+	cr_assert_eq(kiln_model_open("/proc/self/status", NULL, &dir, &err), KILN_LIMIT, "%s",
 		     err.message);
 	cr_assert_str_eq(err.field, "length");
 }
@@ -773,18 +773,18 @@ Test(resize, shrunk_between_opens_is_limit)
 {
 	blob b = paged();
 	char *path = write_temp(b.p, b.len);
-	kiln_dir *first, *second;
+	kiln_model *first, *second;
 	kiln_error err;
-	cr_assert_eq(kiln_dir_open(path, NULL, &first, &err), 0, "%s", err.message);
+	cr_assert_eq(kiln_model_open(path, NULL, &first, &err), 0, "%s", err.message);
 	/* Shrink to the directory page: the next open sees the new length and refuses. The first
 	 * directory's index (views, counts, lengths) is its own memory and stays readable. */
 	cr_assert_eq(truncate(path, PAGE), 0);
-	cr_assert_eq(kiln_dir_open(path, NULL, &second, &err), KILN_LIMIT);
+	cr_assert_eq(kiln_model_open(path, NULL, &second, &err), KILN_LIMIT);
 	cr_assert_str_eq(err.field, "payload_bytes");
 	cr_assert_null(second);
-	cr_assert_eq(kiln_dir_count(first), 1);
-	cr_assert_eq(kiln_dir_tensor(first, 0)->byte_length, 16 * PAGE);
-	kiln_dir_close(first);
+	cr_assert_eq(kiln_model_count(first), 1);
+	cr_assert_eq(kiln_model_tensor(first, 0)->byte_length, 16 * PAGE);
+	kiln_model_close(first);
 	unlink(path);
 	free(path);
 	blob_free(&b);
@@ -794,21 +794,21 @@ Test(resize, grown_between_opens_is_frame)
 {
 	blob b = paged();
 	char *path = write_temp(b.p, b.len);
-	kiln_dir *first, *second;
+	kiln_model *first, *second;
 	kiln_error err;
-	cr_assert_eq(kiln_dir_open(path, NULL, &first, &err), 0, "%s", err.message);
+	cr_assert_eq(kiln_model_open(path, NULL, &first, &err), 0, "%s", err.message);
 	int fd = open(path, O_WRONLY | O_APPEND);
 	cr_assert(fd >= 0);
 	cr_assert_eq(write(fd, "more", 4), 4);
 	close(fd);
-	cr_assert_eq(kiln_dir_open(path, NULL, &second, &err), KILN_FRAME);
+	cr_assert_eq(kiln_model_open(path, NULL, &second, &err), KILN_FRAME);
 	cr_assert_str_eq(err.field, "length");
 	/* The first mapping covers the old length; its payload is intact. */
-	const uint8_t *p = kiln_dir_tensor(first, 0)->data;
+	const uint8_t *p = kiln_model_tensor(first, 0)->data;
 	for (size_t i = 0; i < 16 * PAGE; i++)
 		cr_assert_eq(p[i], 0x5A);
-	cr_assert_eq(kiln_dir_verify_payload(first, &err), 0);
-	kiln_dir_close(first);
+	cr_assert_eq(kiln_model_verify(first, &err), 0);
+	kiln_model_close(first);
 	unlink(path);
 	free(path);
 	blob_free(&b);
@@ -828,10 +828,10 @@ Test(resize, truncated_under_a_mapping_raises_sigbus, .signal = SIGBUS)
 {
 	blob b = paged();
 	char *path = write_temp(b.p, b.len);
-	kiln_dir *dir;
+	kiln_model *dir;
 	kiln_error err;
-	cr_assert_eq(kiln_dir_open(path, NULL, &dir, &err), 0, "%s", err.message);
-	const volatile uint8_t *p = kiln_dir_tensor(dir, 0)->data;
+	cr_assert_eq(kiln_model_open(path, NULL, &dir, &err), 0, "%s", err.message);
+	const volatile uint8_t *p = kiln_model_tensor(dir, 0)->data;
 	cr_assert_eq(p[8 * PAGE], 0x5A);
 	cr_assert_eq(truncate(path, PAGE), 0);
 	unlink(path);
@@ -878,14 +878,14 @@ static void collide(const char *what, const char *names, size_t len, uint32_t fu
 	/* Linear is checked by counting, not timing: the keyed hash spreads these names, so
 	 * inserting them visits a small constant number of slots each (a table keyed by `hash`
 	 * would visit i slots for the i-th name, n^2/2 in all). */
-	kiln_dir *dir;
-	cr_assert_eq(kiln_dir_parse(big.p, big.len, NULL, &dir, NULL), 0);
+	kiln_model *dir;
+	cr_assert_eq(kiln_model_parse(big.p, big.len, NULL, &dir, NULL), 0);
 	cr_log_info("%s: %" PRIu64 " slots visited for %u names", what, dir->probes, full);
 	cr_assert_leq(dir->probes, 4 * (uint64_t)full, "%s: %" PRIu64 " probes for %u names", what,
 		      dir->probes, full);
 	for (uint32_t i = 0; i < full; i++)
-		cr_assert_eq(kiln_dir_find(dir, names + i * len, len)->index, i);
-	kiln_dir_close(dir);
+		cr_assert_eq(kiln_model_find(dir, names + i * len, len)->index, (uint64_t)i);
+	kiln_model_close(dir);
 
 	/* The last name made equal to the first: found, as TYPE on the last descriptor. */
 	uint64_t heap = D(full);

@@ -64,31 +64,34 @@ static void drop_file(void)
 TestSuite(load, .init = make_file, .fini = drop_file);
 TestSuite(faults, .init = make_file, .fini = drop_file);
 
-static kiln_dir *open_with(unsigned source, uint32_t flags, uint32_t chunk, uint32_t qd)
+static kiln_model *open_with(unsigned source, uint32_t flags, uint32_t chunk, uint32_t qd)
 {
 	kiln_open_options o = {
 	    .source = source, .flags = flags, .chunk_size = chunk, .queue_depth = qd};
-	kiln_dir *dir;
+	kiln_model *dir;
 	kiln_error err;
-	int rc = kiln_dir_open(path, &o, &dir, &err);
+	int rc = kiln_model_open(path, &o, &dir, &err);
 	cr_assert_eq(rc, 0, "%s: %s: %s", kiln_source_name(source), kiln_code_name(rc),
 		     err.message);
 	return dir;
 }
 
-static void expect_same_bytes(kiln_dir *dir, const char *what)
+static void expect_same_bytes(kiln_model *dir, const char *what)
 {
-	cr_assert_eq(kiln_dir_count(dir), NT);
+	cr_assert_eq(kiln_model_count(dir), NT);
 	for (uint32_t i = 0; i < NT; i++) {
-		const kiln_tensor *t = kiln_dir_tensor(dir, i);
+		const kiln_tensor *t = kiln_model_tensor(dir, i);
 		cr_assert_eq(t->byte_length, sizes[i]);
 		cr_assert_eq((uintptr_t)t->data % 64, 0, "%s: tensor %u not 64-byte aligned", what,
 			     i);
+		cr_assert_geq(t->alignment, 64, "%s: tensor %u says alignment %u", what, i,
+			      t->alignment);
+		cr_assert_eq(t->file, 0);
 		cr_assert_eq(memcmp(t->data, data[i], sizes[i]), 0, "%s: tensor %u differs", what,
 			     i);
 	}
 	kiln_error err;
-	cr_assert_eq(kiln_dir_verify_payload(dir, &err), 0, "%s: %s", what, err.message);
+	cr_assert_eq(kiln_model_verify(dir, &err), 0, "%s: %s", what, err.message);
 }
 
 Test(load, every_source_gives_the_same_bytes)
@@ -108,12 +111,15 @@ Test(load, every_source_gives_the_same_bytes)
 	const uint32_t chunks[] = {0, 65536, 1000};
 	for (size_t m = 0; m < sizeof(modes) / sizeof(modes[0]); m++) {
 		for (size_t c = 0; c < 3; c++) {
-			kiln_dir *dir = open_with(modes[m].source, modes[m].flags, chunks[c], 4);
-			kiln_dir_info info;
-			kiln_dir_get_info(dir, &info);
+			kiln_model *dir = open_with(modes[m].source, modes[m].flags, chunks[c], 4);
+			kiln_model_info info;
+			kiln_model_get_info(dir, &info);
+			kiln_file_info fi;
+			cr_assert_eq(kiln_model_file_info(dir, 0, &fi), 0);
 			cr_assert_eq(info.source, modes[m].source);
+			cr_assert_eq(fi.source, modes[m].source);
 			if (modes[m].source != KILN_SOURCE_MMAP)
-				cr_assert_eq((uintptr_t)info.base % 4096, 0,
+				cr_assert_eq((uintptr_t)fi.base % 4096, 0,
 					     "owned memory is page aligned");
 			if (modes[m].flags & KILN_OPEN_DIRECT) {
 				/* ext4 (the build tree) supports O_DIRECT: it must really be used.
@@ -123,7 +129,7 @@ Test(load, every_source_gives_the_same_bytes)
 				cr_assert_gt(info.dio_align, 0);
 			}
 			expect_same_bytes(dir, modes[m].name);
-			kiln_dir_close(dir);
+			kiln_model_close(dir);
 		}
 	}
 }
@@ -144,15 +150,15 @@ Test(load, golden_cases_through_every_source)
 						       .flags =
 							   KILN_OPEN_VERIFY_PAYLOAD |
 							   (direct && src ? KILN_OPEN_DIRECT : 0)};
-				kiln_dir *dir;
+				kiln_model *dir;
 				kiln_error err;
-				cr_assert_eq(kiln_dir_open(p, &o, &dir, &err), 0, "%s %s: %s",
+				cr_assert_eq(kiln_model_open(p, &o, &dir, &err), 0, "%s %s: %s",
 					     cases[c], kiln_source_name(src), err.message);
-				kiln_dir_info info;
-				kiln_dir_get_info(dir, &info);
+				kiln_file_info info;
+				cr_assert_eq(kiln_model_file_info(dir, 0, &info), 0);
 				cr_assert_eq(memcmp(info.base, b.p, b.len), 0, "%s via %s",
 					     cases[c], kiln_source_name(src));
-				kiln_dir_close(dir);
+				kiln_model_close(dir);
 			}
 		}
 		unlink(p);
@@ -175,26 +181,26 @@ Test(load, into_a_reused_caller_buffer)
 					       .buffer = buf,
 					       .buffer_size = cap,
 					       .flags = round ? KILN_OPEN_DIRECT : 0};
-			kiln_dir *dir;
+			kiln_model *dir;
 			kiln_error err;
-			cr_assert_eq(kiln_dir_open(path, &o, &dir, &err), 0, "%s", err.message);
-			kiln_dir_info info;
-			kiln_dir_get_info(dir, &info);
+			cr_assert_eq(kiln_model_open(path, &o, &dir, &err), 0, "%s", err.message);
+			kiln_file_info info;
+			cr_assert_eq(kiln_model_file_info(dir, 0, &info), 0);
 			cr_assert_eq(info.base, buf);
 			expect_same_bytes(dir, "caller buffer");
-			kiln_dir_close(dir); /* must not free buf */
+			kiln_model_close(dir); /* must not free buf */
 		}
 	}
 	kiln_open_options o = {.source = KILN_SOURCE_READ, .buffer = buf + 8, .buffer_size = cap};
-	kiln_dir *dir;
+	kiln_model *dir;
 	kiln_error err;
-	cr_assert_eq(kiln_dir_open(path, &o, &dir, &err), KILN_INVAL, "not 64-byte aligned");
+	cr_assert_eq(kiln_model_open(path, &o, &dir, &err), KILN_INVAL, "not 64-byte aligned");
 	o = (kiln_open_options){
 	    .source = KILN_SOURCE_URING, .buffer = buf, .buffer_size = (size_t)st.st_size - 1};
-	cr_assert_eq(kiln_dir_open(path, &o, &dir, &err), KILN_INVAL, "too small");
+	cr_assert_eq(kiln_model_open(path, &o, &dir, &err), KILN_INVAL, "too small");
 	cr_assert_str_eq(err.field, "buffer");
 	o = (kiln_open_options){.buffer = buf, .buffer_size = cap};
-	cr_assert_eq(kiln_dir_open(path, &o, &dir, &err), KILN_INVAL, "mmap has no load buffer");
+	cr_assert_eq(kiln_model_open(path, &o, &dir, &err), KILN_INVAL, "mmap has no load buffer");
 	free(buf);
 }
 
@@ -205,9 +211,9 @@ Test(load, rejected_file_reads_no_payload)
 	char *p = write_temp(b.p, b.len);
 	for (unsigned src = KILN_SOURCE_READ; src <= KILN_SOURCE_URING; src++) {
 		kiln_open_options o = {.source = src};
-		kiln_dir *dir;
+		kiln_model *dir;
 		kiln_error err;
-		cr_assert_eq(kiln_dir_open(p, &o, &dir, &err), KILN_TYPE);
+		cr_assert_eq(kiln_model_open(p, &o, &dir, &err), KILN_TYPE);
 		cr_assert_null(dir);
 	}
 	unlink(p);
@@ -222,7 +228,7 @@ Test(load, copies_from_every_source)
 	for (unsigned src = 0; src <= 3; src++) {
 		if (src == KILN_SOURCE_BUFFER)
 			continue;
-		kiln_dir *dir = open_with(src, 0, 0, 0);
+		kiln_model *dir = open_with(src, 0, 0, 0);
 		for (uint32_t i = 0; i < NT; i++) {
 			uint8_t *buf = malloc(sizes[i] + 1);
 			kiln_error err;
@@ -244,7 +250,7 @@ Test(load, copies_from_every_source)
 		cr_assert_eq(kiln_tensor_dup(dir, 0, 100, &d, &err), KILN_INVAL);
 		cr_assert_eq(kiln_tensor_dup(dir, 0, 32, &d, &err), KILN_INVAL);
 		cr_assert_eq(kiln_tensor_dup(dir, NT, 64, &d, &err), KILN_INVAL);
-		kiln_dir_close(dir);
+		kiln_model_close(dir);
 	}
 }
 
@@ -270,15 +276,15 @@ static const char *map_perms(const void *p)
  * to the file (copy) keep the file's bytes. */
 Test(load, private_mapping_takes_writes_without_changing_the_file)
 {
-	kiln_dir *dir = open_with(KILN_SOURCE_MMAP, KILN_OPEN_PRIVATE, 0, 0);
-	kiln_dir *other = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
-	const kiln_tensor *t = kiln_dir_tensor(dir, 4); /* several MiB: many pages */
+	kiln_model *dir = open_with(KILN_SOURCE_MMAP, KILN_OPEN_PRIVATE, 0, 0);
+	kiln_model *other = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
+	const kiln_tensor *t = kiln_model_tensor(dir, 4); /* several MiB: many pages */
 	uint8_t *w = (uint8_t *)t->data;
 	for (uint64_t k = 0; k < t->byte_length; k += 1000)
 		w[k] = (uint8_t)~data[4][k];
 	for (uint64_t k = 0; k < t->byte_length; k += 1000)
 		cr_assert_eq(w[k], (uint8_t)~data[4][k], "the write is visible to the writer");
-	cr_assert_eq(memcmp(kiln_dir_tensor(other, 4)->data, data[4], sizes[4]), 0,
+	cr_assert_eq(memcmp(kiln_model_tensor(other, 4)->data, data[4], sizes[4]), 0,
 		     "another directory of the same file sees the file's bytes");
 	uint8_t *buf = malloc(sizes[4]);
 	kiln_error err;
@@ -289,33 +295,33 @@ Test(load, private_mapping_takes_writes_without_changing_the_file)
 	cr_assert_eq(pread(fd, buf, sizes[4], (off_t)t->file_offset), (ssize_t)sizes[4]);
 	cr_assert_eq(memcmp(buf, data[4], sizes[4]), 0, "the file is unchanged");
 	close(fd);
-	cr_assert_eq(kiln_dir_verify_payload(dir, &err), 0, "%s", err.message);
-	kiln_dir_close(dir);
+	cr_assert_eq(kiln_model_verify(dir, &err), 0, "%s", err.message);
+	kiln_model_close(dir);
 	/* Reopened privately: the writes died with the mapping. */
 	dir = open_with(KILN_SOURCE_MMAP, KILN_OPEN_PRIVATE, 0, 0);
 	expect_same_bytes(dir, "mmap+private");
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 	free(buf);
 
 	/* The mappings as the kernel has them: copy-on-write private, and read-only shared
 	 * without the flag (where the same write is SIGSEGV). */
-	cr_assert_str_eq(map_perms(kiln_dir_tensor(other, 4)->data), "r--s");
+	cr_assert_str_eq(map_perms(kiln_model_tensor(other, 4)->data), "r--s");
 	dir = open_with(KILN_SOURCE_MMAP, KILN_OPEN_PRIVATE, 0, 0);
-	cr_assert_str_eq(map_perms(kiln_dir_tensor(dir, 4)->data), "rw-p");
-	kiln_dir_close(dir);
-	kiln_dir_close(other);
+	cr_assert_str_eq(map_perms(kiln_model_tensor(dir, 4)->data), "rw-p");
+	kiln_model_close(dir);
+	kiln_model_close(other);
 }
 
 /* READ/URING memory is private already: the flag is accepted and writes stay in the block. */
 Test(load, private_flag_with_owned_memory)
 {
 	for (unsigned src = KILN_SOURCE_READ; src <= KILN_SOURCE_URING; src++) {
-		kiln_dir *dir = open_with(src, KILN_OPEN_PRIVATE, 0, 0);
+		kiln_model *dir = open_with(src, KILN_OPEN_PRIVATE, 0, 0);
 		expect_same_bytes(dir, kiln_source_name(src));
-		uint8_t *w = (uint8_t *)kiln_dir_tensor(dir, 2)->data;
+		uint8_t *w = (uint8_t *)kiln_model_tensor(dir, 2)->data;
 		w[0] = (uint8_t)~data[2][0];
 		cr_assert_eq(w[0], (uint8_t)~data[2][0]);
-		kiln_dir_close(dir);
+		kiln_model_close(dir);
 	}
 }
 
@@ -323,9 +329,9 @@ Test(load, private_flag_with_owned_memory)
 Test(load, private_flag_refusals)
 {
 	kiln_open_options o = {.flags = KILN_OPEN_PRIVATE | KILN_OPEN_LOCK};
-	kiln_dir *dir;
+	kiln_model *dir;
 	kiln_error err;
-	cr_assert_eq(kiln_dir_open(path, &o, &dir, &err), KILN_INVAL);
+	cr_assert_eq(kiln_model_open(path, &o, &dir, &err), KILN_INVAL);
 	cr_assert_str_eq(err.field, "flags");
 	cr_assert(strstr(err.message, "copy every page"), "%s", err.message);
 	cr_assert_null(dir);
@@ -336,28 +342,30 @@ Test(load, private_flag_refusals)
 	cr_assert(b.len <= sizeof(buf));
 	memcpy(buf, b.p, b.len);
 	o.flags = KILN_OPEN_PRIVATE;
-	cr_assert_eq(kiln_dir_parse(buf, b.len, &o, &dir, &err), KILN_INVAL);
+	cr_assert_eq(kiln_model_parse(buf, b.len, &o, &dir, &err), KILN_INVAL);
 	cr_assert_str_eq(err.field, "flags");
 	cr_assert(strstr(err.message, "mapped files"), "%s", err.message);
 	cr_assert_null(dir);
 	o.flags = 0;
-	cr_assert_eq(kiln_dir_parse(buf, b.len, &o, &dir, &err), 0, "%s", err.message);
-	kiln_dir_close(dir);
+	cr_assert_eq(kiln_model_parse(buf, b.len, &o, &dir, &err), 0, "%s", err.message);
+	kiln_model_close(dir);
 	blob_free(&b);
 }
 
 Test(load, copy_after_truncation_is_an_error_not_a_crash)
 {
-	kiln_dir *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
-	kiln_dir_info info;
-	kiln_dir_get_info(dir, &info);
+	kiln_model *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
+	kiln_file_info info;
+	cr_assert_eq(kiln_model_file_info(dir, 0, &info), 0);
 	/* Someone truncates the file under the mapping. */
 	cr_assert_eq(truncate(path, (off_t)info.payload_base), 0);
-	const kiln_tensor *big = kiln_dir_find_cstr(dir, "t4");
+	const kiln_tensor *big = kiln_model_find_cstr(dir, "t4");
 	uint8_t *buf = malloc(big->byte_length);
 	kiln_error err;
 	cr_assert_eq(kiln_tensor_copy(dir, big->index, buf, big->byte_length, &err), KILN_IO);
 	cr_assert_eq(err.sys_errno, EIO);
+	cr_assert_eq(err.tensor, big->index);
+	cr_assert_eq(err.file, 0);
 	cr_assert_not_null(strstr(err.message, "ended"), "%s", err.message);
 	void *d = (void *)1;
 	cr_assert_eq(kiln_tensor_dup(dir, big->index, 64, &d, &err), KILN_IO);
@@ -369,7 +377,7 @@ Test(load, copy_after_truncation_is_an_error_not_a_crash)
 	for (int i = 0; i < NT; i++)
 		free(dests[i]);
 	free(buf);
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 }
 
 /* --- streaming ------------------------------------------------------------------------------- */
@@ -386,7 +394,7 @@ struct landing {
 static int on_chunk(void *ctx, const kiln_chunk *c)
 {
 	struct landing *l = ctx;
-	if (c->tensor >= NT || c->offset + c->length > sizes[c->tensor])
+	if (c->tensor >= NT || c->file != 0 || c->offset + c->length > sizes[c->tensor])
 		l->bad = 1;
 	else if (l->device[c->tensor])
 		memcpy(l->device[c->tensor] + c->offset, c->data, c->length);
@@ -425,7 +433,7 @@ Test(load, stream_into_destinations)
 			continue;
 		for (unsigned engine = KILN_ENGINE_AUTO; engine <= KILN_ENGINE_PREAD; engine++) {
 			for (int direct = 0; direct < 2; direct++) {
-				kiln_dir *dir = open_with(src, 0, 0, 0);
+				kiln_model *dir = open_with(src, 0, 0, 0);
 				void *dests[NT];
 				uint8_t *raw[NT];
 				for (int i = 0; i < NT; i++) {
@@ -462,7 +470,7 @@ Test(load, stream_into_destinations)
 				cr_assert_eq(res.engine, want, "%s, engine %u, direct %d",
 					     kiln_source_name(src), engine, direct);
 				cr_assert_eq(res.direct, (uint32_t)(direct && !from_memory));
-				kiln_dir_close(dir);
+				kiln_model_close(dir);
 			}
 		}
 	}
@@ -470,14 +478,14 @@ Test(load, stream_into_destinations)
 
 Test(load, stream_a_subset_through_a_staging_ring)
 {
-	kiln_dir *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
+	kiln_model *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
 	enum { NB = 3, BS = 256 * 1024 };
 	void *ring[NB];
 	for (int i = 0; i < NB; i++)
 		ring[i] = aligned_alloc(4096, BS); /* as pinned host memory would be */
 	for (int direct = 0; direct < 2; direct++) {
 		struct landing l = {0};
-		const uint32_t pick[] = {4, 2, 0};
+		const uint64_t pick[] = {4, 2, 0};
 		for (int k = 0; k < 3; k++)
 			l.device[pick[k]] = calloc(1, sizes[pick[k]] + 1);
 		kiln_stream_options o = {.staging = ring,
@@ -491,8 +499,9 @@ Test(load, stream_a_subset_through_a_staging_ring)
 		kiln_error err;
 		cr_assert_eq(kiln_stream(dir, pick, 3, NULL, &o, &res, &err), 0, "%s", err.message);
 		for (int k = 0; k < 3; k++) {
-			uint32_t i = pick[k];
-			cr_assert_eq(memcmp(l.device[i], data[i], sizes[i]), 0, "tensor %u", i);
+			uint64_t i = pick[k];
+			cr_assert_eq(memcmp(l.device[i], data[i], sizes[i]), 0, "tensor %u",
+				     (unsigned)i);
 			free(l.device[i]);
 		}
 		cr_assert_eq(l.seen[1], 0);
@@ -503,12 +512,12 @@ Test(load, stream_a_subset_through_a_staging_ring)
 	}
 	for (int i = 0; i < NB; i++)
 		free(ring[i]);
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 }
 
 Test(load, stream_cancel_stops_cleanly)
 {
-	kiln_dir *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
+	kiln_model *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
 	void *dests[NT];
 	for (int i = 0; i < NT; i++)
 		dests[i] = malloc(sizes[i] + 1);
@@ -520,14 +529,14 @@ Test(load, stream_cancel_stops_cleanly)
 	cr_assert_eq(l.chunks, 5, "no callback after the one that said stop");
 	for (int i = 0; i < NT; i++)
 		free(dests[i]);
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 }
 
 Test(load, stream_from_a_borrowed_buffer)
 {
 	blob b = build(spec, NT);
-	kiln_dir *dir;
-	cr_assert_eq(kiln_dir_parse(b.p, b.len, NULL, &dir, NULL), 0);
+	kiln_model *dir;
+	cr_assert_eq(kiln_model_parse(b.p, b.len, NULL, &dir, NULL), 0);
 	void *dests[NT];
 	for (int i = 0; i < NT; i++)
 		dests[i] = malloc(sizes[i] + 1);
@@ -537,23 +546,26 @@ Test(load, stream_from_a_borrowed_buffer)
 		cr_assert_eq(memcmp(dests[i], data[i], sizes[i]), 0);
 		free(dests[i]);
 	}
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 	blob_free(&b);
 }
 
 Test(load, stream_argument_errors)
 {
-	kiln_dir *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
+	kiln_model *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
 	kiln_error err;
 	cr_assert_eq(kiln_stream(dir, NULL, 0, NULL, NULL, NULL, &err), KILN_INVAL);
-	uint32_t bad = NT;
+	uint64_t bad = NT;
 	void *d = malloc(8);
 	cr_assert_eq(kiln_stream(dir, &bad, 1, &d, NULL, NULL, &err), KILN_INVAL);
+	cr_assert_eq(err.tensor, NT, "the error names the bad index");
+	bad = (uint64_t)1 << 32; /* not cut to 32 bits (to index 0) */
+	cr_assert_eq(kiln_stream(dir, &bad, 1, &d, NULL, NULL, &err), KILN_INVAL);
 	kiln_stream_options o = {.engine = 9};
-	uint32_t zero = 0;
+	uint64_t zero = 0;
 	cr_assert_eq(kiln_stream(dir, &zero, 1, &d, &o, NULL, &err), KILN_INVAL);
 	free(d);
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 }
 
 /* --- hints ----------------------------------------------------------------------------------- */
@@ -576,12 +588,12 @@ Test(load, willneed_and_pageout_hints)
 	int fd = open(path, O_RDONLY);
 	cr_assert_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
 	close(fd);
-	kiln_dir *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
-	const kiln_tensor *big = kiln_dir_find_cstr(dir, "t4");
+	kiln_model *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
+	const kiln_tensor *big = kiln_model_find_cstr(dir, "t4");
 	uintptr_t first = (uintptr_t)big->data / 4096;
 	size_t pages = ((uintptr_t)big->data + big->byte_length + 4095) / 4096 - first;
 	cr_assert_lt(resident_pages(big->data, big->byte_length), pages / 2, "evicted first");
-	uint32_t idx = big->index;
+	uint64_t idx = big->index;
 	kiln_error err;
 	cr_assert_eq(kiln_tensor_hint(dir, &idx, 1, KILN_HINT_WILLNEED, &err), 0, "%s",
 		     err.message);
@@ -594,13 +606,15 @@ Test(load, willneed_and_pageout_hints)
 	cr_assert_eq(kiln_tensor_hint(dir, &idx, 1, KILN_HINT_DONTNEED, &err), 0);
 	cr_assert_eq(kiln_tensor_hint(dir, &idx, 1, KILN_HINT_COLD, &err), 0);
 	cr_assert_eq(kiln_tensor_hint(dir, &idx, 1, 17, &err), KILN_INVAL);
-	uint32_t bad = NT;
+	uint64_t bad = NT;
 	cr_assert_eq(kiln_tensor_hint(dir, &bad, 1, KILN_HINT_WILLNEED, &err), KILN_INVAL);
-	kiln_dir_close(dir);
+	bad = (uint64_t)1 << 32 | big->index; /* not cut to 32 bits */
+	cr_assert_eq(kiln_tensor_hint(dir, &bad, 1, KILN_HINT_WILLNEED, &err), KILN_INVAL);
+	kiln_model_close(dir);
 
 	dir = open_with(KILN_SOURCE_READ, 0, 0, 0);
 	cr_assert_eq(kiln_tensor_hint(dir, &idx, 1, KILN_HINT_WILLNEED, &err), KILN_UNSUPPORTED);
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 }
 
 /* --- pinning --------------------------------------------------------------------------------- */
@@ -668,12 +682,12 @@ static long locked_kib(const void *p)
  * (mlock does not count: the first munlock of a page unlocks it for every pin). */
 Test(load, failed_pin_keeps_shared_pages_locked)
 {
-	kiln_dir *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
+	kiln_model *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
 	struct pins s = {0};
 	kiln_pin_hooks h = {pin_hook, unpin_hook, &s};
 	kiln_error err;
 	/* Tensors 0 and 2 start in the same page. */
-	const kiln_tensor *t0 = kiln_dir_tensor(dir, 0), *t2 = kiln_dir_tensor(dir, 2);
+	const kiln_tensor *t0 = kiln_model_tensor(dir, 0), *t2 = kiln_model_tensor(dir, 2);
 	cr_assert_eq((uintptr_t)t0->data / 4096, (uintptr_t)t2->data / 4096);
 	cr_assert_eq(kiln_tensor_pin(dir, 0, &h, &err), 0, "%s", err.message);
 	long before = locked_kib(t0->data);
@@ -685,7 +699,7 @@ Test(load, failed_pin_keeps_shared_pages_locked)
 	cr_assert_eq(locked_kib(t0->data), before, "the failed pin unlocked tensor 0's page");
 	cr_assert_eq(kiln_tensor_unpin(dir, 0, &err), 0);
 	cr_assert_eq(locked_kib(t0->data), 0);
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 }
 
 Test(load, pin_unpin_and_close)
@@ -693,7 +707,7 @@ Test(load, pin_unpin_and_close)
 	for (unsigned src = 0; src <= 3; src++) {
 		if (src == KILN_SOURCE_BUFFER)
 			continue;
-		kiln_dir *dir = open_with(src, 0, 0, 0);
+		kiln_model *dir = open_with(src, 0, 0, 0);
 		struct pins s = {0};
 		kiln_pin_hooks h = {pin_hook, unpin_hook, &s};
 		kiln_error err;
@@ -701,10 +715,10 @@ Test(load, pin_unpin_and_close)
 		cr_assert_eq(kiln_tensor_pin(dir, 2, &h, &err), 0); /* nested */
 		cr_assert_eq(kiln_tensor_pin(dir, 3, &h, &err), 0);
 		cr_assert_eq(s.pinned, 2, "a nested pin does not register twice");
-		kiln_dir_info info;
-		kiln_dir_get_info(dir, &info);
+		kiln_model_info info;
+		kiln_model_get_info(dir, &info);
 		cr_assert_eq(info.pinned, 3);
-		cr_assert_eq(kiln_dir_try_close(dir, &err), KILN_BUSY);
+		cr_assert_eq(kiln_model_try_close(dir, &err), KILN_BUSY);
 		cr_assert_not_null(strstr(err.message, "3 pinned"), "%s", err.message);
 		cr_assert_eq(kiln_tensor_unpin(dir, 2, &err), 0);
 		cr_assert_eq(s.unpinned, 0);
@@ -712,7 +726,7 @@ Test(load, pin_unpin_and_close)
 		cr_assert_eq(s.unpinned, 1);
 		cr_assert_eq(kiln_tensor_unpin(dir, 2, &err), KILN_INVAL);
 		/* tensor 3 stays pinned: close unpins it through the hook */
-		kiln_dir_close(dir);
+		kiln_model_close(dir);
 		cr_assert_eq(s.unpinned, 2);
 
 		dir = open_with(src, 0, 0, 0);
@@ -729,14 +743,14 @@ Test(load, pin_unpin_and_close)
 		cr_assert_eq(err.sys_errno, 0, "no errno unless the hook gives one");
 		cr_assert_str_eq(err.message, "the pin hook failed for tensor 4: it returned 7");
 		cr_assert_eq(kiln_tensor_pin(dir, 4, &h, NULL), KILN_IO, "err may be NULL");
-		cr_assert_eq(kiln_dir_try_close(dir, &err), 0,
+		cr_assert_eq(kiln_model_try_close(dir, &err), 0,
 			     "a failed pin leaves nothing pinned");
 	}
 	blob b = build(spec, NT);
-	kiln_dir *dir;
-	cr_assert_eq(kiln_dir_parse(b.p, b.len, NULL, &dir, NULL), 0);
+	kiln_model *dir;
+	cr_assert_eq(kiln_model_parse(b.p, b.len, NULL, &dir, NULL), 0);
 	cr_assert_eq(kiln_tensor_pin(dir, 0, NULL, NULL), KILN_UNSUPPORTED);
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 	blob_free(&b);
 }
 
@@ -782,9 +796,9 @@ Test(faults, short_reads_are_completed)
 		kiln__sys.pread = fake_pread;
 		kiln__sys.uring_result = fake_result;
 		short_max = 1000;
-		kiln_dir *dir = open_with(src, 0, 65536, 4);
+		kiln_model *dir = open_with(src, 0, 65536, 4);
 		expect_same_bytes(dir, kiln_source_name(src));
-		kiln_dir_close(dir);
+		kiln_model_close(dir);
 		cr_assert_gt(calls, 3000, "3 MiB in reads of at most 1000 bytes");
 	}
 	reset_faults();
@@ -813,12 +827,12 @@ Test(faults, eintr_and_eagain_are_retried)
 		reset_faults();
 		kiln__sys.pread = pread_interrupted;
 		kiln__sys.uring_result = interrupt_every_other;
-		kiln_dir *dir = open_with(src, 0, 65536, 4);
+		kiln_model *dir = open_with(src, 0, 65536, 4);
 		expect_same_bytes(dir, kiln_source_name(src));
-		kiln_dir_close(dir);
+		kiln_model_close(dir);
 	}
 	reset_faults();
-	kiln_dir *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
+	kiln_model *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
 	kiln__sys.uring_result = interrupt_every_other;
 	void *dests[NT];
 	for (int i = 0; i < NT; i++)
@@ -833,7 +847,7 @@ Test(faults, eintr_and_eagain_are_retried)
 		free(dests[i]);
 	}
 	reset_faults();
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 }
 
 Test(faults, eio_on_the_third_chunk)
@@ -846,16 +860,16 @@ Test(faults, eio_on_the_third_chunk)
 		fail_errno = EIO;
 		fail_at = src == KILN_SOURCE_READ ? 2 + 3 : 3;
 		kiln_open_options o = {.source = src, .chunk_size = 65536, .queue_depth = 4};
-		kiln_dir *dir = (kiln_dir *)1;
+		kiln_model *dir = (kiln_model *)1;
 		kiln_error err;
-		cr_assert_eq(kiln_dir_open(path, &o, &dir, &err), KILN_IO, "%s",
+		cr_assert_eq(kiln_model_open(path, &o, &dir, &err), KILN_IO, "%s",
 			     kiln_source_name(src));
 		cr_assert_eq(err.sys_errno, EIO);
 		cr_assert_null(dir, "nothing is left half-open");
 	}
 	/* And in a stream, with chunks in flight: all are reaped before it returns. */
 	reset_faults();
-	kiln_dir *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
+	kiln_model *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
 	kiln__sys.uring_result = fake_result;
 	fail_at = 3;
 	fail_errno = EIO;
@@ -875,7 +889,7 @@ Test(faults, eio_on_the_third_chunk)
 	for (int i = 0; i < NT; i++)
 		free(dests[i]);
 	reset_faults();
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 }
 
 static int refuse_direct(const char *p, int flags)
@@ -899,24 +913,24 @@ Test(faults, odirect_refused_falls_back)
 	for (unsigned src = KILN_SOURCE_READ; src <= KILN_SOURCE_URING; src++) {
 		reset_faults();
 		kiln__sys.open = refuse_direct;
-		kiln_dir *dir = open_with(src, KILN_OPEN_DIRECT, 0, 0);
-		kiln_dir_info info;
-		kiln_dir_get_info(dir, &info);
+		kiln_model *dir = open_with(src, KILN_OPEN_DIRECT, 0, 0);
+		kiln_model_info info;
+		kiln_model_get_info(dir, &info);
 		cr_assert_eq(info.direct, 0);
 		cr_assert_eq(info.direct_fallback, EINVAL, "the fallback is reported");
 		expect_same_bytes(dir, kiln_source_name(src));
-		kiln_dir_close(dir);
+		kiln_model_close(dir);
 	}
 	/* Refused at the first read instead of at open (some file systems do that). */
 	reset_faults();
 	kiln__sys.uring_result = refuse_direct_reads;
-	kiln_dir *dir = open_with(KILN_SOURCE_URING, KILN_OPEN_DIRECT, 65536, 4);
-	kiln_dir_info info;
-	kiln_dir_get_info(dir, &info);
+	kiln_model *dir = open_with(KILN_SOURCE_URING, KILN_OPEN_DIRECT, 65536, 4);
+	kiln_model_info info;
+	kiln_model_get_info(dir, &info);
 	cr_assert_eq(info.direct, 0);
 	cr_assert_eq(info.direct_fallback, EINVAL);
 	expect_same_bytes(dir, "uring, direct refused mid-way");
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 	reset_faults();
 }
 
@@ -936,15 +950,15 @@ Test(faults, io_uring_unavailable_falls_back_to_pread)
 		reset_faults();
 		no_uring_errno = errs[k];
 		kiln__sys.uring_init = no_uring;
-		kiln_dir *dir = open_with(KILN_SOURCE_URING, 0, 0, 0);
-		kiln_dir_info info;
-		kiln_dir_get_info(dir, &info);
+		kiln_model *dir = open_with(KILN_SOURCE_URING, 0, 0, 0);
+		kiln_model_info info;
+		kiln_model_get_info(dir, &info);
 		cr_assert_eq(info.uring_fallback, errs[k]);
 		expect_same_bytes(dir, "uring unavailable");
 		void *dests[NT];
 		for (int i = 0; i < NT; i++)
 			dests[i] = malloc(sizes[i] + 1);
-		kiln_dir_close(dir);
+		kiln_model_close(dir);
 		/* A stream reads the file only for a mapped directory (the others copy). */
 		dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
 		kiln_stream_result res;
@@ -956,7 +970,7 @@ Test(faults, io_uring_unavailable_falls_back_to_pread)
 			cr_assert_eq(memcmp(dests[i], data[i], sizes[i]), 0);
 			free(dests[i]);
 		}
-		kiln_dir_close(dir);
+		kiln_model_close(dir);
 	}
 	reset_faults();
 }
@@ -974,24 +988,24 @@ Test(faults, mlock_refused_says_the_limit)
 	reset_faults();
 	kiln__sys.mlock = refuse_mlock;
 	kiln_open_options o = {.flags = KILN_OPEN_LOCK};
-	kiln_dir *dir = (kiln_dir *)1;
+	kiln_model *dir = (kiln_model *)1;
 	kiln_error err;
-	cr_assert_eq(kiln_dir_open(path, &o, &dir, &err), KILN_IO);
+	cr_assert_eq(kiln_model_open(path, &o, &dir, &err), KILN_IO);
 	cr_assert_eq(err.sys_errno, ENOMEM);
 	cr_assert_not_null(strstr(err.message, "RLIMIT_MEMLOCK"), "%s", err.message);
 	cr_assert_null(dir);
 	dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
 	cr_assert_eq(kiln_tensor_pin(dir, 4, NULL, &err), KILN_IO);
 	cr_assert_not_null(strstr(err.message, "RLIMIT_MEMLOCK"), "%s", err.message);
-	kiln_dir_info info;
-	kiln_dir_get_info(dir, &info);
+	kiln_model_info info;
+	kiln_model_get_info(dir, &info);
 	cr_assert_eq(info.pinned, 0);
 	reset_faults();
-	cr_assert_eq(kiln_dir_try_close(dir, &err), 0);
+	cr_assert_eq(kiln_model_try_close(dir, &err), 0);
 	/* With the real mlock it works (the 3 MiB tensor fits the default 8 MiB limit). */
 	o = (kiln_open_options){.flags = KILN_OPEN_LOCK};
-	cr_assert_eq(kiln_dir_open(path, &o, &dir, &err), 0, "%s", err.message);
-	kiln_dir_close(dir);
+	cr_assert_eq(kiln_model_open(path, &o, &dir, &err), 0, "%s", err.message);
+	kiln_model_close(dir);
 }
 
 /* ---- where a stream's bytes come from ---------------------------------------------------- */
@@ -1000,7 +1014,7 @@ Test(faults, owned_sources_stream_from_memory_not_the_file)
 {
 	for (unsigned src = KILN_SOURCE_READ; src <= KILN_SOURCE_URING; src++) {
 		reset_faults();
-		kiln_dir *dir = open_with(src, 0, 0, 0);
+		kiln_model *dir = open_with(src, 0, 0, 0);
 		/* The fault hooks with no fault set only count the file's reads. */
 		kiln__sys.pread = fake_pread;
 		kiln__sys.uring_result = fake_result;
@@ -1020,11 +1034,11 @@ Test(faults, owned_sources_stream_from_memory_not_the_file)
 			cr_assert_eq(memcmp(dests[i], data[i], sizes[i]), 0);
 			free(dests[i]);
 		}
-		/* kiln_dir_read_all is for finding unreadable sectors: it reads the file always. */
+		/* kiln_model_read_all finds unreadable sectors: it always reads the file. */
 		calls = 0;
-		cr_assert_eq(kiln_dir_read_all(dir, NULL, NULL, &err), 0, "%s", err.message);
+		cr_assert_eq(kiln_model_read_all(dir, NULL, NULL, &err), 0, "%s", err.message);
 		cr_assert_gt(calls, 0, "%s: read_all must read the file", kiln_source_name(src));
-		kiln_dir_close(dir);
+		kiln_model_close(dir);
 	}
 	reset_faults();
 }
@@ -1066,14 +1080,14 @@ Test(load, auto_engine_follows_the_page_cache)
 {
 	if (auto_engine_when_cached() != KILN_ENGINE_PREAD)
 		cr_skip_test("no cachestat(2) in this kernel: AUTO is always io_uring here");
-	kiln_dir *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
+	kiln_model *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
 	void *dests[NT];
 	for (int i = 0; i < NT; i++)
 		dests[i] = malloc(sizes[i] + 1);
 	kiln_stream_result res;
 	kiln_error err;
 	/* Warm: every page asked for is cached (the whole file was just read through). */
-	cr_assert_eq(kiln_dir_read_all(dir, NULL, NULL, &err), 0, "%s", err.message);
+	cr_assert_eq(kiln_model_read_all(dir, NULL, NULL, &err), 0, "%s", err.message);
 	cr_assert_eq(kiln_stream(dir, NULL, 0, dests, NULL, &res, &err), 0, "%s", err.message);
 	cr_assert_eq(res.engine, KILN_ENGINE_PREAD, "a cached file is copied with pread");
 	/* Cold: dropped from the page cache, so requests in flight pay. */
@@ -1085,15 +1099,20 @@ Test(load, auto_engine_follows_the_page_cache)
 		cr_assert_eq(memcmp(dests[i], data[i], sizes[i]), 0);
 		free(dests[i]);
 	}
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 }
 
 /* ---- KILN_SOURCE_AUTO ------------------------------------------------------------------- */
 
-static kiln_dir *open_auto(uint32_t flags, kiln_dir_info *info)
+static kiln_model *open_auto(uint32_t flags, kiln_model_info *info)
 {
-	kiln_dir *dir = open_with(KILN_SOURCE_AUTO, flags, 0, 0);
-	kiln_dir_get_info(dir, info);
+	kiln_model *dir = open_with(KILN_SOURCE_AUTO, flags, 0, 0);
+	kiln_model_get_info(dir, info);
+	/* One file: its own choice is the model's. */
+	kiln_file_info fi;
+	cr_assert_eq(kiln_model_file_info(dir, 0, &fi), 0);
+	cr_assert_eq(fi.source, info->source);
+	cr_assert_eq(fi.auto_choice, info->auto_choice);
 	expect_same_bytes(dir, "auto");
 	return dir;
 }
@@ -1101,39 +1120,42 @@ static kiln_dir *open_auto(uint32_t flags, kiln_dir_info *info)
 Test(faults, auto_maps_and_populates_a_cached_file)
 {
 	reset_faults();
-	kiln_dir *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
-	cr_assert_eq(kiln_dir_read_all(dir, NULL, NULL, NULL), 0);
+	kiln_model *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
+	cr_assert_eq(kiln_model_read_all(dir, NULL, NULL, NULL), 0);
 	/* A plain mapping has nothing mapped in yet: open reads the directory with pread. */
-	kiln_dir_info info;
-	kiln_dir_get_info(dir, &info);
-	long before = smaps_kib(info.base, "Rss");
-	kiln_dir_close(dir);
+	kiln_model_info info;
+	kiln_file_info fi;
+	cr_assert_eq(kiln_model_file_info(dir, 0, &fi), 0);
+	long before = smaps_kib(fi.base, "Rss");
+	kiln_model_close(dir);
 	dir = open_with(KILN_SOURCE_AUTO, 0, 0, 0);
-	kiln_dir_get_info(dir, &info);
+	kiln_model_get_info(dir, &info);
 	cr_assert_eq(info.source, KILN_SOURCE_MMAP);
 	cr_assert_eq(info.auto_choice, KILN_AUTO_CACHED);
 	/* Populated: every page mapped at open, before anything touches the payload. */
-	long rss = smaps_kib(info.base, "Rss");
-	cr_assert_geq(rss, (long)(info.block_length / 1024), "Rss %ld KiB of a %llu-byte file", rss,
-		      (unsigned long long)info.block_length);
+	cr_assert_eq(kiln_model_file_info(dir, 0, &fi), 0);
+	cr_assert_eq(fi.auto_choice, KILN_AUTO_CACHED);
+	long rss = smaps_kib(fi.base, "Rss");
+	cr_assert_geq(rss, (long)(fi.size / 1024), "Rss %ld KiB of a %llu-byte file", rss,
+		      (unsigned long long)fi.size);
 	cr_assert_lt(before, rss);
 	expect_same_bytes(dir, "auto, cached");
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 	/* Not asked for: nothing to report. */
 	dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
-	kiln_dir_get_info(dir, &info);
+	kiln_model_get_info(dir, &info);
 	cr_assert_eq(info.auto_choice, KILN_AUTO_NONE);
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 }
 
 /* An AUTO open of the evicted test file: mapped, and `choice` made. */
-static kiln_dir *open_cold_auto(uint32_t choice)
+static kiln_model *open_cold_auto(uint32_t choice)
 {
 	if (!evict())
 		cr_skip_test("cannot evict %s here", path);
-	kiln_dir *dir = open_with(KILN_SOURCE_AUTO, 0, 0, 0);
-	kiln_dir_info info;
-	kiln_dir_get_info(dir, &info);
+	kiln_model *dir = open_with(KILN_SOURCE_AUTO, 0, 0, 0);
+	kiln_model_info info;
+	kiln_model_get_info(dir, &info);
 	cr_assert_eq(info.source, KILN_SOURCE_MMAP);
 	cr_assert_eq(info.auto_choice, choice);
 	return dir;
@@ -1142,12 +1164,12 @@ static kiln_dir *open_cold_auto(uint32_t choice)
 Test(faults, auto_populates_a_cold_file_that_fits)
 {
 	reset_faults();
-	kiln_dir *dir = open_cold_auto(KILN_AUTO_COLD);
+	kiln_model *dir = open_cold_auto(KILN_AUTO_COLD);
 	/* Populated at open: every page is in before anything touches the payload. */
 	size_t total;
 	cr_assert_eq(cached_pages(&total), (long)total, "a cold AUTO open reads the whole file");
 	expect_same_bytes(dir, "auto, cold");
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 }
 
 static uint64_t tiny_memory(void)
@@ -1159,11 +1181,11 @@ Test(faults, auto_leaves_a_file_larger_than_memory_unpopulated)
 {
 	reset_faults();
 	kiln__sys.mem_available = tiny_memory;
-	kiln_dir *dir = open_cold_auto(KILN_AUTO_LARGE);
+	kiln_model *dir = open_cold_auto(KILN_AUTO_LARGE);
 	size_t total;
 	cr_assert_lt(cached_pages(&total), (long)total, "nothing was populated");
 	expect_same_bytes(dir, "auto, large");
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 	reset_faults();
 }
 
@@ -1183,15 +1205,15 @@ Test(faults, auto_reads_a_file_that_cannot_be_mapped)
 {
 	reset_faults();
 	kiln__sys.mmap = refuse_mmap;
-	kiln_dir_info info;
-	kiln_dir *dir = open_auto(0, &info);
+	kiln_model_info info;
+	kiln_model *dir = open_auto(0, &info);
 	cr_assert_eq(info.source, KILN_SOURCE_READ);
 	cr_assert_eq(info.auto_choice, KILN_AUTO_UNMAPPABLE);
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 	/* Asked for by name, the mapping's failure is the answer. */
 	kiln_open_options o = {.source = KILN_SOURCE_MMAP};
 	kiln_error err;
-	cr_assert_eq(kiln_dir_open(path, &o, &dir, &err), KILN_IO);
+	cr_assert_eq(kiln_model_open(path, &o, &dir, &err), KILN_IO);
 	cr_assert_eq(err.sys_errno, ENODEV);
 	reset_faults();
 }
@@ -1199,20 +1221,20 @@ Test(faults, auto_reads_a_file_that_cannot_be_mapped)
 Test(faults, auto_with_owned_options_reads_with_io_uring)
 {
 	reset_faults();
-	kiln_dir_info info;
-	kiln_dir *dir = open_auto(KILN_OPEN_DIRECT, &info);
+	kiln_model_info info;
+	kiln_model *dir = open_auto(KILN_OPEN_DIRECT, &info);
 	cr_assert_eq(info.source, KILN_SOURCE_URING);
 	cr_assert_eq(info.auto_choice, KILN_AUTO_OWNED);
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 	cr_assert_str_eq(kiln_source_name(KILN_SOURCE_AUTO), "auto");
 }
 
 Test(faults, auto_sees_a_file_whose_end_is_not_cached)
 {
 	reset_faults();
-	kiln_dir *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
-	cr_assert_eq(kiln_dir_read_all(dir, NULL, NULL, NULL), 0);
-	kiln_dir_close(dir);
+	kiln_model *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
+	cr_assert_eq(kiln_model_read_all(dir, NULL, NULL, NULL), 0);
+	kiln_model_close(dir);
 	/* Only the last 32 KiB dropped: the sample must reach the file's end. */
 	int fd = open(path, O_RDONLY);
 	struct stat sb;
@@ -1223,10 +1245,10 @@ Test(faults, auto_sees_a_file_whose_end_is_not_cached)
 	long cached = cached_pages(&total);
 	if (cached < 0 || (size_t)cached == total)
 		cr_skip_test("cannot evict part of %s here", path);
-	kiln_dir_info info;
+	kiln_model_info info;
 	dir = open_auto(0, &info);
 	cr_assert_eq(info.auto_choice, KILN_AUTO_COLD, "a tail out of the cache is not 'cached'");
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 }
 
 /* --- threaded loads ------------------------------------------------------------------------ */
@@ -1274,21 +1296,21 @@ Test(load, threads_give_the_same_bytes)
 						       .flags = flags,
 						       .chunk_size = k % 2 ? 1000000 : 0,
 						       .threads = threads[k]};
-				kiln_dir *dir;
+				kiln_model *dir;
 				kiln_error err;
-				cr_assert_eq(kiln_dir_open(p, &o, &dir, &err), 0, "%s",
+				cr_assert_eq(kiln_model_open(p, &o, &dir, &err), 0, "%s",
 					     err.message);
-				kiln_dir_info info;
-				kiln_dir_get_info(dir, &info);
+				kiln_model_info info;
+				kiln_model_get_info(dir, &info);
 				if (flags)
 					cr_assert_eq(info.direct, 1, "every part read directly");
 				for (uint32_t i = 0; i < 4; i++)
-					cr_assert_eq(memcmp(kiln_dir_tensor(dir, i)->data, bytes[i],
-							    lens[i]),
+					cr_assert_eq(memcmp(kiln_model_tensor(dir, i)->data,
+							    bytes[i], lens[i]),
 						     0,
 						     "%s, flags %u, %u threads: tensor %u differs",
 						     kiln_source_name(src), flags, threads[k], i);
-				kiln_dir_close(dir);
+				kiln_model_close(dir);
 			}
 	/* Into a caller's load buffer, 64-byte but not page aligned: parts land at their offsets,
 	 * O_DIRECT through bounce buffers where the memory is not aligned for it. */
@@ -1302,13 +1324,13 @@ Test(load, threads_give_the_same_bytes)
 				       .threads = 3,
 				       .buffer = raw + 64,
 				       .buffer_size = cap};
-		kiln_dir *dir;
+		kiln_model *dir;
 		kiln_error err;
-		cr_assert_eq(kiln_dir_open(p, &o, &dir, &err), 0, "%s", err.message);
+		cr_assert_eq(kiln_model_open(p, &o, &dir, &err), 0, "%s", err.message);
 		for (uint32_t i = 0; i < 4; i++)
-			cr_assert_eq(memcmp(kiln_dir_tensor(dir, i)->data, bytes[i], lens[i]), 0,
+			cr_assert_eq(memcmp(kiln_model_tensor(dir, i)->data, bytes[i], lens[i]), 0,
 				     "load buffer, flags %u: tensor %u differs", flags, i);
-		kiln_dir_close(dir);
+		kiln_model_close(dir);
 	}
 	free(raw);
 	unlink(p);
@@ -1347,9 +1369,9 @@ Test(faults, eio_in_one_part_of_a_threaded_load)
 		kiln__sys.pread = pread_bad_at;
 		kiln__sys.uring_result = result_bad_at;
 		kiln_open_options o = {.source = src, .chunk_size = 65536, .threads = 4};
-		kiln_dir *dir = (kiln_dir *)1;
+		kiln_model *dir = (kiln_model *)1;
 		kiln_error err;
-		cr_assert_eq(kiln_dir_open(p, &o, &dir, &err), KILN_IO, "%s",
+		cr_assert_eq(kiln_model_open(p, &o, &dir, &err), KILN_IO, "%s",
 			     kiln_source_name(src));
 		cr_assert_eq(err.sys_errno, EIO);
 		cr_assert_not_null(strstr(err.message, "failed"), "%s", err.message);
@@ -1422,10 +1444,10 @@ Test(faults, sequential_advice_on_a_cold_file_sets_the_read_position)
 		kiln__sys.pread = pread_watch;
 		positioned = 0;
 		kiln_open_options o = {.advice = advice[k]};
-		kiln_dir *dir;
-		cr_assert_eq(kiln_dir_open(p, &o, &dir, &err), 0, "%s", err.message);
-		kiln_dir_info info;
-		kiln_dir_get_info(dir, &info);
+		kiln_model *dir;
+		cr_assert_eq(kiln_model_open(p, &o, &dir, &err), 0, "%s", err.message);
+		kiln_file_info info;
+		cr_assert_eq(kiln_model_file_info(dir, 0, &info), 0);
 		cr_assert_gt(info.payload_base, 4096, "a directory of more than a page");
 		/* Open 0 reads the cold directory with no advice, so open 1 finds it cold only
 		 * after it is dropped again; open 2 finds it cached. */
@@ -1435,7 +1457,7 @@ Test(faults, sequential_advice_on_a_cold_file_sets_the_read_position)
 			cr_assert_eq(positioned, 0, "open %d: no positioning read", k);
 		if (k == 1)
 			cr_assert_eq(positioned_at, info.payload_base - 1);
-		kiln_dir_close(dir);
+		kiln_model_close(dir);
 		if (k == 0) {
 			fd = open(p, O_RDONLY);
 			posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);

@@ -49,10 +49,10 @@ static char *sparse_file(uint32_t n, uint64_t big, uint64_t *payload_base, uint6
 }
 
 /* Resident pages of [from, to) of the directory's mapping. */
-static size_t resident(const kiln_dir *dir, uint64_t from, uint64_t to)
+static size_t resident(const kiln_model *dir, uint64_t from, uint64_t to)
 {
-	kiln_dir_info info;
-	kiln_dir_get_info(dir, &info);
+	kiln_file_info info;
+	cr_assert_eq(kiln_model_file_info(dir, 0, &info), 0);
 	from = from / PAGE * PAGE;
 	size_t pages = (size_t)((to - from + PAGE - 1) / PAGE);
 	unsigned char *vec = malloc(pages);
@@ -67,11 +67,11 @@ static size_t resident(const kiln_dir *dir, uint64_t from, uint64_t to)
 /* Payload pages resident after opening `path` (mapped, default options). */
 static size_t payload_after_open(const char *path, uint64_t base, uint64_t block)
 {
-	kiln_dir *dir;
+	kiln_model *dir;
 	kiln_error err;
-	cr_assert_eq(kiln_dir_open(path, NULL, &dir, &err), 0, "%s", err.message);
+	cr_assert_eq(kiln_model_open(path, NULL, &dir, &err), 0, "%s", err.message);
 	size_t n = resident(dir, (base + PAGE - 1) / PAGE * PAGE, block);
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 	return n;
 }
 
@@ -80,11 +80,11 @@ Test(open, does_not_touch_payload_pages, .timeout = 60)
 	const uint64_t big = 4ull << 30;
 	uint64_t base, block;
 	char *path = sparse_file(300, big, &base, &block);
-	kiln_dir *dir;
+	kiln_model *dir;
 	kiln_error err;
-	cr_assert_eq(kiln_dir_open(path, NULL, &dir, &err), 0, "%s", err.message);
-	cr_assert_eq(kiln_dir_count(dir), 300);
-	cr_assert_eq(kiln_dir_tensor(dir, 299)->byte_length, big);
+	cr_assert_eq(kiln_model_open(path, NULL, &dir, &err), 0, "%s", err.message);
+	cr_assert_eq(kiln_model_count(dir), 300);
+	cr_assert_eq(kiln_model_tensor(dir, 299)->byte_length, big);
 
 	uint64_t first_payload_page = (base + PAGE - 1) / PAGE * PAGE;
 	size_t dir_pages = resident(dir, 0, base);
@@ -96,11 +96,11 @@ Test(open, does_not_touch_payload_pages, .timeout = 60)
 	cr_assert_eq(payload_after_open(path, base, block), 0);
 
 	/* The measurement can see a touched page: read one byte in the middle of the payload. */
-	const volatile uint8_t *p = kiln_dir_tensor(dir, 299)->data;
+	const volatile uint8_t *p = kiln_model_tensor(dir, 299)->data;
 	(void)p[big / 2];
 	cr_assert_geq(resident(dir, first_payload_page, block), 1);
 
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 	unlink(path);
 	free(path);
 }
@@ -133,9 +133,9 @@ Test(open, huge_count_in_1kib_allocates_nothing_for_it)
 	struct counting c = {0};
 	kiln_allocator a = {count_alloc, count_free, &c};
 	kiln_open_options o = {.allocator = &a};
-	kiln_dir *dir;
+	kiln_model *dir;
 	kiln_error err;
-	cr_assert_eq(kiln_dir_parse(b.p, b.len, &o, &dir, &err), KILN_LIMIT, "%s", err.message);
+	cr_assert_eq(kiln_model_parse(b.p, b.len, &o, &dir, &err), KILN_LIMIT, "%s", err.message);
 	cr_assert_str_eq(err.field, "tensor_count");
 	cr_assert_leq(c.peak, 4096, "peak %zu bytes", c.peak);
 	cr_assert_eq(c.live, 0, "leaked %zu bytes", c.live);
@@ -143,7 +143,7 @@ Test(open, huge_count_in_1kib_allocates_nothing_for_it)
 	/* The same through a file. */
 	char *path = write_temp(b.p, b.len);
 	c = (struct counting){0};
-	cr_assert_eq(kiln_dir_open(path, &o, &dir, &err), KILN_LIMIT);
+	cr_assert_eq(kiln_model_open(path, &o, &dir, &err), KILN_LIMIT);
 	cr_assert_leq(c.peak, 4096, "peak %zu bytes", c.peak);
 	cr_assert_eq(c.live, 0);
 	unlink(path);
@@ -169,12 +169,12 @@ Test(open, index_is_proportional_to_the_count)
 	struct counting c = {0};
 	kiln_allocator a = {count_alloc, count_free, &c};
 	kiln_open_options o = {.allocator = &a};
-	kiln_dir *dir;
-	cr_assert_eq(kiln_dir_parse(b.p, b.len, &o, &dir, NULL), 0);
+	kiln_model *dir;
+	cr_assert_eq(kiln_model_parse(b.p, b.len, &o, &dir, NULL), 0);
 	cr_assert_leq(c.peak, 2 * 128 * N + 4096, "peak %zu for %d descriptors", c.peak, N);
 	for (int i = 0; i < N; i++)
-		cr_assert_eq(kiln_dir_find_cstr(dir, names[i])->index, (uint32_t)i);
-	kiln_dir_close(dir);
+		cr_assert_eq(kiln_model_find_cstr(dir, names[i])->index, (uint64_t)i);
+	kiln_model_close(dir);
 	cr_assert_eq(c.live, 0);
 	free(names);
 	free(t);
@@ -204,9 +204,9 @@ Test(open, out_of_memory_is_nomem)
 		size_t left = budget;
 		kiln_allocator a = {failing_alloc, plain_free, &left};
 		kiln_open_options o = {.allocator = &a};
-		kiln_dir *dir = (kiln_dir *)1;
+		kiln_model *dir = (kiln_model *)1;
 		kiln_error err;
-		cr_assert_eq(kiln_dir_parse(b.p, b.len, &o, &dir, &err), KILN_NOMEM,
+		cr_assert_eq(kiln_model_parse(b.p, b.len, &o, &dir, &err), KILN_NOMEM,
 			     "budget %zu: %s", budget, err.message);
 		cr_assert_null(dir);
 	}
@@ -268,18 +268,18 @@ Test(open, racing_truncation_never_faults, .timeout = 120)
 							    : round % 3 == 1 ? KILN_SOURCE_READ
 									     : KILN_SOURCE_URING),
 				       .flags = flags[(round / 3) % 2]};
-		kiln_dir *dir;
+		kiln_model *dir;
 		kiln_error err;
-		int rc = kiln_dir_open(path, &o, &dir, &err);
+		int rc = kiln_model_open(path, &o, &dir, &err);
 		if (rc == 0) {
-			cr_assert_eq(kiln_dir_count(dir), N);
+			cr_assert_eq(kiln_model_count(dir), N);
 			ok++;
 		} else {
 			cr_assert(rc == KILN_IO || kiln_is_format_error(rc), "%s: %s",
 				  kiln_code_name(rc), err.message);
 			failed++;
 		}
-		kiln_dir_close(dir);
+		kiln_model_close(dir);
 	}
 	s.stop = 1;
 	pthread_join(th, NULL);

@@ -144,12 +144,12 @@ static void free_list(struct list *l)
 		free(l->data[i]);
 }
 
-static void compare(const struct list *l, const kiln_dir *dir, uint64_t seed)
+static void compare(const struct list *l, const kiln_model *dir, uint64_t seed)
 {
-	cr_assert_eq(kiln_dir_count(dir), l->n, "seed %llu", (unsigned long long)seed);
+	cr_assert_eq(kiln_model_count(dir), l->n, "seed %llu", (unsigned long long)seed);
 	for (uint32_t i = 0; i < l->n; i++) {
 		const kiln_tensor_spec *s = &l->t[i];
-		const kiln_tensor *v = kiln_dir_tensor(dir, i);
+		const kiln_tensor *v = kiln_model_tensor(dir, i);
 		cr_assert_eq(v->index, i);
 		cr_assert_eq(v->dtype, s->dtype, "seed %llu tensor %u", (unsigned long long)seed,
 			     i);
@@ -158,7 +158,7 @@ static void compare(const struct list *l, const kiln_dir *dir, uint64_t seed)
 		cr_assert_eq(v->name_len, s->name ? s->name_len : 0);
 		if (s->name) {
 			cr_assert_eq(memcmp(v->name, s->name, s->name_len), 0);
-			cr_assert_eq(kiln_dir_find(dir, s->name, s->name_len), v);
+			cr_assert_eq(kiln_model_find(dir, s->name, s->name_len), v);
 		} else {
 			cr_assert_null(v->name);
 		}
@@ -170,9 +170,10 @@ static void compare(const struct list *l, const kiln_dir *dir, uint64_t seed)
 			cr_assert_eq(kiln_tensor_scale(dir, v)->index, s->scale_index);
 		} else {
 			cr_assert_eq(v->quant_axis, KILN_NONE16);
-			cr_assert_eq(v->scale_index, KILN_NONE32);
+			cr_assert_eq(v->scale_index, KILN_NO_INDEX);
 		}
-		cr_assert_eq(v->outer_index, s->quant_scheme == 2 ? s->outer_index : KILN_NONE32);
+		cr_assert_eq(v->outer_index,
+			     s->quant_scheme == 2 ? (uint64_t)s->outer_index : KILN_NO_INDEX);
 		if (s->layout) {
 			cr_assert_eq(v->layout_len, s->layout_len);
 			cr_assert_eq(memcmp(v->layout, s->layout, s->layout_len), 0);
@@ -184,6 +185,15 @@ static void compare(const struct list *l, const kiln_dir *dir, uint64_t seed)
 		}
 		cr_assert_eq(v->byte_offset % 64, 0);
 		cr_assert_eq(v->file_offset % 64, 0);
+		cr_assert_eq(v->file, 0);
+		/* The largest power of two up to 4096 dividing the data pointer's address (the
+		 * file offset when there is none). */
+		uint64_t at = v->data ? (uint64_t)(uintptr_t)v->data : v->file_offset;
+		uint32_t align = 1;
+		while (align < 4096 && at % (2 * align) == 0)
+			align *= 2;
+		cr_assert_eq(v->alignment, align, "seed %llu tensor %u: alignment %u, want %u",
+			     (unsigned long long)seed, i, v->alignment, align);
 		cr_assert_eq(memcmp(v->data, s->data, v->byte_length), 0,
 			     "seed %llu tensor %u bytes", (unsigned long long)seed, i);
 	}
@@ -198,26 +208,26 @@ Test(roundtrip, random_lists, .timeout = 120)
 		struct list l;
 		make_list(&l);
 		blob b = build(l.t, l.n);
-		kiln_dir *dir;
+		kiln_model *dir;
 		kiln_error err;
 		kiln_open_options o = {.flags = KILN_OPEN_VERIFY_PAYLOAD};
-		cr_assert_eq(kiln_dir_parse(b.p, b.len, &o, &dir, &err), 0, "seed %llu: %s",
+		cr_assert_eq(kiln_model_parse(b.p, b.len, &o, &dir, &err), 0, "seed %llu: %s",
 			     (unsigned long long)seed, err.message);
 		compare(&l, dir, seed);
-		kiln_dir_close(dir);
+		kiln_model_close(dir);
 
 		if (seed % 20 == 0) { /* and through a file */
 			char *tmp = temp_dir(), *path;
 			cr_assert(asprintf(&path, "%s/r.klnt", tmp) > 0);
 			cr_assert_eq(kiln_write_file(path, l.t, l.n, KILN_WRITE_NO_SYNC, &err), 0,
 				     "%s", err.message);
-			cr_assert_eq(kiln_dir_open(path, &o, &dir, &err), 0, "%s", err.message);
-			kiln_dir_info info;
-			kiln_dir_get_info(dir, &info);
-			cr_assert_eq(info.block_length, b.len);
+			cr_assert_eq(kiln_model_open(path, &o, &dir, &err), 0, "%s", err.message);
+			kiln_file_info info;
+			cr_assert_eq(kiln_model_file_info(dir, 0, &info), 0);
+			cr_assert_eq(info.size, b.len);
 			cr_assert_eq(memcmp(info.base, b.p, b.len), 0, "file and memory differ");
 			compare(&l, dir, seed);
-			kiln_dir_close(dir);
+			kiln_model_close(dir);
 			/* Every loading source gives the same bytes. */
 			static const uint32_t src[][2] = {
 			    {KILN_SOURCE_READ, 0},
@@ -230,14 +240,14 @@ Test(roundtrip, random_lists, .timeout = 120)
 							.flags =
 							    src[k][1] | KILN_OPEN_VERIFY_PAYLOAD,
 							.chunk_size = 4096};
-				cr_assert_eq(kiln_dir_open(path, &so, &dir, &err), 0, "%s",
+				cr_assert_eq(kiln_model_open(path, &so, &dir, &err), 0, "%s",
 					     err.message);
-				kiln_dir_get_info(dir, &info);
+				cr_assert_eq(kiln_model_file_info(dir, 0, &info), 0);
 				cr_assert_eq(memcmp(info.base, b.p, b.len), 0,
 					     "seed %llu source %s", (unsigned long long)seed,
 					     kiln_source_name(src[k][0]));
 				compare(&l, dir, seed);
-				kiln_dir_close(dir);
+				kiln_model_close(dir);
 			}
 			unlink(path);
 			rmdir(tmp);

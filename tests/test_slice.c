@@ -6,6 +6,7 @@
  * zero-copy views of contiguous slices; a file truncated after open.
  */
 #include <criterion/criterion.h>
+#include <inttypes.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,25 +132,25 @@ static uint8_t *reference(int i, const kiln_slice *s, uint64_t *len)
 
 /* --- every slice of every axis, every source ----------------------------------------------- */
 
-static kiln_dir *open_source(unsigned source)
+static kiln_model *open_source(unsigned source)
 {
-	kiln_dir *dir;
+	kiln_model *dir;
 	kiln_error err;
 	if (source == KILN_SOURCE_BUFFER)
-		cr_assert_eq(kiln_dir_parse(file.p, file.len, NULL, &dir, &err), 0, "%s",
+		cr_assert_eq(kiln_model_parse(file.p, file.len, NULL, &dir, &err), 0, "%s",
 			     err.message);
 	else
 		cr_assert_eq(
-		    kiln_dir_open(path, &(kiln_open_options){.source = source}, &dir, &err), 0,
+		    kiln_model_open(path, &(kiln_open_options){.source = source}, &dir, &err), 0,
 		    "%s", err.message);
 	return dir;
 }
 
 /* Slice every valid [a, b) of every axis; the invalid ones must say why. */
-static void every_slice(kiln_dir *dir, const char *what)
+static void every_slice(kiln_model *dir, const char *what)
 {
 	for (uint32_t i = 0; i < NT; i++) {
-		const kiln_tensor *t = kiln_dir_tensor(dir, i);
+		const kiln_tensor *t = kiln_model_tensor(dir, i);
 		for (uint32_t axis = 0; axis < t->rank; axis++) {
 			uint64_t dim = t->shape[axis];
 			for (uint64_t a = 0; a <= dim; a++)
@@ -191,19 +192,19 @@ Test(slice, every_axis_every_source)
 	static const unsigned sources[] = {KILN_SOURCE_MMAP, KILN_SOURCE_READ, KILN_SOURCE_URING,
 					   KILN_SOURCE_BUFFER};
 	for (size_t k = 0; k < sizeof(sources) / sizeof(sources[0]); k++) {
-		kiln_dir *dir = open_source(sources[k]);
+		kiln_model *dir = open_source(sources[k]);
 		every_slice(dir, kiln_source_name(sources[k]));
-		kiln_dir_close(dir);
+		kiln_model_close(dir);
 	}
 }
 
 Test(slice, cuts_that_split_a_byte_or_a_block)
 {
-	kiln_dir *dir = open_source(KILN_SOURCE_MMAP);
+	kiln_model *dir = open_source(KILN_SOURCE_MMAP);
 	kiln_error err;
 	uint64_t bytes;
 	/* u4 [3, 5]: 5 nibbles a row, so axis 0 cuts at even rows (or the end). */
-	const kiln_tensor *odd = kiln_dir_find_cstr(dir, "u4.odd");
+	const kiln_tensor *odd = kiln_model_find_cstr(dir, "u4.odd");
 	kiln_slice s = {.axis = 0, .start = 1, .stop = 3};
 	cr_assert_eq(kiln_slice_size(odd, &s, &bytes, &err), KILN_INVAL);
 	cr_assert_not_null(strstr(err.message, "nearest that do are [0, 3)"), "%s", err.message);
@@ -218,7 +219,7 @@ Test(slice, cuts_that_split_a_byte_or_a_block)
 	s = (kiln_slice){.axis = 1, .start = 0, .stop = 5};
 	cr_assert_eq(kiln_slice_size(odd, &s, &bytes, &err), 0);
 	/* The opaque tensor's last axis cuts every 32 elements (one 18-byte block). */
-	const kiln_tensor *q = kiln_dir_find_cstr(dir, "q");
+	const kiln_tensor *q = kiln_model_find_cstr(dir, "q");
 	s = (kiln_slice){.axis = 1, .start = 16, .stop = 64};
 	cr_assert_eq(kiln_slice_size(q, &s, &bytes, &err), KILN_INVAL);
 	cr_assert_not_null(strstr(err.message, "every 32 indices (whole blocks)"), "%s",
@@ -227,13 +228,13 @@ Test(slice, cuts_that_split_a_byte_or_a_block)
 	s.start = 32;
 	cr_assert_eq(kiln_slice_size(q, &s, &bytes, &err), 0);
 	cr_assert_eq(bytes, 4 * BLOCK_BYTES);
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 }
 
 Test(slice, empty_and_out_of_range)
 {
-	kiln_dir *dir = open_source(KILN_SOURCE_MMAP);
-	const kiln_tensor *t = kiln_dir_find_cstr(dir, "u8");
+	kiln_model *dir = open_source(KILN_SOURCE_MMAP);
+	const kiln_tensor *t = kiln_model_find_cstr(dir, "u8");
 	kiln_error err;
 	uint64_t bytes = 1;
 	kiln_slice s = {.axis = 1, .start = 3, .stop = 3};
@@ -258,15 +259,15 @@ Test(slice, empty_and_out_of_range)
 	    KILN_INVAL);
 	cr_assert_eq(kiln_tensor_read_slice(dir, 99, &s, small, sizeof(small), NULL, NULL, &err),
 		     KILN_INVAL);
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 }
 
 Test(slice, shares_tile_the_axis)
 {
-	kiln_dir *dir = open_source(KILN_SOURCE_URING);
+	kiln_model *dir = open_source(KILN_SOURCE_URING);
 	kiln_error err;
 	for (uint32_t i = 0; i < NT; i++) {
-		const kiln_tensor *t = kiln_dir_tensor(dir, i);
+		const kiln_tensor *t = kiln_model_tensor(dir, i);
 		for (uint32_t world = 1; world <= 5; world++) {
 			uint64_t next = 0, total = 0;
 			for (uint32_t r = 0; r < world; r++) {
@@ -286,17 +287,17 @@ Test(slice, shares_tile_the_axis)
 		}
 	}
 	kiln_slice s;
-	cr_assert_eq(kiln_slice_share(kiln_dir_tensor(dir, 0), 0, 4, 4, &s, &err), KILN_INVAL);
-	cr_assert_eq(kiln_slice_share(kiln_dir_tensor(dir, 0), 0, 0, 0, &s, &err), KILN_INVAL);
-	kiln_dir_close(dir);
+	cr_assert_eq(kiln_slice_share(kiln_model_tensor(dir, 0), 0, 4, 4, &s, &err), KILN_INVAL);
+	cr_assert_eq(kiln_slice_share(kiln_model_tensor(dir, 0), 0, 0, 0, &s, &err), KILN_INVAL);
+	kiln_model_close(dir);
 }
 
 Test(slice, contiguous_slices_are_zero_copy)
 {
 	static const unsigned sources[] = {KILN_SOURCE_MMAP, KILN_SOURCE_READ, KILN_SOURCE_BUFFER};
 	for (size_t k = 0; k < 3; k++) {
-		kiln_dir *dir = open_source(sources[k]);
-		const kiln_tensor *t = kiln_dir_find_cstr(dir, "f32");
+		kiln_model *dir = open_source(sources[k]);
+		const kiln_tensor *t = kiln_model_find_cstr(dir, "f32");
 		kiln_error err;
 		const void *p;
 		uint64_t bytes;
@@ -308,14 +309,14 @@ Test(slice, contiguous_slices_are_zero_copy)
 		s = (kiln_slice){.axis = 1, .start = 1, .stop = 3};
 		cr_assert_eq(kiln_tensor_slice_data(dir, t->index, &s, &p, &bytes, &err),
 			     KILN_UNSUPPORTED);
-		kiln_dir_close(dir);
+		kiln_model_close(dir);
 	}
 }
 
 Test(slice, byte_ranges)
 {
-	kiln_dir *dir = open_source(KILN_SOURCE_MMAP);
-	const kiln_tensor *t = kiln_dir_find_cstr(dir, "u8");
+	kiln_model *dir = open_source(KILN_SOURCE_MMAP);
+	const kiln_tensor *t = kiln_model_find_cstr(dir, "u8");
 	kiln_error err;
 	uint8_t buf[64];
 	cr_assert_eq(
@@ -328,23 +329,23 @@ Test(slice, byte_ranges)
 	cr_assert_eq(kiln_tensor_read_range(dir, t->index, UINT64_MAX, 2, buf, sizeof(buf), NULL,
 					    NULL, &err),
 		     KILN_INVAL);
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 }
 
 Test(slice, truncated_after_open_is_io)
 {
 	char *copy = write_temp(file.p, file.len);
-	kiln_dir *dir;
+	kiln_model *dir;
 	kiln_error err;
-	cr_assert_eq(kiln_dir_open(copy, NULL, &dir, &err), 0);
+	cr_assert_eq(kiln_model_open(copy, NULL, &dir, &err), 0);
 	cr_assert_eq(truncate(copy, 64), 0);
-	const kiln_tensor *t = kiln_dir_find_cstr(dir, "u8");
+	const kiln_tensor *t = kiln_model_find_cstr(dir, "u8");
 	kiln_slice s = {.axis = 2, .start = 1, .stop = 4};
 	uint8_t buf[128];
 	cr_assert_eq(kiln_tensor_read_slice(dir, t->index, &s, buf, sizeof(buf), NULL, NULL, &err),
 		     KILN_IO);
 	cr_assert_eq(err.sys_errno, EIO);
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 	unlink(copy);
 	free(copy);
 }
@@ -362,10 +363,10 @@ Test(slice, many_slices_in_one_call)
 	static const unsigned sources[] = {KILN_SOURCE_MMAP, KILN_SOURCE_READ, KILN_SOURCE_URING,
 					   KILN_SOURCE_BUFFER};
 	for (size_t src = 0; src < sizeof(sources) / sizeof(sources[0]); src++) {
-		kiln_dir *dir = open_source(sources[src]);
+		kiln_model *dir = open_source(sources[src]);
 		/* Every tensor twice: its rank-0 share of 2 on the first axis and on the last one
 		 * (inner axes are one run per row), plus one empty slice in the middle. */
-		uint32_t tensors[2 * NT + 1];
+		uint64_t tensors[2 * NT + 1];
 		kiln_slice slices[2 * NT + 1];
 		void *dests[2 * NT + 1];
 		uint8_t *want[2 * NT + 1];
@@ -374,7 +375,7 @@ Test(slice, many_slices_in_one_call)
 		kiln_error err;
 		for (uint32_t i = 0; i < NT; i++)
 			for (int last = 0; last < 2; last++) {
-				const kiln_tensor *t = kiln_dir_tensor(dir, i);
+				const kiln_tensor *t = kiln_model_tensor(dir, i);
 				uint32_t axis = last ? t->rank - 1u : 0;
 				/* u4.odd's rows do not start on bytes: only its whole last axis. */
 				if (kiln_slice_share(t, axis, 0, 2, &slices[n], &err))
@@ -401,8 +402,8 @@ Test(slice, many_slices_in_one_call)
 		cr_assert_eq(landed, total);
 		for (uint32_t k = 0; k < n; k++) {
 			cr_assert(!lens[k] || !memcmp(dests[k], want[k], lens[k]),
-				  "%s: slice %u of tensor %u", kiln_source_name(sources[src]), k,
-				  tensors[k]);
+				  "%s: slice %u of tensor %" PRIu64, kiln_source_name(sources[src]),
+				  k, tensors[k]);
 			free(dests[k]);
 			free(want[k]);
 		}
@@ -410,11 +411,12 @@ Test(slice, many_slices_in_one_call)
 		uint8_t canary[64];
 		memset(canary, 0xA5, sizeof(canary));
 		void *two[2] = {canary, canary};
-		uint32_t idx[2] = {0, 3};
+		uint64_t idx[2] = {0, 3};
 		kiln_slice bad[2] = {{.axis = 0, .start = 0, .stop = 1},
 				     {.axis = 1, .start = 1, .stop = 2}}; /* u4.odd cuts a byte */
 		cr_assert_eq(kiln_read_slices(dir, idx, bad, 2, two, NULL, NULL, &err), KILN_INVAL);
 		cr_assert_not_null(strstr(err.message, "nearest"), "%s", err.message);
+		cr_assert_eq(err.tensor, 3, "the error names tensor 3: %s", err.message);
 		for (size_t b = 0; b < sizeof(canary); b++)
 			cr_assert_eq(canary[b], 0xA5,
 				     "nothing is read before every slice is checked");
@@ -422,7 +424,7 @@ Test(slice, many_slices_in_one_call)
 		cr_assert_eq(kiln_read_slices(dir, idx, bad, 2, two, NULL, NULL, &err), KILN_INVAL);
 		cr_assert_eq(kiln_read_slices(dir, idx, bad, 1, NULL, NULL, NULL, &err),
 			     KILN_INVAL);
-		kiln_dir_close(dir);
+		kiln_model_close(dir);
 	}
 }
 
@@ -444,9 +446,9 @@ Test(slice, runs_past_one_batch)
 			      .data = w};
 	blob b = build(&t, 1);
 	char *p = write_temp(b.p, b.len);
-	kiln_dir *dir;
+	kiln_model *dir;
 	kiln_error err;
-	cr_assert_eq(kiln_dir_open(p, NULL, &dir, &err), 0, "%s", err.message);
+	cr_assert_eq(kiln_model_open(p, NULL, &dir, &err), 0, "%s", err.message);
 	kiln_slice s = {.axis = 1, .start = 3, .stop = 6};
 	uint16_t *want = malloc(ROWS * 3 * sizeof(*want)), *got = malloc(ROWS * 3 * sizeof(*got));
 	for (uint32_t r = 0; r < ROWS; r++)
@@ -456,7 +458,7 @@ Test(slice, runs_past_one_batch)
 		for (uint32_t flags = 0; flags <= KILN_STREAM_DIRECT; flags++) {
 			memset(got, 0, ROWS * 3 * sizeof(*got));
 			kiln_stream_options o = {.flags = flags, .engine = engines[e]};
-			uint32_t idx = 0;
+			uint64_t idx = 0;
 			void *dest = got;
 			kiln_stream_result res;
 			cr_assert_eq(kiln_read_slices(dir, &idx, &s, 1, &dest, &o, &res, &err), 0,
@@ -470,7 +472,7 @@ Test(slice, runs_past_one_batch)
 	    kiln_tensor_read_slice(dir, 0, &s, got, ROWS * 3 * sizeof(*got), NULL, NULL, &err), 0,
 	    "%s", err.message);
 	cr_assert_eq(memcmp(got, want, ROWS * 3 * sizeof(*got)), 0);
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 	unlink(p);
 	free(p);
 	free(b.p);

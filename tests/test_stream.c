@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The one-call stream forms: kiln_tensor_read (one tensor through the stream engine) and
- * kiln_dir_read_all (every byte of the block, for finding unreadable sectors). Every source gives
+ * kiln_model_read_all (every byte of the block, for finding unreadable sectors). Every source gives
  * the writer's bytes; argument errors, cancellation, and EIO injected through src/sys.h at a known
  * offset, for both engines.
  */
@@ -58,16 +58,16 @@ TestSuite(tensor_read, .init = make_file, .fini = drop_file);
 TestSuite(read_all, .init = make_file, .fini = drop_file);
 
 /* Open through `source`; BUFFER parses the in-memory copy. */
-static kiln_dir *open_src(unsigned source)
+static kiln_model *open_src(unsigned source)
 {
-	kiln_dir *dir;
+	kiln_model *dir;
 	kiln_error err;
 	int rc;
 	if (source == KILN_SOURCE_BUFFER) {
-		rc = kiln_dir_parse(file.p, file.len, NULL, &dir, &err);
+		rc = kiln_model_parse(file.p, file.len, NULL, &dir, &err);
 	} else {
 		kiln_open_options o = {.source = source};
-		rc = kiln_dir_open(path, &o, &dir, &err);
+		rc = kiln_model_open(path, &o, &dir, &err);
 	}
 	cr_assert_eq(rc, 0, "%s: %s", kiln_source_name(source), err.message);
 	return dir;
@@ -76,7 +76,7 @@ static kiln_dir *open_src(unsigned source)
 /* --- kiln_tensor_read ------------------------------------------------------------------------ */
 
 struct seen {
-	uint32_t tensor;
+	uint64_t tensor;
 	uint64_t bytes, chunks, cancel_after;
 	const uint8_t *dst; /* where the tensor lands: each chunk must be in place */
 	int bad;
@@ -85,7 +85,7 @@ struct seen {
 static int count_chunk(void *ctx, const kiln_chunk *c)
 {
 	struct seen *s = ctx;
-	if (c->tensor != s->tensor || c->offset + c->length > sizes[s->tensor] ||
+	if (c->tensor != s->tensor || c->file != 0 || c->offset + c->length > sizes[s->tensor] ||
 	    c->data != s->dst + c->offset ||
 	    memcmp(c->data, data[s->tensor] + c->offset, c->length) != 0)
 		s->bad = 1;
@@ -97,7 +97,7 @@ static int count_chunk(void *ctx, const kiln_chunk *c)
 Test(tensor_read, every_source_gives_the_writers_bytes)
 {
 	for (unsigned src = 0; src <= KILN_SOURCE_URING; src++) {
-		kiln_dir *dir = open_src(src);
+		kiln_model *dir = open_src(src);
 		for (uint32_t i = 0; i < NT; i++) {
 			uint8_t *raw = malloc(sizes[i] + 1);
 			uint8_t *dst = raw + 1; /* any alignment */
@@ -116,13 +116,13 @@ Test(tensor_read, every_source_gives_the_writers_bytes)
 			cr_assert_eq(memcmp(dst, data[i], sizes[i]), 0);
 			free(raw);
 		}
-		kiln_dir_close(dir);
+		kiln_model_close(dir);
 	}
 }
 
 Test(tensor_read, argument_errors)
 {
-	kiln_dir *dir = open_src(KILN_SOURCE_MMAP);
+	kiln_model *dir = open_src(KILN_SOURCE_MMAP);
 	uint8_t *buf = malloc(sizes[4]);
 	kiln_error err;
 	cr_assert_eq(kiln_tensor_read(dir, 4, buf, sizes[4] - 1, NULL, NULL, &err), KILN_INVAL);
@@ -132,16 +132,20 @@ Test(tensor_read, argument_errors)
 	cr_assert_not_null(strstr(err.message, "out of range"), "%s", err.message);
 	cr_assert_eq(kiln_tensor_read(dir, UINT32_MAX, buf, sizes[4], NULL, NULL, &err),
 		     KILN_INVAL);
+	cr_assert_eq(kiln_tensor_read(dir, KILN_NO_INDEX, buf, sizes[4], NULL, NULL, &err),
+		     KILN_INVAL);
+	cr_assert_eq(kiln_tensor_read(dir, (uint64_t)1 << 32, buf, sizes[4], NULL, NULL, &err),
+		     KILN_INVAL, "an index is not cut to 32 bits");
 	cr_assert_eq(kiln_tensor_read(NULL, 0, buf, sizes[4], NULL, NULL, &err), KILN_INVAL);
 	/* An empty tensor needs no destination. */
 	cr_assert_eq(kiln_tensor_read(dir, 1, NULL, 0, NULL, NULL, &err), 0, "%s", err.message);
 	free(buf);
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 }
 
 Test(tensor_read, a_callback_that_says_stop_cancels)
 {
-	kiln_dir *dir = open_src(KILN_SOURCE_MMAP);
+	kiln_model *dir = open_src(KILN_SOURCE_MMAP);
 	uint8_t *buf = malloc(sizes[4]);
 	struct seen s = {.tensor = 4, .dst = buf, .cancel_after = 1};
 	kiln_error err;
@@ -150,10 +154,10 @@ Test(tensor_read, a_callback_that_says_stop_cancels)
 	cr_assert_eq(kiln_tensor_read(dir, 4, buf, sizes[4], count_chunk, &s, &err), KILN_CANCELED);
 	cr_assert_eq(s.chunks, 1, "no callback after the one that said stop");
 	free(buf);
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 }
 
-/* --- kiln_dir_read_all ----------------------------------------------------------------------- */
+/* --- kiln_model_read_all ------------------------------------------------------------------- */
 
 struct cover {
 	uint8_t *copy;  /* what the chunks carried, by block offset */
@@ -165,7 +169,7 @@ struct cover {
 static int cover_chunk(void *ctx, const kiln_chunk *c)
 {
 	struct cover *v = ctx;
-	if (c->tensor != KILN_NO_INDEX || c->offset + c->length > file.len) {
+	if (c->tensor != KILN_NO_INDEX || c->file != 0 || c->offset + c->length > file.len) {
 		v->bad = 1;
 	} else {
 		memcpy(v->copy + c->offset, c->data, c->length);
@@ -179,7 +183,8 @@ static int cover_chunk(void *ctx, const kiln_chunk *c)
 /* Every byte of the block was delivered exactly once and equals the file's. */
 static void expect_covered(const struct cover *v, const char *what)
 {
-	cr_assert_eq(v->bad, 0, "%s: a chunk outside the block or with a tensor index", what);
+	cr_assert_eq(v->bad, 0,
+		     "%s: a chunk outside the block, with a tensor index or another file", what);
 	for (size_t k = 0; k < file.len; k++)
 		cr_assert_eq(v->times[k], 1, "%s: byte %zu delivered %u times", what, k,
 			     v->times[k]);
@@ -207,7 +212,7 @@ Test(read_all, every_byte_once_from_every_source_and_engine)
 				char what[64];
 				snprintf(what, sizeof(what), "%s engine %u direct %d",
 					 kiln_source_name(src), engine, direct);
-				kiln_dir *dir = open_src(src);
+				kiln_model *dir = open_src(src);
 				struct cover v = cover_new();
 				kiln_stream_options o = {.engine = engine,
 							 .chunk_size = 65536,
@@ -216,7 +221,7 @@ Test(read_all, every_byte_once_from_every_source_and_engine)
 							 .flags = direct ? KILN_STREAM_DIRECT : 0};
 				kiln_stream_result res;
 				kiln_error err;
-				cr_assert_eq(kiln_dir_read_all(dir, &o, &res, &err), 0, "%s: %s",
+				cr_assert_eq(kiln_model_read_all(dir, &o, &res, &err), 0, "%s: %s",
 					     what, err.message);
 				expect_covered(&v, what);
 				cr_assert_eq(res.bytes, file.len, "%s", what);
@@ -225,7 +230,7 @@ Test(read_all, every_byte_once_from_every_source_and_engine)
 				if (src != KILN_SOURCE_BUFFER)
 					cr_assert_eq(res.direct, (uint32_t)direct, "%s", what);
 				cover_free(&v);
-				kiln_dir_close(dir);
+				kiln_model_close(dir);
 			}
 		}
 	}
@@ -242,7 +247,7 @@ static int count_reuse(void *ctx, uint32_t buffer)
 
 Test(read_all, through_caller_staging_buffers_and_with_defaults)
 {
-	kiln_dir *dir = open_src(KILN_SOURCE_MMAP);
+	kiln_model *dir = open_src(KILN_SOURCE_MMAP);
 	enum { NB = 2, BS = 128 * 1024 };
 	void *ring[NB];
 	for (int i = 0; i < NB; i++)
@@ -257,52 +262,53 @@ Test(read_all, through_caller_staging_buffers_and_with_defaults)
 	kiln_stream_result res;
 	kiln_error err;
 	reuses = 0;
-	cr_assert_eq(kiln_dir_read_all(dir, &o, &res, &err), 0, "%s", err.message);
+	cr_assert_eq(kiln_model_read_all(dir, &o, &res, &err), 0, "%s", err.message);
 	expect_covered(&v, "staging");
 	cr_assert_geq(reuses, res.chunks - NB, "the caller's buffers were reused");
 	cover_free(&v);
 	for (int i = 0; i < NB; i++)
 		free(ring[i]);
 	/* No options, no callback: kiln's own buffers, every byte counted. */
-	cr_assert_eq(kiln_dir_read_all(dir, NULL, &res, &err), 0, "%s", err.message);
+	cr_assert_eq(kiln_model_read_all(dir, NULL, &res, &err), 0, "%s", err.message);
 	cr_assert_eq(res.bytes, file.len);
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 }
 
 Test(read_all, argument_errors_and_cancel)
 {
-	kiln_dir *dir = open_src(KILN_SOURCE_MMAP);
+	kiln_model *dir = open_src(KILN_SOURCE_MMAP);
 	kiln_error err;
-	cr_assert_eq(kiln_dir_read_all(NULL, NULL, NULL, &err), KILN_INVAL);
+	cr_assert_eq(kiln_model_read_all(NULL, NULL, NULL, &err), KILN_INVAL);
 	void *ring[1] = {malloc(4096)};
 	kiln_stream_options o = {.staging = ring, .staging_count = 0, .staging_size = 4096};
-	cr_assert_eq(kiln_dir_read_all(dir, &o, NULL, &err), KILN_INVAL);
+	cr_assert_eq(kiln_model_read_all(dir, &o, NULL, &err), KILN_INVAL);
 	kiln_stream_options r = {.reserved = {1}};
-	cr_assert_eq(kiln_dir_read_all(dir, &r, NULL, &err), KILN_INVAL);
+	cr_assert_eq(kiln_model_read_all(dir, &r, NULL, &err), KILN_INVAL);
 	kiln_stream_options e = {.engine = 9};
-	cr_assert_eq(kiln_dir_read_all(dir, &e, NULL, &err), KILN_INVAL);
+	cr_assert_eq(kiln_model_read_all(dir, &e, NULL, &err), KILN_INVAL);
 	free(ring[0]);
 
 	struct cover v = cover_new();
 	v.cancel_after = 3;
 	kiln_stream_options c = {.chunk_size = 65536, .on_chunk = cover_chunk, .ctx = &v};
-	cr_assert_eq(kiln_dir_read_all(dir, &c, NULL, &err), KILN_CANCELED);
+	cr_assert_eq(kiln_model_read_all(dir, &c, NULL, &err), KILN_CANCELED);
 	cr_assert_eq(v.chunks, 3, "no callback after the one that said stop");
 	cover_free(&v);
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 }
 
 Test(read_all, a_file_truncated_after_open_is_io_not_sigbus)
 {
-	kiln_dir *dir = open_src(KILN_SOURCE_MMAP);
-	kiln_dir_info info;
-	kiln_dir_get_info(dir, &info);
+	kiln_model *dir = open_src(KILN_SOURCE_MMAP);
+	kiln_file_info info;
+	cr_assert_eq(kiln_model_file_info(dir, 0, &info), 0);
 	cr_assert_eq(truncate(path, (off_t)info.payload_base + 1000), 0);
 	kiln_error err;
-	cr_assert_eq(kiln_dir_read_all(dir, NULL, NULL, &err), KILN_IO);
+	cr_assert_eq(kiln_model_read_all(dir, NULL, NULL, &err), KILN_IO);
 	cr_assert_eq(err.sys_errno, EIO);
+	cr_assert_eq(err.file, 0);
 	cr_assert_not_null(strstr(err.message, "ended"), "%s", err.message);
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 }
 
 /* --- an unreadable sector ----------------------------------------------------------------------
@@ -333,8 +339,8 @@ static int eio_result(int res, int fd, uint64_t off, size_t len)
 
 Test(read_all, an_unreadable_sector_is_io_at_its_offset)
 {
-	kiln_dir *dir = open_src(KILN_SOURCE_MMAP);
-	const kiln_tensor *t = kiln_dir_tensor(dir, 4);
+	kiln_model *dir = open_src(KILN_SOURCE_MMAP);
+	const kiln_tensor *t = kiln_model_tensor(dir, 4);
 	bad_byte = t->file_offset + 300000;
 	uint64_t chunk_start = bad_byte / 65536 * 65536; /* chunks sit at multiples of their size */
 	for (unsigned engine = KILN_ENGINE_URING; engine <= KILN_ENGINE_PREAD; engine++) {
@@ -348,9 +354,11 @@ Test(read_all, an_unreadable_sector_is_io_at_its_offset)
 					 .ctx = &v};
 		kiln_stream_result res;
 		kiln_error err;
-		cr_assert_eq(kiln_dir_read_all(dir, &o, &res, &err), KILN_IO, "engine %u", engine);
+		cr_assert_eq(kiln_model_read_all(dir, &o, &res, &err), KILN_IO, "engine %u",
+			     engine);
 		kiln__sys = kiln__sys_default;
 		cr_assert_eq(err.sys_errno, EIO);
+		cr_assert_eq(err.file, 0, "engine %u: the error names the file", engine);
 		char want[64];
 		snprintf(want, sizeof(want), "at offset %llu failed",
 			 (unsigned long long)chunk_start);
@@ -362,7 +370,7 @@ Test(read_all, an_unreadable_sector_is_io_at_its_offset)
 	}
 	/* The same directory reads cleanly once the fault is gone. */
 	kiln_stream_result res;
-	cr_assert_eq(kiln_dir_read_all(dir, NULL, &res, NULL), 0);
+	cr_assert_eq(kiln_model_read_all(dir, NULL, &res, NULL), 0);
 	cr_assert_eq(res.bytes, file.len);
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The header's concurrency promise: every function that takes a `const kiln_dir *` may run on
+ * The header's concurrency promise: every function that takes a `const kiln_model *` may run on
  * one directory from many threads at once. Each source gets several threads that look up,
  * read info, verify, copy, stream and hint at the same time, and check every byte. This suite
  * is also built with ThreadSanitizer by scripts/test.sh, which is what finds a data race (a
@@ -8,6 +8,7 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,7 +78,7 @@ static void drop_file(void)
 }
 
 struct worker {
-	const kiln_dir *dir;
+	const kiln_model *dir;
 	int id;
 	int failed; /* the first failure, reported by the main thread */
 	char why[512];
@@ -94,27 +95,29 @@ struct worker {
 static void *work(void *arg)
 {
 	struct worker *w = arg;
-	const kiln_dir *dir = w->dir;
+	const kiln_model *dir = w->dir;
 	kiln_error err;
-	kiln_dir_info info;
+	kiln_model_info info;
+	kiln_file_info fi;
 	void *dests[NT];
 	for (int i = 0; i < NT; i++)
-		dests[i] = malloc(kiln_dir_tensor(dir, (uint32_t)i)->byte_length + 1);
+		dests[i] = malloc(kiln_model_tensor(dir, (uint64_t)i)->byte_length + 1);
 	for (int round = 0; round < ROUNDS && !w->failed; round++) {
-		kiln_dir_get_info(dir, &info);
-		CHECK(w, info.tensor_count == NT, "info.tensor_count %u", info.tensor_count);
+		kiln_model_get_info(dir, &info);
+		CHECK(w, info.tensor_count == NT, "info.tensor_count %" PRIu64, info.tensor_count);
+		CHECK(w, kiln_model_file_info(dir, 0, &fi) == 0 && fi.tensor_count == NT,
+		      "file info: tensor_count %" PRIu64, fi.tensor_count);
 		/* Half the threads verify while the others read the flag. */
 		if ((w->id + round) % 2 == 0)
-			CHECK(w, kiln_dir_verify_payload(dir, &err) == 0, "verify: %s",
-			      err.message);
+			CHECK(w, kiln_model_verify(dir, &err) == 0, "verify: %s", err.message);
 		for (int i = 0; i < NT; i++) {
-			const kiln_tensor *t = kiln_dir_find_cstr(dir, names[i]);
-			CHECK(w, t && t->index == (uint32_t)i, "find %s", names[i]);
+			const kiln_tensor *t = kiln_model_find_cstr(dir, names[i]);
+			CHECK(w, t && t->index == (uint64_t)i, "find %s", names[i]);
 		}
 		int i = (w->id * 7 + round) % NT;
-		const kiln_tensor *t = kiln_dir_tensor(dir, (uint32_t)i);
+		const kiln_tensor *t = kiln_model_tensor(dir, (uint64_t)i);
 		void *copy = NULL;
-		CHECK(w, kiln_tensor_dup(dir, (uint32_t)i, 0, &copy, &err) == 0, "dup: %s",
+		CHECK(w, kiln_tensor_dup(dir, (uint64_t)i, 0, &copy, &err) == 0, "dup: %s",
 		      err.message);
 		CHECK(w, copy && memcmp(copy, data[i], t->byte_length) == 0, "dup %d bytes", i);
 		kiln_free(copy);
@@ -125,10 +128,10 @@ static void *work(void *arg)
 		for (int k = 0; k < NT; k++)
 			CHECK(w,
 			      memcmp(dests[k], data[k],
-				     kiln_dir_tensor(dir, (uint32_t)k)->byte_length) == 0,
+				     kiln_model_tensor(dir, (uint64_t)k)->byte_length) == 0,
 			      "stream %d bytes", k);
 		if (info.source == KILN_SOURCE_MMAP) {
-			uint32_t idx = (uint32_t)i;
+			uint64_t idx = (uint64_t)i;
 			CHECK(w, kiln_tensor_hint(dir, &idx, 1, KILN_HINT_WILLNEED, &err) == 0,
 			      "hint: %s", err.message);
 		}
@@ -138,7 +141,7 @@ static void *work(void *arg)
 	return NULL;
 }
 
-static void run_threads(const kiln_dir *dir, const char *what)
+static void run_threads(const kiln_model *dir, const char *what)
 {
 	pthread_t th[THREADS];
 	struct worker w[THREADS];
@@ -150,19 +153,19 @@ static void run_threads(const kiln_dir *dir, const char *what)
 		pthread_join(th[k], NULL);
 	for (int k = 0; k < THREADS; k++)
 		EXPECT(!w[k].failed, "%s, thread %d: %s", what, k, w[k].why);
-	kiln_dir_info info;
-	kiln_dir_get_info(dir, &info);
+	kiln_model_info info;
+	kiln_model_get_info(dir, &info);
 	EXPECT(info.payload_verified == 1, "%s: verification was not recorded", what);
 }
 
 static void open_and_run(unsigned source)
 {
 	kiln_open_options o = {.source = source};
-	kiln_dir *dir;
+	kiln_model *dir;
 	kiln_error err;
-	EXPECT(kiln_dir_open(path, &o, &dir, &err) == 0, "%s", err.message);
+	EXPECT(kiln_model_open(path, &o, &dir, &err) == 0, "%s", err.message);
 	run_threads(dir, kiln_source_name(source));
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 }
 
 static void borrowed_buffer(void)
@@ -175,15 +178,15 @@ static void borrowed_buffer(void)
 	uint8_t *buf = aligned_alloc(64, ((size_t)len + 63) / 64 * 64);
 	size_t got = fread(buf, 1, (size_t)len, f);
 	fclose(f);
-	kiln_dir *dir = NULL;
+	kiln_model *dir = NULL;
 	kiln_error err;
-	if (got == (size_t)len && kiln_dir_parse(buf, (size_t)len, NULL, &dir, &err) == 0)
+	if (got == (size_t)len && kiln_model_parse(buf, (size_t)len, NULL, &dir, &err) == 0)
 		run_threads(dir, "buffer");
 	else
 		fprintf(stderr, "FAIL: buffer: %s\n",
 			got == (size_t)len ? err.message : "short read"),
 		    failures++;
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 	free(buf);
 }
 
@@ -204,17 +207,17 @@ static void threaded_load(unsigned source)
 	char big[4200];
 	snprintf(big, sizeof(big), "%s.big", path);
 	kiln_error err;
-	kiln_dir *dir = NULL;
+	kiln_model *dir = NULL;
 	kiln_open_options o = {.source = source, .threads = 4};
 	int ok = kiln_write_file(big, &t, 1, KILN_WRITE_NO_SYNC, &err) == 0 &&
-		 kiln_dir_open(big, &o, &dir, &err) == 0;
+		 kiln_model_open(big, &o, &dir, &err) == 0;
 	if (!ok)
 		fprintf(stderr, "FAIL: threaded %s: %s\n", kiln_source_name(source), err.message),
 		    failures++;
-	else if (memcmp(kiln_dir_tensor(dir, 0)->data, bytes, LEN) != 0)
+	else if (memcmp(kiln_model_tensor(dir, 0)->data, bytes, LEN) != 0)
 		fprintf(stderr, "FAIL: threaded %s: the bytes differ\n", kiln_source_name(source)),
 		    failures++;
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 	unlink(big);
 	free(bytes);
 }

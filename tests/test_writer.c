@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,18 +20,18 @@
 
 static const uint8_t f32_2[8] = {0x00, 0x00, 0x80, 0x3f, 0x00, 0x00, 0x00, 0xc0};
 
-static void check_err(int rc, const kiln_error *err, int code, uint32_t tensor, const char *field)
+static void check_err(int rc, const kiln_error *err, int code, uint64_t tensor, const char *field)
 {
 	cr_assert_eq(rc, code, "got %s (%s), want %s", kiln_code_name(rc), err->message,
 		     kiln_code_name(code));
-	cr_assert_eq(err->tensor, tensor, "tensor %u: %s", err->tensor, err->message);
+	cr_assert_eq(err->tensor, tensor, "tensor %" PRIu64 ": %s", err->tensor, err->message);
 	if (field)
 		cr_assert(err->field && !strcmp(err->field, field), "field %s: %s", err->field,
 			  err->message);
 }
 
 /* write_memory and write_file refuse the same way and leave nothing behind. */
-static void expect_write_refused(const kiln_tensor_spec *t, uint32_t n, int code, uint32_t tensor,
+static void expect_write_refused(const kiln_tensor_spec *t, uint32_t n, int code, uint64_t tensor,
 				 const char *field)
 {
 	kiln_error err;
@@ -49,7 +50,7 @@ static void expect_write_refused(const kiln_tensor_spec *t, uint32_t n, int code
 }
 
 /* Refused already when planned (kiln_write_size), then by both writers. */
-static void expect_refused(const kiln_tensor_spec *t, uint32_t n, int code, uint32_t tensor,
+static void expect_refused(const kiln_tensor_spec *t, uint32_t n, int code, uint64_t tensor,
 			   const char *field)
 {
 	kiln_error err;
@@ -301,14 +302,14 @@ Test(file, streams_payload_in_chunks, .timeout = 120)
 	cr_assert_leq(p.max_len, 4u << 20, "chunks of at most a few MiB, got %zu", p.max_len);
 	cr_assert_gt(p.calls, 1);
 
-	kiln_dir *d;
+	kiln_model *d;
 	kiln_open_options o = {.flags = KILN_OPEN_VERIFY_PAYLOAD};
-	cr_assert_eq(kiln_dir_open(path, &o, &d, &err), 0, "%s", err.message);
-	const uint8_t *b = kiln_dir_find_cstr(d, "big")->data;
+	cr_assert_eq(kiln_model_open(path, &o, &d, &err), 0, "%s", err.message);
+	const uint8_t *b = kiln_model_find_cstr(d, "big")->data;
 	for (uint64_t i = 0; i < size; i += 4093)
 		cr_assert_eq(b[i], (uint8_t)(i * 7), "byte %llu", (unsigned long long)i);
-	cr_assert_eq(memcmp(kiln_dir_find_cstr(d, "small")->data, f32_2, 8), 0);
-	kiln_dir_close(d);
+	cr_assert_eq(memcmp(kiln_model_find_cstr(d, "small")->data, f32_2, 8), 0);
+	kiln_model_close(d);
 	unlink(path);
 	rmdir(dir);
 	free(path);
@@ -331,11 +332,11 @@ Test(file, callback_failure_leaves_target_untouched)
 	kiln_error err;
 	cr_assert_eq(kiln_write_file(path, &t, 1, 0, &err), KILN_IO);
 	cr_assert_eq(err.sys_errno, EIO);
-	kiln_dir *d;
-	cr_assert_eq(kiln_dir_open(path, NULL, &d, &err), 0, "the old file is intact: %s",
+	kiln_model *d;
+	cr_assert_eq(kiln_model_open(path, NULL, &d, &err), 0, "the old file is intact: %s",
 		     err.message);
-	cr_assert_eq(kiln_dir_tensor(d, 0)->byte_length, 8);
-	kiln_dir_close(d);
+	cr_assert_eq(kiln_model_tensor(d, 0)->byte_length, 8);
+	kiln_model_close(d);
 	DIR *dh = opendir(dir);
 	int entries = 0;
 	for (struct dirent *e; (e = readdir(dh));)
@@ -357,20 +358,20 @@ Test(file, rewrite_keeps_an_open_mapping_intact)
 	kiln_tensor_spec a = {
 	    .dtype = KILN_DT_U8, .rank = 1, .shape = {sizeof(old_data)}, .data = old_data};
 	cr_assert_eq(kiln_write_file(path, &a, 1, 0, NULL), 0);
-	kiln_dir *d;
-	cr_assert_eq(kiln_dir_open(path, NULL, &d, NULL), 0);
+	kiln_model *d;
+	cr_assert_eq(kiln_model_open(path, NULL, &d, NULL), 0);
 
 	/* Replace it with a much shorter file while the old one is mapped. */
 	kiln_tensor_spec b = {
 	    .dtype = KILN_DT_U8, .rank = 1, .shape = {sizeof(new_data)}, .data = new_data};
 	cr_assert_eq(kiln_write_file(path, &b, 1, 0, NULL), 0);
-	const uint8_t *p = kiln_dir_tensor(d, 0)->data;
+	const uint8_t *p = kiln_model_tensor(d, 0)->data;
 	for (size_t i = 0; i < sizeof(old_data); i += 512)
 		cr_assert_eq(p[i], 0xAB); /* a truncation would have raised SIGBUS here */
-	kiln_dir_close(d);
-	cr_assert_eq(kiln_dir_open(path, NULL, &d, NULL), 0);
-	cr_assert_eq(kiln_dir_tensor(d, 0)->byte_length, sizeof(new_data));
-	kiln_dir_close(d);
+	kiln_model_close(d);
+	cr_assert_eq(kiln_model_open(path, NULL, &d, NULL), 0);
+	cr_assert_eq(kiln_model_tensor(d, 0)->byte_length, sizeof(new_data));
+	kiln_model_close(d);
 	unlink(path);
 	rmdir(dir);
 	free(path);
@@ -454,11 +455,11 @@ static int write_u8(const char *path, struct watch *w, uint64_t len, uint32_t fl
 /* The first payload byte of the file at path (and that it opens). */
 static int first_byte(const char *path)
 {
-	kiln_dir *d;
+	kiln_model *d;
 	kiln_error err;
-	cr_assert_eq(kiln_dir_open(path, NULL, &d, &err), 0, "%s: %s", path, err.message);
-	int b = ((const uint8_t *)kiln_dir_tensor(d, 0)->data)[0];
-	kiln_dir_close(d);
+	cr_assert_eq(kiln_model_open(path, NULL, &d, &err), 0, "%s: %s", path, err.message);
+	int b = ((const uint8_t *)kiln_model_tensor(d, 0)->data)[0];
+	kiln_model_close(d);
 	return b;
 }
 

@@ -23,7 +23,7 @@ static const char usage[] =
     "throughput, and the ratio to a plain read() measured in the same round. Every round runs\n"
     "each row once, in a new random order, so slow moments of a shared machine hit every row.\n"
     "A FILE named like a shard of a series (STEM-NNNNN-of-MMMMM.klnt), or several FILEs, are\n"
-    "loaded as one set (kiln_set_open): every row then covers every shard.\n"
+    "loaded as one model (kiln_model_open_files): every row then covers every shard.\n"
     "\n"
     "Sources (default: all):\n"
     "  open          open + close: validation only, time to the first tensor pointer; warm,\n"
@@ -225,15 +225,13 @@ static int run_plain(const struct bench *b, enum src s)
 	return 0;
 }
 
-static void touch(const kiln_dir *dir)
+static void touch(const kiln_file_info *info)
 {
-	kiln_dir_info info;
-	kiln_dir_get_info(dir, &info);
-	if (info.source != KILN_SOURCE_MMAP)
+	if (info->source != KILN_SOURCE_MMAP)
 		return; /* owned memory is loaded already */
 	volatile uint8_t sink = 0;
-	const uint8_t *p = info.base;
-	for (uint64_t i = 0; i < info.block_length; i += 4096)
+	const uint8_t *p = info->base;
+	for (uint64_t i = 0; i < info->size; i += 4096)
 		sink ^= p[i];
 	(void)sink;
 }
@@ -285,25 +283,25 @@ static double run_once(struct bench *b, enum src s)
 	default:
 		break;
 	}
-	kiln_set *set;
+	kiln_model *set;
 	kiln_error err;
-	int rc = kiln_set_open(b->paths, b->npaths, &o, &set, &err);
+	int rc = kiln_model_open_files(b->paths, b->npaths, &o, &set, &err);
 	if (rc) {
 		klnt_report(stderr, b->paths[0], rc, &err);
 		return -1;
 	}
 	/* AUTO is measured as the row of what it chose: touched like mmap when it left the pages
 	 * to come in on use (a file too large to populate), like populate otherwise. */
-	for (uint32_t i = 0; i < kiln_set_shards(set); i++) {
-		kiln_dir_info in;
-		kiln_dir_get_info(kiln_set_shard(set, i), &in);
+	for (uint32_t i = 0; i < kiln_model_files(set); i++) {
+		kiln_file_info in;
+		kiln_model_file_info(set, i, &in);
 		if (s == S_MMAP || s == S_MMAP_NORMAL || s == S_MMAP_WILLNEED ||
 		    (s == S_AUTO && in.auto_choice == KILN_AUTO_LARGE))
-			touch(kiln_set_shard(set, i));
+			touch(&in);
 	}
 	if (s == S_AUTO) {
-		kiln_dir_info info;
-		kiln_dir_get_info(kiln_set_shard(set, 0), &info);
+		kiln_model_info info;
+		kiln_model_get_info(set, &info);
 		snprintf(b->auto_choice[b->cold], sizeof(b->auto_choice[0]), "%s, %s",
 			 kiln_source_name(info.source),
 			 info.auto_choice < sizeof(auto_why) / sizeof(auto_why[0])
@@ -315,14 +313,14 @@ static double run_once(struct bench *b, enum src s)
 					  .staging_count = RING_N,
 					  .staging_size = RING_SIZE,
 					  .on_chunk = nothing};
-		rc = kiln_set_stream(set, NULL, 0, NULL, &so, NULL, &err);
+		rc = kiln_stream(set, NULL, 0, NULL, &so, NULL, &err);
 		if (rc) {
 			klnt_report(stderr, b->paths[0], rc, &err);
-			kiln_set_close(set);
+			kiln_model_close(set);
 			return -1;
 		}
 	}
-	kiln_set_close(set);
+	kiln_model_close(set);
 	return kmeasure_now() - t0;
 }
 
@@ -419,25 +417,25 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 
 	/* Validate once up front so a bad file gets one clear line, not one per run; a series
 	 * name brings its siblings, whose paths the rows then use. */
-	kiln_set *set;
+	kiln_model *set;
 	kiln_error err;
-	int rc = kiln_set_open(b.paths, b.npaths, NULL, &set, &err);
+	int rc = kiln_model_open_files(b.paths, b.npaths, NULL, &set, &err);
 	if (rc) {
 		klnt_report(stderr, b.paths[0], rc, &err);
 		return klnt_exit_for(rc);
 	}
-	b.npaths = kiln_set_shards(set);
+	b.npaths = kiln_model_files(set);
 	char **own_paths = klnt_xmalloc(b.npaths * sizeof(char *));
 	b.sizes = klnt_xmalloc(b.npaths * sizeof(uint64_t));
-	uint64_t tensors = kiln_set_count(set);
+	uint64_t tensors = kiln_model_count(set);
 	for (uint32_t i = 0; i < b.npaths; i++) {
-		own_paths[i] = strdup(kiln_set_path(set, i));
-		kiln_dir_info info;
-		kiln_dir_get_info(kiln_set_shard(set, i), &info);
-		b.sizes[i] = info.block_length;
-		b.total += info.block_length;
+		kiln_file_info info;
+		kiln_model_file_info(set, i, &info);
+		own_paths[i] = strdup(info.path);
+		b.sizes[i] = info.size;
+		b.total += info.size;
 	}
-	kiln_set_close(set);
+	kiln_model_close(set);
 	b.paths = (const char *const *)own_paths;
 
 	b.plain_buf = page_buffer(PLAIN_BUF);

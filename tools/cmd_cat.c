@@ -44,20 +44,20 @@ static int parse_index(const char *arg, uint64_t *index)
 	return arg[0] == '#' && klnt_parse_u64(arg + 1, UINT64_MAX, index) == 0;
 }
 
-static void not_found(const char *path, const char *what, const kiln_set *set)
+static void not_found(const char *path, const char *what, const kiln_model *m)
 {
 	klnt_fputs_escaped(stderr, path);
 	fprintf(stderr, ": %s: no tensor %s", kiln_code_name(KILN_NOTFOUND), what);
-	uint64_t n = kiln_set_count(set);
-	kiln_dir_info info;
-	kiln_dir_get_info(kiln_set_shard(set, 0), &info);
+	uint64_t n = kiln_model_count(m);
+	kiln_file_info info;
+	kiln_model_file_info(m, 0, &info);
 	if (n == 1 && !(info.flags & KILN_FLAG_NAMES))
 		fputs(" (its one tensor is unnamed; use #0)", stderr);
 	else if (n && !(info.flags & KILN_FLAG_NAMES))
 		fprintf(stderr, " (its tensors are unnamed; use #0..#%" PRIu64 ")", n - 1);
 	else
 		fprintf(stderr, " (%s %" PRIu64 " tensor%s)",
-			kiln_set_shards(set) > 1 ? "the series has" : "the file has", n,
+			kiln_model_files(m) > 1 ? "the series has" : "the file has", n,
 			n == 1 ? "" : "s");
 	fputc('\n', stderr);
 }
@@ -76,7 +76,7 @@ static int parse_pair(const char *arg, uint64_t *a, uint64_t *b)
 }
 
 /* Copy payload bytes [off, off + len) of t to stdout through a bounded buffer, with pread. */
-static int write_range(kiln_dir *dir, const kiln_tensor *t, uint64_t off, uint64_t len,
+static int write_range(const kiln_model *m, const kiln_tensor *t, uint64_t off, uint64_t len,
 		       const char *path, const char *what)
 {
 	size_t cap = 4u << 20;
@@ -85,8 +85,8 @@ static int write_range(kiln_dir *dir, const kiln_tensor *t, uint64_t off, uint64
 	for (uint64_t done = 0; done < len;) {
 		size_t step = len - done < cap ? (size_t)(len - done) : cap;
 		kiln_error err;
-		int r = kiln_tensor_read_range(dir, t->index, off + done, step, buf, cap, NULL,
-					       NULL, &err);
+		int r = kiln_tensor_read_range(m, t->index, off + done, step, buf, cap, NULL, NULL,
+					       &err);
 		if (r) {
 			klnt_report(stderr, path, r, &err);
 			rc = klnt_exit_for(r);
@@ -169,55 +169,52 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 	const char *path = argv[optind], *want = argv[optind + 1];
 
 	kiln_error err;
-	kiln_set *set;
-	int rc = kiln_set_open((const char *const[]){path}, 1, &opts, &set, &err);
+	kiln_model *m;
+	int rc = kiln_model_open(path, &opts, &m, &err);
 	if (rc) {
 		klnt_report(stderr, path, rc, &err);
 		return klnt_exit_for(rc);
 	}
-	for (uint32_t s = 0; s < kiln_set_shards(set); s++) {
-		kiln_dir_info info;
-		kiln_dir_get_info(kiln_set_shard(set, s), &info);
-		/* The bytes are the same either way; say why the requested path was not taken. */
-		const char *shard = kiln_set_path(set, s);
-		if (info.direct_fallback) {
-			klnt_fputs_escaped(stderr, shard);
-			fprintf(stderr, ": note: O_DIRECT unavailable (%s), read buffered\n",
-				strerror(info.direct_fallback));
-		}
-		if (info.uring_fallback) {
-			klnt_fputs_escaped(stderr, shard);
-			fprintf(stderr, ": note: io_uring unavailable (%s), read with pread\n",
-				strerror(info.uring_fallback));
-		}
+	/* The bytes are the same either way; say why the requested path was not taken. */
+	kiln_model_info info;
+	kiln_model_get_info(m, &info);
+	if (info.direct_fallback) {
+		klnt_fputs_escaped(stderr, path);
+		fprintf(stderr, ": note: O_DIRECT unavailable (%s), read buffered\n",
+			strerror(info.direct_fallback));
+	}
+	if (info.uring_fallback) {
+		klnt_fputs_escaped(stderr, path);
+		fprintf(stderr, ": note: io_uring unavailable (%s), read with pread\n",
+			strerror(info.uring_fallback));
 	}
 
 	const kiln_tensor *t;
-	uint32_t shard = 0;
 	uint64_t index;
 	struct klnt_buf what = {0};
 	if (!by_name && parse_index(want, &index)) {
-		t = kiln_set_tensor(set, index, &shard);
+		t = kiln_model_tensor(m, index);
 		klnt_buf_printf(&what, "#%" PRIu64, index);
 	} else {
-		t = kiln_set_find_cstr(set, want, &shard);
+		t = kiln_model_find_cstr(m, want);
 		klnt_buf_puts(&what, "named ");
 		klnt_escape(&what, want, strlen(want), 1);
 	}
 	if (!t) {
-		not_found(path, what.p, set);
+		not_found(path, what.p, m);
 		klnt_buf_free(&what);
-		kiln_set_close(set);
+		kiln_model_close(m);
 		return KLNT_EXIT_INVALID;
 	}
-	kiln_dir *dir = kiln_set_shard(set, shard);
-	const char *shard_path = kiln_set_path(set, shard);
+	kiln_file_info fi;
+	kiln_model_file_info(m, t->file, &fi);
+	const char *shard_path = fi.path;
 	uint64_t off = 0, len = t->byte_length;
 	rc = KLNT_EXIT_OK;
 	if (rows) {
 		kiln_slice s = {.axis = 0, .start = a, .stop = b};
 		const void *p;
-		int r = kiln_tensor_slice_data(dir, t->index, &s, &p, &len, &err);
+		int r = kiln_tensor_slice_data(m, t->index, &s, &p, &len, &err);
 		if (r) {
 			klnt_report(stderr, shard_path, r, &err);
 			rc = KLNT_EXIT_USAGE;
@@ -236,9 +233,9 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 		}
 	}
 	if (rc == KLNT_EXIT_OK)
-		rc = write_range(dir, t, off, len, shard_path, what.p);
+		rc = write_range(m, t, off, len, shard_path, what.p);
 	klnt_buf_free(&what);
-	kiln_set_close(set);
+	kiln_model_close(m);
 	return rc;
 }
 

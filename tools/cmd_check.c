@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* klnt check: certify files (the structural pass and payload verification), optionally reading
- * every byte to find unreadable sectors, and naming the foreign formats people mistake for KLNT. */
+/* klnt check: certify models of any format (the structural pass and, for KLNT, payload
+ * verification), optionally reading every byte to find unreadable sectors. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <getopt.h>
@@ -15,12 +15,17 @@
 static const char usage[] =
     "usage: klnt check [-q] [--read-all] FILE...\n"
     "\n"
-    "Validate each FILE as a KLNT v2 block: header, descriptors, name heap and pad, then\n"
-    "payload verification: the bytes between payloads and the unused high nibble of odd-count\n"
-    "4-bit tensors must be zero. Verification reads only those bytes; the format has no\n"
-    "checksum, so the other payload bytes have nothing to be checked against and are not read.\n"
-    "A FILE named like a shard of a series (STEM-NNNNN-of-MMMMM.klnt) checks the whole series:\n"
-    "every shard, that none is missing, and that no name is in two shards.\n"
+    "Validate each FILE by the rules of its format (KLNT v2, safetensors or GGUF, told from its\n"
+    "first bytes). KLNT: header, descriptors, name heap and pad, then payload verification: the\n"
+    "bytes between payloads and the unused high nibble of odd-count 4-bit tensors must be zero.\n"
+    "Verification reads only those bytes; no format has a checksum, so the other payload bytes\n"
+    "have nothing to be checked against and are not read. safetensors: the header length, the\n"
+    "JSON header, dtypes, shapes and offsets tiling the data exactly; GGUF: the header, the\n"
+    "key/values and the tensor infos (docs/formats.md has every rule).\n"
+    "A FILE named like a shard of a series (STEM-NNNNN-of-MMMMM.EXT: .klnt, .safetensors,\n"
+    "split .gguf) checks the whole series: every shard, that none is missing, and that no name\n"
+    "is in two shards; a model.safetensors.index.json checks the shards it names, and that\n"
+    "each tensor is where the index says.\n"
     "\n"
     "With --read-all, every byte of each file is read as well (header, directory, gaps and\n"
     "payloads), with O_DIRECT where the file system allows it so the disk is read rather than\n"
@@ -28,14 +33,15 @@ static const char usage[] =
     "goes to stderr when it is a terminal.\n"
     "\n"
     "Prints one line per file on stdout:\n"
-    "  FILE: ok\n"
+    "  FILE: ok                a KLNT file\n"
+    "  FILE: ok (gguf)         a file of another format, named\n"
     "  FILE: ok (N bytes read, O_DIRECT)   with --read-all; \"buffered\" instead of O_DIRECT\n"
     "                         when the file system refused direct reads\n"
     "  FILE: ok (S shards, T tensors[, ...])   for a series\n"
-    "  FILE: CLASS: message   CLASS is FRAME, TYPE, LIMIT or UTF8 for a rejected file,\n"
-    "                         IO when the file could not be opened or read (with --read-all,\n"
-    "                         the message names the offset of the read that failed)\n"
-    "A GGUF or safetensors file is named as such, with what to do about it.\n"
+    "  FILE: CLASS: message   CLASS is FRAME, TYPE, LIMIT or UTF8 for a rejected file (the\n"
+    "                         message names its format's defect and where it is), IO when the\n"
+    "                         file could not be opened or read (with --read-all, the message\n"
+    "                         names the offset of the read that failed)\n"
     "\n"
     "Options:\n"
     "  -a, --read-all  read every byte of each file (see above)\n"
@@ -44,66 +50,6 @@ static const char usage[] =
     "\n"
     "Exit status: 0 every file is valid; 1 a file was rejected and every file could be read;\n"
     "2 usage error; 3 a file could not be opened or read.\n";
-
-/* --- foreign formats ------------------------------------------------------------------------- */
-
-static uint64_t le64(const uint8_t *p)
-{
-	uint64_t v = 0;
-	for (int k = 7; k >= 0; k--)
-		v = v << 8 | p[k];
-	return v;
-}
-
-/*
- * When kiln rejects a file at its magic, look at its first bytes for the formats people take for
- * KLNT: GGUF ("GGUF", then a u32 version) and safetensors (a u64 header length N, then a JSON
- * object of N bytes that fits in the file). Writes a description into what[0, cap) and returns 1
- * on a match. Reads at most 16 bytes; any values are only printed, never used as sizes.
- */
-static int foreign_format(const char *path, char *what, size_t cap)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-	if (fd < 0)
-		return 0;
-	uint8_t b[16];
-	struct stat st;
-	ssize_t n = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? pread(fd, b, sizeof(b), 0) : -1;
-	close(fd);
-	if (n >= 4 && memcmp(b, "GGUF", 4) == 0) {
-		if (n >= 8)
-			snprintf(what, cap, "a GGUF file (version %" PRIu32 ")",
-				 (uint32_t)(b[4] | b[5] << 8 | b[6] << 16 | (uint32_t)b[7] << 24));
-		else
-			snprintf(what, cap, "the start of a GGUF file");
-		return 1;
-	}
-	if (n >= 9 && b[8] == '{') {
-		uint64_t header = le64(b), size = (uint64_t)st.st_size;
-		if (size >= 8 && header >= 2 && header <= size - 8) {
-			snprintf(what, cap, "a safetensors file (a %" PRIu64 "-byte JSON header)",
-				 header);
-			return 1;
-		}
-	}
-	return 0;
-}
-
-/* Report a rejected file: the usual line, or for a foreign format a line that says what it is. */
-static void report(const char *path, int rc, const kiln_error *err)
-{
-	char what[96];
-	if (rc == KILN_FRAME && err->field && strcmp(err->field, "magic") == 0 &&
-	    foreign_format(path, what, sizeof(what))) {
-		klnt_fputs_escaped(stdout, path);
-		printf(": FRAME: not a KLNT v2 block: this is %s; convert it with "
-		       "`klnt import -o OUT.klnt FILE` (safetensors shards: all of them, or their "
-		       "model.safetensors.index.json)\n",
-		       what);
-		return;
-	}
-	klnt_report(stdout, path, rc, err);
-}
 
 /* --- reading every byte ---------------------------------------------------------------------- */
 
@@ -136,20 +82,20 @@ static int on_chunk(void *ctx, const kiln_chunk *c)
 	return 0;
 }
 
-/* Read every byte of the open file; on success say how many were read, and how. */
-static int read_all(kiln_dir *dir, const char *path, kiln_stream_result *res, kiln_error *err)
+/* Read every byte of the open model; on success say how many were read, and how. */
+static int read_all(kiln_model *m, const char *path, kiln_stream_result *res, kiln_error *err)
 {
-	kiln_dir_info info;
-	kiln_dir_get_info(dir, &info);
+	kiln_model_info info;
+	kiln_model_get_info(m, &info);
 	double t0 = kmeasure_now();
 	struct progress p = {.path = path,
-			     .total = info.block_length,
+			     .total = info.bytes,
 			     .start = t0,
 			     .shown = t0, /* the first line after a quarter second, not at once */
 			     .tty = isatty(STDERR_FILENO)};
 	kiln_stream_options o = {
 	    .size = sizeof(o), .flags = KILN_STREAM_DIRECT, .on_chunk = on_chunk, .ctx = &p};
-	int rc = kiln_dir_read_all(dir, &o, res, err);
+	int rc = kiln_model_read_all(m, &o, res, err);
 	if (p.width)
 		fprintf(stderr, "\r%*s\r", (int)p.width, "");
 	klnt_buf_free(&p.line);
@@ -160,35 +106,37 @@ static int read_all(kiln_dir *dir, const char *path, kiln_stream_result *res, ki
  * shard there, no name in two); returns 0 or the kiln code reported. */
 static int check(const char *path, int all, int quiet)
 {
-	kiln_set *set;
+	kiln_model *m;
 	kiln_error err;
 	kiln_stream_result res = {0};
-	uint64_t bytes = 0;
-	int direct = 1;
 	/* Verification first: it is cheap, and a rejected file is not worth reading whole. */
 	kiln_open_options opts = {.size = sizeof(opts), .flags = KILN_OPEN_VERIFY_PAYLOAD};
-	int rc = kiln_set_open((const char *const[]){path}, 1, &opts, &set, &err);
-	uint32_t shards = kiln_set_shards(set);
-	for (uint32_t s = 0; !rc && all && s < shards; s++) {
-		rc = read_all(kiln_set_shard(set, s), kiln_set_path(set, s), &res, &err);
-		bytes += res.bytes;
-		direct &= res.direct != 0;
-	}
-	uint64_t tensors = kiln_set_count(set);
-	kiln_set_close(set);
+	int rc = kiln_model_open(path, &opts, &m, &err);
+	uint32_t shards = kiln_model_files(m);
+	if (!rc && all)
+		rc = read_all(m, path, &res, &err);
+	uint64_t bytes = res.bytes, tensors = kiln_model_count(m);
+	int direct = res.direct != 0;
+	kiln_model_info info;
+	kiln_model_get_info(m, &info);
+	unsigned format = info.format;
+	kiln_model_close(m);
 	if (rc) {
-		report(path, rc, &err);
+		klnt_report(stdout, path, rc, &err);
 		return rc;
 	}
 	if (quiet)
 		return 0;
 	klnt_fputs_escaped(stdout, path);
 	struct klnt_buf what = {0};
+	if (format != KILN_FORMAT_KLNT)
+		klnt_buf_puts(&what, kiln_format_name(format));
 	if (shards > 1)
-		klnt_buf_printf(&what, "%" PRIu32 " shards, %" PRIu64 " tensors", shards, tensors);
+		klnt_buf_printf(&what, "%s%" PRIu32 " shards, %" PRIu64 " tensors",
+				what.len ? ", " : "", shards, tensors);
 	if (all)
-		klnt_buf_printf(&what, "%s%" PRIu64 " bytes read, %s", shards > 1 ? ", " : "",
-				bytes, direct ? "O_DIRECT" : "buffered");
+		klnt_buf_printf(&what, "%s%" PRIu64 " bytes read, %s", what.len ? ", " : "", bytes,
+				direct ? "O_DIRECT" : "buffered");
 	if (what.len)
 		printf(": ok (%s)\n", what.p);
 	else
@@ -239,7 +187,7 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 
 const struct klnt_cmd klnt_cmd_check = {
     .name = "check",
-    .summary = "validate files: structure and payload padding; --read-all reads every byte",
+    .summary = "validate models (KLNT, safetensors, GGUF); --read-all reads every byte",
     .usage = usage,
     .run = run,
 };

@@ -98,11 +98,11 @@ static void fill_row(struct klnt_buf *cell, const kiln_tensor *t, uint64_t index
 	if (t->quant_scheme == KILN_QUANT_NONE) {
 		klnt_buf_puts(&cell[C_QUANT], "-");
 	} else {
-		klnt_buf_printf(&cell[C_QUANT], "%s axis=%u group=%" PRIu32 " scale=#%" PRIu32,
+		klnt_buf_printf(&cell[C_QUANT], "%s axis=%u group=%" PRIu32 " scale=#%" PRIu64,
 				scheme_name(t->quant_scheme), t->quant_axis, t->group_size,
 				t->scale_index);
 		if (t->quant_scheme == KILN_QUANT_BLOCK_OUTER)
-			klnt_buf_printf(&cell[C_QUANT], " outer=#%" PRIu32, t->outer_index);
+			klnt_buf_printf(&cell[C_QUANT], " outer=#%" PRIu64, t->outer_index);
 	}
 	if (t->layout) {
 		klnt_escape(&cell[C_LAYOUT], t->layout, t->layout_len, 0);
@@ -148,7 +148,7 @@ static void print_flags(unsigned flags)
 
 /* The metadata document klnt import keeps (kiln_metadata_json), parsed; NULL when the file has
  * none. *bad is set when the tensor is there but does not hold a JSON object. */
-static json_object *load_metadata(const kiln_dir *dir, int *bad)
+static json_object *load_metadata(const kiln_model *dir, int *bad)
 {
 	char *text;
 	kiln_error err;
@@ -175,7 +175,7 @@ static size_t count_keys(json_object *o)
 
 /* "gguf, 24 keys": the source format and the keys it had (GGUF key/values; safetensors
  * __metadata__ entries plus the index file's). */
-static void print_metadata(const kiln_dir *dir)
+static void print_metadata(const kiln_model *dir)
 {
 	int bad;
 	json_object *doc = load_metadata(dir, &bad);
@@ -207,56 +207,56 @@ static void print_metadata(const kiln_dir *dir)
 	json_object_put(doc);
 }
 
-static void print_header(const char *path, const kiln_dir *dir)
+static void print_header(const char *path, const kiln_model *m)
 {
-	kiln_dir_info info;
-	kiln_dir_get_info(dir, &info);
+	kiln_file_info info;
+	kiln_model_file_info(m, 0, &info);
 	fputs("file             ", stdout);
 	klnt_fputs_escaped(stdout, path);
 	printf("\nversion          %u\n", info.version);
 	print_flags(info.flags);
-	printf("tensor_count     %" PRIu32 "\n", info.tensor_count);
+	printf("tensor_count     %" PRIu64 "\n", info.tensor_count);
 	printf("name_bytes       %" PRIu32 "\n", info.name_bytes);
 	printf("directory_bytes  %" PRIu64 "\n", info.directory_bytes);
 	printf("payload_base     %" PRIu64 "\n", info.payload_base);
 	printf("payload_bytes    %" PRIu64 "\n", info.payload_bytes);
-	printf("block_length     %" PRIu64 "\n", info.block_length);
+	printf("block_length     %" PRIu64 "\n", info.size);
 }
 
 /* The shards of a series, one line each. */
-static void print_shards(const char *path, const kiln_set *set)
+static void print_shards(const char *path, const kiln_model *m)
 {
-	uint32_t n = kiln_set_shards(set);
+	uint32_t n = kiln_model_files(m);
 	fputs("series           ", stdout);
 	klnt_fputs_escaped(stdout, path);
 	printf(": %" PRIu32 " shards\n", n);
 	for (uint32_t s = 0; s < n; s++) {
-		kiln_dir_info info;
-		kiln_dir_get_info(kiln_set_shard(set, s), &info);
+		kiln_file_info info;
+		kiln_model_file_info(m, s, &info);
 		printf("shard %-10" PRIu32 " ", s + 1);
-		klnt_fputs_escaped(stdout, kiln_set_path(set, s));
-		printf(": %" PRIu32 " tensor%s, %" PRIu64 " payload bytes\n", info.tensor_count,
+		klnt_fputs_escaped(stdout, info.path);
+		printf(": %" PRIu64 " tensor%s, %" PRIu64 " payload bytes\n", info.tensor_count,
 		       info.tensor_count == 1 ? "" : "s", info.payload_bytes);
 	}
 }
 
-static void inspect_text(const char *path, const kiln_set *set)
+static void inspect_text(const char *path, const kiln_model *m)
 {
-	uint32_t shards = kiln_set_shards(set);
+	uint32_t shards = kiln_model_files(m);
 	first_col = shards > 1 ? C_SHARD : C_INDEX;
 	uint64_t payload = 0;
 	for (uint32_t s = 0; s < shards; s++) {
-		kiln_dir_info info;
-		kiln_dir_get_info(kiln_set_shard(set, s), &info);
+		kiln_file_info info;
+		kiln_model_file_info(m, s, &info);
 		payload += info.payload_bytes;
 	}
 	if (shards > 1)
-		print_shards(path, set);
+		print_shards(path, m);
 	else
-		print_header(path, kiln_set_shard(set, 0));
-	print_metadata(kiln_set_shard(set, 0)); /* the converters keep it in the first shard */
+		print_header(path, m);
+	print_metadata(m);
 
-	uint64_t n = kiln_set_count(set);
+	uint64_t n = kiln_model_count(m);
 	struct totals tot = {0};
 	if (n) {
 		/* Two passes, measuring then printing, so no row has to be kept: a directory may
@@ -268,8 +268,8 @@ static void inspect_text(const char *path, const kiln_set *set)
 			klnt_buf_puts(&cell[c], col_title[c]);
 		}
 		for (uint64_t i = 0; i < n; i++) {
-			uint32_t s;
-			fill_row(cell, kiln_set_tensor(set, i, &s), i, s);
+			const kiln_tensor *t = kiln_model_tensor(m, i);
+			fill_row(cell, t, i, t->file);
 			for (int c = 0; c < C_NAME; c++) {
 				size_t w = klnt_text_width(cell[c].p, cell[c].len);
 				if (w > width[c])
@@ -283,9 +283,8 @@ static void inspect_text(const char *path, const kiln_set *set)
 		}
 		print_row(cell, width);
 		for (uint64_t i = 0; i < n; i++) {
-			uint32_t s;
-			const kiln_tensor *t = kiln_set_tensor(set, i, &s);
-			fill_row(cell, t, i, s);
+			const kiln_tensor *t = kiln_model_tensor(m, i);
+			fill_row(cell, t, i, t->file);
 			print_row(cell, width);
 			add_totals(&tot, t);
 		}
@@ -343,7 +342,7 @@ static void jpush(json_object *arr, json_object *val)
 	}
 }
 
-static json_object *json_header(const kiln_dir_info *info)
+static json_object *json_header(const kiln_file_info *info)
 {
 	json_object *h = jnew(json_object_new_object());
 	jset(h, "version", ju64(info->version));
@@ -359,7 +358,7 @@ static json_object *json_header(const kiln_dir_info *info)
 	jset(h, "directory_bytes", ju64(info->directory_bytes));
 	jset(h, "payload_base", ju64(info->payload_base));
 	jset(h, "payload_bytes", ju64(info->payload_bytes));
-	jset(h, "block_length", ju64(info->block_length));
+	jset(h, "block_length", ju64(info->size));
 	return h;
 }
 
@@ -399,9 +398,9 @@ static json_object *json_tensor(const kiln_tensor *t, uint64_t index, uint32_t s
 	return o;
 }
 
-static void inspect_json(const char *path, const kiln_set *set)
+static void inspect_json(const char *path, const kiln_model *m)
 {
-	uint32_t shards = kiln_set_shards(set);
+	uint32_t shards = kiln_model_files(m);
 	json_object *root = jnew(json_object_new_object());
 	/* A path is any bytes; JSON must be UTF-8. */
 	char *file = klnt_utf8_sanitize(path);
@@ -410,15 +409,15 @@ static void inspect_json(const char *path, const kiln_set *set)
 	uint64_t payload = 0;
 	json_object *list = shards > 1 ? jnew(json_object_new_array()) : NULL;
 	for (uint32_t s = 0; s < shards; s++) {
-		kiln_dir_info info;
-		kiln_dir_get_info(kiln_set_shard(set, s), &info);
+		kiln_file_info info;
+		kiln_model_file_info(m, s, &info);
 		payload += info.payload_bytes;
 		if (!list) {
 			jset(root, "header", json_header(&info));
 			continue;
 		}
 		json_object *sh = jnew(json_object_new_object());
-		char *p = klnt_utf8_sanitize(kiln_set_path(set, s));
+		char *p = klnt_utf8_sanitize(info.path);
 		jset(sh, "file", jstr(p, strlen(p)));
 		free(p);
 		jset(sh, "header", json_header(&info));
@@ -429,11 +428,10 @@ static void inspect_json(const char *path, const kiln_set *set)
 
 	json_object *tensors = jnew(json_object_new_array());
 	struct totals tot = {0};
-	uint64_t n = kiln_set_count(set);
+	uint64_t n = kiln_model_count(m);
 	for (uint64_t i = 0; i < n; i++) {
-		uint32_t s;
-		const kiln_tensor *t = kiln_set_tensor(set, i, &s);
-		jpush(tensors, json_tensor(t, i, s, shards > 1));
+		const kiln_tensor *t = kiln_model_tensor(m, i);
+		jpush(tensors, json_tensor(t, i, t->file, shards > 1));
 		add_totals(&tot, t);
 	}
 	jset(root, "tensors", tensors);
@@ -448,7 +446,7 @@ static void inspect_json(const char *path, const kiln_set *set)
 		jset(totals, "shards", ju64(shards));
 	jset(root, "totals", totals);
 	int bad;
-	jset(root, "metadata", load_metadata(kiln_set_shard(set, 0), &bad));
+	jset(root, "metadata", load_metadata(m, &bad));
 
 	int jflags =
 	    JSON_C_TO_STRING_PRETTY | JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_NOSLASHESCAPE;
@@ -487,17 +485,17 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 	const char *path = argv[optind];
 
 	kiln_error err;
-	kiln_set *set;
-	int rc = kiln_set_open((const char *const[]){path}, 1, NULL, &set, &err);
+	kiln_model *m;
+	int rc = kiln_model_open(path, NULL, &m, &err);
 	if (rc) {
 		klnt_report(stderr, path, rc, &err);
 		return klnt_exit_for(rc);
 	}
 	if (json)
-		inspect_json(path, set);
+		inspect_json(path, m);
 	else
-		inspect_text(path, set);
-	kiln_set_close(set);
+		inspect_text(path, m);
+	kiln_model_close(m);
 	return KLNT_EXIT_OK;
 }
 

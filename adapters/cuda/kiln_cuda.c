@@ -40,8 +40,8 @@ void kiln_cuda_pin_hooks(kiln_pin_hooks *hooks)
 struct load {
 	cudaStream_t stream;
 	cudaEvent_t *events;
-	void *const *dests;     /* device destinations, by position in the tensor list */
-	const uint32_t *pos_of; /* tensor index -> position, for the chunk callback */
+	void *const *dests;   /* device destinations, by position in the tensor list */
+	const size_t *pos_of; /* tensor index -> position, for the chunk callback */
 	cudaError_t error;
 	const char *call;
 };
@@ -73,15 +73,15 @@ static int before_reuse(void *ctx, uint32_t buffer)
 	return 0;
 }
 
-int kiln_cuda_load(kiln_dir *dir, const uint32_t *tensors, uint32_t count,
+int kiln_cuda_load(kiln_model *model, const uint64_t *tensors, size_t count,
 		   void *const *device_dests, const kiln_cuda_load_options *opts,
 		   kiln_stream_result *result, kiln_error *err)
 {
 	kiln_cuda_load_options o = {0};
 	if (opts)
 		o = *opts;
-	if (!dir || !device_dests)
-		return kiln_error_set(err, KILN_INVAL, 0, "dir and device_dests are required");
+	if (!model || !device_dests)
+		return kiln_error_set(err, KILN_INVAL, 0, "model and device_dests are required");
 	uint32_t nb = o.staging_count ? o.staging_count : 4;
 	/* Measured on an H200 host (docs/benchmarks.md): from the page cache, 2 MiB buffers stay in
 	 * the CPU's cache between the read and the DMA (8.4 GB/s against 7.4 with 8 MiB); O_DIRECT
@@ -94,8 +94,9 @@ int kiln_cuda_load(kiln_dir *dir, const uint32_t *tensors, uint32_t count,
 		return kiln_error_set(err, KILN_UNSUPPORTED, 0, "no CUDA device: %s",
 				      e != cudaSuccess ? cudaGetErrorString(e) : "none found");
 
-	uint32_t n = tensors ? count : kiln_dir_count(dir);
-	uint32_t *pos_of = calloc(kiln_dir_count(dir) ? kiln_dir_count(dir) : 1, sizeof(*pos_of));
+	uint64_t total = kiln_model_count(model);
+	size_t n = tensors ? count : (size_t)total;
+	size_t *pos_of = calloc(total ? (size_t)total : 1, sizeof(*pos_of));
 	void **ring = calloc(nb, sizeof(*ring));
 	cudaEvent_t *events = calloc(nb, sizeof(*events));
 	struct load l = {
@@ -106,11 +107,12 @@ int kiln_cuda_load(kiln_dir *dir, const uint32_t *tensors, uint32_t count,
 		rc = kiln_error_set(err, KILN_NOMEM, 0, "out of memory");
 		goto out;
 	}
-	for (uint32_t k = 0; k < n; k++) {
-		uint32_t i = tensors ? tensors[k] : k;
-		if (i >= kiln_dir_count(dir)) {
-			rc = kiln_error_set(err, KILN_INVAL, 0, "tensor index %u is out of range",
-					    i);
+	for (size_t k = 0; k < n; k++) {
+		uint64_t i = tensors ? tensors[k] : k;
+		if (i >= total) {
+			rc = kiln_error_set(err, KILN_INVAL, 0,
+					    "tensor index %llu is out of range (count %llu)",
+					    (unsigned long long)i, (unsigned long long)total);
 			goto out;
 		}
 		pos_of[i] = k;
@@ -145,7 +147,7 @@ int kiln_cuda_load(kiln_dir *dir, const uint32_t *tensors, uint32_t count,
 				  .on_chunk = on_chunk,
 				  .before_reuse = before_reuse,
 				  .ctx = &l};
-	rc = kiln_stream(dir, tensors, count, NULL, &so, result, err);
+	rc = kiln_stream(model, tensors, count, NULL, &so, result, err);
 	/* Every copy must be finished before the staging memory goes away. */
 	e = cudaStreamSynchronize(l.stream);
 	if (rc == KILN_CANCELED && l.error != cudaSuccess) {

@@ -1,21 +1,25 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kiln: a validating, zero-copy reader and canonical writer for KLNT v2 tensor directories.
+ * kiln: a validating, zero-copy loader of model weights: KLNT v2 tensor directories (its native
+ * format, with a canonical writer), safetensors files and GGUF files, each alone or sharded.
  *
- * The format is described in docs/klnt-v2.md. In short: a 64-byte header, a table of 128-byte
- * descriptors, a name heap, zero padding to a 64-byte boundary, and the payloads, each placed at
- * the next multiple of 64 in descriptor order.
+ * A model is one or more files of one format, opened as one handle (kiln_model): a KLNT file or
+ * series, a safetensors file, its shards or their model.safetensors.index.json, a GGUF file or
+ * the parts of a split one. Every format is validated in one pass over its header with the same
+ * discipline (nothing allocated for a count before the bytes that back it are proven present,
+ * every rejection located), and every tensor is the same plain view (kiln_tensor) whatever the
+ * format. KLNT is described in docs/klnt-v2.md; docs/formats.md says what each format promises.
  *
- * Thread safety: a kiln_dir is immutable after open; any number of threads may read views, look
- * up names, copy, hint, stream and verify concurrently: exactly the functions that take a
- * `const kiln_dir *`. Pinning, unpinning and closing take a `kiln_dir *` because they change the
- * directory; they must not race with any other use of it.
+ * Thread safety: a kiln_model is immutable after open; any number of threads may read views,
+ * look up names, copy, hint, stream and verify concurrently: exactly the functions that take a
+ * `const kiln_model *`. Pinning, unpinning and closing take a `kiln_model *` because they change
+ * the model; they must not race with any other use of it.
  *
- * NULL: every function accepts a NULL kiln_dir. Those that return a code return KILN_INVAL (and
- * kiln_dir_close / kiln_dir_try_close do nothing), those that return a view return NULL,
- * kiln_dir_count() returns 0 and kiln_dir_get_info() zeroes *info. `err` may be NULL anywhere:
- * the code is still returned. Other pointer arguments are required unless their documentation
- * says what NULL means; a NULL where one is required is KILN_INVAL, never a crash.
+ * NULL: every function accepts a NULL kiln_model. Those that return a code return KILN_INVAL (and
+ * kiln_model_close / kiln_model_try_close do nothing), those that return a view return NULL,
+ * counts are 0 and info structs are zeroed. `err` may be NULL anywhere: the code is still
+ * returned. Other pointer arguments are required unless their documentation says what NULL
+ * means; a NULL where one is required is KILN_INVAL, never a crash.
  */
 #ifndef KILN_KILN_H
 #define KILN_KILN_H
@@ -28,10 +32,10 @@ extern "C" {
 #endif
 
 #define KILN_VERSION_MAJOR  0
-#define KILN_VERSION_MINOR  1
+#define KILN_VERSION_MINOR  2
 #define KILN_VERSION_PATCH  0
-#define KILN_VERSION_STRING "0.1.0"
-/* One number that compares in release order: 0.1.0 is 100. */
+#define KILN_VERSION_STRING "0.2.0"
+/* One number that compares in release order: 0.2.0 is 200. */
 #define KILN_VERSION_NUMBER \
 	(KILN_VERSION_MAJOR * 10000 + KILN_VERSION_MINOR * 100 + KILN_VERSION_PATCH)
 
@@ -52,23 +56,24 @@ KILN_API unsigned kiln_version_number(void);
  * Errors
  *
  * Every function that can fail returns 0 on success or a positive kiln_code, and fills the
- * caller's kiln_error (when not NULL) with the detail. Codes 1-4 are the format's four classes
- * and are only ever about the bytes of a block; codes from 16 up are API errors (the file could
- * not be read, memory ran out, the caller passed something wrong). The values are pinned.
+ * caller's kiln_error (when not NULL) with the detail. Codes 1-4 are the four classes of a
+ * rejected file, in every format (docs/formats.md maps each format's rules onto them) and are
+ * only ever about the bytes; codes from 16 up are API errors (the file could not be read, memory
+ * ran out, the caller passed something wrong). The values are pinned.
  * ------------------------------------------------------------------------------------------- */
 
 /* X(NAME, value, short name, description) */
 #define KILN_CODES(X)                                                                 \
 	X(OK, 0, "OK", "success")                                                     \
-	X(FRAME, 1, "FRAME", "not a KLNT v2 block")                                   \
-	X(TYPE, 2, "TYPE", "block fields contradict each other or the format rules")  \
+	X(FRAME, 1, "FRAME", "not a file of its format (magic, version, framing)")    \
+	X(TYPE, 2, "TYPE", "fields contradict each other or the format's rules")      \
 	X(LIMIT, 3, "LIMIT", "a count or length does not fit in the bytes available") \
-	X(UTF8, 4, "UTF8", "a name is not well-formed UTF-8")                         \
+	X(UTF8, 4, "UTF8", "a name or string is not well-formed UTF-8")               \
 	X(IO, 16, "IO", "a system call failed")                                       \
 	X(NOMEM, 17, "NOMEM", "out of memory")                                        \
 	X(INVAL, 18, "INVAL", "invalid argument")                                     \
 	X(NOTFOUND, 19, "NOTFOUND", "no such tensor")                                 \
-	X(BUSY, 20, "BUSY", "the directory still has pinned ranges")                  \
+	X(BUSY, 20, "BUSY", "the model still has pinned ranges")                      \
 	X(CANCELED, 21, "CANCELED", "a callback stopped the operation")               \
 	X(UNSUPPORTED, 22, "UNSUPPORTED", "not available for this source or system")  \
 	X(UNSYNCED, 23, "UNSYNCED", "written and in place, but not yet durable")
@@ -86,16 +91,21 @@ KILN_API const char *kiln_strerror(int code);
 /* Nonzero when code is one of the four format classes FRAME, TYPE, LIMIT, UTF8. */
 KILN_API int kiln_is_format_error(int code);
 
-#define KILN_NO_INDEX  UINT32_MAX
+#define KILN_NO_INDEX  UINT64_MAX
+#define KILN_NO_FILE   UINT32_MAX
 #define KILN_NO_OFFSET UINT64_MAX
 
 typedef struct kiln_error {
-	int code;          /* a kiln_code; KILN_OK when nothing failed */
-	int sys_errno;     /* errno of the failed system call for KILN_IO/KILN_NOMEM, else 0 */
-	uint32_t tensor;   /* descriptor index the error is about, or KILN_NO_INDEX */
+	int code;      /* a kiln_code; KILN_OK when nothing failed */
+	int sys_errno; /* errno of the failed system call for KILN_IO/KILN_NOMEM, else 0 */
+	/* The tensor the error is about, or KILN_NO_INDEX. For a rejected file: its position in
+	 * that file (KLNT descriptor index, safetensors header entry, GGUF tensor info), like the
+	 * offset; for a call on an open model: the model's index. */
+	uint64_t tensor;
+	uint32_t file; /* the model's file the error is about (0 for one file), or KILN_NO_FILE */
 	uint32_t reserved; /* zero */
 	const char *field; /* static name of the field ("magic", "byte_length", ...) or NULL */
-	uint64_t offset;   /* byte offset in the block of the offending bytes, or KILN_NO_OFFSET */
+	uint64_t offset;   /* byte offset in that file of the offending bytes, or KILN_NO_OFFSET */
 	char message[224]; /* one line for a person, NUL-terminated, no trailing newline */
 } kiln_error;
 
@@ -155,91 +165,116 @@ KILN_API unsigned kiln_dtype_from_name(const char *name);
 
 enum kiln_quant_scheme { KILN_QUANT_NONE = 0, KILN_QUANT_BLOCK = 1, KILN_QUANT_BLOCK_OUTER = 2 };
 
+/* The alignment in bytes a pointer to a dtype's elements needs for a typed load (its element
+ * size for 8- to 64-bit dtypes; 1 for 4-bit, opaque and unknown codes). */
+KILN_API unsigned kiln_dtype_align(unsigned code);
+
 /* ---------------------------------------------------------------------------------------------
- * Directories and tensor views
+ * Formats and series
  * ------------------------------------------------------------------------------------------- */
 
-typedef struct kiln_dir kiln_dir;
+enum kiln_format {
+	KILN_FORMAT_AUTO = 0, /* open: from the file's first bytes */
+	KILN_FORMAT_KLNT = 1,
+	KILN_FORMAT_GGUF = 2,
+	KILN_FORMAT_SAFETENSORS = 3
+};
+
+/* "klnt", "gguf", "safetensors" ("auto" for 0), or NULL for an unknown code. */
+KILN_API const char *kiln_format_name(unsigned format);
 
 /*
- * A tensor view: plain data describing one descriptor. Every pointer in it points into the
- * directory's bytes (the mapping or the caller's buffer) and stays valid until kiln_dir_close().
- * Names are NOT NUL-terminated and may contain any valid UTF-8, U+0000 included.
+ * Series: a model in several files is named STEM-NNNNN-of-MMMMM.EXT, NNNNN from 00001 to MMMMM
+ * (five digits each, 1 <= NNNNN <= MMMMM, STEM not empty), in every format (KLNT's converters,
+ * Hugging Face's model-00001-of-00004.safetensors, llama.cpp's split GGUF parts).
+ *
+ * kiln_series_parse: when `path` is such a name, return the length of its prefix up to and
+ * including STEM and set *no, *total and *ext (the ".EXT" part, pointing into path); else 0.
+ * kiln_series_name: write STEM-NNNNN-of-MMMMM.EXT into buf[0, cap) (NUL-terminated) and return
+ * its length, or 0 when it does not fit or no/total are out of range; ext includes its dot.
+ */
+KILN_API size_t kiln_series_parse(const char *path, uint32_t *no, uint32_t *total,
+				  const char **ext);
+KILN_API size_t kiln_series_name(char *buf, size_t cap, const char *stem, size_t stem_len,
+				 uint32_t no, uint32_t total, const char *ext);
+
+/*
+ * GGUF's ggml tensor types, by id: name, elements per block and bytes per block (from ggml's
+ * enum ggml_type and block structs, ids up to Q1_0 = 41; ids ggml removed have no row). A GGUF
+ * file's plain types (F32, F16, BF16, F64, I8, I16, I32, I64) are views of the matching dtype;
+ * the others are opaque dtypes 4096 + id with the type's name as layout.
+ */
+typedef struct kiln_ggml_type {
+	uint32_t id;
+	const char *name;
+	uint32_t block_elems; /* elements per block */
+	uint32_t block_bytes; /* bytes per block */
+} kiln_ggml_type;
+
+/* Row i of the table (0, 1, ... in id order), NULL past its end; by id; by exact name. */
+KILN_API const kiln_ggml_type *kiln_ggml_type_at(uint32_t i);
+KILN_API const kiln_ggml_type *kiln_ggml_type_by_id(uint32_t id);
+KILN_API const kiln_ggml_type *kiln_ggml_type_by_name(const char *name);
+
+/* ---------------------------------------------------------------------------------------------
+ * Models and tensor views
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct kiln_model kiln_model;
+
+/*
+ * A tensor view: plain data describing one tensor, the same for every format. Every pointer in
+ * it stays valid until kiln_model_close(). Names are NOT NUL-terminated and may contain any valid
+ * UTF-8, U+0000 included. Shapes are outermost first in every format (GGUF's ne reversed).
+ * Foreign block layouts (GGUF's Q4_K, ...) are opaque dtypes named by `layout`.
  */
 typedef struct kiln_tensor {
-	uint32_t index; /* descriptor index */
+	uint64_t index; /* index in the model: the first file's tensors first, in file order */
+	uint32_t file;  /* the model's file that holds it */
 	uint16_t dtype; /* code from the dtype table */
 	uint8_t rank;   /* 0..8 */
 	uint8_t reserved0;
-	const char *name;   /* NULL when unnamed */
+	const char *name;   /* NULL when unnamed (KLNT only) */
 	size_t name_len;    /* 0 when unnamed */
 	const char *layout; /* opaque layout name; NULL unless opaque */
 	size_t layout_len;
-	uint32_t block_size;   /* opaque block size; 0 unless opaque */
-	uint16_t quant_scheme; /* enum kiln_quant_scheme */
+	uint32_t block_size;   /* opaque block size in bytes; 0 unless opaque */
+	uint16_t quant_scheme; /* enum kiln_quant_scheme (KLNT's quantization fields) */
 	uint16_t quant_axis;   /* KILN_NONE16 when scheme 0 */
 	uint32_t group_size;   /* 0 when scheme 0 */
-	uint32_t scale_index;  /* KILN_NONE32 when scheme 0 */
-	uint32_t outer_index;  /* KILN_NONE32 unless scheme 2 */
-	uint32_t reserved1;
+	/* The largest power of two, up to 4096, dividing the data pointer's address (the file
+	 * offset when there is no data pointer): KLNT payloads are at least 64-byte aligned, GGUF
+	 * ones general.alignment, safetensors ones only what their offsets happen to give. */
+	uint32_t alignment;
+	uint64_t scale_index; /* the scale tensor's model index; KILN_NO_INDEX when scheme 0 */
+	uint64_t outer_index; /* the outer scale's; KILN_NO_INDEX unless scheme 2 */
 	uint64_t shape[KILN_MAX_RANK]; /* slots at and past rank are 0 */
 	uint64_t count;       /* element count: 1 for rank 0, else the product of the shape */
-	const void *data;     /* first payload byte, 64-byte aligned relative to the block start */
+	const void *data;     /* first payload byte in memory; NULL when nothing is (KLNT checks) */
 	uint64_t byte_length; /* payload bytes */
-	uint64_t byte_offset; /* offset from the start of the payload region */
-	uint64_t file_offset; /* offset from the start of the block (payload_base + byte_offset) */
+	uint64_t byte_offset; /* offset from the start of its file's payload region */
+	uint64_t file_offset; /* offset from the start of its file */
 } kiln_tensor;
 
-/* Header fields, derived sizes, and how the bytes were loaded. */
-typedef struct kiln_dir_info {
-	uint32_t tensor_count;
-	uint32_t name_bytes;
-	uint64_t payload_bytes;
-	uint64_t directory_bytes;
-	uint64_t payload_base; /* align64(64 + directory_bytes) */
-	uint64_t block_length; /* payload_base + payload_bytes */
-	uint8_t version;
-	uint8_t flags;            /* header flags byte */
-	uint8_t payload_verified; /* 1 once payload verification has passed */
-	uint8_t direct;           /* 1 when the block was read with O_DIRECT */
-	uint32_t source;          /* enum kiln_source the bytes came from */
-	const void *base;         /* first byte of the block */
-	/* Why a requested mode was not used (errno values, 0 when nothing fell back):
-	 * direct_fallback: O_DIRECT was asked for but refused (EINVAL from the file system, or
-	 * no direct I/O alignment), so buffered reads were used; uring_fallback: io_uring was
-	 * asked for but unavailable (ENOSYS, EPERM in containers), so pread was used;
-	 * advice_errno: a madvise hint the kernel refused (the mapping works without it). */
-	int32_t direct_fallback;
-	int32_t uring_fallback;
-	int32_t advice_errno;
-	uint32_t dio_align;   /* file offset alignment used for O_DIRECT, 0 when not direct */
-	uint32_t pinned;      /* ranges currently pinned with kiln_tensor_pin() */
-	uint32_t auto_choice; /* enum kiln_auto_choice: what KILN_SOURCE_AUTO chose, and why */
-	uint64_t reserved[2];
-} kiln_dir_info;
-
-#define KILN_FLAG_NAMES         0x01u
-#define KILN_FLAG_LITTLE_ENDIAN 0x02u
-
-/* Where the bytes of a directory live. */
+/* Where the bytes of a model live. */
 enum kiln_source {
-	KILN_SOURCE_MMAP = 0,   /* read-only shared mapping of the file (default for paths);
+	KILN_SOURCE_MMAP = 0,   /* read-only shared mapping of each file (default for paths);
 				 * copy-on-write with KILN_OPEN_PRIVATE */
-	KILN_SOURCE_BUFFER = 1, /* the caller's buffer, borrowed (kiln_dir_parse) */
-	KILN_SOURCE_READ = 2,   /* the whole block read into owned memory with pread */
-	KILN_SOURCE_URING = 3,  /* the whole block read into owned memory with io_uring */
-	/* Paths only: kiln picks one of the above per open from cheap evidence (see
-	 * kiln_auto_choice); kiln_dir_info.source says which, auto_choice why. */
+	KILN_SOURCE_BUFFER = 1, /* the caller's buffer, borrowed (kiln_model_parse) */
+	KILN_SOURCE_READ = 2,   /* each file read into owned memory with pread */
+	KILN_SOURCE_URING = 3,  /* each file read into owned memory with io_uring */
+	/* Paths only: kiln picks one of the above per file from cheap evidence (see
+	 * kiln_auto_choice); kiln_model_info.source says which, auto_choice why. */
 	KILN_SOURCE_AUTO = 4
 };
 
 /*
- * What KILN_SOURCE_AUTO chose (kiln_dir_info.auto_choice; 0 when AUTO was not asked for).
- * The evidence: mincore() of 8 windows of 16 pages spread evenly from the payload's start to the
- * file's end (a payload of at most 128 pages is checked whole), right after the file is mapped
- * (a few microseconds), and MemAvailable from /proc/meminfo when that matters. AUTO never
- * picks O_DIRECT on its own: cold, it measured level with populating the mapping, and it would
- * leave the page cache cold for the next open too.
+ * What KILN_SOURCE_AUTO chose (kiln_model_info.auto_choice: the first file's; 0 when AUTO was
+ * not asked for). The evidence: mincore() of 8 windows of 16 pages spread evenly from the
+ * payload's start to the file's end (a payload of at most 128 pages is checked whole), right
+ * after the file is mapped (a few microseconds), and MemAvailable from /proc/meminfo when that
+ * matters. AUTO never picks O_DIRECT on its own: cold, it measured level with populating the
+ * mapping, and it would leave the page cache cold for the next open too.
  */
 enum kiln_auto_choice {
 	KILN_AUTO_NONE = 0,
@@ -259,13 +294,68 @@ enum kiln_auto_choice {
 /* Name of a source ("mmap", "buffer", "read", "uring", "auto"), or NULL. */
 KILN_API const char *kiln_source_name(unsigned source);
 
+/* The model as a whole: its format, files, tensors, and how the bytes were loaded. */
+typedef struct kiln_model_info {
+	uint32_t format;          /* enum kiln_format */
+	uint32_t files;           /* 1, or the shards of a series / the files of a list */
+	uint64_t tensor_count;    /* in all files */
+	uint64_t bytes;           /* the files' sizes added up */
+	uint32_t source;          /* enum kiln_source the bytes came from */
+	uint32_t auto_choice;     /* enum kiln_auto_choice: what KILN_SOURCE_AUTO chose, and why */
+	uint8_t payload_verified; /* 1 once payload verification has passed */
+	uint8_t direct;           /* 1 when every file was read with O_DIRECT */
+	uint8_t reserved8[2];
+	/* Why a requested mode was not used (errno values, 0 when nothing fell back):
+	 * direct_fallback: O_DIRECT was asked for but refused (EINVAL from the file system, or
+	 * no direct I/O alignment), so buffered reads were used; uring_fallback: io_uring was
+	 * asked for but unavailable (ENOSYS, EPERM in containers), so pread was used;
+	 * advice_errno: a madvise hint the kernel refused (the mapping works without it). */
+	int32_t direct_fallback;
+	int32_t uring_fallback;
+	int32_t advice_errno;
+	uint32_t dio_align; /* file offset alignment used for O_DIRECT, 0 when not direct */
+	uint32_t pinned;    /* ranges currently pinned with kiln_tensor_pin() */
+	uint32_t realigned; /* tensors given an aligned owned copy (KILN_OPEN_ALIGN) */
+	uint64_t reserved[3];
+} kiln_model_info;
+
+/* One file of a model: what its header says and where its payloads are. */
+typedef struct kiln_file_info {
+	const char *path; /* as given or as found beside it; NULL for a buffer */
+	uint32_t format;  /* enum kiln_format */
+	uint32_t version; /* KLNT: 2; GGUF: 2 or 3; safetensors: 0 (it has none) */
+	uint64_t size;    /* bytes of the file (a buffer's; a KLNT block's, with ALLOW_TRAILING) */
+	uint64_t first_tensor; /* model index of its first tensor */
+	uint64_t tensor_count;
+	/* The payload region: KLNT's payload_base (the header, directory and pad before it),
+	 * safetensors' 8 + header length, GGUF's aligned start of the data section. What open
+	 * reads of the file is [0, payload_base). */
+	uint64_t payload_base;
+	uint64_t payload_bytes; /* bytes from payload_base to the end of the file */
+	/* What the format promises for payload offsets in the file: 64 for KLNT, GGUF's
+	 * general.alignment (32 when absent), 1 for safetensors (it promises nothing). */
+	uint32_t alignment;
+	uint8_t flags; /* KLNT: the header's flags byte; 0 otherwise */
+	uint8_t reserved8[3];
+	uint32_t name_bytes;      /* KLNT: the header's name_bytes; 0 otherwise */
+	uint32_t source;          /* enum kiln_source this file's bytes came from */
+	uint64_t directory_bytes; /* KLNT: the header's directory_bytes; 0 otherwise */
+	const void *base;     /* the file's first byte in memory (mapping, owned block, buffer) */
+	uint32_t auto_choice; /* enum kiln_auto_choice for this file */
+	uint32_t reserved32;  /* zero */
+	uint64_t reserved[2];
+} kiln_file_info;
+
+#define KILN_FLAG_NAMES         0x01u
+#define KILN_FLAG_LITTLE_ENDIAN 0x02u
+
 /* Open flags (kiln_open_options.flags). */
 enum kiln_open_flags {
-	/* Also run payload verification (kiln_dir_verify_payload(): the gaps between payloads
-	 * and the 4-bit padding are zero). It reads those bytes only, not every payload byte. */
+	/* Also run payload verification (kiln_model_verify(): KLNT's gaps between payloads and
+	 * 4-bit padding are zero). It reads those bytes only, not every payload byte. */
 	KILN_OPEN_VERIFY_PAYLOAD = 1u << 0,
-	/* Buffers only: the block may be followed by other bytes. Without it a buffer, like a file,
-	 * must be exactly one block (a longer one is FRAME). */
+	/* Buffers of KLNT only: the block may be followed by other bytes. Without it a buffer,
+	 * like a file, must be exactly one block (a longer one is FRAME). */
 	KILN_OPEN_ALLOW_TRAILING = 1u << 1,
 	/* mmap: fault the whole file in at open (MAP_POPULATE). */
 	KILN_OPEN_POPULATE = 1u << 2,
@@ -277,7 +367,7 @@ enum kiln_open_flags {
 	KILN_OPEN_HUGEPAGE = 1u << 4,
 	/* read/uring: bypass the page cache with O_DIRECT, aligned as statx(STATX_DIOALIGN) says
 	 * (else the device's logical block size). Falls back to buffered reads when the file system
-	 * refuses, and says so in kiln_dir_info.direct_fallback. */
+	 * refuses, and says so in kiln_model_info.direct_fallback. */
 	KILN_OPEN_DIRECT = 1u << 5,
 	/* mmap: map the file copy-on-write (PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE)
 	 * instead of read-only shared, so a consumer that writes through a data pointer (a PyTorch
@@ -292,8 +382,17 @@ enum kiln_open_flags {
 	 * written pages (the file's bytes reappear) and PAGEOUT swaps them. READ/URING ignore it:
 	 * their owned memory is already private and writable (a caller's load buffer is the
 	 * caller's). INVAL with KILN_OPEN_LOCK (mlock of a writable private mapping copies every
-	 * page) and for kiln_dir_parse() (a borrowed buffer cannot be made private). */
-	KILN_OPEN_PRIVATE = 1u << 6
+	 * page) and for kiln_model_parse() (a borrowed buffer cannot be made private). */
+	KILN_OPEN_PRIVATE = 1u << 6,
+	/* Open the path given as the one file of the model, even when its name is a shard of a
+	 * series (STEM-NNNNN-of-MMMMM.EXT) or it is a part of a split GGUF model: the shard's own
+	 * tensors only, none found beside it. */
+	KILN_OPEN_ONE_FILE = 1u << 7,
+	/* Give every tensor whose data is misaligned for its dtype (alignment below
+	 * kiln_dtype_align(); safetensors promises no alignment) an owned, 64-byte aligned copy,
+	 * read at open, so typed loads through data pointers are safe everywhere. Other tensors
+	 * stay zero-copy; kiln_model_info.realigned counts the copies. */
+	KILN_OPEN_ALIGN = 1u << 8
 };
 
 /* Access advice for a mapping (kiln_open_options.advice), applied after validation. */
@@ -318,165 +417,232 @@ typedef struct kiln_allocator {
 typedef struct kiln_open_options {
 	uint32_t size;
 	uint32_t flags;  /* enum kiln_open_flags */
-	uint32_t source; /* enum kiln_source for kiln_dir_open: MMAP (default), READ or URING */
+	uint32_t source; /* enum kiln_source for paths: MMAP (default), READ, URING or AUTO */
 	uint32_t advice; /* enum kiln_advice, for MMAP */
 	const kiln_allocator *allocator;
 	uint32_t chunk_size;  /* READ/URING: bytes per read request; 0 means 4 MiB, at most 1 GiB */
 	uint32_t queue_depth; /* URING: requests in flight; 0 means 32 */
-	/* READ/URING: load the block into this caller memory instead of fresh owned memory, so a
-	 * runtime can reuse one buffer (fresh memory costs a page fault and a zeroing per page).
-	 * 64-byte aligned (page aligned lets O_DIRECT read in place), at least the file's size;
-	 * borrowed: kiln never frees it, and it must outlive the directory. NULL: owned memory. */
+	/* READ/URING, a model of one file: load it into this caller memory instead of fresh owned
+	 * memory, so a runtime can reuse one buffer (fresh memory costs a page fault and a zeroing
+	 * per page). 64-byte aligned (page aligned lets O_DIRECT read in place), at least the
+	 * file's size; borrowed: kiln never frees it, and it must outlive the model. NULL: owned
+	 * memory. */
 	void *buffer;
 	size_t buffer_size;
-	/* READ/URING: threads reading parts of the payload at once, the calling thread included
-	 * (each with its own engine: pread, or an io_uring of its own). 0 or 1: the calling thread
-	 * alone; kiln starts no thread unless asked. At most 64. Worth it where copying is the
-	 * bound (a warm file into fresh memory: page faults and the copy run on every core). */
+	/* READ/URING: threads reading parts of each file's payload at once, the calling thread
+	 * included (each with its own engine: pread, or an io_uring of its own). 0 or 1: the
+	 * calling thread alone; kiln starts no thread unless asked. At most 64. Worth it where
+	 * copying is the bound (a warm file into fresh memory: page faults and the copy run on
+	 * every core). */
 	uint32_t threads;
-	uint32_t reserved32;  /* zero */
+	/* enum kiln_format: AUTO (0) tells each file's format from its first bytes (and a path
+	 * ending in .json as a safetensors index); another value refuses files of other formats
+	 * (FRAME naming what the file is). */
+	uint32_t format;
 	uint64_t reserved[3]; /* zero */
 } kiln_open_options;
 
 /*
- * Open the file at `path` and validate its structure (header, descriptors, name heap, pad) in
- * one pass. The file must be exactly one block.
+ * Open the model at `path` and validate the structure of every file in one pass each:
+ * - a KLNT file; a shard of a KLNT series STEM-NNNNN-of-MMMMM.klnt opens the whole series, its
+ *   siblings found by name beside it;
+ * - a .safetensors file; a shard model-NNNNN-of-MMMMM.safetensors opens every shard; a
+ *   model.safetensors.index.json (any name ending in .json) opens the shards its weight_map
+ *   names, and checks that each tensor is in the shard the index says;
+ * - a GGUF file; a part NAME-NNNNN-of-MMMMM.gguf of a split model opens every part, checked
+ *   against the parts' split.no / split.count / split.tensors.count keys.
+ * KILN_OPEN_ONE_FILE opens the path alone. Every file must be of one format; names must be
+ * unique across the files (TYPE naming both files otherwise).
  *
- * With the default MMAP source the file is mapped read-only (copy-on-write with
- * KILN_OPEN_PRIVATE) and only the first payload_base
- * bytes are read; payload pages are not touched unless KILN_OPEN_VERIFY_PAYLOAD, POPULATE, LOCK
- * or WILLNEED ask for it. With READ or URING the header and directory are read and validated
- * first, then the whole block is read into owned, page-aligned memory (so a rejected file costs
- * no payload I/O); every data pointer is then 64-byte aligned in memory, whatever the source.
+ * With the default MMAP source each file is mapped read-only (copy-on-write with
+ * KILN_OPEN_PRIVATE) and only its header and directory, [0, payload_base), are read; payload
+ * pages are not touched unless KILN_OPEN_VERIFY_PAYLOAD, POPULATE, LOCK, ALIGN or WILLNEED ask
+ * for it. With READ or URING the header and directory are read and validated first, then the
+ * whole file is read into owned, page-aligned memory (so a rejected file costs no payload I/O).
+ * Data pointers are aligned in memory as their file offsets are, whatever the source.
  *
  * Returns 0 and sets *out, or a kiln_code with *out set to NULL: FRAME/TYPE/LIMIT/UTF8 for a
- * file whose bytes are rejected (an empty or short file is LIMIT), IO when the file cannot be
- * opened, stat'ed or mapped, or is not a regular file (sys_errno says why: ENOENT, EACCES,
- * EISDIR, ...), NOMEM, INVAL for a NULL argument or nonzero reserved option.
+ * file whose bytes are rejected (an empty or short file is LIMIT; err->file says which file),
+ * IO when a file cannot be opened, stat'ed or mapped, or is not a regular file (sys_errno says
+ * why: ENOENT, EACCES, EISDIR, ...; a missing shard is "shard 2 of 3 is missing"), NOMEM, INVAL
+ * for a NULL argument, a nonzero reserved option, or a series that is ambiguous (another series
+ * of the same stem and a different shard count beside it).
  *
- * The directory is read with pread and validated from memory of the directory's own, never
- * through the mapping (for MMAP the descriptors pass through a small reused window and the name
- * heap is copied, since names point into it; READ/URING read it into the block memory), so a
- * file that shrinks or changes during open gives IO or a format error, never SIGBUS. Payload
- * verification reads through pread too.
+ * The header and directory are read with pread into memory of the model's own and validated
+ * there, never through the mapping, so a file that shrinks or changes during open gives IO or a
+ * format error, never SIGBUS. Payload verification reads through pread too.
  *
- * The directory keeps the mapping; views and data pointers live until kiln_dir_close(). If the
- * file is truncated by someone else while mapped, touching the lost payload pages through a data
+ * The model keeps the mappings; views and data pointers live until kiln_model_close(). If a file
+ * is truncated by someone else while mapped, touching the lost payload pages through a data
  * pointer raises SIGBUS, as with any mapping (kiln_tensor_copy() and kiln_stream() read with
  * pread and report IO instead); kiln writes files by rename so its own writer never does that.
  */
-KILN_API int kiln_dir_open(const char *path, const kiln_open_options *opts, kiln_dir **out,
-			   kiln_error *err);
+KILN_API int kiln_model_open(const char *path, const kiln_open_options *opts, kiln_model **out,
+			     kiln_error *err);
 
 /*
- * Validate the `len` bytes at `buf` and index them without copying. The buffer is borrowed: it
- * must stay valid and unchanged until kiln_dir_close(). Data pointers are 64-byte aligned in
- * memory when `buf` is. Same errors as kiln_dir_open(), without IO.
+ * Open `count` paths as one model. One path is kiln_model_open(). A list is either the whole of
+ * one series (any order; INVAL for a list that names two series, repeats a shard or leaves one
+ * out) or files that are no series at all, kept in the given order (INVAL for a list mixing the
+ * two). Same errors as kiln_model_open().
  */
-KILN_API int kiln_dir_parse(const void *buf, size_t len, const kiln_open_options *opts,
-			    kiln_dir **out, kiln_error *err);
+KILN_API int kiln_model_open_files(const char *const *paths, uint32_t count,
+				   const kiln_open_options *opts, kiln_model **out,
+				   kiln_error *err);
 
 /*
- * Release the directory, its index and its mapping or owned memory. NULL is accepted. Ranges
- * still pinned are unpinned first (their unpin hooks are called), so no registration ever
- * outlives the memory; use kiln_dir_try_close() to be told instead.
+ * Validate the `len` bytes at `buf` (one file of any format: KLNT, safetensors, GGUF) and index
+ * them without copying. The buffer is borrowed: it must stay valid and unchanged until
+ * kiln_model_close(). Data pointers are aligned in memory as buf is plus their file offset.
+ * Same errors as kiln_model_open(), without IO.
  */
-KILN_API void kiln_dir_close(kiln_dir *dir);
+KILN_API int kiln_model_parse(const void *buf, size_t len, const kiln_open_options *opts,
+			      kiln_model **out, kiln_error *err);
+
+/*
+ * Release the model, its index and its mappings or owned memory. NULL is accepted. Ranges still
+ * pinned are unpinned first (their unpin hooks are called), so no registration ever outlives the
+ * memory; use kiln_model_try_close() to be told instead.
+ */
+KILN_API void kiln_model_close(kiln_model *model);
 
 /* Close unless ranges are still pinned: then return BUSY, with the count in the message, and
- * leave the directory open. Returns 0 after closing. */
-KILN_API int kiln_dir_try_close(kiln_dir *dir, kiln_error *err);
+ * leave the model open. Returns 0 after closing. */
+KILN_API int kiln_model_try_close(kiln_model *model, kiln_error *err);
 
 /*
- * Payload verification (spec section 9): every byte between payloads is zero and the unused high
- * nibble of an odd-count 4-bit tensor is zero. Reads only those bytes (the gaps, under 64 bytes
- * each, and the last byte of each odd-count 4-bit tensor), not every payload byte: the format
- * has no checksum, so the other payload bytes have nothing to be checked against; to read them
- * all (to find unreadable sectors) use kiln_dir_read_all(). Returns 0 or TYPE (with the tensor
- * and offset of the first bad byte). Idempotent.
+ * Payload verification (KLNT spec section 9): in every KLNT file, every byte between payloads is
+ * zero and the unused high nibble of an odd-count 4-bit tensor is zero. Reads only those bytes
+ * (the gaps, under 64 bytes each, and the last byte of each odd-count 4-bit tensor), not every
+ * payload byte: no format has a checksum, so the other payload bytes have nothing to be checked
+ * against; to read them all (to find unreadable sectors) use kiln_model_read_all(). safetensors
+ * and GGUF files have nothing more to verify (safetensors' tensors cover every data byte; GGUF
+ * sets no rule for its padding). Returns 0 or TYPE (with the file, tensor and offset of the first
+ * bad byte). Idempotent.
  */
-KILN_API int kiln_dir_verify_payload(const kiln_dir *dir, kiln_error *err);
+KILN_API int kiln_model_verify(const kiln_model *model, kiln_error *err);
 
-/* Fill *info with the header fields and derived sizes (zeroes for a NULL dir; NULL info is
- * ignored). */
-KILN_API void kiln_dir_get_info(const kiln_dir *dir, kiln_dir_info *info);
+/* Fill *info (zeroes for a NULL model; a NULL info is ignored). */
+KILN_API void kiln_model_get_info(const kiln_model *model, kiln_model_info *info);
 
-/* Number of tensors. */
-KILN_API uint32_t kiln_dir_count(const kiln_dir *dir);
+/* Fill *info for file `file` of the model. Returns 0, or INVAL (zeroing *info) when out of
+ * range. */
+KILN_API int kiln_model_file_info(const kiln_model *model, uint32_t file, kiln_file_info *info);
+
+/* Number of files (shards); 0 for NULL. */
+KILN_API uint32_t kiln_model_files(const kiln_model *model);
+
+/* Number of tensors in all files. */
+KILN_API uint64_t kiln_model_count(const kiln_model *model);
 
 /* The view of tensor `index`, or NULL when index >= count. */
-KILN_API const kiln_tensor *kiln_dir_tensor(const kiln_dir *dir, uint32_t index);
+KILN_API const kiln_tensor *kiln_model_tensor(const kiln_model *model, uint64_t index);
 
-/* The tensor whose name is exactly the `len` bytes at `name`, or NULL. O(1) expected. */
-KILN_API const kiln_tensor *kiln_dir_find(const kiln_dir *dir, const char *name, size_t len);
+/* The tensor whose name is exactly the `len` bytes at `name`, in any file, or NULL. O(1)
+ * expected. */
+KILN_API const kiln_tensor *kiln_model_find(const kiln_model *model, const char *name, size_t len);
 
-/* kiln_dir_find() with a NUL-terminated name. */
-KILN_API const kiln_tensor *kiln_dir_find_cstr(const kiln_dir *dir, const char *name);
+/* kiln_model_find() with a NUL-terminated name. */
+KILN_API const kiln_tensor *kiln_model_find_cstr(const kiln_model *model, const char *name);
 
 /* The scale (or outer scale) tensor of a quantized tensor, or NULL when it has none. */
-KILN_API const kiln_tensor *kiln_tensor_scale(const kiln_dir *dir, const kiln_tensor *t);
-KILN_API const kiln_tensor *kiln_tensor_outer(const kiln_dir *dir, const kiln_tensor *t);
+KILN_API const kiln_tensor *kiln_tensor_scale(const kiln_model *model, const kiln_tensor *t);
+KILN_API const kiln_tensor *kiln_tensor_outer(const kiln_model *model, const kiln_tensor *t);
 
 /*
- * Validate without keeping anything: kiln_dir_parse() then close, with `flags` as in
+ * Validate without keeping anything: kiln_model_parse() then close, with `flags` as in
  * kiln_open_options. Returns 0 or the class; *err has the detail.
  */
 KILN_API int kiln_validate(const void *buf, size_t len, uint32_t flags, kiln_error *err);
 
 /* ---------------------------------------------------------------------------------------------
- * Sets: several files as one model
+ * Metadata
  *
- * A model too large for one file's name heap is a shard series STEM-00001-of-0000N.klnt (what
- * the converters write). A set opens every shard with kiln_dir_open (each is validated alone,
- * with the same options, so scale references stay inside a shard) and adds one namespace: a
- * global index and O(1) lookup by name across the shards. A name in two shards is TYPE.
- * Views come from the shards' directories and live until kiln_set_close(). Streams, hints,
- * copies and pins take set indices (kiln_set_stream(), kiln_set_hint(), ...); every other
- * per-directory call takes the shard's directory (kiln_set_shard()) and the view's index.
+ * What a model says besides its tensors, typed as GGUF types values (the codes are GGUF's): a
+ * GGUF file's key/values in file order; a safetensors file's __metadata__ (strings), merged over
+ * the shards of a checkpoint (a key keeps the first shard's value; the index file's own
+ * "metadata", such as total_size, is bookkeeping and not included); a KLNT file's kiln.metadata
+ * document (what the converters kept: GGUF key/values with their types, or __metadata__).
  * ------------------------------------------------------------------------------------------- */
 
-typedef struct kiln_set kiln_set;
+enum kiln_meta_type {
+	KILN_META_U8 = 0,
+	KILN_META_I8 = 1,
+	KILN_META_U16 = 2,
+	KILN_META_I16 = 3,
+	KILN_META_U32 = 4,
+	KILN_META_I32 = 5,
+	KILN_META_F32 = 6,
+	KILN_META_BOOL = 7,
+	KILN_META_STRING = 8,
+	KILN_META_ARRAY = 9,
+	KILN_META_U64 = 10,
+	KILN_META_I64 = 11,
+	KILN_META_F64 = 12
+};
+
+/* "u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "str", "arr", "u64", "i64", "f64" (the
+ * names of docs/convert.md), or NULL. */
+KILN_API const char *kiln_meta_type_name(unsigned type);
+
+/* A value. Pointers live until kiln_model_close(). */
+typedef struct kiln_value {
+	uint32_t type;      /* enum kiln_meta_type */
+	uint32_t item_type; /* ARRAY: its items' type */
+	uint64_t count;     /* ARRAY: its items */
+	/* U8..U64 and BOOL (0 or 1) in u; I8..I64 in i; F32 and F64 in f (F32 widened exactly) */
+	union {
+		uint64_t u;
+		int64_t i;
+		double f;
+	} num;
+	const char *str; /* STRING: its bytes, not NUL-terminated (GGUF strings may be any bytes) */
+	size_t str_len;
+	/* ARRAY: the items as GGUF encodes them, little-endian: for the fixed-size types, count
+	 * packed values of kiln_meta_type_size() bytes each (an O(1) index); strings and nested
+	 * arrays are read with kiln_value_next(). */
+	const void *items;
+	uint64_t items_len;
+} kiln_value;
+
+typedef struct kiln_meta {
+	const char *key; /* not NUL-terminated */
+	size_t key_len;
+	kiln_value value;
+} kiln_meta;
+
+/* Bytes of one value of a fixed-size type (1, 2, 4 or 8); 0 for STRING, ARRAY and unknown. */
+KILN_API unsigned kiln_meta_type_size(unsigned type);
 
 /*
- * Open `count` paths as one set. One path that is a series name opens the whole series, its
- * siblings found by name beside it; one other path is a set of one file. A list is either the
- * whole of one series (any order) or files that are no series at all (kept in the given
- * order). Returns 0 and *out, or: IO naming a missing shard ("shard 2 of 3 is missing"); INVAL
- * for a list that mixes series and other names, names two series, repeats a shard or leaves
- * one out, and for another series of the same stem with a different shard count beside it;
- * TYPE for a name in two shards (the message names both files); every error of
- * kiln_dir_open() for a shard, with the shard's path in the message.
+ * The model's metadata: *entries (an array, valid until close) and *count, in file order. The
+ * first call on a KLNT model reads its kiln.metadata tensor (with pread; safe from any number of
+ * threads), later calls and other formats cost nothing. Returns 0 (count 0 when there is none),
+ * INVAL, IO, NOMEM, or TYPE/UNSUPPORTED for a KLNT document that is not the converters'
+ * convention (docs/convert.md).
  */
-KILN_API int kiln_set_open(const char *const *paths, uint32_t count, const kiln_open_options *opts,
-			   kiln_set **out, kiln_error *err);
+/* The tensor of a KLNT file that holds the converters' metadata document (docs/convert.md). */
+#define KILN_METADATA_TENSOR "kiln.metadata"
 
-/* Close every shard. NULL is accepted. Views and pointers from the set die here. */
-KILN_API void kiln_set_close(kiln_set *set);
+KILN_API int kiln_model_metadata(const kiln_model *model, const kiln_meta **entries,
+				 uint64_t *count, kiln_error *err);
 
-/* Number of shards; 0 for NULL. */
-KILN_API uint32_t kiln_set_shards(const kiln_set *set);
+/* The entry whose key is exactly the `len` bytes at `key`: 0 and *out, NOTFOUND, or an error of
+ * kiln_model_metadata(). O(log n). */
+KILN_API int kiln_model_meta_find(const kiln_model *model, const char *key, size_t len,
+				  const kiln_meta **out, kiln_error *err);
 
-/* Shard `shard`'s directory (owned by the set: do not close it), or NULL when out of range. */
-KILN_API kiln_dir *kiln_set_shard(const kiln_set *set, uint32_t shard);
+/* Iterating an ARRAY's items: init from the array value, then next() fills *item and returns 1
+ * until the items run out (0). */
+typedef struct kiln_value_iter {
+	const uint8_t *p;
+	uint64_t left;
+	uint32_t type;
+	uint32_t reserved;
+} kiln_value_iter;
 
-/* Shard `shard`'s path, or NULL when out of range. */
-KILN_API const char *kiln_set_path(const kiln_set *set, uint32_t shard);
-
-/* Tensors in all shards. */
-KILN_API uint64_t kiln_set_count(const kiln_set *set);
-
-/* The view of tensor `index` of the whole set (shard 0's tensors first, then shard 1's, ...),
- * or NULL when out of range; *shard (when not NULL) receives its shard. O(log shards). */
-KILN_API const kiln_tensor *kiln_set_tensor(const kiln_set *set, uint64_t index, uint32_t *shard);
-
-/* The tensor named exactly by the `len` bytes at `name` in any shard, or NULL; *shard (when not
- * NULL) receives its shard. O(1) expected. */
-KILN_API const kiln_tensor *kiln_set_find(const kiln_set *set, const char *name, size_t len,
-					  uint32_t *shard);
-
-/* kiln_set_find() with a NUL-terminated name. */
-KILN_API const kiln_tensor *kiln_set_find_cstr(const kiln_set *set, const char *name,
-					       uint32_t *shard);
+KILN_API void kiln_value_iter_init(kiln_value_iter *it, const kiln_value *array);
+KILN_API int kiln_value_next(kiln_value_iter *it, kiln_value *item);
 
 /* ---------------------------------------------------------------------------------------------
  * Loading: hints, owned copies, streaming reads, pinning
@@ -500,7 +666,7 @@ enum kiln_hint {
  * read-around with the default advice (hinting the next tensor ran 0.85-0.89x without hints,
  * docs/benchmarks.md).
  */
-KILN_API int kiln_tensor_hint(const kiln_dir *dir, const uint32_t *tensors, uint32_t count,
+KILN_API int kiln_tensor_hint(const kiln_model *model, const uint64_t *tensors, size_t count,
 			      unsigned hint, kiln_error *err);
 
 /*
@@ -509,7 +675,7 @@ KILN_API int kiln_tensor_hint(const kiln_dir *dir, const uint32_t *tensors, uint
  * gives IO (sys_errno EIO, "the file ended at ...") instead of SIGBUS. Returns 0, INVAL when
  * cap < byte_length or the index is bad, IO.
  */
-KILN_API int kiln_tensor_copy(const kiln_dir *dir, uint32_t index, void *dst, size_t cap,
+KILN_API int kiln_tensor_copy(const kiln_model *model, uint64_t index, void *dst, size_t cap,
 			      kiln_error *err);
 
 /*
@@ -517,7 +683,7 @@ KILN_API int kiln_tensor_copy(const kiln_dir *dir, uint32_t index, void *dst, si
  * *out receives the memory (free it with kiln_free()); at least one byte is allocated for an
  * empty tensor. Same errors as kiln_tensor_copy(), plus NOMEM.
  */
-KILN_API int kiln_tensor_dup(const kiln_dir *dir, uint32_t index, size_t alignment, void **out,
+KILN_API int kiln_tensor_dup(const kiln_model *model, uint64_t index, size_t alignment, void **out,
 			     kiln_error *err);
 
 /* Free memory returned by kiln_tensor_dup(). NULL is accepted. */
@@ -525,8 +691,9 @@ KILN_API void kiln_free(void *ptr);
 
 /* One landed chunk of a streaming read. */
 typedef struct kiln_chunk {
-	uint32_t tensor;  /* tensor index */
+	uint64_t tensor;  /* the tensor's model index (KILN_NO_INDEX for kiln_model_read_all) */
 	uint32_t buffer;  /* staging buffer index (staging mode), else 0 */
+	uint32_t file;    /* the model's file the bytes came from */
 	uint64_t offset;  /* offset of the chunk within the tensor's payload */
 	uint64_t length;  /* bytes */
 	const void *data; /* where the bytes landed */
@@ -584,8 +751,9 @@ typedef struct kiln_stream_result {
 } kiln_stream_result;
 
 /*
- * Read the payloads of `count` tensors (indices in `tensors`; NULL means all, in order) from the
- * directory's file into caller memory, in chunks with up to queue_depth reads in flight.
+ * Read the payloads of `count` tensors (model indices in `tensors`, from any files; NULL means
+ * all, in order) into caller memory, in chunks with up to queue_depth reads in flight: one queue
+ * of reads across the model's files.
  *
  * Direct mode (`dests` not NULL): dests[i] receives the whole payload of tensors[i] (it must hold
  * byte_length bytes; any alignment). on_chunk, when set, is called as each chunk lands so a copy
@@ -595,25 +763,15 @@ typedef struct kiln_stream_result {
  * asynchronous copy that before_reuse waits for). Needs staging_count >= 1.
  *
  * Works for every source. MMAP reads the file (the mapping's pages may not be in memory); READ,
- * URING and BUFFER hold the whole block already and copy it from memory (reported as PREAD;
+ * URING and BUFFER hold each whole file already and copy it from memory (reported as PREAD;
  * KILN_STREAM_DIRECT has nothing to do there). EINTR, EAGAIN and short reads are retried; a file
  * that ends early is IO (EIO). On any failure every read in flight is waited for before returning,
  * so no buffer is written after the call returns. Returns 0, INVAL, CANCELED, NOMEM or IO; *result
  * (optional) is filled either way.
  */
-KILN_API int kiln_stream(const kiln_dir *dir, const uint32_t *tensors, uint32_t count,
+KILN_API int kiln_stream(const kiln_model *model, const uint64_t *tensors, size_t count,
 			 void *const *dests, const kiln_stream_options *opts,
 			 kiln_stream_result *result, kiln_error *err);
-
-/*
- * kiln_stream() over a set: the payloads of `count` tensors given by their set index (NULL: all,
- * in order) from any shards, with one queue of reads in flight across the files. chunk->tensor is
- * the set index. Same options, modes, callbacks and errors as kiln_stream(); INVAL as well for a
- * set of more than 2^32 - 1 tensors.
- */
-KILN_API int kiln_set_stream(const kiln_set *set, const uint64_t *tensors, uint32_t count,
-			     void *const *dests, const kiln_stream_options *opts,
-			     kiln_stream_result *result, kiln_error *err);
 
 /*
  * Read tensor `index` into dst[0, cap) with the stream engine's defaults: io_uring (falling back
@@ -626,24 +784,25 @@ KILN_API int kiln_set_stream(const kiln_set *set, const uint64_t *tensors, uint3
  * file that ends early is EIO). On failure no read is left in flight: dst is not written after the
  * call.
  */
-KILN_API int kiln_tensor_read(const kiln_dir *dir, uint32_t index, void *dst, size_t cap,
+KILN_API int kiln_tensor_read(const kiln_model *model, uint64_t index, void *dst, size_t cap,
 			      kiln_chunk_fn on_chunk, void *ctx, kiln_error *err);
 
 /*
- * Read every byte of the directory's block from its file, the header, directory and the gaps
- * between payloads included, and keep none of it: for finding unreadable sectors (an EIO is
+ * Read every byte of every file of the model, headers, directories and the gaps between payloads
+ * included, file after file, and keep none of it: for finding unreadable sectors (an EIO is
  * returned as IO, the message naming the offset of the failed read) and, without O_DIRECT, for
  * warming the page cache. The same engine, options and fall-backs as kiln_stream() in staging
  * mode: the chunks land in opts->staging when given (on_chunk and before_reuse as there), else
  * in kiln's own buffers, queue_depth of them (0 means 4) of chunk_size bytes (0 means 4 MiB);
- * opts NULL means every default. on_chunk is optional; each chunk reports tensor KILN_NO_INDEX
- * and its offset in the block, and its data lives only until the callback returns. With
+ * opts NULL means every default. on_chunk is optional; each chunk reports tensor KILN_NO_INDEX,
+ * its file and its offset in that file, and its data lives only until the callback returns. With
  * KILN_STREAM_DIRECT the device is read rather than the page cache, where the file system allows
  * O_DIRECT (result->direct says whether it did). For the BUFFER source the bytes are copied from
- * memory. result->bytes is block_length on success. Returns 0, INVAL, CANCELED, NOMEM or IO.
+ * memory. result->bytes is the files' sizes added up on success. Returns 0, INVAL, CANCELED, NOMEM
+ * or IO.
  */
-KILN_API int kiln_dir_read_all(const kiln_dir *dir, const kiln_stream_options *opts,
-			       kiln_stream_result *result, kiln_error *err);
+KILN_API int kiln_model_read_all(const kiln_model *model, const kiln_stream_options *opts,
+				 kiln_stream_result *result, kiln_error *err);
 
 /*
  * Slices: part of a tensor, for tensor parallelism. A slice keeps indices [start, stop) of one
@@ -682,13 +841,13 @@ KILN_API int kiln_slice_share(const kiln_tensor *t, uint32_t axis, uint32_t rank
  * as it lands, with chunk->offset its offset in dst. Returns 0, INVAL (bad slice, index, cap),
  * CANCELED, NOMEM, IO (a file that ends early is EIO, never SIGBUS).
  */
-KILN_API int kiln_tensor_read_slice(const kiln_dir *dir, uint32_t index, const kiln_slice *s,
+KILN_API int kiln_tensor_read_slice(const kiln_model *model, uint64_t index, const kiln_slice *s,
 				    void *dst, size_t cap, kiln_chunk_fn on_chunk, void *ctx,
 				    kiln_error *err);
 
 /* Read bytes [offset, offset + length) of tensor `index`'s payload into dst[0, cap), like
  * kiln_tensor_read_slice(). INVAL when the range passes the payload's end or cap < length. */
-KILN_API int kiln_tensor_read_range(const kiln_dir *dir, uint32_t index, uint64_t offset,
+KILN_API int kiln_tensor_read_range(const kiln_model *model, uint64_t index, uint64_t offset,
 				    uint64_t length, void *dst, size_t cap, kiln_chunk_fn on_chunk,
 				    void *ctx, kiln_error *err);
 
@@ -703,16 +862,16 @@ KILN_API int kiln_tensor_read_range(const kiln_dir *dir, uint32_t index, uint64_
  * Returns 0, INVAL (an index, a slice, a NULL destination for a non-empty slice), CANCELED,
  * NOMEM, IO; *result (optional) sums the batches.
  */
-KILN_API int kiln_read_slices(const kiln_dir *dir, const uint32_t *tensors,
-			      const kiln_slice *slices, uint32_t count, void *const *dests,
+KILN_API int kiln_read_slices(const kiln_model *model, const uint64_t *tensors,
+			      const kiln_slice *slices, size_t count, void *const *dests,
 			      const kiln_stream_options *opts, kiln_stream_result *result,
 			      kiln_error *err);
 
 /* Zero copy: when slice `s` is one contiguous run (axis 0, or only size-1 axes before it), set
- * *data to its first byte in the directory's memory (the mapping, the owned block or the
+ * *data to its first byte in the model's memory (the mapping, the owned file or the
  * buffer; valid until close) and *bytes to its length. UNSUPPORTED when the slice needs more
  * than one run (read it with kiln_tensor_read_slice()); INVAL for a bad slice. */
-KILN_API int kiln_tensor_slice_data(const kiln_dir *dir, uint32_t index, const kiln_slice *s,
+KILN_API int kiln_tensor_slice_data(const kiln_model *model, uint64_t index, const kiln_slice *s,
 				    const void **data, uint64_t *bytes, kiln_error *err);
 
 /*
@@ -742,28 +901,12 @@ typedef struct kiln_pin_hooks {
  * message giving the limit and the bytes asked for. When hooks->pin fails, IO with the hook's
  * reason (see kiln_pin_fn) and nothing stays pinned. Returns 0, INVAL, UNSUPPORTED, NOMEM, IO.
  */
-KILN_API int kiln_tensor_pin(kiln_dir *dir, uint32_t index, const kiln_pin_hooks *hooks,
+KILN_API int kiln_tensor_pin(kiln_model *model, uint64_t index, const kiln_pin_hooks *hooks,
 			     kiln_error *err);
 
 /* Undo one kiln_tensor_pin() of `index`: call the unpin hook given at pin time, then munlock.
  * Returns 0, or INVAL when the tensor is not pinned. */
-KILN_API int kiln_tensor_unpin(kiln_dir *dir, uint32_t index, kiln_error *err);
-
-/*
- * The same over a set, tensors given by their set index (kiln_set_tensor()), from any shards in
- * one call: kiln_set_hint() checks every index before advising any; kiln_set_copy(),
- * kiln_set_pin() and kiln_set_unpin() act on one tensor. Loading many tensors across shards with
- * one queue of reads is kiln_set_stream(). Errors are those of the per-directory calls, INVAL
- * for an index out of range; a shard's failure names the set index in err->tensor and starts
- * its message with the shard's path.
- */
-KILN_API int kiln_set_hint(const kiln_set *set, const uint64_t *tensors, uint32_t count,
-			   unsigned hint, kiln_error *err);
-KILN_API int kiln_set_copy(const kiln_set *set, uint64_t index, void *dst, size_t cap,
-			   kiln_error *err);
-KILN_API int kiln_set_pin(kiln_set *set, uint64_t index, const kiln_pin_hooks *hooks,
-			  kiln_error *err);
-KILN_API int kiln_set_unpin(kiln_set *set, uint64_t index, kiln_error *err);
+KILN_API int kiln_tensor_unpin(kiln_model *model, uint64_t index, kiln_error *err);
 
 /* ---------------------------------------------------------------------------------------------
  * Writer: the canonical layout

@@ -155,7 +155,9 @@ class safe_open:
         if str(device) != "cpu":
             raise ValueError(f"device {device!r}: only 'cpu' is supported")
         self._framework = fw
-        self._dir = open(filename)
+        # torch needs data aligned for its dtype; safetensors files promise no alignment, so a
+        # misaligned tensor gets an aligned copy at open (the others stay zero-copy).
+        self._dir = open(filename, align=(fw == "pt"))
 
     def __enter__(self):
         return self
@@ -171,16 +173,10 @@ class safe_open:
         return sorted(k for k in self._dir.keys() if k != METADATA_TENSOR)
 
     def metadata(self):
-        """The str -> str metadata kept with the file (safetensors' __metadata__), or {}."""
-        if METADATA_TENSOR not in self._dir:
-            return {}
-        t = self._dir[METADATA_TENSOR]
-        try:
-            doc = _json.loads(t.numpy(raw=True).tobytes().decode("utf-8"))
-            meta = doc.get("safetensors", {}).get("metadata", {})
-        except (ValueError, AttributeError):
-            return {}
-        return {str(k): str(v) for k, v in meta.items()} if isinstance(meta, dict) else {}
+        """What the file says besides its tensors, or {}: safetensors' __metadata__ (str -> str),
+        a GGUF file's key/values (typed: int, float, bool, str, list), or what a KLNT file's
+        kiln.metadata document kept of either."""
+        return self._dir.metadata()
 
     def get_tensor(self, name):
         t = self._dir[name]

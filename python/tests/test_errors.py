@@ -28,10 +28,15 @@ def test_hierarchy():
 def test_frame(write_bytes, tmp_path):
     data = bytearray(good(tmp_path))
     data[0:4] = b"GGUF"
+    path = write_bytes(bytes(data))
     with pytest.raises(kiln.FrameError) as e:
-        kiln.open(write_bytes(bytes(data)))
+        kiln.open(path, format="klnt")
     assert e.value.cls == "FRAME" and e.value.field == "magic" and e.value.offset == 0
     assert e.value.tensor is None
+    # Told from its first bytes, it is a GGUF file, and the GGUF reader says what is wrong.
+    with pytest.raises(kiln.FormatError) as e:
+        kiln.open(path)
+    assert e.value.cls != "FRAME" or e.value.field == "version"
 
 
 def test_limit_truncated(write_bytes, tmp_path):

@@ -129,10 +129,14 @@ def test_metadata_read_from_the_converters_tensor(tmp_path):
     with kiln.safe_open(p, "np") as f:
         assert f.metadata() == {"format": "pt", "n": "1"}
         assert f.keys() == ["w"]
+    # A document that is not the convention is an error naming it, never a silent {}.
     for bad in (b"{not json", b"[1, 2]", b'{"safetensors": 3}', b"\xff"):
         kiln.write_file(p, [(kiln.METADATA_TENSOR, "u8", (len(bad),), bad)])
         with kiln.safe_open(p, "np") as f:
-            assert f.metadata() == {} and f.keys() == []
+            assert f.keys() == []
+            with pytest.raises(kiln.FormatTypeError) as e:
+                f.metadata()
+            assert "kiln.metadata" in str(e.value)
 
 
 def test_save_file_metadata_round_trip(tmp_path):

@@ -42,10 +42,10 @@ int main(int argc, char **argv)
 	if (kiln_write_file(argv[1], t, 2, KILN_WRITE_NO_SYNC, &err) != 0)
 		return fail("write", &err);
 
-	kiln_dir *dir;
-	if (kiln_dir_open(argv[1], NULL, &dir, &err) != 0)
+	kiln_model *dir;
+	if (kiln_model_open(argv[1], NULL, &dir, &err) != 0)
 		return fail("open", &err);
-	const kiln_tensor *tw = kiln_dir_find_cstr(dir, "w");
+	const kiln_tensor *tw = kiln_model_find_cstr(dir, "w");
 	float wback[6] = {0};
 	unsigned char bback[3] = {0};
 	void *const dests[2] = {wback, bback};
@@ -53,10 +53,10 @@ int main(int argc, char **argv)
 	int rc = kiln_stream(dir, NULL, 0, dests, NULL, &res, &err);
 	int ok = rc == 0 && tw && memcmp(tw->data, w, sizeof(w)) == 0 &&
 		 memcmp(wback, w, sizeof(w)) == 0 && memcmp(bback, b, sizeof(b)) == 0;
-	printf("kiln %s (header %s): %u tensors, w is %s, stream %s\n", kiln_version(),
-	       KILN_VERSION_STRING, kiln_dir_count(dir),
+	printf("kiln %s (header %s): %llu tensors, w is %s, stream %s\n", kiln_version(),
+	       KILN_VERSION_STRING, (unsigned long long)kiln_model_count(dir),
 	       tw ? kiln_dtype_name(tw->dtype) : "missing", ok ? "ok" : "wrong");
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 	if (rc != 0)
 		return fail("stream", &err);
 	return ok ? 0 : 1;

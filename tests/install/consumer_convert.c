@@ -48,19 +48,19 @@ int main(int argc, char **argv)
 	kiln_error err;
 	if (kiln_import(srcs, 1, argv[2], &o, &r, &err) != 0)
 		return fail("import", &err);
-	kiln_dir *dir;
-	if (kiln_dir_open(argv[2], NULL, &dir, &err) != 0)
+	kiln_model *dir;
+	if (kiln_model_open(argv[2], NULL, &dir, &err) != 0)
 		return fail("open", &err);
 	char *json;
 	if (kiln_metadata_json(dir, &json, &err) != 0) {
-		kiln_dir_close(dir);
+		kiln_model_close(dir);
 		return fail("metadata", &err);
 	}
-	const kiln_tensor *t = kiln_dir_find_cstr(dir, "w");
+	const kiln_tensor *t = kiln_model_find_cstr(dir, "w");
 	int same = t && t->byte_length == sizeof(w) && memcmp(t->data, w, sizeof(w)) == 0;
 	printf("imported %u tensor%s, w %s, metadata %s\n", r.tensors, r.tensors == 1 ? "" : "s",
 	       same ? "ok" : "wrong", strstr(json, "\"format\":\"pt\"") ? "kept" : json);
 	kiln_free(json);
-	kiln_dir_close(dir);
+	kiln_model_close(dir);
 	return same ? 0 : 1;
 }

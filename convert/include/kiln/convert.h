@@ -26,16 +26,10 @@ extern "C" {
  * returns CANCELED and leaves no output and no temporary file. */
 typedef int (*kiln_convert_progress_fn)(void *ctx, uint64_t done, uint64_t total);
 
-enum kiln_convert_format {
-	KILN_FORMAT_AUTO = 0, /* import: from each source's first bytes */
-	KILN_FORMAT_KLNT = 1,
-	KILN_FORMAT_GGUF = 2,
-	KILN_FORMAT_SAFETENSORS = 3
-};
-
 typedef struct kiln_convert_options {
 	uint32_t size;   /* 0 or sizeof(kiln_convert_options) */
-	uint32_t format; /* import: the sources' format (AUTO); export: the target's (required) */
+	uint32_t format; /* enum kiln_format; import: the sources' (AUTO: from each source's first
+			  * bytes); export: the target's (required) */
 	/* import: the largest shard, in bytes of payload; 0 means one file when it fits (a shard
 	 * series STEM-00001-of-0000N.klnt next to OUT only when the names cannot share one) */
 	uint64_t max_shard_size;
@@ -84,12 +78,9 @@ KILN_API int kiln_export(const char *const *inputs, uint32_t count, const char *
 			 const kiln_convert_options *opts, kiln_convert_result *result,
 			 kiln_error *err);
 
-/* The metadata document of an open KLNT directory (kept at import), as JSON text in a new
- * NUL-terminated string (free it with kiln_free()); NOTFOUND when the file has none. */
-KILN_API int kiln_metadata_json(const kiln_dir *dir, char **json, kiln_error *err);
-
-/* The name of the tensor that holds the metadata document. */
-#define KILN_METADATA_TENSOR "kiln.metadata"
+/* The metadata document of an open KLNT model (kept at import), as JSON text in a new
+ * NUL-terminated string (free it with kiln_free()); NOTFOUND when the model has none. */
+KILN_API int kiln_metadata_json(const kiln_model *model, char **json, kiln_error *err);
 
 #ifdef __cplusplus
 }

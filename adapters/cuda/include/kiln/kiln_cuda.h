@@ -36,16 +36,17 @@ typedef struct kiln_cuda_load_options {
 } kiln_cuda_load_options;
 
 /*
- * Copy the payloads of `count` tensors (NULL: all) into device memory: device_dests[i] must hold
- * tensors[i]'s byte_length bytes (cudaMalloc'd by the caller). The file is read with
- * kiln_stream() into a ring of pinned staging buffers (cudaHostAlloc); each landed chunk is
- * copied with cudaMemcpyAsync and an event, and a buffer is refilled only after its event, so the
- * copy of one chunk overlaps the read of the next. Returns when every copy has completed.
+ * Copy the payloads of `count` tensors (model indices; NULL: all) into device memory:
+ * device_dests[i] must hold tensors[i]'s byte_length bytes (cudaMalloc'd by the caller). The
+ * model's files are read with kiln_stream() into a ring of pinned staging buffers (cudaHostAlloc);
+ * each landed chunk is copied with cudaMemcpyAsync and an event, and a buffer is refilled only
+ * after its event, so the copy of one chunk overlaps the read of the next. Returns when every copy
+ * has completed.
  *
  * Returns 0; UNSUPPORTED when there is no usable CUDA device (the message has the CUDA error);
  * IO when a CUDA call fails (the message names it); or what kiln_stream() returns.
  */
-KILN_API int kiln_cuda_load(kiln_dir *dir, const uint32_t *tensors, uint32_t count,
+KILN_API int kiln_cuda_load(kiln_model *model, const uint64_t *tensors, size_t count,
 			    void *const *device_dests, const kiln_cuda_load_options *opts,
 			    kiln_stream_result *result, kiln_error *err);
 

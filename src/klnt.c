@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The structural pass of spec section 8 and its payload verification. Pure: no I/O of its own.
- * The structural pass reads only the block's first payload_base bytes, each range through at()
- * (the directory's own fetch for files); payload verification reads the few payload bytes it
- * checks through a read function.
+ * The KLNT v2 reader: the structural pass of spec section 8 and its payload verification. Pure:
+ * no I/O of its own. The structural pass reads only the file's first payload_base bytes, each
+ * range through kiln__fetch (the descriptors a window at a time, the name heap kept, since names
+ * point into it); payload verification reads the few payload bytes it checks through the file's
+ * source.
  *
  * Each function below is one step of the spec's check order, named and numbered like the spec:
  * header_1_length .. header_6_names_flag, then desc_1_reserved .. desc_8_placement for each
@@ -13,7 +14,8 @@
  */
 #include <inttypes.h>
 
-#include "internal.h"
+#include "format.h"
+#include "source.h"
 
 static size_t first_nonzero(const uint8_t *p, size_t n)
 {
@@ -28,21 +30,9 @@ static size_t first_nonzero(const uint8_t *p, size_t n)
 	return SIZE_MAX;
 }
 
-/* Block bytes [off, off + len) at *p: in head for buffers, through dir->fetch for files (where
- * a descriptor's bytes last only until the next descriptor is fetched). 0 or an IO error. */
-static int at(struct kiln_dir *dir, uint64_t off, uint64_t len, const uint8_t **p, kiln_error *err)
-{
-	if (!dir->fetch) {
-		*p = dir->head + off;
-		return 0;
-	}
-	*p = dir->fetch(dir, off, len, err);
-	return *p ? 0 : err ? err->code : KILN_IO;
-}
-
 /* --- header steps ------------------------------------------------------------------------- */
 
-/* The header under check. Its fields reach dir->info only once every header step has passed. */
+/* The header under check. Its fields reach the file only once every header step has passed. */
 struct header {
 	const uint8_t *p;
 	uint64_t len; /* bytes available */
@@ -155,25 +145,28 @@ static int header_6_names_flag(struct header *h)
 	return 0;
 }
 
-int kiln__check_header(struct kiln_dir *dir, int exact, kiln_error *err)
+/* The header steps on the file's first bytes; their fields into f. */
+static int check_header(struct kiln__file *f, int exact, kiln_error *err)
 {
-	struct header h = {.p = dir->head, .len = dir->len, .exact = exact, .err = err};
-	int rc;
-	if ((rc = header_1_length(&h)) || (rc = header_2_magic(&h)) || (rc = header_3_flags(&h)) ||
+	struct header h = {.len = f->size, .exact = exact, .err = err};
+	int rc = header_1_length(&h);
+	if (rc || (rc = kiln__fetch(f, 0, KILN__HEADER_SIZE, 0, &h.p, err)))
+		return rc;
+	if ((rc = header_2_magic(&h)) || (rc = header_3_flags(&h)) ||
 	    (rc = header_4_directory_bytes(&h)) || (rc = header_5_block(&h)) ||
 	    (rc = header_6_names_flag(&h)))
 		return rc;
-
-	kiln_dir_info *info = &dir->info;
-	info->tensor_count = h.n;
-	info->name_bytes = h.name_bytes;
-	info->payload_bytes = h.payload_bytes;
-	info->directory_bytes = h.directory_bytes;
-	info->payload_base = h.payload_base;
-	info->block_length = h.block;
-	info->version = h.p[4];
-	info->flags = h.p[5];
-	info->base = dir->base;
+	f->count = h.n;
+	f->name_bytes = h.name_bytes;
+	f->payload_bytes = h.payload_bytes;
+	f->directory_bytes = h.directory_bytes;
+	f->payload_base = h.payload_base;
+	f->version = h.p[4];
+	f->flags = h.p[5];
+	f->alignment = KILN__ALIGN;
+	/* A buffer that may hold more than the block (KILN_OPEN_ALLOW_TRAILING): the file is
+	 * the block. */
+	f->size = h.block;
 	return 0;
 }
 
@@ -181,7 +174,8 @@ int kiln__check_header(struct kiln_dir *dir, int exact, kiln_error *err)
 
 /* What the descriptor and after-descriptor steps share across the table. */
 struct pass {
-	struct kiln_dir *dir;
+	struct kiln__file *f;
+	kiln_tensor *views; /* the file's views: the model's index from f->first */
 	kiln_error *err;
 	uint64_t heap;         /* block offset of the name heap */
 	uint64_t heap_cursor;  /* heap offset where the next name (descriptor step 4), then the next
@@ -205,7 +199,7 @@ struct desc {
 static struct desc desc_at(const struct pass *s, uint32_t i)
 {
 	uint64_t off = KILN__HEADER_SIZE + (uint64_t)i * KILN__DESC_SIZE;
-	return (struct desc){.i = i, .off = off, .t = &s->dir->tensors[i]};
+	return (struct desc){.i = i, .off = off, .t = &s->views[i]};
 }
 
 static int desc_1_reserved(struct pass *s, struct desc *c)
@@ -269,7 +263,7 @@ static int heap_string(struct pass *s, const struct desc *c, int layout, unsigne
 		       const uint8_t **str)
 {
 	const char *what = layout ? "layout name" : "name";
-	uint32_t heap_bytes = s->dir->info.name_bytes;
+	uint32_t heap_bytes = s->f->name_bytes;
 	*str = NULL;
 	if (s->heap_cursor + len > heap_bytes)
 		return kiln__fail_desc(s->err, KILN_TYPE, c->i, layout ? "layout_len" : "name_len",
@@ -285,14 +279,27 @@ static int heap_string(struct pass *s, const struct desc *c, int layout, unsigne
 	return 0;
 }
 
+/* Descriptor c's name is tensor prev's (a model index): in this file, or in an earlier one. */
+static int same_name(struct pass *s, const struct desc *c, uint64_t prev, uint64_t at)
+{
+	if (prev >= s->f->first)
+		return kiln__fail_desc(s->err, KILN_TYPE, c->i, "name", at,
+				       "the name is the same as tensor %" PRIu64 "'s",
+				       prev - s->f->first);
+	const struct kiln__file *o = kiln__file_of(s->f->model, prev);
+	return kiln__fail_desc(s->err, KILN_TYPE, c->i, "name", at,
+			       "the name is the same as tensor %" PRIu64
+			       " of %s: a name must be in one file of a model only",
+			       prev - o->first, o->path ? o->path : "an earlier file");
+}
+
 /* A name exactly when the NAMES flag is set: at the running heap cursor (names are concatenated
  * in descriptor order), inside the heap, UTF-8, and unlike every earlier name. */
 static int desc_4_name(struct pass *s, struct desc *c)
 {
-	const kiln_dir_info *info = &s->dir->info;
 	unsigned off = kiln__ld16(c->d + KILN__D_NAME_OFF);
 	unsigned len = kiln__ld16(c->d + KILN__D_NAME_LEN);
-	if (!(info->flags & KILN_FLAG_NAMES)) {
+	if (!(s->f->flags & KILN_FLAG_NAMES)) {
 		int bad_off = off != KILN_NONE16;
 		if (bad_off || len != 0)
 			return kiln__fail_desc(
@@ -322,10 +329,9 @@ static int desc_4_name(struct pass *s, struct desc *c)
 		return rc;
 	c->t->name = (const char *)name;
 	c->t->name_len = len;
-	uint32_t prev = kiln__index_insert(s->dir, c->i, c->t->name, len);
+	uint64_t prev = kiln__index_insert(s->f->model, s->f->first + c->i, c->t->name, len);
 	if (prev != KILN_NO_INDEX)
-		return kiln__fail_desc(s->err, KILN_TYPE, c->i, "name", s->heap + off,
-				       "the name is the same as tensor %" PRIu32 "'s", prev);
+		return same_name(s, c, prev, s->heap + off);
 	s->heap_cursor += len;
 	return 0;
 }
@@ -358,8 +364,9 @@ static int desc_5_layout(struct pass *s, struct desc *c)
 			    "byte_length %" PRIu64 " is not a multiple of block_size %" PRIu32,
 			    byte_length, block_size);
 		c->t->block_size = block_size;
-		/* The name itself is checked in after step 1, from these. */
-		s->dir->layout_off[c->i] = (uint16_t)off;
+		/* The name itself is checked in after step 1, from these: the offset waits in the
+		 * alignment field, which the lifecycle sets once the file is in memory. */
+		c->t->alignment = off;
 		c->t->layout_len = len;
 		return 0;
 	}
@@ -410,7 +417,7 @@ static int desc_7_quant(struct pass *s, struct desc *c)
 	uint32_t group = kiln__ld32(d + KILN__D_GROUP_SIZE);
 	uint32_t scale = kiln__ld32(d + KILN__D_SCALE_INDEX);
 	uint32_t outer = kiln__ld32(d + KILN__D_OUTER_INDEX);
-	uint32_t n = s->dir->info.tensor_count;
+	uint32_t n = (uint32_t)s->f->count;
 	if (scheme > 2)
 		return kiln__fail_desc(s->err, KILN_TYPE, i, "quant_scheme",
 				       c->off + KILN__D_QUANT_SCHEME,
@@ -464,8 +471,9 @@ static int desc_7_quant(struct pass *s, struct desc *c)
 	t->quant_scheme = (uint16_t)scheme;
 	t->quant_axis = (uint16_t)axis;
 	t->group_size = group;
-	t->scale_index = scale;
-	t->outer_index = outer;
+	/* Model indices: the references stay inside the file. */
+	t->scale_index = scheme ? s->f->first + scale : KILN_NO_INDEX;
+	t->outer_index = scheme == 2 ? s->f->first + outer : KILN_NO_INDEX;
 	return 0;
 }
 
@@ -473,7 +481,7 @@ static int desc_7_quant(struct pass *s, struct desc *c)
  * aligned to 64. Only then does the view get its offsets and data pointer. */
 static int desc_8_placement(struct pass *s, struct desc *c)
 {
-	const kiln_dir_info *info = &s->dir->info;
+	const struct kiln__file *info = s->f;
 	uint64_t byte_offset = kiln__ld64(c->d + KILN__D_BYTE_OFFSET);
 	uint64_t byte_length = kiln__ld64(c->d + KILN__D_BYTE_LENGTH);
 	uint64_t end;
@@ -498,7 +506,6 @@ static int desc_8_placement(struct pass *s, struct desc *c)
 	t->byte_offset = byte_offset;
 	t->byte_length = byte_length;
 	t->file_offset = info->payload_base + byte_offset;
-	t->data = s->dir->base ? s->dir->base + t->file_offset : NULL;
 	return 0;
 }
 
@@ -510,14 +517,15 @@ static int check_descriptor(struct pass *s, uint32_t i, const uint8_t *d)
 	/* Only the fields no step sets: zeroing the whole view (a string store per view) was a
 	 * fifth of an open's time. */
 	kiln_tensor *t = c.t;
-	t->index = i;
+	t->index = s->f->first + i;
+	t->file = s->f->no;
 	t->reserved0 = 0;
 	t->name = NULL;
 	t->name_len = 0;
 	t->layout = NULL;
 	t->layout_len = 0;
 	t->block_size = 0;
-	t->reserved1 = 0;
+	t->data = NULL;
 	int rc;
 	if ((rc = desc_1_reserved(s, &c)) || (rc = desc_2_dtype(s, &c)) ||
 	    (rc = desc_3_shape(s, &c)) || (rc = desc_4_name(s, &c)) ||
@@ -538,13 +546,12 @@ static int check_descriptor(struct pass *s, uint32_t i, const uint8_t *d)
  * running cursor, inside the heap, and UTF-8. */
 static int after_1_layouts(struct pass *s)
 {
-	const kiln_dir_info *info = &s->dir->info;
-	for (uint32_t i = s->first_opaque; i < info->tensor_count; i++) {
+	for (uint32_t i = s->first_opaque; i < s->f->count; i++) {
 		struct desc c = desc_at(s, i);
 		if (!kiln__dtype_is_opaque(c.t->dtype))
 			continue;
 		/* Kept by descriptor step 5: the descriptor bytes are gone by now. */
-		unsigned off = s->dir->layout_off[i];
+		unsigned off = c.t->alignment;
 		unsigned len = (unsigned)c.t->layout_len;
 		if (off != s->heap_cursor)
 			return kiln__fail_desc(s->err, KILN_TYPE, i, "layout_off",
@@ -576,22 +583,22 @@ static int cursor_ends_at(struct pass *s, uint64_t cursor, uint64_t declared, co
 
 static int after_2_heap(struct pass *s)
 {
-	return cursor_ends_at(s, s->heap_cursor, s->dir->info.name_bytes, "name_bytes", 12,
+	return cursor_ends_at(s, s->heap_cursor, s->f->name_bytes, "name_bytes", 12,
 			      "the names and layout names");
 }
 
 static int after_3_placement(struct pass *s)
 {
-	return cursor_ends_at(s, s->place_cursor, s->dir->info.payload_bytes, "payload_bytes", 16,
+	return cursor_ends_at(s, s->place_cursor, s->f->payload_bytes, "payload_bytes", 16,
 			      "the payloads");
 }
 
 static int after_4_pad(struct pass *s)
 {
-	const kiln_dir_info *info = &s->dir->info;
+	const struct kiln__file *info = s->f;
 	uint64_t pad = KILN__HEADER_SIZE + info->directory_bytes;
 	const uint8_t *p;
-	int rc = at(s->dir, pad, info->payload_base - pad, &p, s->err);
+	int rc = kiln__fetch(s->f, pad, info->payload_base - pad, 0, &p, s->err);
 	if (rc)
 		return rc;
 	size_t z = first_nonzero(p, (size_t)(info->payload_base - pad));
@@ -606,7 +613,7 @@ static int after_4_pad(struct pass *s)
  * scale tensor of `want` elements. */
 static int check_scale(struct pass *s, const struct desc *c, uint32_t ref, int outer, uint64_t want)
 {
-	const kiln_tensor *st = &s->dir->tensors[ref];
+	const kiln_tensor *st = &s->views[ref];
 	const char *what = outer ? "outer" : "scale";
 	const char *field = outer ? "outer_index" : "scale_index";
 	uint64_t off = c->off + (outer ? KILN__D_OUTER_INDEX : KILN__D_SCALE_INDEX);
@@ -631,33 +638,41 @@ static int check_scale(struct pass *s, const struct desc *c, uint32_t ref, int o
  * outer tensor exactly one. */
 static int after_5_scales(struct pass *s)
 {
-	for (uint32_t i = s->first_quant; i < s->dir->info.tensor_count; i++) {
+	uint64_t first = s->f->first;
+	for (uint32_t i = s->first_quant; i < s->f->count; i++) {
 		struct desc c = desc_at(s, i);
 		const kiln_tensor *t = c.t;
 		if (t->quant_scheme == 0)
 			continue;
 		uint64_t groups =
 		    kiln__quant_groups(t->shape, t->count, t->quant_axis, t->group_size);
-		int rc = check_scale(s, &c, t->scale_index, 0, groups);
+		int rc = check_scale(s, &c, (uint32_t)(t->scale_index - first), 0, groups);
 		if (!rc && t->quant_scheme == 2)
-			rc = check_scale(s, &c, t->outer_index, 1, 1);
+			rc = check_scale(s, &c, (uint32_t)(t->outer_index - first), 1, 1);
 		if (rc)
 			return rc;
 	}
 	return 0;
 }
 
-int kiln__validate_structure(struct kiln_dir *dir, int exact, kiln_error *err)
+static int klnt_read(struct kiln__file *f, int exact, kiln_error *err)
 {
-	int rc = kiln__check_header(dir, exact, err);
+	int rc = check_header(f, exact, err);
 	if (rc)
 		return rc;
-	rc = kiln__index_alloc(dir, err);
-	if (rc)
+	uint32_t n = (uint32_t)f->count;
+	struct kiln_model *m = f->model;
+	/* The header has proven that n descriptors are there: the index may grow. Names start
+	 * below heap offset 0xFFFF and are at least a byte long, so at most KILN__NAMED_MAX of them
+	 * can validate, whatever tensor_count says. */
+	uint64_t names = !(f->flags & KILN_FLAG_NAMES) ? 0
+			 : n < KILN__NAMED_MAX         ? n
+						       : KILN__NAMED_MAX;
+	if ((rc = kiln__index_reserve(m, n, names, err)))
 		return rc;
-
-	uint32_t n = dir->info.tensor_count;
-	struct pass s = {.dir = dir,
+	kiln__expect(f, KILN__HEADER_SIZE, f->payload_base);
+	struct pass s = {.f = f,
+			 .views = n ? m->tensors + f->first : NULL,
 			 .err = err,
 			 .heap = KILN__HEADER_SIZE + (uint64_t)n * KILN__DESC_SIZE,
 			 .first_opaque = n,
@@ -665,86 +680,96 @@ int kiln__validate_structure(struct kiln_dir *dir, int exact, kiln_error *err)
 	/* The heap at once (a fetch per name cost more than the check), but never more of it than
 	 * a name can reach: names and layout names start at a 16-bit offset below 0xFFFF and are
 	 * at most 0xFFFF long, so a larger name_bytes is a file the steps reject, and reading its
-	 * heap first would be I/O for nothing. */
-	uint64_t reach =
-	    dir->info.name_bytes < KILN__HEAP_REACH ? dir->info.name_bytes : KILN__HEAP_REACH;
-	if (reach && (rc = at(dir, s.heap, reach, &s.heap_bytes, err)) != 0)
-		goto fail;
+	 * heap first would be I/O for nothing. Kept: names point into it. */
+	uint64_t reach = f->name_bytes < KILN__HEAP_REACH ? f->name_bytes : KILN__HEAP_REACH;
+	if (reach && (rc = kiln__fetch(f, s.heap, reach, 1, &s.heap_bytes, err)) != 0)
+		return rc;
 	/* Descriptors a window at a time: one fetch for many, not a call per descriptor. */
 	const uint32_t batch = (uint32_t)(KILN__HEAD_WINDOW / KILN__DESC_SIZE);
 	for (uint32_t i = 0; i < n;) {
 		uint32_t k = n - i < batch ? n - i : batch;
 		const uint8_t *p;
-		rc = at(dir, KILN__HEADER_SIZE + (uint64_t)i * KILN__DESC_SIZE,
-			(uint64_t)k * KILN__DESC_SIZE, &p, err);
+		rc = kiln__fetch(f, KILN__HEADER_SIZE + (uint64_t)i * KILN__DESC_SIZE,
+				 (uint64_t)k * KILN__DESC_SIZE, 0, &p, err);
 		for (uint32_t j = 0; !rc && j < k; j++)
 			rc = check_descriptor(&s, i + j, p + (size_t)j * KILN__DESC_SIZE);
 		if (rc)
-			goto fail;
+			return rc;
 		i += k;
 	}
 	if ((rc = after_1_layouts(&s)) || (rc = after_2_heap(&s)) || (rc = after_3_placement(&s)) ||
 	    (rc = after_4_pad(&s)) || (rc = after_5_scales(&s)))
-		goto fail;
+		return rc;
 	return 0;
-fail:
-	kiln__index_free(dir);
-	return rc;
 }
 
 /* --- payload verification ----------------------------------------------------------------- */
 
 /* The bytes between the end of the previous payload (`cursor`) and tensor t's are zero. Below 64
  * of them by construction (the placement rule). */
-static int payload_1_gap(const struct kiln_dir *dir, kiln__read_fn read, const kiln_tensor *t,
-			 uint64_t cursor, kiln_error *err)
+static int payload_1_gap(const struct kiln__file *f, const kiln_tensor *t, uint64_t cursor,
+			 kiln_error *err)
 {
 	uint8_t buf[KILN__ALIGN];
-	uint64_t at = dir->info.payload_base + cursor;
+	uint64_t at = f->payload_base + cursor;
 	size_t gap = (size_t)(t->byte_offset - cursor);
-	int rc = gap ? read(dir, at, buf, gap, err) : 0;
+	int rc = gap ? f->src->read(f, at, buf, gap, err) : 0;
 	if (rc)
 		return rc;
 	size_t z = first_nonzero(buf, gap);
+	uint64_t i = t->index - f->first;
 	if (z != SIZE_MAX)
-		return kiln__fail(err, KILN_TYPE, t->index, "payload gap", at + z,
-				  "byte %" PRIu64 " between payloads (before tensor %" PRIu32
+		return kiln__fail(err, KILN_TYPE, i, "payload gap", at + z,
+				  "byte %" PRIu64 " between payloads (before tensor %" PRIu64
 				  ") is 0x%02x, not 0",
-				  at + z, t->index, buf[z]);
+				  at + z, i, buf[z]);
 	return 0;
 }
 
 /* An odd count of 4-bit elements leaves the high nibble of the last byte unused: it is zero. */
-static int payload_2_nibble(const struct kiln_dir *dir, kiln__read_fn read, const kiln_tensor *t,
-			    kiln_error *err)
+static int payload_2_nibble(const struct kiln__file *f, const kiln_tensor *t, kiln_error *err)
 {
 	if (kiln_dtype_bits(t->dtype) != 4 || !(t->count & 1))
 		return 0;
 	uint8_t last_byte;
 	uint64_t last = t->file_offset + t->byte_length - 1;
-	int rc = read(dir, last, &last_byte, 1, err);
+	int rc = f->src->read(f, last, &last_byte, 1, err);
 	if (rc)
 		return rc;
+	uint64_t i = t->index - f->first;
 	if (last_byte & 0xF0)
-		return kiln__fail(err, KILN_TYPE, t->index, "payload padding", last,
-				  "tensor %" PRIu32 ": the unused high nibble of its last byte "
+		return kiln__fail(err, KILN_TYPE, i, "payload padding", last,
+				  "tensor %" PRIu64 ": the unused high nibble of its last byte "
 				  "(offset %" PRIu64 ") is 0x%x, not 0",
-				  t->index, last, last_byte >> 4);
+				  i, last, last_byte >> 4);
 	return 0;
 }
 
 /* Tensor by tensor, in descriptor order: the gap before it, then its last nibble. */
-int kiln__verify_payload(const struct kiln_dir *dir, kiln__read_fn read, kiln_error *err)
+static int klnt_verify(const struct kiln__file *f, kiln_error *err)
 {
 	uint64_t cursor = 0;
-	for (uint32_t i = 0; i < dir->info.tensor_count; i++) {
-		const kiln_tensor *t = &dir->tensors[i];
-		int rc = payload_1_gap(dir, read, t, cursor, err);
+	for (uint64_t i = 0; i < f->count; i++) {
+		const kiln_tensor *t = &f->model->tensors[f->first + i];
+		int rc = payload_1_gap(f, t, cursor, err);
 		if (!rc)
-			rc = payload_2_nibble(dir, read, t, err);
+			rc = payload_2_nibble(f, t, err);
 		if (rc)
 			return rc;
 		cursor = t->byte_offset + t->byte_length;
 	}
 	return 0;
 }
+
+static int klnt_sniff(const uint8_t *p, size_t len)
+{
+	return len >= 4 && memcmp(p, "KLNT", 4) == 0;
+}
+
+const struct kiln__format kiln__format_klnt = {
+    .id = KILN_FORMAT_KLNT,
+    .name = "klnt",
+    .sniff = klnt_sniff,
+    .read = klnt_read,
+    .verify = klnt_verify,
+};
