@@ -1,15 +1,14 @@
 /* SPDX-License-Identifier: MIT */
-/* The public converter API: detect the sources' format, read them into a model, write it out. */
+/* The public converter API: open the model (any format, through the core), check where it goes,
+ * write it in the target format. */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "model.h"
+#include "convert_int.h"
 
 static int check_options(const kiln_convert_options *o, kiln_error *err)
 {
@@ -27,69 +26,6 @@ static int check_options(const kiln_convert_options *o, kiln_error *err)
 	return 0;
 }
 
-static int ends_with(const char *s, const char *suffix)
-{
-	size_t n = strlen(s), k = strlen(suffix);
-	return n >= k && !strcmp(s + n - k, suffix);
-}
-
-/* The format of one source from its first bytes; a .json file is a safetensors index. */
-static int detect(const char *path, uint32_t *format, kiln_error *err)
-{
-	if (ends_with(path, ".json")) {
-		*format = KILN_FORMAT_SAFETENSORS;
-		return 0;
-	}
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-	if (fd < 0)
-		return kiln_error_set(err, KILN_IO, errno, "%s: cannot open: %s", path,
-				      strerror(errno));
-	uint8_t b[9] = {0};
-	ssize_t r;
-	do
-		r = pread(fd, b, sizeof(b), 0);
-	while (r < 0 && errno == EINTR);
-	int e = errno;
-	close(fd);
-	if (r < 0)
-		return kiln_error_set(err, KILN_IO, e, "%s: cannot read: %s", path, strerror(e));
-	if (r >= 4 && !memcmp(b, "GGUF", 4))
-		*format = KILN_FORMAT_GGUF;
-	else if (r >= 4 && !memcmp(b, "KLNT", 4))
-		*format = KILN_FORMAT_KLNT;
-	else if (r == 9 && b[8] == '{')
-		*format = KILN_FORMAT_SAFETENSORS; /* u64 header length, then the JSON header */
-	else
-		return kiln_error_set(err, KILN_FRAME, 0,
-				      "%s: not a GGUF, safetensors or KLNT file (no GGUF magic, no "
-				      "safetensors header)",
-				      path);
-	return 0;
-}
-
-static const char *format_name(uint32_t f)
-{
-	switch (f) {
-	case KILN_FORMAT_GGUF:
-		return "GGUF";
-	case KILN_FORMAT_SAFETENSORS:
-		return "safetensors";
-	case KILN_FORMAT_KLNT:
-		return "KLNT";
-	}
-	return "unknown";
-}
-
-static uint64_t payload_total(const struct kc_model *m)
-{
-	uint64_t total = 0;
-	for (uint32_t i = 0; i < m->n; i++)
-		total = total > UINT64_MAX - m->tensors[i].byte_length
-			    ? UINT64_MAX
-			    : total + m->tensors[i].byte_length;
-	return total;
-}
-
 static int check_paths(const char *const *paths, uint32_t count, const char *out, kiln_error *err)
 {
 	if (!paths || !count)
@@ -99,6 +35,17 @@ static int check_paths(const char *const *paths, uint32_t count, const char *out
 	for (uint32_t i = 0; i < count; i++)
 		if (!paths[i])
 			return kiln_error_set(err, KILN_INVAL, 0, "input %" PRIu32 " is NULL", i);
+	/* Readers take a name like a shard's for its whole series and look for the others: an
+	 * output so named would not open as the file written. A series is written beside OUT. */
+	uint32_t no, total;
+	const char *ext;
+	size_t stem = kiln_series_parse(out, &no, &total, &ext);
+	if (stem)
+		return kiln_error_set(err, KILN_INVAL, 0,
+				      "%s: the output is named like shard %" PRIu32 " of %" PRIu32
+				      " of a series, which readers would look for whole; name it "
+				      "%.*s%s (a series, when one is needed, is written beside it)",
+				      out, no, total, (int)stem, out, ext);
 	return 0;
 }
 
@@ -112,6 +59,44 @@ static kiln_error *begin(kiln_error *err, kiln_error *local, kiln_convert_result
 	if (result)
 		memset(result, 0, sizeof(*result));
 	return err;
+}
+
+/* The core names the file in a rejection only among several files; a converter's message names
+ * the source (convert.h), so a model of the one file given gets its path in front. */
+static void name_source(const char *const *paths, uint32_t count, int rc, kiln_error *err)
+{
+	if (!kiln_is_format_error(rc) || count != 1 || err->file != 0 ||
+	    kiln_series_parse(paths[0], NULL, NULL, NULL) || strstr(err->message, paths[0]))
+		return;
+	kiln_error e = *err;
+	kiln_error_set(err, rc, e.sys_errno, "%s: %s", paths[0], e.message);
+	err->tensor = e.tensor;
+	err->file = e.file;
+	err->field = e.field;
+	err->offset = e.offset;
+}
+
+/* The model of the inputs, its tensor list, and the output proven not to be one of them. */
+static int open_model(const char *const *paths, uint32_t count, uint32_t format, const char *out,
+		      kiln_model **m, struct kc_list *l, kiln_error *err)
+{
+	kiln_open_options o = {.size = sizeof(o), .format = format};
+	int rc = kiln_model_open_files(paths, count, &o, m, err);
+	if (rc) {
+		name_source(paths, count, rc, err);
+		return rc;
+	}
+	if (kc_is_input(*m, out))
+		rc =
+		    kiln_error_set(err, KILN_INVAL, 0,
+				   "%s: the output is one of the inputs; nothing was written", out);
+	if (!rc)
+		rc = kc_list_make(*m, l, err);
+	if (rc) {
+		kiln_model_close(*m);
+		*m = NULL;
+	}
+	return rc;
 }
 
 int kiln_import(const char *const *sources, uint32_t count, const char *out,
@@ -128,37 +113,23 @@ int kiln_import(const char *const *sources, uint32_t count, const char *out,
 	if (o.format > KILN_FORMAT_SAFETENSORS)
 		return kiln_error_set(err, KILN_INVAL, 0, "unknown source format %" PRIu32,
 				      o.format);
-	uint32_t format = o.format;
-	for (uint32_t i = 0; i < count && o.format == KILN_FORMAT_AUTO; i++) {
-		uint32_t f;
-		if ((rc = detect(sources[i], &f, err)))
-			return rc;
-		if (i && f != format)
-			return kiln_error_set(
-			    err, KILN_INVAL, 0, "%s is %s but %s is %s: one model, one format",
-			    sources[i], format_name(f), sources[0], format_name(format));
-		format = f;
-	}
-	struct kc_model m;
-	kc_model_init(&m);
-	if (!m.meta) {
-		kc_model_free(&m);
-		return kiln_error_set(err, KILN_NOMEM, ENOMEM, "out of memory");
-	}
-	if (format == KILN_FORMAT_GGUF)
-		rc = kc_gguf_read(&m, sources, count, err);
-	else if (format == KILN_FORMAT_SAFETENSORS)
-		rc = kc_st_read(&m, sources, count, err);
-	else
-		rc = kc_klnt_read(&m, sources, count, err);
+	kiln_model *m;
+	struct kc_list l;
+	if ((rc = open_model(sources, count, o.format, out, &m, &l, err)))
+		return rc;
+	char *doc;
+	size_t doc_len;
+	rc = kc_doc(m, &doc, &doc_len, err);
 	if (!rc) {
 		struct kc_progress p = {.fn = o.progress,
 					.ctx = o.ctx,
-					.total = payload_total(&m),
+					.total = l.bytes,
 					.write_flags = (uint32_t)o.write_flags};
-		rc = kc_klnt_write(&m, out, o.max_shard_size, &p, result, err);
+		rc = kc_klnt_write(&l, doc, doc_len, out, o.max_shard_size, &p, result, err);
+		free(doc);
 	}
-	kc_model_free(&m);
+	kc_list_free(&l);
+	kiln_model_close(m);
 	return rc;
 }
 
@@ -176,65 +147,58 @@ int kiln_export(const char *const *inputs, uint32_t count, const char *out,
 		return kiln_error_set(err, KILN_INVAL, 0,
 				      "export format %" PRIu32 " is neither GGUF nor safetensors",
 				      opts->format);
-	struct kc_model m;
-	kc_model_init(&m);
-	if (!m.meta) {
-		kc_model_free(&m);
-		return kiln_error_set(err, KILN_NOMEM, ENOMEM, "out of memory");
-	}
-	rc = kc_klnt_read(&m, inputs, count, err);
+	kiln_model *m;
+	struct kc_list l;
+	if ((rc = open_model(inputs, count, KILN_FORMAT_AUTO, out, &m, &l, err)))
+		return rc;
 	struct kc_progress p = {.fn = opts->progress,
 				.ctx = opts->ctx,
-				.total = payload_total(&m),
+				.total = l.bytes,
 				.write_flags = (uint32_t)opts->write_flags};
-	if (!rc && opts->format == KILN_FORMAT_GGUF)
-		rc = kc_gguf_write(&m, out, &p, err);
-	else if (!rc)
-		rc = kc_st_write(&m, out, &p, err);
+	rc = opts->format == KILN_FORMAT_GGUF ? kc_gguf_write(&l, out, &p, err)
+					      : kc_st_write(&l, out, &p, err);
 	if ((!rc || rc == KILN_UNSYNCED) && result) {
 		result->files = 1;
-		result->tensors = m.n;
+		result->tensors = l.n > UINT32_MAX ? UINT32_MAX : (uint32_t)l.n;
 		result->bytes = p.total;
 		snprintf(result->first, sizeof(result->first), "%s", out);
 	}
-	kc_model_free(&m);
+	kc_list_free(&l);
+	kiln_model_close(m);
 	return rc;
 }
 
-int kiln_metadata_json(const kiln_model *dir, char **json, kiln_error *err)
+int kiln_metadata_json(const kiln_model *m, char **json, kiln_error *err)
 {
 	if (json)
 		*json = NULL;
-	if (!dir || !json)
-		return kiln_error_set(err, KILN_INVAL, 0, "dir or json is NULL");
-	const kiln_tensor *v = kiln_model_find_cstr(dir, KILN_METADATA_TENSOR);
+	if (!m || !json)
+		return kiln_error_set(err, KILN_INVAL, 0, "model or json is NULL");
+	kiln_model_info info;
+	kiln_model_get_info(m, &info);
+	if (info.format != KILN_FORMAT_KLNT) {
+		size_t len;
+		return kc_doc(m, json, &len, err); /* malloc'd: kiln_free() is free() */
+	}
+	const kiln_tensor *v = kiln_model_find_cstr(m, KILN_METADATA_TENSOR);
 	if (!v)
 		return kiln_error_set(err, KILN_NOTFOUND, 0, "no %s tensor: no metadata",
 				      KILN_METADATA_TENSOR);
-	if (v->dtype != KILN_DT_U8 || v->rank != 1)
-		return kiln_error_set(err, KILN_TYPE, 0, "tensor %s is not a u8 vector",
-				      KILN_METADATA_TENSOR);
-	if (v->byte_length > INT32_MAX)
-		return kiln_error_set(err, KILN_LIMIT, 0,
-				      "tensor %s: %" PRIu64 " bytes of JSON, more than 2 GiB",
-				      KILN_METADATA_TENSOR, v->byte_length);
+	/* The document as kept, checked as the core reads it (its typed metadata). */
+	const kiln_meta *e;
+	uint64_t n;
+	int rc = kiln_model_metadata(m, &e, &n, err);
+	if (rc)
+		return rc;
 	size_t len = (size_t)v->byte_length;
 	char *text = malloc(len + 1);
 	if (!text)
-		return kiln_error_set(err, KILN_NOMEM, ENOMEM, "out of memory");
-	int rc = kiln_tensor_copy(dir, v->index, text, len, err);
-	if (rc) {
+		return kc_nomem(err);
+	if ((rc = kc_read(m, v, 0, text, len, err))) {
 		free(text);
 		return rc;
 	}
 	text[len] = '\0';
-	json_object *doc = kc_json_parse_object(text, len);
-	if (!doc) {
-		free(text);
-		return kiln_error_set(err, KILN_TYPE, 0, "tensor %s does not hold a JSON object",
-				      KILN_METADATA_TENSOR);
-	}
-	json_object_put(doc);
-	*json = text; /* malloc'd: kiln_free() is free() */
+	*json = text;
 	return 0;
 }

@@ -24,11 +24,12 @@ int kiln_fuzz_parse(const uint8_t *data, size_t size);
 int kiln_fuzz_roundtrip(const uint8_t *data, size_t size);
 /* Build a directory of chosen names and look names up; compare with a linear scan. */
 int kiln_fuzz_lookup(const uint8_t *data, size_t size);
-/* Read the bytes as a safetensors file (convert/safetensors.c); an accepted one obeys the rules
- * and survives a write and a second read unchanged. */
+/* The bytes are a safetensors file, opened every way (buffer, mmap, read, uring; the format
+ * forced and told from the bytes; counting and failing allocators): one verdict, the one the
+ * target's own reading of the rules gives, and an accepted file's views and metadata are what
+ * the header says (fuzz/fuzz_model.h). */
 int kiln_fuzz_safetensors(const uint8_t *data, size_t size);
-/* The bytes are a GGUF file: kc_gguf_read refuses it cleanly or accepts a consistent model,
- * which kc_gguf_write writes back to the same metadata and payload bytes. */
+/* The same for a GGUF file: tensor infos and every key/value checked against the file's bytes. */
 int kiln_fuzz_gguf(const uint8_t *data, size_t size);
 
 #ifdef KILN_LIBFUZZER
@@ -136,8 +137,8 @@ static inline int fuzz_utf8_ok(const uint8_t *s, size_t n)
 #include <errno.h>
 #include <string.h>
 #include <unistd.h>
-/* The converters read files, not buffers: put the bytes in a memfd and name it by its
- * /proc/self/fd path (path holds at least 64 bytes). Returns the descriptor to close. */
+/* Files for the bytes: put them in a memfd and name it by its /proc/self/fd path (path holds
+ * at least 64 bytes). Returns the descriptor to close. */
 static inline int kiln_fuzz_memfd(const char *name, const uint8_t *data, size_t size, char *path)
 {
 	int fd = memfd_create(name, MFD_CLOEXEC);

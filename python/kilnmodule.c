@@ -1537,14 +1537,19 @@ static PyObject *mod_dtype_bits(PyObject *mod, PyObject *arg)
 static PyMethodDef module_methods[] = {
     {"open", (PyCFunction)(void (*)(void))mod_open, METH_VARARGS | METH_KEYWORDS,
      "open(path, *, source=\"mmap\", direct=False, populate=False, verify=False,\n"
-     "     copy_on_write=True, threads=0) -> Dir\n\n"
-     "Open and validate a KLNT file, or a whole series from any of its shards\n"
-     "(STEM-NNNNN-of-MMMMM.klnt). source: \"mmap\" (a mapping), \"read\" or \"uring\" (the\n"
-     "block read into owned memory; threads > 1 reads it on that many threads, the\n"
-     "GIL released). copy_on_write (mmap): map copy-on-write, so a consumer\n"
-     "that writes through DLPack (torch) changes a private copy, never the file; False maps\n"
-     "read-only shared, where such a write is a segmentation fault. Raises a kiln.Error\n"
-     "subclass."},
+     "     copy_on_write=True, threads=0, format=\"auto\", align=False, one_file=False) -> Dir\n\n"
+     "Open and validate a model: a KLNT file or any shard of a KLNT series\n"
+     "(STEM-NNNNN-of-MMMMM.klnt), a .safetensors file, any shard of a sharded checkpoint or\n"
+     "its model.safetensors.index.json, or a .gguf file or any part of a split one: every\n"
+     "file of the model opens as one Dir. format: \"auto\" (told from the first bytes) or\n"
+     "\"klnt\", \"safetensors\", \"gguf\" to insist. align: give each tensor whose payload\n"
+     "is misaligned for its dtype an aligned owned copy (safetensors promises no alignment;\n"
+     "torch needs it); the others stay zero-copy. one_file: open a shard alone. source:\n"
+     "\"mmap\" (a mapping), \"read\" or \"uring\" (the files read into owned memory;\n"
+     "threads > 1 reads on that many threads, the GIL released), \"auto\". copy_on_write\n"
+     "(mmap): map copy-on-write, so a consumer that writes through DLPack (torch) changes a\n"
+     "private copy, never the file; False maps read-only shared, where such a write is a\n"
+     "segmentation fault. Raises a kiln.Error subclass."},
     {"write_file", (PyCFunction)(void (*)(void))mod_write_file, METH_VARARGS | METH_KEYWORDS,
      "write_file(path, tensors, *, sync=True): write a canonical KLNT file; tensors is a\n"
      "sequence of (name or None, dtype name or code, shape, buffer[, fields]), fields a dict\n"

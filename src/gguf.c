@@ -49,10 +49,16 @@ const kiln_ggml_type *kiln_ggml_type_at(uint32_t i)
 
 const kiln_ggml_type *kiln_ggml_type_by_id(uint32_t id)
 {
-	for (size_t i = 0; i < NGGML; i++)
-		if (ggml_types[i].id == id)
-			return &ggml_types[i];
-	return NULL;
+	/* The table is in id order: a binary search (once per tensor info of every file). */
+	size_t lo = 0, hi = NGGML;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (ggml_types[mid].id < id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < NGGML && ggml_types[lo].id == id ? &ggml_types[lo] : NULL;
 }
 
 const kiln_ggml_type *kiln_ggml_type_by_name(const char *name)
@@ -88,6 +94,23 @@ static uint16_t native_dtype(uint32_t id)
 	}
 }
 
+const kiln_ggml_type *kiln_ggml_type_of(const kiln_tensor *t)
+{
+	if (!t)
+		return NULL;
+	for (size_t i = 0; i < NGGML; i++) {
+		const kiln_ggml_type *g = &ggml_types[i];
+		uint16_t plain = native_dtype(g->id);
+		if (plain ? plain == t->dtype
+			  : t->dtype == KILN_DT_OPAQUE_MIN + g->id &&
+				t->block_size == g->block_bytes && t->layout &&
+				t->layout_len == strlen(g->name) &&
+				!memcmp(t->layout, g->name, t->layout_len))
+			return g;
+	}
+	return NULL;
+}
+
 #define GGUF_TYPES 13 /* value types 0..12 */
 /* Bytes of the smallest encoding of one value of each type (a string is its length, an array
  * its item type and count): what an array count is proven against. */
@@ -103,7 +126,7 @@ static const uint8_t min_size[GGUF_TYPES] = {1, 1, 2, 2, 4, 4, 4, 1, 8, 12, 8, 8
 /* A key/value, by offsets into the prefix. */
 struct kv {
 	uint64_t key, key_len;
-	uint64_t at; /* its value's encoding */
+	uint64_t at, end; /* its value's encoding */
 	uint32_t type;
 };
 
@@ -113,7 +136,7 @@ struct ti {
 	uint64_t ne[GGUF_MAX_DIMS];
 	uint32_t nd, type;
 	uint64_t off, bytes;
-	uint64_t at; /* the info's offset, for messages */
+	uint64_t at, off_at; /* the info's offset and its offset field's, for messages */
 	uint32_t idx;
 };
 
@@ -139,7 +162,7 @@ static int fail(struct rd *r, int code, uint64_t tensor, const char *field, uint
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	return kiln__fail(r->err, code, tensor, field, at < r->size ? at : KILN_NO_OFFSET, "%s",
+	return kiln__fail(r->err, code, tensor, field, at <= r->size ? at : KILN_NO_OFFSET, "%s",
 			  msg);
 }
 
@@ -208,20 +231,10 @@ static int rd_str(struct rd *r, uint64_t *off, uint64_t *len, uint64_t tensor, c
 	return 0;
 }
 
-/* A key as a message shows it: control bytes as '?', at most ~60 bytes. */
-static const char *shown(const struct rd *r, uint64_t off, uint64_t len, char buf[80])
+/* A key or name of the prefix as a message shows it (kiln__shown). */
+static const char *shown(const struct rd *r, uint64_t off, uint64_t len, char buf[KILN__SHOWN])
 {
-	size_t n = len < 60 ? (size_t)len : 60, k = 0;
-	for (size_t i = 0; i < n; i++) {
-		uint8_t c = r->p[off + i];
-		buf[k++] = c < 0x20 || c == 0x7f ? '?' : (char)c;
-	}
-	if (n < len) {
-		memcpy(buf + k, "...", 3);
-		k += 3;
-	}
-	buf[k] = '\0';
-	return buf;
+	return kiln__shown(r->p + off, (size_t)len, buf);
 }
 
 /* One value of type t at the cursor, checked and skipped. `key` names it. */
@@ -264,6 +277,45 @@ static int rd_value(struct rd *r, uint32_t t, const char *key, int depth)
 					    MAX_VALUES);
 			r->values += (uint32_t)count;
 			r->pos += count * size;
+			return 0;
+		}
+		if (it == KILN_META_STRING) {
+			/* A vocabulary: hundreds of thousands of strings, each only its length
+			 * proven, in a loop of its own (through rd_value, the calls cost more than
+			 * the checks). */
+			if (count > MAX_VALUES - r->values)
+				return fail(r, KILN_LIMIT, KILN_NO_INDEX, "value", at,
+					    "key %s: more than %u metadata values in the file", key,
+					    MAX_VALUES);
+			r->values += (uint32_t)count;
+			const uint8_t *p = r->p;
+			uint64_t pos = r->pos, have = r->have, end = r->size;
+			for (uint64_t i = 0; i < count; i++) {
+				if (have - pos < 8) {
+					r->pos = pos;
+					if ((rc = need(r, 8, KILN_NO_INDEX, "value")))
+						return rc;
+					p = r->p, have = r->have;
+				}
+				uint64_t len = kiln__ld64(p + pos);
+				if (len > end - pos - 8) {
+					r->pos = pos;
+					return fail(
+					    r, KILN_LIMIT, KILN_NO_INDEX, "value", pos,
+					    "key %s: item %" PRIu64 ": string length %" PRIu64
+					    " is past the end of the file (%" PRIu64 " bytes left)",
+					    key, i, len, end - pos - 8);
+				}
+				pos += 8;
+				if (have - pos < len) {
+					r->pos = pos;
+					if ((rc = need(r, len, KILN_NO_INDEX, "value")))
+						return rc;
+					p = r->p, have = r->have;
+				}
+				pos += len;
+			}
+			r->pos = pos;
 			return 0;
 		}
 		for (uint64_t i = 0; i < count; i++)
@@ -325,6 +377,7 @@ static int read_kv(struct rd *r, uint64_t nkv)
 		e->at = r->pos;
 		if ((rc = rd_value(r, e->type, ks, 0)))
 			return rc;
+		e->end = r->pos;
 		(void)at;
 		if (key_is(r, e, "general.alignment")) {
 			uint32_t a = e->type == KILN_META_U32 ? kiln__ld32(r->p + e->at) : 0;
@@ -402,21 +455,21 @@ static int read_infos(struct rd *r, struct ti *ti, uint64_t nt)
 		if (t->name_len == 0)
 			return fail(r, KILN_TYPE, i, "name", t->at,
 				    "tensor %" PRIu64 ": empty name", i);
-		char tn[80];
-		shown(r, t->name, t->name_len, tn);
+		char tn[80]; /* the name as messages show it, made only for one */
+#define TN shown(r, t->name, t->name_len, tn)
 		uint64_t dat = r->pos;
 		if ((rc = rd_u32(r, &t->nd, i, "n_dims")))
 			return rc;
 		if (t->nd > GGUF_MAX_DIMS)
 			return fail(r, KILN_TYPE, i, "n_dims", dat,
-				    "tensor %s: %" PRIu32 " dimensions (at most %d)", tn, t->nd,
+				    "tensor %s: %" PRIu32 " dimensions (at most %d)", TN, t->nd,
 				    GGUF_MAX_DIMS);
 		for (uint32_t k = 0; k < t->nd; k++) {
 			if ((rc = rd_u64(r, &t->ne[k], i, "ne")))
 				return rc;
 			if (t->ne[k] > INT64_MAX)
 				return fail(r, KILN_LIMIT, i, "ne", r->pos - 8,
-					    "tensor %s: dimension %" PRIu32 " is %" PRIu64, tn, k,
+					    "tensor %s: dimension %" PRIu32 " is %" PRIu64, TN, k,
 					    t->ne[k]);
 		}
 		uint64_t elems = 1;
@@ -426,35 +479,37 @@ static int read_infos(struct rd *r, struct ti *ti, uint64_t nt)
 		for (uint32_t k = 0; k < t->nd && elems; k++)
 			if (kiln__mul_overflows(elems, t->ne[k], &elems) || elems > INT64_MAX)
 				return fail(r, KILN_LIMIT, i, "ne", dat,
-					    "tensor %s: the element count overflows", tn);
+					    "tensor %s: the element count overflows", TN);
 		uint64_t tat = r->pos;
+		t->off_at = tat + 4;
 		if ((rc = rd_u32(r, &t->type, i, "type")) || (rc = rd_u64(r, &t->off, i, "offset")))
 			return rc;
 		const kiln_ggml_type *gt = kiln_ggml_type_by_id(t->type);
 		if (!gt)
 			return fail(r, KILN_TYPE, i, "type", tat,
-				    "tensor %s: unknown ggml type id %" PRIu32, tn, t->type);
+				    "tensor %s: unknown ggml type id %" PRIu32, TN, t->type);
 		uint64_t ne0 = t->nd ? t->ne[0] : 1, rows = 1, bytes = 0;
 		if (ne0 % gt->block_elems)
 			return fail(r, KILN_TYPE, i, "ne", dat,
 				    "tensor %s: %s needs the innermost dimension (%" PRIu64
 				    ") to be a multiple of %" PRIu32,
-				    tn, gt->name, ne0, gt->block_elems);
+				    TN, gt->name, ne0, gt->block_elems);
 		for (uint32_t k = 1; k < t->nd && elems; k++)
 			rows *= t->ne[k]; /* at most elems: no overflow */
 		if (elems && (kiln__mul_overflows(ne0 / gt->block_elems, gt->block_bytes, &bytes) ||
 			      kiln__mul_overflows(bytes, rows, &bytes)))
 			return fail(r, KILN_LIMIT, i, "ne", dat,
-				    "tensor %s: the byte size overflows", tn);
+				    "tensor %s: the byte size overflows", TN);
 		t->bytes = bytes;
 		if (t->off % r->alignment)
 			return fail(r, KILN_TYPE, i, "offset", tat + 4,
 				    "tensor %s: offset %" PRIu64
 				    " is not a multiple of the alignment %" PRIu32,
-				    tn, t->off, r->alignment);
+				    TN, t->off, r->alignment);
 	}
 	return 0;
 }
+#undef TN
 
 /* The parts of a split model: each says which it is, and the first how many tensors all hold. */
 static int check_split(struct rd *r)
@@ -465,7 +520,8 @@ static int check_split(struct rd *r)
 		return 0;
 	/* One part opened alone on purpose (a buffer, or a part's name with KILN_OPEN_ONE_FILE):
 	 * nothing to hold it against. */
-	if (files < 2 && (!f->path || kiln_series_parse(f->path, NULL, NULL, NULL)))
+	if (files < 2 &&
+	    (!f->path || f->model->one_file || kiln_series_parse(f->path, NULL, NULL, NULL)))
 		return 0;
 	if (r->split_count != (int64_t)files || r->split_no != (int64_t)f->no) {
 		if (r->split_count < 0 || r->split_no < 0)
@@ -527,11 +583,16 @@ static int gguf_read(struct kiln__file *f, int exact, kiln_error *err)
 	r.pos = 24;
 	/* Smallest key/value: empty key (8) + type (4) + a u8 (1); smallest tensor info: empty
 	 * name (8) + n_dims (4) + type (4) + offset (8). */
-	if (nkv > left(&r) / 13 || nt > left(&r) / 24 || nkv * 13 + nt * 24 > left(&r))
-		return fail(&r, KILN_LIMIT, KILN_NO_INDEX, "tensor_count", 8,
+	if (nkv > left(&r) / 13 || nt > left(&r) / 24 || nkv * 13 + nt * 24 > left(&r)) {
+		/* About the key count when it cannot fit even alone, else the tensor count (the
+		 * infos come after the keys). */
+		int keys = nkv > left(&r) / 13;
+		return fail(&r, KILN_LIMIT, KILN_NO_INDEX, keys ? "kv_count" : "tensor_count",
+			    keys ? 16 : 8,
 			    "%" PRIu64 " tensors and %" PRIu64 " keys cannot fit in %" PRIu64
 			    " bytes",
 			    nt, nkv, f->size);
+	}
 	f->version = version;
 	r.kv = malloc((size_t)(nkv ? nkv : 1) * sizeof(*r.kv));
 	ti = malloc((size_t)(nt ? nt : 1) * sizeof(*ti));
@@ -558,7 +619,7 @@ static int gguf_read(struct kiln__file *f, int exact, kiln_error *err)
 	char sa[80], sb[80];
 	for (uint64_t i = 0; i < nt; i++)
 		if (ti[i].off > dsize || ti[i].bytes > dsize - ti[i].off) {
-			rc = fail(&r, KILN_LIMIT, i, "offset", ti[i].at,
+			rc = fail(&r, KILN_LIMIT, i, "offset", ti[i].off_at,
 				  "tensor %s: %" PRIu64 " bytes at data offset %" PRIu64
 				  " are past the end of the file (the data section has %" PRIu64
 				  " bytes)",
@@ -571,26 +632,32 @@ static int gguf_read(struct kiln__file *f, int exact, kiln_error *err)
 	/* In offset order, each payload starts at or after the furthest end so far; empty tensors
 	 * take no bytes and are passed (comparing neighbours only would let one hide an overlap
 	 * between the tensors on either side of it). The views keep the file's order. */
-	struct ti *by = malloc((size_t)(nt ? nt : 1) * sizeof(*by));
+	int sorted = 1; /* writers lay tensors out in order: then no copy to sort */
+	for (uint64_t i = 1; i < nt && sorted; i++)
+		sorted = by_off(&ti[i - 1], &ti[i]) <= 0;
+	struct ti *by = sorted ? ti : malloc((size_t)(nt ? nt : 1) * sizeof(*by));
 	if (!by) {
 		rc = kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
 		goto out;
 	}
-	memcpy(by, ti, (size_t)nt * sizeof(*by));
-	qsort(by, (size_t)nt, sizeof(*by), by_off);
+	if (!sorted) {
+		memcpy(by, ti, (size_t)nt * sizeof(*by));
+		qsort(by, (size_t)nt, sizeof(*by), by_off);
+	}
 	const struct ti *a = NULL;
 	for (uint64_t i = 0; i < nt && !rc; i++) {
 		const struct ti *b = &by[i];
 		if (!b->bytes)
 			continue;
 		if (a && a->off + a->bytes > b->off)
-			rc = fail(&r, KILN_TYPE, b->idx, "offset", b->at,
+			rc = fail(&r, KILN_TYPE, b->idx, "offset", b->off_at,
 				  "tensors %s and %s overlap", shown(&r, a->name, a->name_len, sa),
 				  shown(&r, b->name, b->name_len, sb));
 		if (!a || b->off + b->bytes > a->off + a->bytes)
 			a = b;
 	}
-	free(by);
+	if (!sorted)
+		free(by);
 	if (rc)
 		goto out;
 	f->payload_base = data;
@@ -649,8 +716,7 @@ static int gguf_read(struct kiln__file *f, int exact, kiln_error *err)
 		if (m->nfiles > 1 && e->key_len > 6 && !memcmp(r.p + e->key, "split.", 6))
 			continue;
 		kiln_meta meta = {.key = (const char *)r.p + e->key, .key_len = (size_t)e->key_len};
-		kiln_value_iter it = {.p = r.p + e->at, .left = 1, .type = e->type};
-		kiln_value_next(&it, &meta.value);
+		kiln__meta_value(r.p + e->at, e->type, e->end - e->at, &meta.value);
 		rc = kiln__meta_add(m, &meta, err);
 	}
 	f->split_tensors = r.split_tensors;

@@ -198,10 +198,7 @@ void kiln__index_bind(struct kiln_model *m, const struct kiln__file *f)
 	for (uint64_t i = 0; i < f->count; i++) {
 		kiln_tensor *t = &m->tensors[f->first + i];
 		t->data = base ? base + t->file_offset : NULL;
-		uint64_t at = base ? (uint64_t)(uintptr_t)t->data : t->file_offset;
-		/* the lowest set bit, capped at a page's 4096 (0 is aligned to anything) */
-		uint64_t low = (at | 4096) & (~(at | 4096) + 1);
-		t->alignment = (uint32_t)low;
+		t->alignment = kiln__align_of(base ? (uint64_t)(uintptr_t)t->data : t->file_offset);
 	}
 }
 

@@ -75,6 +75,14 @@ static inline int kiln__mul_overflows(uint64_t a, uint64_t b, uint64_t *out)
 {
 	return __builtin_mul_overflow(a, b, out);
 }
+/* A view's alignment (kiln_tensor.alignment): the lowest set bit of its address (or file offset
+ * when it has none), capped at a page's 4096; 0 is aligned to anything. */
+static inline uint32_t kiln__align_of(uint64_t at)
+{
+	uint64_t x = at | 4096;
+	return (uint32_t)(x & (~x + 1));
+}
+
 /* align64(x); callers guarantee x <= UINT64_MAX - 63. */
 static inline uint64_t kiln__align64(uint64_t x)
 {
@@ -105,6 +113,13 @@ void kiln__error_file(kiln_error *err, uint32_t file);
 
 /* RFC 3629 well-formedness; returns the offset of the first bad byte or SIZE_MAX when valid. */
 size_t kiln__utf8_check(const uint8_t *s, size_t len);
+
+/* Bytes of a file (a name, a key) as a message shows them, in buf: at most 60 of them, cut on a
+ * character boundary and followed by "..." when cut; control bytes as '?', and every byte from
+ * 0x80 as '?' too unless the bytes shown are well-formed UTF-8, so a message is always one line
+ * of valid UTF-8. Returns buf. */
+#define KILN__SHOWN 80
+const char *kiln__shown(const void *p, size_t len, char buf[KILN__SHOWN]);
 
 /* kiln__utf8_check, with all-ASCII names (nearly all of them) answered inline. */
 static inline size_t kiln__utf8_check_name(const uint8_t *s, size_t len)
@@ -241,6 +256,7 @@ struct kiln__meta {
 	uint64_t n, cap;
 	uint64_t *by_key;
 	int ready; /* atomic: v, n and by_key are complete and never change again */
+	kiln_meta_origin origin;
 	/* bump allocation for decoded strings and encoded arrays, from kept blocks */
 	uint8_t *arena;
 	size_t arena_left;
@@ -309,6 +325,7 @@ struct kiln_model {
 	uint8_t secret[KILN__SECRET_SIZE];
 	int verified; /* payload verification passed; atomic, see kiln_model_verify */
 	uint32_t realigned;
+	int one_file;      /* opened with KILN_OPEN_ONE_FILE */
 	void *realign_mem; /* KILN_OPEN_ALIGN's copies, one owned block */
 	size_t realign_len;
 	struct kiln__meta meta;    /* typed metadata (src/meta.c) */
@@ -327,6 +344,11 @@ size_t kiln__page_size(void);
 void *kiln__owned_alloc(size_t size);
 /* The same, zeroed (without touching the pages of a fresh mapping). */
 void *kiln__owned_zalloc(size_t size);
+/* Address space for up to `size` bytes, zeroed, with huge pages, of which only the pages touched
+ * take memory: a buffer that grows in place. NULL when the system refuses. */
+void *kiln__owned_reserve(size_t size);
+/* Release a reservation (the size it was made with). */
+void kiln__owned_unreserve(void *p, size_t size);
 void kiln__owned_free(void *p, size_t size);
 
 /* malloc up to 32 MiB (glibc keeps freed blocks of that size for the next open), then

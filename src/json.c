@@ -403,9 +403,11 @@ int kiln__json_str_is(const struct kiln__json_str *s, const char *want, size_t n
 		return s->raw_len == n && memcmp(s->raw, want, n) == 0;
 	if (s->raw_len < n || s->raw_len > 6 * n)
 		return 0;
-	uint8_t buf[64];
+	/* Decoding never lengthens, and an escape spells one byte in at most 6: a spelling of
+	 * the (short) keys compared against fits. */
+	uint8_t buf[256];
 	if (s->raw_len > sizeof(buf))
-		return 0; /* the keys compared against are short */
+		return 0; /* decodes to more than 42 bytes: longer than any key compared */
 	return kiln__json_decode(s, buf) == n && memcmp(buf, want, n) == 0;
 }
 

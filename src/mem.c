@@ -52,6 +52,28 @@ void *kiln__owned_alloc(size_t size)
 	return p;
 }
 
+void *kiln__owned_reserve(size_t size)
+{
+	if (size < KILN__HUGE_MIN)
+		size = KILN__HUGE_MIN;
+	if (size > SIZE_MAX - KILN__HUGE_MIN)
+		return NULL;
+	/* No commitment: only the pages touched count, so a reservation as large as a file the
+	 * machine's memory could not hold is still granted. */
+	void *p = mmap(NULL, huge_round(size), PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	madvise(p, huge_round(size), MADV_HUGEPAGE);
+	return p;
+}
+
+void kiln__owned_unreserve(void *p, size_t size)
+{
+	if (p)
+		munmap(p, huge_round(size < KILN__HUGE_MIN ? KILN__HUGE_MIN : size));
+}
+
 void *kiln__owned_zalloc(size_t size)
 {
 	void *p = kiln__owned_alloc(size);

@@ -269,6 +269,20 @@ static uint64_t decode(const uint8_t *p, uint32_t type, kiln_value *v)
 	}
 }
 
+void kiln__meta_value(const uint8_t *p, uint32_t type, uint64_t span, kiln_value *v)
+{
+	if (type != KILN_META_ARRAY) {
+		decode(p, type, v);
+		return;
+	}
+	memset(v, 0, sizeof(*v));
+	v->type = type;
+	v->item_type = kiln__ld32(p);
+	v->count = kiln__ld64(p + 4);
+	v->items = p + 12;
+	v->items_len = span - 12;
+}
+
 void kiln_value_iter_init(kiln_value_iter *it, const kiln_value *array)
 {
 	memset(it, 0, sizeof(*it));
@@ -609,7 +623,8 @@ static int doc_value(struct doc *d, uint32_t type, int depth, kiln_value *v, str
 			if (!p)
 				rc = KILN_NOMEM;
 			else {
-				memcpy(p, own.p + first, len);
+				if (len) /* an empty array owns no memory (own.p NULL) */
+					memcpy(p, own.p + first, len);
 				v->items = p;
 				v->items_len = len;
 			}
@@ -730,6 +745,19 @@ static int doc_st(struct doc *d)
 	return j->code ? doc_json(d) : 0;
 }
 
+/* "source": the format the document's keys came from. */
+static int doc_source(struct doc *d)
+{
+	struct kiln__json_str s;
+	if (kiln__json_peek(&d->j) != KILN__JSON_STRING || kiln__json_string(&d->j, &s))
+		return d->j.code ? doc_json(d) : doc_bad(d, "source is not a string");
+	d->m->meta.origin.format = kiln__json_str_is(&s, "gguf", 4) ? KILN_FORMAT_GGUF
+				   : kiln__json_str_is(&s, "safetensors", 11)
+				       ? KILN_FORMAT_SAFETENSORS
+				       : KILN_FORMAT_KLNT;
+	return 0;
+}
+
 static int parse_doc(struct kiln_model *m, const uint8_t *text, size_t len, kiln_error *err)
 {
 	struct doc d = {.m = m, .err = err, .what = "?"};
@@ -757,16 +785,30 @@ static int parse_doc(struct kiln_model *m, const uint8_t *text, size_t len, kiln
 						  ", this build knows 1",
 						  v);
 			version = 1;
+		} else if (kiln__json_str_is(&key, "source", 6)) {
+			rc = doc_source(&d);
 		} else if (kiln__json_str_is(&key, "gguf", 4)) {
 			if (kiln__json_peek(j) != KILN__JSON_OBJECT ||
 			    kiln__json_enter(j, KILN__JSON_OBJECT))
 				return j->code ? doc_json(&d)
 					       : doc_bad(&d, "gguf is not an object");
 			struct kiln__json_str g;
-			while (!rc && kiln__json_member(j, &g))
-				rc = kiln__json_str_is(&g, "kv", 2)
-					 ? doc_kv(&d)
-					 : (kiln__json_skip(j) ? doc_json(&d) : 0);
+			while (!rc && kiln__json_member(j, &g)) {
+				uint64_t v;
+				if (kiln__json_str_is(&g, "kv", 2)) {
+					rc = doc_kv(&d);
+				} else if (kiln__json_str_is(&g, "version", 7)) {
+					d.what = "gguf.version";
+					if (!(rc = doc_int(&d, 0, 0, UINT32_MAX, &v)))
+						m->meta.origin.version = (uint32_t)v;
+				} else if (kiln__json_str_is(&g, "alignment", 9)) {
+					d.what = "gguf.alignment";
+					if (!(rc = doc_int(&d, 0, 0, UINT32_MAX, &v)))
+						m->meta.origin.alignment = (uint32_t)v;
+				} else if (kiln__json_skip(j)) {
+					rc = doc_json(&d);
+				}
+			}
 			if (!rc && j->code)
 				rc = doc_json(&d);
 		} else if (kiln__json_str_is(&key, "safetensors", 11)) {
@@ -826,6 +868,13 @@ static int ready(const kiln_model *cm, kiln_error *err)
 		/* A KLNT document: read (again, after a failure) from nothing; the stock formats'
 		 * entries were added at open. */
 		int klnt = m->format == KILN_FORMAT_KLNT;
+		kiln_meta_origin *o = &m->meta.origin;
+		memset(o, 0, sizeof(*o));
+		o->format = m->format;
+		if (m->format == KILN_FORMAT_GGUF) {
+			o->version = m->files[0].version;
+			o->alignment = m->files[0].alignment;
+		}
 		if (klnt)
 			m->meta.n = 0;
 		rc = klnt ? load_klnt(m, err) : 0;
@@ -883,4 +932,18 @@ int kiln_model_meta_find(const kiln_model *m, const char *key, size_t len, const
 	}
 	return kiln__fail(err, KILN_NOTFOUND, KILN_NO_INDEX, "key", KILN_NO_OFFSET,
 			  "no metadata key %.*s", (int)(len < 64 ? len : 64), key ? key : "");
+}
+
+int kiln_model_meta_origin(const kiln_model *m, kiln_meta_origin *origin, kiln_error *err)
+{
+	if (origin)
+		memset(origin, 0, sizeof(*origin));
+	if (!origin) {
+		kiln__clear_error(err);
+		return kiln__fail_inval(err, KILN_NO_INDEX, NULL, "origin is NULL");
+	}
+	int rc = ready(m, err);
+	if (!rc)
+		*origin = m->meta.origin;
+	return rc;
 }

@@ -28,5 +28,8 @@ void kiln__meta_free(struct kiln_model *m);
 /* GGUF's encoding of values (shared with the GGUF reader, which validates it): the bytes an item
  * of `type` takes at p, nested arrays included, within [p, end); 0 when it does not fit. */
 uint64_t kiln__meta_span(const uint8_t *p, const uint8_t *end, uint32_t type, int depth);
+/* The value of `type` encoded at p, validated and `span` bytes long (as its reader measured it,
+ * so an array of a vocabulary's strings is not walked again). */
+void kiln__meta_value(const uint8_t *p, uint32_t type, uint64_t span, kiln_value *v);
 
 #endif

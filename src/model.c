@@ -89,6 +89,7 @@ struct kiln_model *kiln__model_new(const kiln_open_options *opts, kiln_error *er
 	}
 	memset(m, 0, sizeof(*m));
 	m->alloc = a;
+	m->one_file = opts && (opts->flags & KILN_OPEN_ONE_FILE);
 	kiln__hash_key(m->secret);
 	pthread_mutex_init(&m->meta_lock, NULL);
 	return m;
@@ -271,22 +272,53 @@ static const struct kiln__source *source_for(const kiln_open_options *o)
 	return by_id[s];
 }
 
-/* The reader for file f: the format the caller named, or the one its first bytes say. An
- * unrecognised file goes to the KLNT reader, whose FRAME error names the magic it found. */
-static const struct kiln__format *format_of(struct kiln__file *f, const kiln_open_options *o,
-					    int *sniffed, kiln_error *err)
+/* The reader for file f: the format the caller named, the one its first bytes say, or the one
+ * its name ends in; any other file is refused (FRAME, naming the magic it has). */
+static int format_of(struct kiln__file *f, const kiln_open_options *o,
+		     const struct kiln__format **out, kiln_error *err)
 {
-	*sniffed = 0;
 	unsigned want = o ? o->format : KILN_FORMAT_AUTO;
-	if (want)
-		return kiln__format_by_id(want);
 	uint64_t n = f->size < KILN__HEADER_SIZE ? f->size : KILN__HEADER_SIZE;
-	const uint8_t *p;
-	if (n && kiln__fetch(f, 0, n, 0, &p, err))
-		return NULL;
+	const uint8_t *p = NULL;
+	int rc = n ? kiln__fetch(f, 0, n, 0, &p, err) : 0;
+	if (rc)
+		return rc;
 	const struct kiln__format *fmt = n ? kiln__format_sniff(p, (size_t)n) : NULL;
-	*sniffed = fmt != NULL;
-	return fmt ? fmt : &kiln__format_klnt;
+	if (want) {
+		/* Insisting on a format: a file that is plainly another is refused as what it
+		 * is; one like none goes to the wanted reader, which says what is wrong. */
+		const struct kiln__format *w = kiln__format_by_id(want);
+		if (fmt && fmt != w)
+			return kiln__fail(err, KILN_FRAME, KILN_NO_INDEX, "magic", 0,
+					  "a %s file, not %s (the format asked for)", fmt->name,
+					  w->name);
+		*out = w;
+		return 0;
+	}
+	/* Bytes that start like no format, in a file named for one: that format's reader names the
+	 * defect in its own terms. */
+	static const struct {
+		const char *ext;
+		const struct kiln__format *fmt;
+	} named[] = {{".safetensors", &kiln__format_safetensors},
+		     {".gguf", &kiln__format_gguf},
+		     {".klnt", &kiln__format_klnt}};
+	size_t plen = f->path ? strlen(f->path) : 0;
+	for (size_t i = 0; !fmt && i < sizeof(named) / sizeof(named[0]); i++) {
+		size_t e = strlen(named[i].ext);
+		if (plen > e && !strcmp(f->path + plen - e, named[i].ext))
+			fmt = named[i].fmt;
+	}
+	/* Bytes that start like no format at all: the KLNT reader's verdict on its magic, whatever
+	 * the length (a short text file is not a truncated KLNT file). */
+	if (!fmt && n >= 4)
+		return kiln__fail(
+		    err, KILN_FRAME, KILN_NO_INDEX, "magic", 0,
+		    "magic is %02x %02x %02x %02x, not \"KLNT\"; not a safetensors or "
+		    "GGUF file either",
+		    p[0], p[1], p[2], p[3]);
+	*out = fmt ? fmt : &kiln__format_klnt;
+	return 0;
 }
 
 /* Name the file in an error from a model of several files: the reader's message names none. */
@@ -294,13 +326,6 @@ static void name_file(const struct kiln__file *f, kiln_error *err)
 {
 	if (f->path && f->model->nfiles > 1)
 		kiln__error_prefix(err, f->path);
-}
-
-/* Add text to an error's message, cut to fit like every message. */
-static void append(kiln_error *err, const char *text)
-{
-	size_t n = strlen(err->message);
-	snprintf(err->message + n, sizeof(err->message) - n, "%s", text);
 }
 
 /* Attach, read and finish file f (its path set, or the buffer for BUFFER). */
@@ -316,11 +341,12 @@ static int open_file(struct kiln__file *f, const kiln_open_options *o, const voi
 				 f->no + 1, m->nfiles);
 		return rc;
 	}
-	int sniffed;
 	f->first = m->count;
-	f->fmt = format_of(f, o, &sniffed, err);
-	if (!f->fmt)
-		return err ? err->code : KILN_IO;
+	if ((rc = format_of(f, o, &f->fmt, err))) {
+		if (kiln_is_format_error(rc))
+			name_file(f, err);
+		return rc;
+	}
 	if (m->format && m->format != f->fmt->id)
 		return kiln__fail(err, KILN_FRAME, KILN_NO_INDEX, "magic", 0,
 				  "%s is a %s file, the model's first file %s (a model is of one "
@@ -330,9 +356,6 @@ static int open_file(struct kiln__file *f, const kiln_open_options *o, const voi
 	m->format = f->fmt->id;
 	rc = f->fmt->read(f, exact, err);
 	if (rc) {
-		if (rc == KILN_FRAME && !sniffed && !(o && o->format) && err && err->field &&
-		    strcmp(err->field, "magic") == 0 && kiln__format_by_id(KILN_FORMAT_GGUF))
-			append(err, "; not a safetensors or GGUF file either");
 		if (kiln_is_format_error(rc))
 			name_file(f, err);
 		return rc;
@@ -385,7 +408,7 @@ static int realign(struct kiln_model *m, kiln_error *err)
 			return rc;
 		}
 		t->data = mem + at;
-		t->alignment = 64;
+		t->alignment = kiln__align_of((uint64_t)(uintptr_t)t->data);
 		at += kiln__align64(t->byte_length);
 	}
 	m->realigned = (uint32_t)(n > UINT32_MAX ? UINT32_MAX : n);
@@ -570,6 +593,9 @@ static int ends_with(const char *s, const char *suffix)
 int kiln_model_open_files(const char *const *paths, uint32_t count, const kiln_open_options *opts,
 			  kiln_model **out, kiln_error *err)
 {
+	kiln_error local; /* without the caller's, the class still comes back */
+	if (!err)
+		err = &local;
 	kiln__clear_error(err);
 	if (!out)
 		return kiln__fail_inval(err, KILN_NO_INDEX, NULL, "out is NULL");
@@ -618,6 +644,9 @@ int kiln_model_open(const char *path, const kiln_open_options *opts, kiln_model 
 int kiln_model_parse(const void *buf, size_t len, const kiln_open_options *opts, kiln_model **out,
 		     kiln_error *err)
 {
+	kiln_error local; /* without the caller's, the class still comes back */
+	if (!err)
+		err = &local;
 	kiln__clear_error(err);
 	if (!out)
 		return kiln__fail_inval(err, KILN_NO_INDEX, NULL, "out is NULL");

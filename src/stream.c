@@ -269,7 +269,9 @@ static int read_jobs(const kiln_model *m, const struct slice_job *jobs, size_t c
 	int partial = 0;
 	for (size_t j = 0; j < count; j++) {
 		total += jobs[j].r.bytes ? jobs[j].r.runs : 0;
-		partial |= jobs[j].r.runs * jobs[j].r.len < jobs[j].t->byte_length;
+		/* rows of a slice, with gaps between them; one range reads ahead as it should */
+		partial |=
+		    jobs[j].r.runs > 1 && jobs[j].r.runs * jobs[j].r.len < jobs[j].t->byte_length;
 	}
 	if (!total)
 		return 0;

@@ -58,3 +58,24 @@ size_t kiln_utf8_check(const void *s, size_t len)
 {
 	return s || !len ? kiln__utf8_check(s, len) : 0;
 }
+
+const char *kiln__shown(const void *p, size_t len, char buf[KILN__SHOWN])
+{
+	const uint8_t *s = p;
+	size_t n = len < 60 ? len : 60, k = 0;
+	/* Cut before a character, not inside one: back over up to 3 continuation bytes (more
+	 * is not UTF-8, shown as '?' below). */
+	for (int b = 0; n < len && b < 3 && n > 0 && (s[n] & 0xC0) == 0x80; b++)
+		n--;
+	int utf8 = kiln__utf8_check(s, n) == SIZE_MAX;
+	for (size_t i = 0; i < n; i++) {
+		uint8_t c = s[i];
+		buf[k++] = c < 0x20 || c == 0x7f || (c >= 0x80 && !utf8) ? '?' : (char)c;
+	}
+	if (n < len) {
+		memcpy(buf + k, "...", 3);
+		k += 3;
+	}
+	buf[k] = '\0';
+	return buf;
+}

@@ -124,10 +124,17 @@ has "$TMP/out" "$TMP/m.safetensors: TYPE: tensor a: the entry is not an object"
 { printf '\023\000\000\000\000\000\000\000{"__metadata__":{}}'; } >"$TMP/empty.safetensors"
 expect 0 "$KLNT" check "$TMP/empty.safetensors"
 has "$TMP/out" "$TMP/empty.safetensors: ok (safetensors)"
-# a header length past the end of the file is not safetensors: the plain verdict
-{ printf '\377\377\377\377\377\377\377\177{"a":1}'; pad; } >"$TMP/long.safetensors"
-expect 1 "$KLNT" check "$TMP/long.safetensors"
+# a header length past the cap: safetensors by its '{', refused by the format's own limit
+{ printf '\377\377\377\377\377\377\377\177{"a":1}'; pad; } >"$TMP/long.bin"
+expect 1 "$KLNT" check "$TMP/long.bin"
+has "$TMP/out" "$TMP/long.bin: LIMIT: header length 9223372036854775807 is above the 100000000-byte cap"
+# bytes like no format: the plain verdict, unless the name says which format's rules to apply
+printf '\377\377\377\377 not a model' >"$TMP/junk.bin"
+expect 1 "$KLNT" check "$TMP/junk.bin"
 has "$TMP/out" 'FRAME: magic is ff ff ff ff, not "KLNT"; not a safetensors or GGUF file either'
+printf '\002\000\000\000\000\000\000\000[]' >"$TMP/list.safetensors"
+expect 1 "$KLNT" check "$TMP/list.safetensors"
+has "$TMP/out" "$TMP/list.safetensors: FRAME: the header does not start with '{' (not a safetensors header)"
 # a KLNT file with a bad version is not mistaken for anything else
 { printf 'KLNT\003'; pad; } >"$TMP/v3.klnt"
 expect 1 "$KLNT" check "$TMP/v3.klnt"
@@ -329,7 +336,7 @@ done
 # what is not a model is a clear error, and nothing is written
 printf 'just some text, not a model\n' >"$TMP/notes.txt"
 expect 1 "$KLNT" import -o "$TMP/n.klnt" "$TMP/notes.txt"
-has "$TMP/err" "$TMP/notes.txt: FRAME: not a GGUF, safetensors or KLNT file"
+has "$TMP/err" "$TMP/notes.txt: FRAME: magic is 6a 75 73 74, not \"KLNT\"; not a safetensors or GGUF file either"
 expect 3 "$KLNT" import -o "$TMP/n.klnt" "$TMP/missing.gguf"
 has "$TMP/err" "$TMP/missing.gguf: IO: "
 [ ! -e "$TMP/n.klnt" ] && ok || bad "a failed import wrote its output"
@@ -345,7 +352,7 @@ expect 2 "$KLNT" export --to xml -o "$TMP/n.x" "$TMP/imp.klnt"
 expect 2 "$KLNT" export --to gguf "$TMP/imp.klnt"
 expect 2 "$KLNT" export --to safetensors -o "$TMP/n.st"
 expect 1 "$KLNT" export --to gguf -o "$TMP/n.gguf" "$TMP/notes.txt"
-has "$TMP/err" "$TMP/notes.txt: LIMIT: "
+has "$TMP/err" "$TMP/notes.txt: FRAME: magic is 6a 75 73 74"
 for cmd in import export; do
 	expect 0 "$KLNT" "$cmd" --help
 	has "$TMP/out" "usage: klnt $cmd"
@@ -387,10 +394,56 @@ if [ -f "$samples/tiny-llama.gguf" ]; then
 	expect 0 "$KLNT" check "$TMP/sharded.klnt"
 	expect 0 "$KLNT" cat "$TMP/sharded.klnt" model.layers.0.self_attn.o_proj.weight_scale
 	[ "$(wc -c <"$TMP/out")" -eq 4 ] && ok || bad "the rank-0 F32 scale is 4 bytes"
-	rm -f "$TMP/llama.klnt" "$TMP/llama.gguf" "$TMP/sharded.klnt"
+	# the stock files directly, no conversion: check, inspect, cat by name and by index
+	expect 0 "$KLNT" check "$samples/tiny-llama.gguf" "$samples/tiny-sharded/model.safetensors.index.json"
+	has "$TMP/out" "tiny-llama.gguf: ok (gguf)"
+	has "$TMP/out" "model.safetensors.index.json: ok (safetensors, 2 shards, 21 tensors)"
+	expect 0 "$KLNT" check "$samples/tiny-sharded/model-00002-of-00002.safetensors"
+	has "$TMP/out" "ok (safetensors, 2 shards, 21 tensors)"
+	expect 0 "$KLNT" inspect "$samples/tiny-llama.gguf"
+	has "$TMP/out" "format           gguf, version 3"
+	has "$TMP/out" "alignment        32 (general.alignment)"
+	has "$TMP/out" "metadata         gguf, 12 keys"
+	has "$TMP/out" "offset  align  quant"
+	expect 0 "$KLNT" inspect "$samples/tiny-sharded/model.safetensors.index.json"
+	has "$TMP/out" "2 shards (safetensors)"
+	has "$TMP/out" "metadata         safetensors, 1 key"
+	expect 0 "$KLNT" inspect --json "$samples/tiny-llama.gguf"
+	has "$TMP/out" '"format": "gguf"'
+	has "$TMP/out" '"key": "tokenizer.ggml.tokens"'
+	expect 0 "$KLNT" cat "$samples/tiny-llama.gguf" blk.0.attn_norm.weight
+	cp "$TMP/out" "$TMP/a.raw"
+	expect 0 "$KLNT" cat "$samples/tiny-llama.gguf" '#1'
+	cmp -s "$TMP/a.raw" "$TMP/out" && ok || bad "cat by name and by index differ"
+	expect 0 "$KLNT" cat "$TMP/llama.klnt" blk.0.attn_norm.weight
+	cmp -s "$TMP/a.raw" "$TMP/out" && ok || bad "cat of the GGUF and of its import differ"
+	expect 0 "$KLNT" bench --warm --repeat 1 --source mmap --source read "$samples/tiny-llama.gguf"
+	has "$TMP/out" "mmap"
+	# any shard of a checkpoint imports the whole of it
+	expect 0 "$KLNT" import -o "$TMP/plain.klnt" "$samples/tiny-sharded/model-00002-of-00002.safetensors"
+	has "$TMP/out" "wrote $TMP/plain.klnt: 21 tensors"
+	rm -f "$TMP/llama.klnt" "$TMP/llama.gguf" "$TMP/sharded.klnt" "$TMP/a.raw" "$TMP/plain.klnt"
 else
 	echo "note: $samples not found: the shared-sample round trips were skipped"
 fi
+# the converters refuse, before writing anything: an output named like a shard of a series
+# (readers would look for the whole series), and an output that is one of the inputs
+expect 1 "$KLNT" import -o "$TMP/x-00001-of-00002.klnt" "$TMP/gen.klnt"
+has "$TMP/err" "x-00001-of-00002.klnt: INVAL: the output is named like shard 1 of 2 of a series"
+has "$TMP/err" "name it $TMP/x.klnt"
+[ ! -e "$TMP/x-00001-of-00002.klnt" ] && [ ! -e "$TMP/x.klnt" ] && ok || bad "a refused import wrote"
+expect 1 "$KLNT" export --to safetensors -o "$TMP/x-00001-of-00002.safetensors" "$TMP/st.klnt"
+has "$TMP/err" "the output is named like shard 1 of 2"
+cp "$TMP/gen.klnt" "$TMP/self.klnt"
+expect 1 "$KLNT" import -o "$TMP/self.klnt" "$TMP/self.klnt"
+has "$TMP/err" "self.klnt: INVAL: the output is one of the inputs; nothing was written"
+cmp -s "$TMP/gen.klnt" "$TMP/self.klnt" && ok || bad "an import over its own input changed it"
+ln -sf self.klnt "$TMP/self-link.klnt"
+expect 1 "$KLNT" import -o "$TMP/self-link.klnt" "$TMP/self.klnt"
+has "$TMP/err" "the output is one of the inputs"
+expect 1 "$KLNT" export --to safetensors -o "$TMP/m.safetensors" "$TMP/m.safetensors"
+has "$TMP/err" "the output is one of the inputs"
+rm -f "$TMP/self.klnt" "$TMP/self-link.klnt"
 # a tensor safetensors cannot express: a rejected input (INVAL, exit 1 as for every rejection),
 # and nothing written
 expect 1 "$KLNT" export --to safetensors -o "$TMP/n.safetensors" "$TMP/gen.klnt"
@@ -399,7 +452,7 @@ has "$TMP/err" "$TMP/n.safetensors: INVAL: tensor blk.0.ffn_down.weight: layout 
 # a file this build cannot take (a KLNT file with unnamed tensors): UNSUPPORTED, exit 1
 expect 0 "$KLNT" gen --unnamed --no-sync "$TMP/unnamed.klnt" --tensors 2 --bytes 4K
 expect 1 "$KLNT" import -o "$TMP/n.klnt" "$TMP/unnamed.klnt"
-has "$TMP/err" "$TMP/unnamed.klnt: UNSUPPORTED: tensor 0 has no name"
+has "$TMP/err" "$TMP/unnamed.klnt: UNSUPPORTED: tensor 0 has no name; only named tensors can be converted"
 [ ! -e "$TMP/n.klnt" ] && ok || bad "a failed import wrote its output"
 # --no-sync writes the same files
 expect 0 "$KLNT" export --no-sync --to safetensors -o "$TMP/ns.safetensors" "$TMP/st.klnt"

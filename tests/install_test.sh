@@ -8,6 +8,7 @@
 #     and static (and links kiln::kiln_cuda where the adapter was built), and with pkg-config,
 #     shared and --static; another imports a model through find_package(kiln COMPONENTS
 #     convert) (kiln::convert, with json-c found by the package);
+#   - the README's first example, as printed there, builds and runs on a .safetensors file;
 #   - the klnt man page and bash completion are installed, the page renders without groff
 #     warnings and documents every command and option `klnt --help` lists, and the completion
 #     offers them.
@@ -126,6 +127,34 @@ if $cc $flags -o "$work/pc_static" "$src/tests/install/consumer.c" $cflags $slib
 	fi
 else
 	fail "pkg-config --static consumer does not build: $cc $flags ... $cflags $slibs"
+fi
+
+# The README's first example, as printed there, on a safetensors file written byte by byte.
+readme=$work/readme
+mkdir -p "$readme"
+{
+	printf '#include <stdio.h>\nint main(void)\n{\n'
+	sed -n '/^## The API in 20 lines/,/^## /{/^```c$/,/^```$/p}' "$src/README.md" |
+		sed '1d;$d' | grep -v '^#include'
+	printf 'return 0;\n}\n'
+} >"$readme/example.c"
+{ printf '#include <kiln/kiln.h>\n'; cat "$readme/example.c"; } >"$readme/main.c"
+json='{"model.layers.0.mlp.up_proj.weight":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]}}'
+# shellcheck disable=SC2059 # the format is the length's byte, built here
+printf "\\$(printf '%03o' ${#json})\\000\\000\\000\\000\\000\\000\\000" >"$readme/model.safetensors"
+printf '%s' "$json" >>"$readme/model.safetensors"
+head -c 24 /dev/zero >>"$readme/model.safetensors"
+# shellcheck disable=SC2086
+if grep -q kiln_model_open "$readme/main.c" &&
+	$cc $flags -o "$readme/example" "$readme/main.c" $cflags $slibs 2>"$readme/cc.log"; then
+	out=$(cd "$readme" && ./example)
+	st=$?
+	[ $st -eq 0 ] && [ "$out" = "f32 rank 2, 6 elements" ] &&
+		ok "the README's first example runs on a .safetensors file" ||
+		fail "the README example: status $st, printed '$out'"
+else
+	cat "$readme/cc.log" 2>/dev/null
+	fail "the README's first example does not build"
 fi
 unset PKG_CONFIG_PATH
 

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Replay of the fuzz corpus without libFuzzer: every file of fuzz/corpus/<target>/ and of
- * tests/regressions/<target>/ (the reproducers of fixed crashes) goes through the same target
- * function libFuzzer runs (fuzz/fuzz_<target>.c), so every build, gcc included, checks them. A
- * broken invariant aborts; the handler below names the file first.
+ * Replay of the fuzz corpus without libFuzzer: every file of fuzz/corpus/<target>/, of
+ * fuzz/large/<target>/ (seeds too large to mutate quickly, such as a header past the 64 KiB kiln
+ * reads first, kept out of libFuzzer's corpus) and of tests/regressions/<target>/ (the
+ * reproducers of crashes) goes through the same target function libFuzzer runs
+ * (fuzz/fuzz_<target>.c), so every build, gcc included, checks them. A broken invariant aborts;
+ * the handler below names the file first.
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
@@ -86,9 +88,12 @@ static void replay(const char *target, int (*fn)(const uint8_t *, size_t))
 	snprintf(dir, sizeof(dir), "%s/%s", KILN_FUZZ_CORPUS, target);
 	size_t corpus = replay_dir(dir, fn);
 	cr_assert_gt(corpus, 0, "no corpus in %s", dir);
+	snprintf(dir, sizeof(dir), "%s/%s", KILN_FUZZ_LARGE, target);
+	size_t large = replay_dir(dir, fn);
 	snprintf(dir, sizeof(dir), "%s/%s", KILN_REGRESSIONS, target);
 	size_t regressions = replay_dir(dir, fn);
-	cr_log_info("%s: %zu corpus files, %zu regressions", target, corpus, regressions);
+	cr_log_info("%s: %zu corpus files, %zu large, %zu regressions", target, corpus, large,
+		    regressions);
 }
 
 Test(replay, parse)

@@ -1,192 +1,52 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * GGUF in and out (convert/gguf.c), white-box through kc_gguf_read / kc_gguf_write. The GGUF
- * files come from a generator here (bytes laid out by the test, not by the code under test),
- * plus the shared sample written by ggml's own writer when ../shared/samples is present.
+ * GGUF through the converters, by files and the public API: GGUF files from a generator here
+ * (bytes laid out by the test, not by the code under test) and the shared sample written by
+ * ggml's own writer (../shared/samples, skipped when absent) are imported to KLNT, exported back
+ * to GGUF (byte for byte), and through safetensors (every key/value kept and restored). What the
+ * core's GGUF reader refuses is tests/test_formats.c's; here are the converters' own rules: the
+ * metadata document, the typed metadata of an import, and what an export refuses.
  */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
+#include <json-c/json.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "ggml_types.h"
+#include "convert_util.h"
 #include "helpers.h"
-#include "model.h"
+#include "kiln/convert.h"
+
+#ifndef KILN_SAMPLES
+#define KILN_SAMPLES "../shared/samples"
+#endif
 
 /* ---------------------------------------------------------------------------------------------
- * A GGUF generator
+ * Helpers
  * ------------------------------------------------------------------------------------------- */
 
-struct g {
-	uint8_t *p;
-	size_t n, cap;
-};
-
-static void gput(struct g *b, const void *src, size_t n)
+/* The metadata document of the model at path (kiln_metadata_json), parsed. */
+static json_object *doc_of(const char *path)
 {
-	if (b->n + n > b->cap) {
-		b->cap = (b->n + n) * 2 + 64;
-		b->p = realloc(b->p, b->cap);
-		cr_assert_not_null(b->p);
-	}
-	if (n)
-		memcpy(b->p + b->n, src, n);
-	b->n += n;
+	kiln_model *m = open_model(path, 0);
+	char *text;
+	kiln_error err;
+	cr_assert_eq(kiln_metadata_json(m, &text, &err), 0, "%s: %s", path, err.message);
+	json_object *doc = json_tokener_parse(text);
+	cr_assert_not_null(doc, "%s: the document is not JSON: %s", path, text);
+	kiln_free(text);
+	kiln_model_close(m);
+	return doc;
 }
 
-static void gle(struct g *b, uint64_t v, unsigned w)
-{
-	uint8_t t[8];
-	for (unsigned i = 0; i < w; i++)
-		t[i] = (uint8_t)(v >> (8 * i));
-	gput(b, t, w);
-}
-#define g8(b, v)  gle(b, (uint64_t)(v), 1)
-#define g16(b, v) gle(b, (uint64_t)(v), 2)
-#define g32(b, v) gle(b, (uint64_t)(v), 4)
-#define g64(b, v) gle(b, (uint64_t)(v), 8)
-
-static void gstrn(struct g *b, const char *s, size_t n)
-{
-	g64(b, n);
-	gput(b, s, n);
-}
-static void gstr(struct g *b, const char *s)
-{
-	gstrn(b, s, strlen(s));
-}
-/* A key and its value type. */
-static void gkey(struct g *b, const char *k, uint32_t type)
-{
-	gstr(b, k);
-	g32(b, type);
-}
-static void gf32(struct g *b, float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	g32(b, u);
-}
-static void gf64(struct g *b, double d)
-{
-	uint64_t u;
-	memcpy(&u, &d, 8);
-	g64(b, u);
-}
-
-enum { U8, I8, U16, I16, U32, I32, F32, BOOL, STR, ARR, U64, I64, F64 };
-
-#define AUTO UINT64_MAX
-struct tspec {
-	const char *name;
-	uint32_t nd;
-	uint64_t ne[4];
-	uint32_t type;
-	uint64_t off; /* AUTO: laid out in order, aligned */
-};
-
-/* The GGUF byte size of a tensor (0 for ids the table lacks). */
-static uint64_t tbytes(const struct tspec *t)
-{
-	const struct kc_ggml_type *gt = kc_ggml_type_by_id(t->type);
-	if (!gt)
-		return 32;
-	uint64_t n = 1;
-	for (uint32_t k = 0; k < t->nd; k++)
-		n *= t->ne[k];
-	return n / gt->blck * gt->size;
-}
-
-/* The payload byte j of tensor i: a pattern that differs between tensors. */
-static uint8_t pat(uint32_t i, uint64_t j)
-{
-	return (uint8_t)(i * 37 + j * 13 + (j >> 8));
-}
-
-/* A GGUF file: header, the kv bytes (nkv pairs), tensor infos, padding, data. */
-static struct g gguf(uint32_t version, const struct g *kv, uint64_t nkv, const struct tspec *t,
-		     uint32_t nt, uint32_t align)
-{
-	struct g b = {0};
-	gput(&b, "GGUF", 4);
-	g32(&b, version);
-	g64(&b, nt);
-	g64(&b, nkv);
-	if (kv)
-		gput(&b, kv->p, kv->n);
-	uint64_t off = 0, *offs = calloc(nt + 1, 8);
-	for (uint32_t i = 0; i < nt; i++) {
-		gstr(&b, t[i].name);
-		g32(&b, t[i].nd);
-		for (uint32_t k = 0; k < t[i].nd; k++)
-			g64(&b, t[i].ne[k]);
-		g32(&b, t[i].type);
-		offs[i] = t[i].off == AUTO ? off : t[i].off;
-		g64(&b, offs[i]);
-		if (t[i].off == AUTO)
-			off += (tbytes(&t[i]) + align - 1) / align * align;
-	}
-	while (b.n % align)
-		g8(&b, 0);
-	size_t data = b.n;
-	for (uint32_t i = 0; i < nt; i++) {
-		uint64_t n = tbytes(&t[i]);
-		if (data + offs[i] + n > b.n) {
-			size_t old = b.n;
-			gput(&b, NULL, 0);
-			for (size_t k = old; k < data + offs[i] + n; k++)
-				g8(&b, 0);
-		}
-		for (uint64_t j = 0; j < n; j++)
-			b.p[data + offs[i] + j] = pat(i, j);
-	}
-	while (b.n % align)
-		g8(&b, 0);
-	free(offs);
-	return b;
-}
-
-static char *gsave(const struct g *b)
-{
-	return write_temp(b->p, b->n);
-}
-
-/* ---------------------------------------------------------------------------------------------
- * Reading helpers
- * ------------------------------------------------------------------------------------------- */
-
-static int read1(struct kc_model *m, const char *path, kiln_error *err)
-{
-	kc_model_init(m);
-	memset(err, 0, sizeof(*err));
-	return kc_gguf_read(m, &path, 1, err);
-}
-
-/* The bytes of a file region. */
-static uint8_t *slurp(int fd, uint64_t off, uint64_t n)
-{
-	uint8_t *p = malloc(n ? n : 1);
-	cr_assert_not_null(p);
-	cr_assert_eq(pread(fd, p, n, (off_t)off), (ssize_t)n);
-	return p;
-}
-
-static const char *meta_text(const struct kc_model *m)
-{
-	return json_object_to_json_string_ext(m->meta, JSON_C_TO_STRING_PLAIN);
-}
-
-static json_object *kv_at(const struct kc_model *m, const char *key)
+static json_object *kv_at(json_object *doc, const char *key)
 {
 	json_object *g, *kv;
-	cr_assert(json_object_object_get_ex(m->meta, "gguf", &g));
+	cr_assert(json_object_object_get_ex(doc, "gguf", &g));
 	cr_assert(json_object_object_get_ex(g, "kv", &kv));
 	for (size_t i = 0; i < json_object_array_length(kv); i++) {
 		json_object *e = json_object_array_get_idx(kv, i), *k;
@@ -197,86 +57,67 @@ static json_object *kv_at(const struct kc_model *m, const char *key)
 	return NULL;
 }
 
-/* The JSON text of key's {type, value}. */
-static const char *kv_text(const struct kc_model *m, const char *key)
+/* The JSON text of key's {key, type, value}. */
+static const char *kv_text(json_object *doc, const char *key)
 {
-	json_object *e = kv_at(m, key);
+	json_object *e = kv_at(doc, key);
 	cr_assert_not_null(e, "key %s missing", key);
 	return json_object_to_json_string_ext(e, JSON_C_TO_STRING_PLAIN);
 }
 
-/* read -> write -> read: the same metadata document and the same payload bytes. */
-static void roundtrip(const struct kc_model *a, const char *out)
+/* GGUF at src -> KLNT -> GGUF: the KLNT model's tensors are the GGUF model's (every view field
+ * and payload byte), its metadata is the GGUF key/values typed (split.* left out), and the GGUF
+ * written back is exactly `want` (the generator's bytes). Also GGUF -> GGUF in one export. */
+static void klnt_round_trip(const char *src, const char *dir, const void *want, size_t want_len)
 {
-	kiln_error err = {0};
-	cr_assert_eq(kc_gguf_write(a, out, NULL, &err), 0, "%s", err.message);
-	struct kc_model b;
-	cr_assert_eq(read1(&b, out, &err), 0, "%s", err.message);
-	/* The writer always writes version 3 (the layout of 2 and 3 is the same). */
-	json_object *v = json_object_object_get(json_object_object_get(a->meta, "gguf"), "version");
-	int was = v ? json_object_get_int(v) : 0;
-	if (v)
-		json_object_set_int(v, 3);
-	cr_assert_str_eq(meta_text(&b), meta_text(a));
-	if (v)
-		json_object_set_int(v, was);
-	cr_assert_eq(b.n, a->n);
-	for (uint32_t i = 0; i < a->n; i++) {
-		const struct kc_tensor *x = &a->tensors[i], *y = &b.tensors[i];
+	char *klnt = join(dir, "rt.klnt"), *back = join(dir, "rt.gguf"),
+	     *direct = join(dir, "d.gguf");
+	import1(src, klnt);
+	kiln_model *g = open_model(src, 0);
+	kiln_model *k = open_model(klnt, KILN_OPEN_VERIFY_PAYLOAD);
+	cr_assert_eq(kiln_model_count(k), kiln_model_count(g) + 1, "and the metadata tensor");
+	for (uint64_t i = 0; i < kiln_model_count(g); i++) {
+		const kiln_tensor *x = kiln_model_tensor(g, i), *y = kiln_model_tensor(k, i);
 		cr_assert_eq(x->name_len, y->name_len);
-		cr_assert(memcmp(x->name, y->name, x->name_len) == 0);
-		cr_assert_eq(x->dtype, y->dtype);
+		cr_assert(!memcmp(x->name, y->name, x->name_len));
+		cr_assert_eq(x->dtype, y->dtype, "%.*s", (int)x->name_len, x->name);
 		cr_assert_eq(x->rank, y->rank);
-		cr_assert(memcmp(x->shape, y->shape, sizeof(x->shape)) == 0);
+		cr_assert(!memcmp(x->shape, y->shape, sizeof(x->shape)));
+		cr_assert_eq(x->layout_len, y->layout_len);
+		cr_assert(!x->layout_len || !memcmp(x->layout, y->layout, x->layout_len));
 		cr_assert_eq(x->block_size, y->block_size);
 		cr_assert_eq(x->byte_length, y->byte_length);
-		cr_assert((x->layout == NULL) == (y->layout == NULL));
-		if (x->layout)
-			cr_assert_str_eq(x->layout, y->layout);
-		uint8_t *p = slurp(a->srcs[x->src].fd, x->src_off, x->byte_length);
-		uint8_t *q = slurp(b.srcs[y->src].fd, y->src_off, y->byte_length);
-		cr_assert(memcmp(p, q, x->byte_length) == 0, "payload of %s", x->name);
+		uint8_t *p = payload_of(g, x), *q = payload_of(k, y);
+		cr_assert(!x->byte_length || !memcmp(p, q, (size_t)x->byte_length),
+			  "payload of %.*s", (int)x->name_len, x->name);
 		free(p);
 		free(q);
 	}
-	kc_model_free(&b);
-}
+	const kiln_tensor *meta = kiln_model_tensor(k, kiln_model_count(k) - 1);
+	cr_assert_eq(meta->name_len, strlen(KILN_METADATA_TENSOR),
+		     "the document is the last tensor");
+	cr_assert(!memcmp(meta->name, KILN_METADATA_TENSOR, meta->name_len));
+	expect_same_metadata(g, k, 1);
+	kiln_meta_origin og, ok;
+	kiln_error err;
+	cr_assert_eq(kiln_model_meta_origin(g, &og, &err), 0, "%s", err.message);
+	cr_assert_eq(kiln_model_meta_origin(k, &ok, &err), 0, "%s", err.message);
+	cr_assert_eq(ok.format, KILN_FORMAT_GGUF);
+	cr_assert_eq(ok.version, og.version);
+	cr_assert_eq(ok.alignment, og.alignment);
+	kiln_model_close(k);
+	kiln_model_close(g);
 
-/* The file at `path` holds exactly the generator's bytes. */
-static void expect_file_is(const char *path, const struct g *f)
-{
-	int fd = open(path, O_RDONLY);
-	struct stat st;
-	cr_assert_eq(fstat(fd, &st), 0);
-	cr_assert_eq((size_t)st.st_size, f->n);
-	uint8_t *w = slurp(fd, 0, f->n);
-	cr_assert(memcmp(w, f->p, f->n) == 0, "the writer's bytes differ from the generator's");
-	free(w);
-	close(fd);
-}
-
-/* Write m (read from the generated file at `path`) back to `out`: exactly the generator's bytes
- * f. Then release the model, both files, and the generator's buffers. */
-static void roundtrip_gives_generator_bytes(struct kc_model *m, char *path, char *out, struct g *kv,
-					    struct g *f)
-{
-	roundtrip(m, out);
-	expect_file_is(out, f);
-	unlink(out);
-	unlink(path);
-	kc_model_free(m);
-	free(kv->p);
-	free(f->p);
-	free(path);
-	free(out);
-}
-
-static char *out_path(const char *name)
-{
-	char *d = temp_dir(), *p;
-	cr_assert(asprintf(&p, "%s/%s", d, name) > 0);
-	free(d);
-	return p;
+	export1(klnt, back, KILN_FORMAT_GGUF);
+	expect_file_is(back, want, want_len);
+	export1(src, direct, KILN_FORMAT_GGUF);
+	expect_file_is(direct, want, want_len);
+	unlink(klnt);
+	unlink(back);
+	unlink(direct);
+	free(klnt);
+	free(back);
+	free(direct);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -327,17 +168,19 @@ Test(gguf, every_value_type)
 {
 	uint64_t nkv;
 	struct g kv = every_value(&nkv);
-	struct tspec t[] = {{"w", 2, {4, 2}, 0, AUTO}};
+	struct tspec t[] = {{"w", 2, {4, 2}, 0}};
 	struct g f = gguf(3, &kv, nkv, t, 1, 64);
-	char *path = gsave(&f);
-	struct kc_model m;
-	kiln_error err;
-	cr_assert_eq(read1(&m, path, &err), 0, "%s", err.message);
+	char *dir = temp_dir(), *path = save(dir, "every.gguf", f.p, f.n);
+	char *klnt = join(dir, "every.klnt");
+	import1(path, klnt);
 
-	json_object *g, *x;
-	cr_assert(json_object_object_get_ex(m.meta, "source", &x));
+	/* The document kept: every key, in file order, with its type (docs/convert.md). */
+	json_object *doc = doc_of(klnt), *g, *x;
+	cr_assert(json_object_object_get_ex(doc, "kiln.metadata", &x) &&
+		  json_object_get_int(x) == 1);
+	cr_assert(json_object_object_get_ex(doc, "source", &x));
 	cr_assert_str_eq(json_object_get_string(x), "gguf");
-	cr_assert(json_object_object_get_ex(m.meta, "gguf", &g));
+	cr_assert(json_object_object_get_ex(doc, "gguf", &g));
 	cr_assert(json_object_object_get_ex(g, "version", &x) && json_object_get_int(x) == 3);
 	cr_assert(json_object_object_get_ex(g, "alignment", &x) && json_object_get_int(x) == 64);
 	cr_assert(json_object_object_get_ex(g, "kv", &x));
@@ -345,78 +188,214 @@ Test(gguf, every_value_type)
 	cr_assert_str_eq(
 	    json_object_get_string(json_object_object_get(json_object_array_get_idx(x, 1), "key")),
 	    "v.u8", "file order");
-
-	cr_assert_str_eq(kv_text(&m, "v.u8"), "{\"key\":\"v.u8\",\"type\":\"u8\",\"value\":255}");
-	cr_assert_str_eq(kv_text(&m, "v.i8"), "{\"key\":\"v.i8\",\"type\":\"i8\",\"value\":-128}");
-	cr_assert_str_eq(kv_text(&m, "v.u16"),
+	cr_assert_str_eq(kv_text(doc, "v.u8"), "{\"key\":\"v.u8\",\"type\":\"u8\",\"value\":255}");
+	cr_assert_str_eq(kv_text(doc, "v.i8"), "{\"key\":\"v.i8\",\"type\":\"i8\",\"value\":-128}");
+	cr_assert_str_eq(kv_text(doc, "v.u16"),
 			 "{\"key\":\"v.u16\",\"type\":\"u16\",\"value\":65535}");
-	cr_assert_str_eq(kv_text(&m, "v.i16"),
+	cr_assert_str_eq(kv_text(doc, "v.i16"),
 			 "{\"key\":\"v.i16\",\"type\":\"i16\",\"value\":-32768}");
-	cr_assert_str_eq(kv_text(&m, "v.u32"),
+	cr_assert_str_eq(kv_text(doc, "v.u32"),
 			 "{\"key\":\"v.u32\",\"type\":\"u32\",\"value\":4294967295}");
-	cr_assert_str_eq(kv_text(&m, "v.i32"),
+	cr_assert_str_eq(kv_text(doc, "v.i32"),
 			 "{\"key\":\"v.i32\",\"type\":\"i32\",\"value\":-2147483648}");
-	cr_assert_str_eq(kv_text(&m, "v.u64"),
+	cr_assert_str_eq(kv_text(doc, "v.u64"),
 			 "{\"key\":\"v.u64\",\"type\":\"u64\",\"value\":18446744073709551615}");
-	cr_assert_str_eq(kv_text(&m, "v.i64"),
+	cr_assert_str_eq(kv_text(doc, "v.i64"),
 			 "{\"key\":\"v.i64\",\"type\":\"i64\",\"value\":-9223372036854775808}");
-	cr_assert_str_eq(kv_text(&m, "v.f32"),
+	cr_assert_str_eq(kv_text(doc, "v.f32"),
 			 "{\"key\":\"v.f32\",\"type\":\"f32\",\"value\":9.999999747378752e-06}");
-	cr_assert_str_eq(kv_text(&m, "v.f32.negzero"),
+	cr_assert_str_eq(kv_text(doc, "v.f32.negzero"),
 			 "{\"key\":\"v.f32.negzero\",\"type\":\"f32\",\"value\":-0.0}");
 	cr_assert_str_eq(
-	    kv_text(&m, "v.f32.tiny"),
+	    kv_text(doc, "v.f32.tiny"),
 	    "{\"key\":\"v.f32.tiny\",\"type\":\"f32\",\"value\":1.401298464324817e-45}");
-	cr_assert_str_eq(kv_text(&m, "v.f32.nan"),
+	cr_assert_str_eq(kv_text(doc, "v.f32.nan"),
 			 "{\"key\":\"v.f32.nan\",\"type\":\"f32\",\"value\":\"bits:0x7fc00001\"}");
-	cr_assert_str_eq(kv_text(&m, "v.f32.inf"),
+	cr_assert_str_eq(kv_text(doc, "v.f32.inf"),
 			 "{\"key\":\"v.f32.inf\",\"type\":\"f32\",\"value\":\"bits:0xff800000\"}");
-	cr_assert_str_eq(kv_text(&m, "v.f64"),
+	cr_assert_str_eq(kv_text(doc, "v.f64"),
 			 "{\"key\":\"v.f64\",\"type\":\"f64\",\"value\":0.1}");
 	cr_assert_str_eq(
-	    kv_text(&m, "v.f64.sub"),
+	    kv_text(doc, "v.f64.sub"),
 	    "{\"key\":\"v.f64.sub\",\"type\":\"f64\",\"value\":4.94065645841247e-324}");
-	cr_assert_str_eq(kv_text(&m, "v.f64.two"),
+	cr_assert_str_eq(kv_text(doc, "v.f64.two"),
 			 "{\"key\":\"v.f64.two\",\"type\":\"f64\",\"value\":2.0}");
 	cr_assert_str_eq(
-	    kv_text(&m, "v.f64.inf"),
+	    kv_text(doc, "v.f64.inf"),
 	    "{\"key\":\"v.f64.inf\",\"type\":\"f64\",\"value\":\"bits:0x7ff0000000000000\"}");
-	cr_assert_str_eq(kv_text(&m, "v.bool"),
+	cr_assert_str_eq(kv_text(doc, "v.bool"),
 			 "{\"key\":\"v.bool\",\"type\":\"bool\",\"value\":true}");
 	cr_assert_str_eq(
-	    kv_text(&m, "v.str.bytes"),
+	    kv_text(doc, "v.str.bytes"),
 	    "{\"key\":\"v.str.bytes\",\"type\":\"str\",\"value\":{\"bytes\":\"ff00807a\"}}");
-	cr_assert_str_eq(kv_text(&m, "v.arr.u8"), "{\"key\":\"v.arr.u8\",\"type\":\"arr\","
-						  "\"value\":{\"type\":\"u8\",\"items\":[1,2,3]}}");
-	cr_assert_str_eq(kv_text(&m, "v.arr.str"),
+	cr_assert_str_eq(kv_text(doc, "v.arr.u8"),
+			 "{\"key\":\"v.arr.u8\",\"type\":\"arr\","
+			 "\"value\":{\"type\":\"u8\",\"items\":[1,2,3]}}");
+	cr_assert_str_eq(kv_text(doc, "v.arr.str"),
 			 "{\"key\":\"v.arr.str\",\"type\":\"arr\",\"value\":{\"type\":\"str\","
 			 "\"items\":[\"a\",{\"bytes\":\"c0\"}]}}");
 	cr_assert_str_eq(
-	    kv_text(&m, "v.arr.nested"),
+	    kv_text(doc, "v.arr.nested"),
 	    "{\"key\":\"v.arr.nested\",\"type\":\"arr\",\"value\":{\"type\":\"arr\",\"items\":["
 	    "{\"type\":\"i32\",\"items\":[1,-2]},{\"type\":\"u16\",\"items\":[]},"
 	    "{\"type\":\"arr\",\"items\":[{\"type\":\"bool\",\"items\":[true]}]}]}}");
-	json_object *s = json_object_object_get(kv_at(&m, "v.str"), "value");
+	json_object *s = json_object_object_get(kv_at(doc, "v.str"), "value");
 	cr_assert_str_eq(json_object_get_string(s), "h\xc3\xa9llo \xe2\x96\x81 \"q\"");
-	cr_assert_not_null(kv_at(&m, "\xe6\x97\xa5\xe6\x9c\xac.key"));
+	cr_assert_not_null(kv_at(doc, "\xe6\x97\xa5\xe6\x9c\xac.key"));
+	json_object_put(doc);
 
-	/* The JSON text reads back to the same document (numbers included). */
-	json_object *back = json_tokener_parse(meta_text(&m));
-	cr_assert_not_null(back);
-	cr_assert_str_eq(json_object_to_json_string_ext(back, JSON_C_TO_STRING_PLAIN),
-			 meta_text(&m));
-	struct kc_model m2;
-	kc_model_init(&m2);
-	json_object_put(m2.meta);
-	m2.meta = back;
-	m2.srcs = m.srcs, m2.nsrcs = m.nsrcs, m2.tensors = m.tensors, m2.n = m.n;
-	char *out = out_path("parsed.gguf");
-	roundtrip(&m2, out); /* the writer from a document that went through JSON text */
-	m2.srcs = NULL, m2.nsrcs = 0, m2.tensors = NULL, m2.n = 0;
-	kc_model_free(&m2);
+	/* The document a GGUF model would be imported with is the one kept. */
+	kiln_model *gm = open_model(path, 0), *km = open_model(klnt, 0);
+	char *a, *b;
+	kiln_error err;
+	cr_assert_eq(kiln_metadata_json(gm, &a, &err), 0, "%s", err.message);
+	cr_assert_eq(kiln_metadata_json(km, &b, &err), 0, "%s", err.message);
+	cr_assert_str_eq(a, b);
+	kiln_free(a);
+	kiln_free(b);
 
-	/* The 64-byte alignment is kept; the round trip gives the same bytes as the generator. */
-	roundtrip_gives_generator_bytes(&m, path, out, &kv, &f);
+	/* The KLNT model's metadata is the GGUF key/values, typed (kiln_model_metadata), not the
+	 * document's strings: a few spelled out, then every one against the GGUF model's. */
+	const kiln_meta *e;
+	uint64_t n;
+	cr_assert_eq(kiln_model_metadata(km, &e, &n, &err), 0, "%s", err.message);
+	cr_assert_eq(n, nkv);
+	cr_assert_eq(e[1].key_len, 4);
+	cr_assert(!memcmp(e[1].key, "v.u8", 4));
+	cr_assert_eq(e[1].value.type, KILN_META_U8);
+	cr_assert_eq(e[1].value.num.u, 255);
+	const kiln_meta *v;
+	cr_assert_eq(kiln_model_meta_find(km, "v.i64", 5, &v, &err), 0, "%s", err.message);
+	cr_assert_eq(v->value.type, KILN_META_I64);
+	cr_assert_eq(v->value.num.i, INT64_MIN);
+	cr_assert_eq(kiln_model_meta_find(km, "v.f32.nan", 9, &v, &err), 0);
+	cr_assert_eq(v->value.type, KILN_META_F32);
+	float nan32 = (float)v->value.num.f;
+	uint32_t bits;
+	memcpy(&bits, &nan32, 4);
+	cr_assert_eq(bits, 0x7fc00001u);
+	cr_assert_eq(kiln_model_meta_find(km, "v.str.bytes", 11, &v, &err), 0);
+	cr_assert_eq(v->value.type, KILN_META_STRING);
+	cr_assert_eq(v->value.str_len, 4);
+	cr_assert(!memcmp(v->value.str, "\xff\x00\x80z", 4));
+	cr_assert_eq(kiln_model_meta_find(km, "v.arr.nested", 12, &v, &err), 0);
+	cr_assert_eq(v->value.type, KILN_META_ARRAY);
+	cr_assert_eq(v->value.item_type, KILN_META_ARRAY);
+	cr_assert_eq(v->value.count, 3);
+	expect_same_metadata(gm, km, 0);
+	kiln_model_close(gm);
+	kiln_model_close(km);
+	unlink(klnt);
+
+	/* The 64-byte alignment is kept; the round trip gives the generator's bytes. */
+	klnt_round_trip(path, dir, f.p, f.n);
+	rm_dir(dir);
+	free(klnt);
+	free(path);
+	free(dir);
+	free(kv.p);
+	free(f.p);
+}
+
+/* The header of a safetensors file as a JSON object, and its __metadata__ (or NULL). */
+static json_object *st_header(const char *path, json_object **meta)
+{
+	size_t len;
+	uint8_t *b = slurp(path, &len);
+	cr_assert_geq(len, 8);
+	uint64_t n = 0;
+	for (int i = 0; i < 8; i++)
+		n |= (uint64_t)b[i] << (8 * i);
+	cr_assert_leq(n, len - 8);
+	cr_assert_eq(n % 8, 0, "the header is padded to a multiple of 8");
+	json_tokener *tok = json_tokener_new();
+	json_object *h = json_tokener_parse_ex(tok, (const char *)b + 8, (int)n);
+	cr_assert_not_null(h, "%s: the header is not JSON", path);
+	json_tokener_free(tok);
+	free(b);
+	*meta = NULL;
+	json_object_object_get_ex(h, "__metadata__", meta);
+	return h;
+}
+
+/* GGUF (plain dtypes only, which safetensors holds) -> safetensors -> GGUF: every key/value is
+ * restored byte for byte, the version and alignment with them. The safetensors file keeps each
+ * GGUF key as a __metadata__ entry holding its {"type", "value"} beside the "kiln.gguf" marker, so
+ * an import of it is typed GGUF metadata too. GGUF -> KLNT -> safetensors writes the same file. */
+static void through_safetensors(uint32_t version, const struct g *kv, uint64_t nkv,
+				const struct tspec *t, uint32_t nt, uint32_t align)
+{
+	struct g f = gguf(version, kv, nkv, t, nt, align);
+	char *dir = temp_dir(), *src = save(dir, "src.gguf", f.p, f.n);
+	char *st = join(dir, "m.safetensors"), *klnt = join(dir, "m.klnt"),
+	     *back = join(dir, "back.gguf"), *st2 = join(dir, "via-klnt.safetensors"),
+	     *klnt2 = join(dir, "from-st.klnt");
+	export1(src, st, KILN_FORMAT_SAFETENSORS);
+	json_object *meta, *h = st_header(st, &meta), *x;
+	cr_assert_not_null(meta, "the GGUF key/values are kept in __metadata__");
+	cr_assert(json_object_object_get_ex(meta, "kiln.gguf", &x));
+	char want[64];
+	snprintf(want, sizeof(want), "{\"version\":%u,\"alignment\":%u}", version, align);
+	cr_assert_str_eq(json_object_get_string(x), want);
+	cr_assert_eq((uint64_t)json_object_object_length(meta), nkv + 1,
+		     "every key and the marker");
+	cr_assert_eq((size_t)json_object_object_length(h), nt + 1u);
+	json_object_put(h);
+
+	/* back to GGUF: the generator's bytes */
+	export1(st, back, KILN_FORMAT_GGUF);
+	expect_file_is(back, f.p, f.n);
+
+	/* a KLNT import of the safetensors file has the GGUF metadata, typed */
+	import1(st, klnt2);
+	kiln_model *g = open_model(src, 0), *k = open_model(klnt2, 0);
+	expect_same_metadata(g, k, 1);
+	kiln_meta_origin o;
+	kiln_error err;
+	cr_assert_eq(kiln_model_meta_origin(k, &o, &err), 0, "%s", err.message);
+	cr_assert_eq(o.format, KILN_FORMAT_GGUF);
+	cr_assert_eq(o.version, version);
+	cr_assert_eq(o.alignment, align);
+	kiln_model_close(g);
+	kiln_model_close(k);
+	unlink(back);
+	export1(klnt2, back, KILN_FORMAT_GGUF);
+	expect_file_is(back, f.p, f.n);
+
+	/* GGUF -> KLNT -> safetensors keeps every GGUF key: the same file as GGUF -> safetensors */
+	import1(src, klnt);
+	export1(klnt, st2, KILN_FORMAT_SAFETENSORS);
+	size_t n;
+	uint8_t *direct = slurp(st, &n);
+	expect_file_is(st2, direct, n);
+	free(direct);
+
+	rm_dir(dir);
+	free(st);
+	free(klnt);
+	free(back);
+	free(st2);
+	free(klnt2);
+	free(src);
+	free(dir);
+	free(f.p);
+}
+
+Test(gguf, every_value_type_through_safetensors)
+{
+	uint64_t nkv;
+	struct g kv = every_value(&nkv);
+	struct tspec t[] = {{"f32", 2, {4, 2}, 0}, {"f16", 1, {3}, 1},    {"bf16", 1, {5}, 30},
+			    {"f64", 1, {1}, 28},   {"i8", 2, {7, 1}, 24}, {"i16", 1, {2}, 25},
+			    {"i32", 1, {3}, 26},   {"i64", 0, {0}, 27},   {"empty", 2, {0, 4}, 0}};
+	through_safetensors(3, &kv, nkv, t, 9, 64);
+	/* version 2 comes back as 2; no alignment key is 32 */
+	struct g small = {0};
+	gkey(&small, "general.architecture", STR), gstr(&small, "llama");
+	gkey(&small, "v.f32.nan", F32), g32(&small, 0x7fc00001u);
+	through_safetensors(2, &small, 2, t, 3, 32);
+	free(small.p);
+	free(kv.p);
 }
 
 Test(gguf, vocabulary_of_150k_strings)
@@ -433,61 +412,103 @@ Test(gguf, vocabulary_of_150k_strings)
 	for (uint64_t i = 0; i < n; i++)
 		gf32(&kv, -0.25f * (float)i);
 	struct g f = gguf(3, &kv, 2, NULL, 0, 32);
-	char *path = gsave(&f), *out = out_path("vocab.gguf");
-	struct kc_model m;
-	kiln_error err;
+	char *dir = temp_dir(), *path = save(dir, "vocab.gguf", f.p, f.n);
+	char *klnt = join(dir, "vocab.klnt"), *st = join(dir, "vocab.safetensors"),
+	     *back = join(dir, "back.gguf");
 	clock_t c0 = clock();
-	cr_assert_eq(read1(&m, path, &err), 0, "%s", err.message);
-	json_object *items = json_object_object_get(
-	    json_object_object_get(kv_at(&m, "tokenizer.ggml.tokens"), "value"), "items");
-	cr_assert_eq(json_object_array_length(items), n);
-	cr_assert_str_eq(json_object_get_string(json_object_array_get_idx(items, 149999)),
-			 "\xe2\x96\x81t149999");
-	roundtrip(&m, out);
-	cr_assert_lt((double)(clock() - c0) / CLOCKS_PER_SEC, 20.0, "too slow");
-	unlink(out);
-	unlink(path);
-	kc_model_free(&m);
+	import1(path, klnt);
+	kiln_model *k = open_model(klnt, 0);
+	const kiln_meta *e;
+	kiln_error err;
+	cr_assert_eq(kiln_model_meta_find(k, "tokenizer.ggml.tokens", 21, &e, &err), 0, "%s",
+		     err.message);
+	cr_assert_eq(e->value.item_type, KILN_META_STRING);
+	cr_assert_eq(e->value.count, n);
+	kiln_value_iter it;
+	kiln_value item;
+	kiln_value_iter_init(&it, &e->value);
+	uint64_t seen = 0;
+	while (kiln_value_next(&it, &item))
+		seen++;
+	cr_assert_eq(seen, n);
+	cr_assert_eq(item.str_len, strlen("\xe2\x96\x81t149999"));
+	cr_assert(!memcmp(item.str, "\xe2\x96\x81t149999", item.str_len));
+	kiln_model_close(k);
+
+	/* export --to safetensors of the import: the vocabulary is kept (not an empty header) */
+	export1(klnt, st, KILN_FORMAT_SAFETENSORS);
+	json_object *meta, *h = st_header(st, &meta);
+	cr_assert_not_null(meta, "a vocabulary-only model exports with its metadata");
+	cr_assert(json_object_object_get_ex(meta, "tokenizer.ggml.tokens", NULL));
+	cr_assert(json_object_object_get_ex(meta, "tokenizer.ggml.scores", NULL));
+	cr_assert(json_object_object_get_ex(meta, "kiln.gguf", NULL));
+	json_object_put(h);
+	export1(st, back, KILN_FORMAT_GGUF);
+	expect_file_is(back, f.p, f.n);
+
+	klnt_round_trip(path, dir, f.p, f.n);
+	cr_assert_lt((double)(clock() - c0) / CLOCKS_PER_SEC, 30.0, "too slow");
+	rm_dir(dir);
+	free(klnt);
+	free(st);
+	free(back);
+	free(path);
+	free(dir);
 	free(kv.p);
 	free(f.p);
-	free(path);
-	free(out);
 }
 
 /* ---------------------------------------------------------------------------------------------
  * Tensors
  * ------------------------------------------------------------------------------------------- */
 
+static uint32_t ggml_type_count(void)
+{
+	uint32_t n = 0;
+	while (kiln_ggml_type_at(n))
+		n++;
+	return n;
+}
+
+/* Every ggml type, a scalar, an empty quantized tensor and a non-ASCII name: the KLNT import is
+ * valid KLNT (with payload verification), each view as docs/convert.md maps it, and the export
+ * back is the generator's bytes. */
 Test(gguf, every_ggml_type)
 {
-	uint32_t nt = kc_ggml_type_count();
-	struct tspec *t = calloc(nt, sizeof(*t));
+	uint32_t nt = ggml_type_count();
+	cr_assert_geq(nt, 34);
+	struct tspec *t = calloc(nt + 3, sizeof(*t));
 	char **names = calloc(nt, sizeof(char *));
 	for (uint32_t i = 0; i < nt; i++) {
-		const struct kc_ggml_type *gt = kc_ggml_type_at(i);
+		const kiln_ggml_type *gt = kiln_ggml_type_at(i);
 		cr_assert(asprintf(&names[i], "t.%s", gt->name) > 0);
-		t[i] = (struct tspec){names[i], 2, {2 * gt->blck, 3}, gt->id, AUTO};
+		t[i] = (struct tspec){names[i], 2, {2 * gt->block_elems, 3}, gt->id};
 	}
-	struct g f = gguf(3, NULL, 0, t, nt, 32);
-	char *path = gsave(&f), *out = out_path("types.gguf");
-	struct kc_model m;
-	kiln_error err;
-	cr_assert_eq(read1(&m, path, &err), 0, "%s", err.message);
-	cr_assert_eq(m.n, nt);
+	t[nt] = (struct tspec){"scalar", 0, {0}, 0};
+	t[nt + 1] = (struct tspec){"empty.q4k", 2, {256, 0}, 12};
+	t[nt + 2] = (struct tspec){"\xe6\x9d\x83\xe9\x87\x8d", 1, {3}, 1};
+	struct g f = gguf(3, NULL, 0, t, nt + 3, 32);
+	char *dir = temp_dir(), *path = save(dir, "types.gguf", f.p, f.n);
+	char *klnt = join(dir, "types.klnt"), *st = join(dir, "types.safetensors");
+	import1(path, klnt);
+	kiln_model *m = open_model(klnt, KILN_OPEN_VERIFY_PAYLOAD);
+	cr_assert_eq(kiln_model_count(m), nt + 4);
 	static const struct {
 		uint32_t id;
 		uint16_t dtype;
 	} native[] = {{0, KILN_DT_F32}, {1, KILN_DT_F16},  {30, KILN_DT_BF16}, {28, KILN_DT_F64},
 		      {24, KILN_DT_I8}, {25, KILN_DT_I16}, {26, KILN_DT_I32},  {27, KILN_DT_I64}};
 	unsigned nnative = 0;
+	const char *first_opaque = NULL;
 	for (uint32_t i = 0; i < nt; i++) {
-		const struct kc_ggml_type *gt = kc_ggml_type_at(i);
-		const struct kc_tensor *x = &m.tensors[i];
-		cr_assert_str_eq(x->name, names[i]);
+		const kiln_ggml_type *gt = kiln_ggml_type_at(i);
+		const kiln_tensor *x = kiln_model_tensor(m, i);
+		cr_assert_eq(x->name_len, strlen(names[i]));
+		cr_assert(!memcmp(x->name, names[i], x->name_len));
 		cr_assert_eq(x->rank, 2);
 		cr_assert_eq(x->shape[0], 3, "shape is ne reversed");
-		cr_assert_eq(x->shape[1], 2 * gt->blck);
-		cr_assert_eq(x->byte_length, 6ull * gt->size);
+		cr_assert_eq(x->shape[1], 2 * gt->block_elems);
+		cr_assert_eq(x->byte_length, 6ull * gt->block_bytes);
 		uint16_t want = 0;
 		for (unsigned k = 0; k < sizeof(native) / sizeof(native[0]); k++)
 			if (native[k].id == gt->id)
@@ -498,100 +519,145 @@ Test(gguf, every_ggml_type)
 			cr_assert_null(x->layout);
 			cr_assert_eq(x->block_size, 0);
 		} else {
+			if (!first_opaque)
+				first_opaque = names[i];
 			cr_assert_eq(x->dtype, KILN_DT_OPAQUE_MIN + gt->id, "%s", gt->name);
-			cr_assert_str_eq(x->layout, gt->name);
-			cr_assert_eq(x->block_size, gt->size);
+			cr_assert_eq(x->layout_len, strlen(gt->name));
+			cr_assert(!memcmp(x->layout, gt->name, x->layout_len));
+			cr_assert_eq(x->block_size, gt->block_bytes);
 		}
-		uint8_t *p = slurp(m.srcs[0].fd, x->src_off, x->byte_length);
-		for (uint64_t j = 0; j < x->byte_length; j++)
-			cr_assert_eq(p[j], pat(i, j), "payload of %s", x->name);
-		free(p);
+		cr_assert_eq(kiln_ggml_type_of(x), gt, "%s maps back to its ggml type", gt->name);
+		expect_pattern(m, x, 0);
 	}
 	cr_assert_eq(nnative, 8);
+	const kiln_tensor *sc = kiln_model_find_cstr(m, "scalar");
+	cr_assert(sc && sc->rank == 0 && sc->count == 1 && sc->byte_length == 4);
+	const kiln_tensor *eq = kiln_model_find_cstr(m, "empty.q4k");
+	cr_assert(eq && eq->rank == 2 && eq->shape[0] == 0 && eq->shape[1] == 256);
+	cr_assert_eq(eq->byte_length, 0);
+	cr_assert_eq(eq->dtype, KILN_DT_OPAQUE_MIN + 12);
+	const kiln_tensor *na = kiln_model_find_cstr(m, "\xe6\x9d\x83\xe9\x87\x8d");
+	cr_assert(na && na->dtype == KILN_DT_F16 && na->byte_length == 6);
+	kiln_model_close(m);
 	/* A few rows spelled out (ggml-common.h block structs). */
-	cr_assert_eq(kc_ggml_type_by_name("Q4_K")->size, 144);
-	cr_assert_eq(kc_ggml_type_by_name("Q6_K")->size, 210);
-	cr_assert_eq(kc_ggml_type_by_name("IQ1_M")->size, 56);
-	cr_assert_eq(kc_ggml_type_by_name("MXFP4")->id, 39);
-	cr_assert_eq(kc_ggml_type_by_name("TQ1_0")->size, 54);
-	roundtrip(&m, out);
-	unlink(out);
-	unlink(path);
-	kc_model_free(&m);
+	cr_assert_eq(kiln_ggml_type_by_name("Q4_K")->block_bytes, 144);
+	cr_assert_eq(kiln_ggml_type_by_name("Q6_K")->block_bytes, 210);
+	cr_assert_eq(kiln_ggml_type_by_name("IQ1_M")->block_bytes, 56);
+	cr_assert_eq(kiln_ggml_type_by_name("MXFP4")->id, 39);
+	cr_assert_eq(kiln_ggml_type_by_name("TQ1_0")->block_bytes, 54);
+
+	/* safetensors has no block types: INVAL naming the first such tensor, nothing written */
+	kiln_error err;
+	kiln_convert_result res;
+	const char *srcs[] = {klnt};
+	cr_assert_eq(export_n(srcs, 1, st, KILN_FORMAT_SAFETENSORS, &res, &err), KILN_INVAL);
+	cr_assert(strstr(err.message, first_opaque) && strstr(err.message, "no safetensors dtype"),
+		  "%s", err.message);
+	cr_assert_eq(access(st, F_OK), -1);
+	cr_assert_eq(res.files, 0);
+	unlink(klnt);
+
+	klnt_round_trip(path, dir, f.p, f.n);
+	rm_dir(dir);
 	for (uint32_t i = 0; i < nt; i++)
 		free(names[i]);
 	free(names);
 	free(t);
 	free(f.p);
 	free(path);
-	free(out);
+	free(klnt);
+	free(st);
+	free(dir);
 }
 
-Test(gguf, names_zero_size_and_rank0)
+/* Non-ASCII names, zero-size and rank-0 tensors, rank 4, in a version 2 file: the import's views,
+ * and version 2 stays version 2. */
+Test(gguf, names_zero_size_rank0_and_v2)
 {
 	struct tspec t[] = {
-	    {"\xd0\xb2\xd0\xb5\xd1\x81.\xe6\x9d\x83\xe9\x87\x8d \xf0\x9f\x94\xa5", 1, {5}, 0, AUTO},
-	    {"empty.f16", 2, {0, 7}, 1, AUTO},
-	    {"empty.q4k", 3, {256, 0, 4}, 12, AUTO},
-	    {"scalar", 0, {0}, 28, AUTO},
-	    {"after", 4, {1, 2, 3, 4}, 26, AUTO},
+	    {"\xd0\xb2\xd0\xb5\xd1\x81.\xe6\x9d\x83\xe9\x87\x8d \xf0\x9f\x94\xa5", 1, {5}, 0},
+	    {"empty.f16", 2, {0, 7}, 1},
+	    {"empty.q4k", 3, {256, 0, 4}, 12},
+	    {"scalar", 0, {0}, 28},
+	    {"after", 4, {1, 2, 3, 4}, 26},
 	};
 	struct g f = gguf(2, NULL, 0, t, 5, 32);
-	char *path = gsave(&f), *out = out_path("names.gguf");
-	struct kc_model m;
+	char *dir = temp_dir(), *path = save(dir, "names.gguf", f.p, f.n);
+	char *klnt = join(dir, "names.klnt");
+	import1(path, klnt);
+	kiln_model *m = open_model(klnt, KILN_OPEN_VERIFY_PAYLOAD);
+	const kiln_tensor *v = kiln_model_tensor(m, 0);
+	cr_assert_eq(v->name_len, strlen(t[0].name));
+	cr_assert(!memcmp(v->name, t[0].name, v->name_len));
+	v = kiln_model_tensor(m, 1);
+	cr_assert_eq(v->byte_length, 0);
+	cr_assert_eq(v->shape[0], 7);
+	cr_assert_eq(v->shape[1], 0);
+	v = kiln_model_tensor(m, 2);
+	cr_assert_eq(v->byte_length, 0);
+	cr_assert_eq(v->rank, 3);
+	v = kiln_model_tensor(m, 3);
+	cr_assert_eq(v->rank, 0);
+	cr_assert_eq(v->dtype, KILN_DT_F64);
+	cr_assert_eq(v->byte_length, 8);
+	expect_pattern(m, v, 0);
+	v = kiln_model_tensor(m, 4);
+	cr_assert_eq(v->rank, 4);
+	cr_assert_eq(v->shape[0], 4);
+	cr_assert_eq(v->shape[3], 1);
+	kiln_meta_origin o;
 	kiln_error err;
-	cr_assert_eq(read1(&m, path, &err), 0, "%s", err.message);
-	cr_assert_str_eq(m.tensors[0].name, t[0].name);
-	cr_assert_eq(m.tensors[1].byte_length, 0);
-	cr_assert_eq(m.tensors[1].shape[0], 7);
-	cr_assert_eq(m.tensors[1].shape[1], 0);
-	cr_assert_eq(m.tensors[2].byte_length, 0);
-	cr_assert_eq(m.tensors[2].rank, 3);
-	cr_assert_eq(m.tensors[3].rank, 0);
-	cr_assert_eq(m.tensors[3].dtype, KILN_DT_F64);
-	cr_assert_eq(m.tensors[3].byte_length, 8);
-	cr_assert_eq(m.tensors[4].rank, 4);
-	cr_assert_eq(m.tensors[4].shape[0], 4);
-	cr_assert_eq(m.tensors[4].shape[3], 1);
-	json_object *g;
-	cr_assert(json_object_object_get_ex(m.meta, "gguf", &g));
-	cr_assert_eq(json_object_get_int(json_object_object_get(g, "version")), 2);
-	roundtrip(&m, out);
-	unlink(out);
-	unlink(path);
-	kc_model_free(&m);
+	cr_assert_eq(kiln_model_meta_origin(m, &o, &err), 0, "%s", err.message);
+	cr_assert_eq(o.version, 2);
+	kiln_model_close(m);
+	json_object *doc = doc_of(klnt);
+	cr_assert_eq(json_object_get_int(
+			 json_object_object_get(json_object_object_get(doc, "gguf"), "version")),
+		     2);
+	json_object_put(doc);
+	unlink(klnt);
+	cr_assert_eq(f.p[4], 2);
+	klnt_round_trip(path, dir, f.p, f.n); /* byte for byte: a version 2 header */
+	rm_dir(dir);
+	free(klnt);
 	free(f.p);
 	free(path);
-	free(out);
+	free(dir);
 }
 
 /* A large alignment (1 MiB here; any u32 power of two is valid): the header and every payload
- * padded to it, byte for byte as the generator lays them out. The writer used to pad the header
+ * padded to it, byte for byte as the generator lays them out. The writer once padded the header
  * a byte at a time, which a fuzzer's 2 GiB alignment turned into minutes. */
 Test(gguf, large_alignment)
 {
 	enum { ALIGN = 1 << 20 };
 	struct g kv = {0};
 	gkey(&kv, "general.alignment", U32), g32(&kv, ALIGN);
-	struct tspec t[] = {{"a", 1, {5}, 0, AUTO}, {"b", 2, {3, 2}, 1, AUTO}};
+	struct tspec t[] = {{"a", 1, {5}, 0}, {"b", 2, {3, 2}, 1}};
 	struct g f = gguf(3, &kv, 1, t, 2, ALIGN);
 	cr_assert_eq(f.n, 3u * ALIGN, "header and two payloads, each padded to 1 MiB");
-	char *path = gsave(&f), *out = out_path("aligned.gguf");
-	struct kc_model m;
-	kiln_error err;
-	cr_assert_eq(read1(&m, path, &err), 0, "%s", err.message);
-	roundtrip_gives_generator_bytes(&m, path, out, &kv, &f);
+	char *dir = temp_dir(), *path = save(dir, "aligned.gguf", f.p, f.n);
+	klnt_round_trip(path, dir, f.p, f.n);
+	rm_dir(dir);
+	free(path);
+	free(dir);
+	free(kv.p);
+	free(f.p);
 }
 
 /* ---------------------------------------------------------------------------------------------
  * Split models
  * ------------------------------------------------------------------------------------------- */
 
-static void split_parts(const char *dir, uint32_t count_override, int skip_part)
+static const struct tspec split_tensors[3][2] = {
+    {{"p0.a", 1, {8}, 0}, {"p0.b", 2, {32, 2}, 1}},
+    {{"p1.a", 1, {8}, 0}, {"p1.b", 2, {32, 2}, 1}},
+    {{"p2.a", 1, {8}, 0}, {"p2.b", 2, {32, 2}, 1}},
+};
+
+static void split_parts(const char *dir)
 {
 	for (uint32_t p = 0; p < 3; p++) {
-		if ((int)p == skip_part)
-			continue;
 		struct g kv = {0};
 		uint64_t nkv = 0;
 		if (p == 0) {
@@ -599,159 +665,180 @@ static void split_parts(const char *dir, uint32_t count_override, int skip_part)
 			gkey(&kv, "split.tensors.count", I32), g32(&kv, 6), nkv++;
 		}
 		gkey(&kv, "split.no", U16), g16(&kv, p), nkv++;
-		gkey(&kv, "split.count", U16), g16(&kv, count_override ? count_override : 3), nkv++;
-		char n0[16], n1[16];
-		snprintf(n0, sizeof(n0), "p%u.a", p);
-		snprintf(n1, sizeof(n1), "p%u.b", p);
-		struct tspec t[] = {{n0, 1, {8}, 0, AUTO}, {n1, 2, {32, 2}, 8, AUTO}};
-		struct g f = gguf(3, &kv, nkv, t, 2, 32);
-		char path[1024];
-		snprintf(path, sizeof(path), "%s/model-%05u-of-00003.gguf", dir, p + 1);
-		FILE *fp = fopen(path, "wb");
-		cr_assert_not_null(fp);
-		cr_assert_eq(fwrite(f.p, 1, f.n, fp), f.n);
-		fclose(fp);
+		gkey(&kv, "split.count", U16), g16(&kv, 3), nkv++;
+		struct g f = gguf(3, &kv, nkv, split_tensors[p], 2, 32);
+		char name[64];
+		snprintf(name, sizeof(name), "model-%05u-of-00003.gguf", p + 1);
+		free(save(dir, name, f.p, f.n));
 		free(kv.p);
 		free(f.p);
 	}
 }
 
-static void rm_dir(const char *dir)
+/* What one file of the split model is: its metadata without split.*, every tensor. */
+static struct g merged(void)
 {
-	DIR *d = opendir(dir);
-	for (struct dirent *e; d && (e = readdir(d));) {
-		if (e->d_name[0] == '.')
-			continue;
-		char p[1024];
-		snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
-		unlink(p);
-	}
-	if (d)
-		closedir(d);
-	rmdir(dir);
+	struct g kv = {0};
+	gkey(&kv, "general.architecture", STR), gstr(&kv, "llama");
+	struct tspec all[6];
+	for (int i = 0; i < 6; i++)
+		all[i] = split_tensors[i / 2][i % 2];
+	struct g f = gguf(3, &kv, 1, all, 6, 32);
+	free(kv.p);
+	return f;
 }
 
-static void check_split(struct kc_model *m)
+/* The KLNT import keeps general.architecture and no split.* key. */
+static void check_split_keys_dropped(const char *klnt)
 {
-	cr_assert_eq(m->n, 6);
-	cr_assert_eq(m->nsrcs, 3);
+	kiln_model *m = open_model(klnt, 0);
+	const kiln_meta *e;
+	uint64_t n;
+	kiln_error err;
+	cr_assert_eq(kiln_model_metadata(m, &e, &n, &err), 0, "%s", err.message);
+	cr_assert_eq(n, 1, "split.* keys are not kept");
+	cr_assert(e[0].key_len == 20 && !memcmp(e[0].key, "general.architecture", 20));
+	kiln_model_close(m);
+	json_object *doc = doc_of(klnt);
+	cr_assert_null(kv_at(doc, "split.no"));
+	cr_assert_null(kv_at(doc, "split.count"));
+	cr_assert_null(kv_at(doc, "split.tensors.count"));
+	cr_assert_not_null(kv_at(doc, "general.architecture"));
+	json_object_put(doc);
+}
+
+static void check_split_import(const char *klnt)
+{
+	kiln_model *m = open_model(klnt, 0);
+	cr_assert_eq(kiln_model_files(m), 1);
+	cr_assert_eq(kiln_model_count(m), 7);
 	static const char *want[] = {"p0.a", "p0.b", "p1.a", "p1.b", "p2.a", "p2.b"};
 	for (uint32_t i = 0; i < 6; i++) {
-		cr_assert_str_eq(m->tensors[i].name, want[i]);
-		cr_assert_eq(m->tensors[i].src, i / 2);
+		const kiln_tensor *t = kiln_model_tensor(m, i);
+		cr_assert(t->name_len == strlen(want[i]) && !memcmp(t->name, want[i], t->name_len));
+		expect_pattern(m, t, 0);
 	}
-	cr_assert_null(kv_at(m, "split.no"), "split.* keys are not kept");
-	cr_assert_null(kv_at(m, "split.count"));
-	cr_assert_null(kv_at(m, "split.tensors.count"));
-	cr_assert_not_null(kv_at(m, "general.architecture"));
+	kiln_model_close(m);
+	check_split_keys_dropped(klnt);
 }
 
-Test(gguf, split_model)
+Test(gguf, split_model_in_one_file_out)
 {
-	char *dir = temp_dir();
-	split_parts(dir, 0, -1);
-	char p[3][1024];
-	for (int i = 0; i < 3; i++)
-		snprintf(p[i], sizeof(p[i]), "%s/model-%05d-of-00003.gguf", dir, i + 1);
-	const char *all[] = {p[0], p[1], p[2]};
-	struct kc_model m;
-	kiln_error err = {0};
+	char *dir = temp_dir(), *out = temp_dir();
+	split_parts(dir);
+	char *p[3];
+	for (int i = 0; i < 3; i++) {
+		char name[64];
+		snprintf(name, sizeof(name), "model-%05d-of-00003.gguf", i + 1);
+		p[i] = join(dir, name);
+	}
+	struct g want = merged();
+	char *klnt = join(out, "merged.klnt"), *gg = join(out, "merged.gguf"),
+	     *st = join(out, "merged.safetensors");
 
 	/* The first part finds the others. */
-	cr_assert_eq(read1(&m, p[0], &err), 0, "%s", err.message);
-	check_split(&m);
-	char *out = out_path("merged.gguf");
-	roundtrip(&m, out); /* written as one file */
-	kc_model_free(&m);
+	import1(p[0], klnt);
+	check_split_import(klnt);
+	export1(klnt, gg, KILN_FORMAT_GGUF);
+	expect_file_is(gg, want.p, want.n);
 
 	/* Every part given. */
-	kc_model_init(&m);
-	cr_assert_eq(kc_gguf_read(&m, all, 3, &err), 0, "%s", err.message);
-	check_split(&m);
-	kc_model_free(&m);
+	const char *all[] = {p[0], p[1], p[2]};
+	kiln_error err;
+	kiln_convert_result res;
+	cr_assert_eq(import_n(all, 3, klnt, 0, &res, &err), 0, "%s", err.message);
+	cr_assert_eq(res.files, 1);
+	cr_assert_eq(res.tensors, 6);
+	check_split_import(klnt);
 
-	/* Parts out of order, or a later part alone: TYPE naming the file. */
-	const char *swapped[] = {p[0], p[2], p[1]};
-	kc_model_init(&m);
-	cr_assert_eq(kc_gguf_read(&m, swapped, 3, &err), KILN_TYPE);
-	cr_assert(strstr(err.message, p[2]), "%s", err.message);
-	kc_model_free(&m);
-	cr_assert_eq(read1(&m, p[1], &err), KILN_TYPE);
-	cr_assert(strstr(err.message, "pass the first part"), "%s", err.message);
-	kc_model_free(&m);
+	/* Exported straight from the parts: one file, split.* dropped. */
+	unlink(gg);
+	cr_assert_eq(export_n(all, 3, gg, KILN_FORMAT_GGUF, &res, &err), 0, "%s", err.message);
+	expect_file_is(gg, want.p, want.n);
+	unlink(gg);
+	export1(p[0], gg, KILN_FORMAT_GGUF);
+	expect_file_is(gg, want.p, want.n);
+	export1(p[0], st, KILN_FORMAT_SAFETENSORS);
+	json_object *meta, *h = st_header(st, &meta);
+	cr_assert_not_null(meta);
+	cr_assert(json_object_object_get_ex(meta, "general.architecture", NULL));
+	cr_assert(!json_object_object_get_ex(meta, "split.no", NULL));
+	cr_assert(!json_object_object_get_ex(meta, "split.count", NULL));
+	cr_assert(!json_object_object_get_ex(meta, "split.tensors.count", NULL));
+	json_object_put(h);
+	unlink(gg);
+	export1(st, gg, KILN_FORMAT_GGUF);
+	expect_file_is(gg, want.p, want.n);
+	cr_assert_eq(count_entries(dir), 3, "the parts are left as they were");
 
-	/* A missing part is named. */
-	unlink(p[1]);
-	cr_assert_neq(read1(&m, p[0], &err), 0);
-	cr_assert(strstr(err.message, p[1]) && strstr(err.message, "missing"), "%s", err.message);
-	kc_model_free(&m);
-
-	/* split.count disagreeing with the name. */
-	split_parts(dir, 4, -1);
-	cr_assert_eq(read1(&m, p[0], &err), KILN_TYPE);
-	cr_assert(strstr(err.message, "split.count"), "%s", err.message);
-	kc_model_free(&m);
 	rm_dir(dir);
-	unlink(out);
-	free(out);
+	rm_dir(out);
+	for (int i = 0; i < 3; i++)
+		free(p[i]);
+	free(want.p);
+	free(klnt);
+	free(gg);
+	free(st);
 	free(dir);
+	free(out);
+}
+
+/* A model of one part that says so (split.no 0, split.count 1, as a splitter may write it): the
+ * core keeps its keys (one file has no split to check), the converters drop them everywhere. */
+Test(gguf, split_keys_of_a_one_part_model_are_dropped)
+{
+	struct g kv = {0};
+	gkey(&kv, "general.architecture", STR), gstr(&kv, "llama");
+	gkey(&kv, "split.no", U16), g16(&kv, 0);
+	gkey(&kv, "split.count", U16), g16(&kv, 1);
+	gkey(&kv, "split.tensors.count", I32), g32(&kv, 2);
+	struct g f = gguf(3, &kv, 4, split_tensors[0], 2, 32);
+	char *dir = temp_dir(), *src = save(dir, "one.gguf", f.p, f.n);
+	char *klnt = join(dir, "one.klnt"), *gg = join(dir, "back.gguf"),
+	     *st = join(dir, "one.safetensors"), *gg2 = join(dir, "st.gguf");
+	kiln_model *m = open_model(src, 0);
+	const kiln_meta *e;
+	uint64_t n;
+	kiln_error err;
+	cr_assert_eq(kiln_model_metadata(m, &e, &n, &err), 0, "%s", err.message);
+	cr_assert_eq(n, 4, "the source model has its split.* keys");
+	kiln_model_close(m);
+	import1(src, klnt);
+	check_split_keys_dropped(klnt);
+	struct g kv1 = {0};
+	gkey(&kv1, "general.architecture", STR), gstr(&kv1, "llama");
+	struct g want = gguf(3, &kv1, 1, split_tensors[0], 2, 32);
+	export1(klnt, gg, KILN_FORMAT_GGUF);
+	expect_file_is(gg, want.p, want.n);
+	unlink(gg);
+	export1(src, gg, KILN_FORMAT_GGUF);
+	expect_file_is(gg, want.p, want.n);
+	export1(src, st, KILN_FORMAT_SAFETENSORS);
+	json_object *meta, *h = st_header(st, &meta);
+	cr_assert_not_null(meta);
+	cr_assert(json_object_object_get_ex(meta, "general.architecture", NULL));
+	cr_assert(!json_object_object_get_ex(meta, "split.no", NULL));
+	cr_assert(!json_object_object_get_ex(meta, "split.count", NULL));
+	cr_assert(!json_object_object_get_ex(meta, "split.tensors.count", NULL));
+	json_object_put(h);
+	export1(st, gg2, KILN_FORMAT_GGUF);
+	expect_file_is(gg2, want.p, want.n);
+	rm_dir(dir);
+	free(src);
+	free(klnt);
+	free(gg);
+	free(st);
+	free(gg2);
+	free(dir);
+	free(kv.p);
+	free(kv1.p);
+	free(f.p);
+	free(want.p);
 }
 
 /* ---------------------------------------------------------------------------------------------
  * The shared sample (ggml's own writer)
  * ------------------------------------------------------------------------------------------- */
-
-/* SHA-256 (FIPS 180-4), for the sample's expected payload digests. */
-static void sha256(const uint8_t *msg, uint64_t len, char hex[65])
-{
-	static const uint32_t k[64] = {
-	    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
-	    0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
-	    0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
-	    0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7,
-	    0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc,
-	    0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
-	    0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116,
-	    0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-	    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
-	    0xc67178f2};
-	uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-			 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-	uint64_t total = (len + 9 + 63) / 64 * 64;
-	uint8_t blk[64];
-#define ROR(x, n) ((x) >> (n) | (x) << (32 - (n)))
-	for (uint64_t off = 0; off < total; off += 64) {
-		for (int i = 0; i < 64; i++) {
-			uint64_t j = off + (uint64_t)i;
-			blk[i] = j < len ? msg[j] : j == len ? 0x80 : 0;
-			if (j >= total - 8)
-				blk[i] = (uint8_t)((len * 8) >> (8 * (total - 1 - j)));
-		}
-		uint32_t w[64];
-		for (int i = 0; i < 16; i++)
-			w[i] = (uint32_t)blk[4 * i] << 24 | (uint32_t)blk[4 * i + 1] << 16 |
-			       (uint32_t)blk[4 * i + 2] << 8 | blk[4 * i + 3];
-		for (int i = 16; i < 64; i++) {
-			uint32_t s0 = ROR(w[i - 15], 7) ^ ROR(w[i - 15], 18) ^ (w[i - 15] >> 3);
-			uint32_t s1 = ROR(w[i - 2], 17) ^ ROR(w[i - 2], 19) ^ (w[i - 2] >> 10);
-			w[i] = w[i - 16] + s0 + w[i - 7] + s1;
-		}
-		uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6],
-			 hh = h[7];
-		for (int i = 0; i < 64; i++) {
-			uint32_t t1 = hh + (ROR(e, 6) ^ ROR(e, 11) ^ ROR(e, 25)) +
-				      ((e & f) ^ (~e & g)) + k[i] + w[i];
-			uint32_t t2 =
-			    (ROR(a, 2) ^ ROR(a, 13) ^ ROR(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
-			hh = g, g = f, f = e, e = d + t1, d = c, c = b, b = a, a = t1 + t2;
-		}
-		h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e, h[5] += f, h[6] += g,
-		    h[7] += hh;
-	}
-#undef ROR
-	for (int i = 0; i < 8; i++)
-		snprintf(hex + 8 * i, 9, "%08x", h[i]);
-}
 
 Test(gguf, sha256_known_answer)
 {
@@ -762,28 +849,27 @@ Test(gguf, sha256_known_answer)
 	cr_assert_str_eq(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
 }
 
-/* The expected.json type names: u8..f64, str, arr:TYPE. */
-static const char *expected_type(json_object *e)
+static int same_json_number(const kiln_value *v, json_object *w)
 {
-	static char buf[32];
-	const char *t = json_object_get_string(json_object_object_get(e, "type"));
-	if (strcmp(t, "arr") != 0)
-		return t;
-	snprintf(buf, sizeof(buf), "arr:%s",
-		 json_object_get_string(
-		     json_object_object_get(json_object_object_get(e, "value"), "type")));
-	return buf;
-}
-
-static int same_number(json_object *a, json_object *b)
-{
-	if (json_object_is_type(a, json_type_boolean) || json_object_is_type(b, json_type_boolean))
-		return json_object_get_boolean(a) == json_object_get_boolean(b) &&
-		       json_object_get_type(a) == json_object_get_type(b);
-	if (json_object_is_type(a, json_type_string))
-		return json_object_is_type(b, json_type_string) &&
-		       strcmp(json_object_get_string(a), json_object_get_string(b)) == 0;
-	return json_object_get_double(a) == json_object_get_double(b);
+	switch (v->type) {
+	case KILN_META_STRING:
+		return json_object_is_type(w, json_type_string) &&
+		       (size_t)json_object_get_string_len(w) == v->str_len &&
+		       !memcmp(json_object_get_string(w), v->str, v->str_len);
+	case KILN_META_BOOL:
+		return json_object_is_type(w, json_type_boolean) &&
+		       json_object_get_boolean(w) == (v->num.u != 0);
+	case KILN_META_F32:
+	case KILN_META_F64:
+		return json_object_get_double(w) == v->num.f;
+	case KILN_META_I8:
+	case KILN_META_I16:
+	case KILN_META_I32:
+	case KILN_META_I64:
+		return json_object_get_int64(w) == v->num.i;
+	default:
+		return json_object_get_uint64(w) == v->num.u;
+	}
 }
 
 Test(gguf, shared_sample)
@@ -797,44 +883,55 @@ Test(gguf, shared_sample)
 	cr_assert_not_null(want);
 	cr_assert(json_object_object_get_ex(want, "metadata", &md));
 	cr_assert(json_object_object_get_ex(want, "tensors", &tensors));
-	struct kc_model m;
-	kiln_error err;
-	cr_assert_eq(read1(&m, path, &err), 0, "%s", err.message);
+	char *dir = temp_dir(), *klnt = join(dir, "sample.klnt");
+	import1(path, klnt);
+	kiln_model *m = open_model(klnt, KILN_OPEN_VERIFY_PAYLOAD);
 
-	json_object *kv = json_object_object_get(json_object_object_get(m.meta, "gguf"), "kv");
-	cr_assert_eq(json_object_array_length(kv), (size_t)json_object_object_length(md));
-	size_t i = 0;
+	/* The metadata, typed, in file order, every value as the independent reader saw it. */
+	const kiln_meta *e;
+	uint64_t n;
+	kiln_error err;
+	cr_assert_eq(kiln_model_metadata(m, &e, &n, &err), 0, "%s", err.message);
+	cr_assert_eq(n, (uint64_t)json_object_object_length(md));
+	uint64_t i = 0;
 	json_object_object_foreach(md, key, pair)
 	{
-		json_object *e = json_object_array_get_idx(kv, i++);
-		cr_assert_str_eq(json_object_get_string(json_object_object_get(e, "key")), key);
-		cr_assert_str_eq(expected_type(e),
-				 json_object_get_string(json_object_array_get_idx(pair, 0)), "%s",
-				 key);
-		json_object *v = json_object_object_get(e, "value"),
-			    *w = json_object_array_get_idx(pair, 1);
-		if (json_object_is_type(w, json_type_array)) {
-			json_object *items = json_object_object_get(v, "items");
-			cr_assert_eq(json_object_array_length(items), json_object_array_length(w));
-			for (size_t k = 0; k < json_object_array_length(w); k++)
-				cr_assert(same_number(json_object_array_get_idx(items, k),
-						      json_object_array_get_idx(w, k)),
+		const kiln_meta *x = &e[i++];
+		cr_assert(x->key_len == strlen(key) && !memcmp(x->key, key, x->key_len),
+			  "entry %llu is %.*s, want %s", (unsigned long long)(i - 1),
+			  (int)x->key_len, x->key, key);
+		const char *t = json_object_get_string(json_object_array_get_idx(pair, 0));
+		json_object *w = json_object_array_get_idx(pair, 1);
+		if (strncmp(t, "arr:", 4) == 0) {
+			cr_assert_eq(x->value.type, KILN_META_ARRAY, "%s", key);
+			cr_assert_str_eq(kiln_meta_type_name(x->value.item_type), t + 4, "%s", key);
+			cr_assert_eq(x->value.count, json_object_array_length(w), "%s", key);
+			kiln_value_iter it;
+			kiln_value item;
+			kiln_value_iter_init(&it, &x->value);
+			for (size_t k = 0; kiln_value_next(&it, &item); k++)
+				cr_assert(same_json_number(&item, json_object_array_get_idx(w, k)),
 					  "%s[%zu]", key, k);
 		} else {
-			cr_assert(same_number(v, w), "%s", key);
+			cr_assert_str_eq(kiln_meta_type_name(x->value.type), t, "%s", key);
+			cr_assert(same_json_number(&x->value, w), "%s", key);
 		}
 	}
-	cr_assert_eq(m.n, (uint32_t)json_object_object_length(tensors));
+
+	/* The tensors: order, dtype or layout, shape, payload digest. */
+	cr_assert_eq(kiln_model_count(m), (uint64_t)json_object_object_length(tensors) + 1);
 	i = 0;
 	json_object_object_foreach(tensors, name, spec)
 	{
-		const struct kc_tensor *t = &m.tensors[i++];
-		cr_assert_str_eq(t->name, name);
+		const kiln_tensor *t = kiln_model_tensor(m, i++);
+		cr_assert(t->name_len == strlen(name) && !memcmp(t->name, name, t->name_len));
 		const char *dt = json_object_get_string(json_object_array_get_idx(spec, 0)) + 5;
-		const struct kc_ggml_type *gt = kc_ggml_type_by_name(dt);
+		const kiln_ggml_type *gt = kiln_ggml_type_by_name(dt);
 		cr_assert_not_null(gt, "%s", dt);
-		if (t->dtype >= KILN_DT_OPAQUE_MIN)
-			cr_assert_str_eq(t->layout, dt);
+		cr_assert_eq(kiln_ggml_type_of(t), gt, "%s is %s", name, dt);
+		if (kiln_dtype_is_opaque(t->dtype))
+			cr_assert(t->layout_len == strlen(dt) &&
+				  !memcmp(t->layout, dt, strlen(dt)));
 		else
 			cr_assert_eq(t->dtype, strcmp(dt, "F32") == 0   ? KILN_DT_F32
 					       : strcmp(dt, "F16") == 0 ? KILN_DT_F16
@@ -844,399 +941,219 @@ Test(gguf, shared_sample)
 		for (unsigned k = 0; k < t->rank; k++)
 			cr_assert_eq(t->shape[k], (uint64_t)json_object_get_int64(
 						      json_object_array_get_idx(shape, k)));
-		uint8_t *p = slurp(m.srcs[0].fd, t->src_off, t->byte_length);
+		uint8_t *p = payload_of(m, t);
 		char hex[65];
 		sha256(p, t->byte_length, hex);
 		free(p);
 		cr_assert_str_eq(hex, json_object_get_string(json_object_array_get_idx(spec, 2)),
 				 "sha256 of %s", name);
 	}
+	kiln_model_close(m);
+	unlink(klnt);
 
 	/* Our writer lays a file out as ggml's does: the round trip is byte-identical. */
-	char *out = out_path("sample.gguf");
-	roundtrip(&m, out);
-	struct stat a, b;
-	cr_assert_eq(stat(path, &a), 0);
-	cr_assert_eq(stat(out, &b), 0);
-	cr_assert_eq(a.st_size, b.st_size);
-	int fa = open(path, O_RDONLY), fb = open(out, O_RDONLY);
-	uint8_t *x = slurp(fa, 0, (uint64_t)a.st_size), *y = slurp(fb, 0, (uint64_t)b.st_size);
-	cr_assert(memcmp(x, y, (size_t)a.st_size) == 0, "not byte-identical");
-	free(x);
-	free(y);
-	close(fa);
-	close(fb);
-	unlink(out);
-	free(out);
+	size_t len;
+	uint8_t *orig = slurp(path, &len);
+	klnt_round_trip(path, dir, orig, len);
+	free(orig);
 	json_object_put(want);
-	kc_model_free(&m);
-}
-
-/* ---------------------------------------------------------------------------------------------
- * Hostile inputs: one test per rule; the class, and a message naming the file and what
- * ------------------------------------------------------------------------------------------- */
-
-/* Read f; expect code and a message naming the file and containing `what` (when not NULL). */
-static void expect(const struct g *f, int code, const char *what)
-{
-	char *path = gsave(f);
-	struct kc_model m;
-	kiln_error err;
-	int rc = read1(&m, path, &err);
-	cr_assert_eq(rc, code, "got %s, want %s: %s", kiln_code_name(rc), kiln_code_name(code),
-		     err.message);
-	cr_assert_eq(err.code, code);
-	cr_assert(strstr(err.message, path), "message does not name the file: %s", err.message);
-	if (what)
-		cr_assert(strstr(err.message, what), "message lacks \"%s\": %s", what, err.message);
-	cr_assert(!strchr(err.message, '\n'));
-	kc_model_free(&m);
-	unlink(path);
-	free(path);
-}
-
-static struct g small_valid(void)
-{
-	struct g kv = {0};
-	gkey(&kv, "general.architecture", STR), gstr(&kv, "llama");
-	gkey(&kv, "a", ARR), g32(&kv, ARR), g64(&kv, 1), g32(&kv, I16), g64(&kv, 2), g16(&kv, 1),
-	    g16(&kv, 2);
-	gkey(&kv, "f", F32), gf32(&kv, 1.5f);
-	struct tspec t[] = {{"w", 2, {32, 2}, 8, AUTO}, {"b", 1, {4}, 0, AUTO}};
-	struct g f = gguf(3, &kv, 3, t, 2, 32);
-	free(kv.p);
-	return f;
-}
-
-Test(gguf_hostile, truncated_anywhere)
-{
-	struct g f = small_valid();
-	char *path = gsave(&f);
-	struct kc_model m;
-	kiln_error err;
-	cr_assert_eq(read1(&m, path, &err), 0, "%s", err.message);
-	kc_model_free(&m);
-	unlink(path);
-	free(path);
-	/* Every prefix is refused, FRAME before the magic is whole and LIMIT afterwards, up to
-	 * the end of the last payload (a 16-byte F32 tensor); only the final padding may go. */
-	size_t whole = f.n, last = f.n - 16;
-	for (size_t n = 0; n < whole; n++) {
-		struct g p = {f.p, n, n};
-		char *q = gsave(&p);
-		int rc = read1(&m, q, &err);
-		int want = n < 4 ? KILN_FRAME : n < last ? KILN_LIMIT : 0;
-		cr_assert(rc == want, "prefix %zu: %s: %s", n, kiln_code_name(rc), err.message);
-		cr_assert(!rc || strstr(err.message, q));
-		kc_model_free(&m);
-		unlink(q);
-		free(q);
-	}
-	free(f.p);
-}
-
-Test(gguf_hostile, not_gguf_v1_big_endian_unknown_version)
-{
-	struct g f = small_valid();
-	memcpy(f.p, "GGUG", 4);
-	expect(&f, KILN_FRAME, "not a GGUF file");
-	memcpy(f.p, "GGUF", 4);
-	f.p[4] = 1;
-	expect(&f, KILN_FRAME, "version 1");
-	f.p[4] = 0, f.p[7] = 3;
-	expect(&f, KILN_FRAME, "big-endian");
-	f.p[4] = 4, f.p[7] = 0;
-	expect(&f, KILN_FRAME, "unknown GGUF version 4");
-	free(f.p);
-}
-
-Test(gguf_hostile, huge_counts)
-{
-	struct g f = {0};
-	gput(&f, "GGUF", 4), g32(&f, 3), g64(&f, 0), g64(&f, 1ull << 60);
-	for (int i = 0; i < 76; i++)
-		g8(&f, 0);
-	expect(&f, KILN_LIMIT, "keys cannot fit");
-	free(f.p);
-	f = (struct g){0};
-	gput(&f, "GGUF", 4), g32(&f, 3), g64(&f, UINT64_MAX), g64(&f, 0);
-	expect(&f, KILN_LIMIT, "tensors");
-	free(f.p);
-}
-
-Test(gguf_hostile, huge_string_length)
-{
-	struct g kv = {0};
-	gkey(&kv, "k", STR), g64(&kv, 1ull << 40);
-	gput(&kv, "abc", 3);
-	struct g f = gguf(3, &kv, 1, NULL, 0, 32);
-	expect(&f, KILN_LIMIT, "past the end");
-	free(f.p);
-	/* A key whose own length runs past the end. */
-	kv.n = 0;
-	g64(&kv, UINT64_MAX);
-	gput(&kv, "k", 1);
-	f = gguf(3, &kv, 1, NULL, 0, 32);
-	expect(&f, KILN_LIMIT, "key");
-	free(f.p);
-	free(kv.p);
-}
-
-Test(gguf_hostile, array_count_overflow)
-{
-	/* 2^61 u64 items: count * 8 wraps to 0 in 64 bits. */
-	struct g kv = {0};
-	gkey(&kv, "big", ARR), g32(&kv, U64), g64(&kv, 1ull << 61);
-	for (int i = 0; i < 64; i++)
-		g8(&kv, 0);
-	struct g f = gguf(3, &kv, 1, NULL, 0, 32);
-	expect(&f, KILN_LIMIT, "big");
-	free(f.p);
-	/* Nested: an outer count that the inner arrays' headers cannot fit. */
-	kv.n = 0;
-	gkey(&kv, "nest", ARR), g32(&kv, ARR), g64(&kv, 1000);
-	for (int i = 0; i < 64; i++)
-		g8(&kv, 0);
-	f = gguf(3, &kv, 1, NULL, 0, 32);
-	expect(&f, KILN_LIMIT, "nest");
-	free(f.p);
-	/* Too deep. */
-	kv.n = 0;
-	gkey(&kv, "deep", ARR);
-	for (int i = 0; i < 40; i++)
-		g32(&kv, ARR), g64(&kv, 1);
-	g32(&kv, U8), g64(&kv, 0);
-	f = gguf(3, &kv, 1, NULL, 0, 32);
-	expect(&f, KILN_LIMIT, "nested deeper");
-	free(f.p);
-	/* An unknown item type, value type and a bool that is not 0/1. */
-	kv.n = 0;
-	gkey(&kv, "it", ARR), g32(&kv, 13), g64(&kv, 0);
-	f = gguf(3, &kv, 1, NULL, 0, 32);
-	expect(&f, KILN_TYPE, "it");
-	free(f.p);
-	kv.n = 0;
-	gkey(&kv, "vt", 99), g32(&kv, 0);
-	f = gguf(3, &kv, 1, NULL, 0, 32);
-	expect(&f, KILN_TYPE, "vt");
-	free(f.p);
-	kv.n = 0;
-	gkey(&kv, "flag", BOOL), g8(&kv, 2);
-	f = gguf(3, &kv, 1, NULL, 0, 32);
-	expect(&f, KILN_TYPE, "flag");
-	free(f.p);
-	free(kv.p);
-}
-
-Test(gguf_hostile, too_many_dims)
-{
-	struct g f = {0};
-	gput(&f, "GGUF", 4), g32(&f, 3), g64(&f, 1), g64(&f, 0);
-	gstr(&f, "w5"), g32(&f, 5);
-	for (int i = 0; i < 5; i++)
-		g64(&f, 1);
-	g32(&f, 0), g64(&f, 0);
-	for (int i = 0; i < 64; i++)
-		g8(&f, 0);
-	expect(&f, KILN_TYPE, "w5");
-	free(f.p);
-}
-
-Test(gguf_hostile, shape_overflow)
-{
-	struct tspec t[] = {{"ovf", 3, {1ull << 32, 1ull << 32, 2}, 0, 0}};
-	struct g f = gguf(3, NULL, 0, t, 1, 32);
-	expect(&f, KILN_LIMIT, "ovf");
-	free(f.p);
-	/* The element count fits, the byte count does not. */
-	struct tspec u[] = {{"bytes", 2, {1ull << 31, 1ull << 31}, 28, 0}};
-	f = gguf(3, NULL, 0, u, 1, 32);
-	expect(&f, KILN_LIMIT, "bytes");
-	free(f.p);
-	struct tspec v[] = {{"neg", 1, {1ull << 63}, 0, 0}};
-	f = gguf(3, NULL, 0, v, 1, 32);
-	expect(&f, KILN_LIMIT, "neg");
-	free(f.p);
-	/* Not a whole number of blocks. */
-	struct tspec w[] = {{"part", 1, {48}, 12, 0}};
-	f = gguf(3, NULL, 0, w, 1, 32);
-	expect(&f, KILN_TYPE, "part");
-	free(f.p);
-}
-
-Test(gguf_hostile, bad_alignment)
-{
-	struct g kv = {0};
-	gkey(&kv, "general.alignment", U32), g32(&kv, 48);
-	struct g f = gguf(3, &kv, 1, NULL, 0, 16);
-	expect(&f, KILN_TYPE, "general.alignment");
-	free(f.p);
-	kv.n = 0;
-	gkey(&kv, "general.alignment", U32), g32(&kv, 0);
-	f = gguf(3, &kv, 1, NULL, 0, 16);
-	expect(&f, KILN_TYPE, "general.alignment");
-	free(f.p);
-	kv.n = 0;
-	gkey(&kv, "general.alignment", U64), g64(&kv, 32);
-	f = gguf(3, &kv, 1, NULL, 0, 32);
-	expect(&f, KILN_TYPE, "general.alignment");
-	free(f.p);
-	free(kv.p);
-}
-
-Test(gguf_hostile, offsets)
-{
-	struct tspec out[] = {{"outside", 1, {8}, 0, 4096}};
-	struct g f = gguf(3, NULL, 0, out, 1, 32);
-	f.n -= 4096; /* the generator filled up to it: cut the file back */
-	f.n = (f.n + 31) / 32 * 32;
-	expect(&f, KILN_LIMIT, "outside");
-	free(f.p);
-	struct tspec mis[] = {{"misaligned", 1, {8}, 0, 8}};
-	f = gguf(3, NULL, 0, mis, 1, 32);
-	expect(&f, KILN_TYPE, "misaligned");
-	free(f.p);
-	struct tspec ov[] = {{"first", 1, {16}, 0, 0}, {"second", 1, {8}, 0, 32}};
-	f = gguf(3, NULL, 0, ov, 2, 32);
-	expect(&f, KILN_TYPE, "overlap");
-	free(f.p);
-	/* Zero-size tensors at any aligned offset inside the data overlap nothing. */
-	struct tspec z[] = {{"x", 1, {16}, 0, 0}, {"z", 1, {0}, 0, 32}};
-	f = gguf(3, NULL, 0, z, 2, 32);
-	char *path = gsave(&f);
-	struct kc_model m;
-	kiln_error err;
-	cr_assert_eq(read1(&m, path, &err), 0, "%s", err.message);
-	kc_model_free(&m);
-	unlink(path);
-	free(path);
-	free(f.p);
-}
-
-Test(gguf_hostile, unknown_type_ids)
-{
-	static const uint32_t gone[] = {4, 5, 31, 32, 33, 36, 37, 38, 42, 1000, UINT32_MAX};
-	for (unsigned i = 0; i < sizeof(gone) / sizeof(gone[0]); i++) {
-		struct tspec t[] = {{"qx", 1, {32}, gone[i], 0}};
-		struct g f = gguf(3, NULL, 0, t, 1, 32);
-		char want[64];
-		snprintf(want, sizeof(want), "tensor qx: unknown ggml type id %u", gone[i]);
-		expect(&f, KILN_TYPE, want);
-		free(f.p);
-	}
-}
-
-Test(gguf_hostile, duplicates)
-{
-	struct g kv = {0};
-	gkey(&kv, "dup.key", U8), g8(&kv, 1);
-	gkey(&kv, "dup.key", STR), gstr(&kv, "x");
-	struct g f = gguf(3, &kv, 2, NULL, 0, 32);
-	expect(&f, KILN_TYPE, "dup.key appears twice");
-	free(f.p);
-	free(kv.p);
-	struct tspec t[] = {{"same", 1, {8}, 0, AUTO}, {"same", 1, {8}, 0, AUTO}};
-	f = gguf(3, NULL, 0, t, 2, 32);
-	expect(&f, KILN_TYPE, "same appears twice");
-	free(f.p);
-}
-
-Test(gguf_hostile, utf8)
-{
-	struct g kv = {0};
-	gkey(&kv, "bad\xc3(key", U8), g8(&kv, 1);
-	struct g f = gguf(3, &kv, 1, NULL, 0, 32);
-	expect(&f, KILN_UTF8, "key 0 is not valid UTF-8");
-	free(f.p);
-	kv.n = 0;
-	gkey(&kv, "ok", U8), g8(&kv, 1);
-	gkey(&kv, "surrogate\xed\xa0\x80", U8), g8(&kv, 1);
-	f = gguf(3, &kv, 2, NULL, 0, 32);
-	expect(&f, KILN_UTF8, "key 1");
-	free(f.p);
-	free(kv.p);
-	struct tspec t[] = {{"ok", 1, {8}, 0, AUTO}, {"t\xff", 1, {8}, 0, AUTO}};
-	f = gguf(3, NULL, 0, t, 2, 32);
-	expect(&f, KILN_UTF8, "tensor 1");
-	free(f.p);
-}
-
-/* ---------------------------------------------------------------------------------------------
- * The writer's refusals: INVAL naming the tensor and why, nothing left behind
- * ------------------------------------------------------------------------------------------- */
-
-static void expect_no_files(const char *dir)
-{
-	DIR *d = opendir(dir);
-	cr_assert_not_null(d);
-	for (struct dirent *e; (e = readdir(d));)
-		cr_assert(e->d_name[0] == '.', "left behind: %s", e->d_name);
-	closedir(d);
-}
-
-Test(gguf_write, refusals)
-{
-	struct g f = small_valid();
-	char *src = gsave(&f), *dir = temp_dir(), out[1024];
-	snprintf(out, sizeof(out), "%s/out.gguf", dir);
-	struct kc_model m;
-	kiln_error err;
-	cr_assert_eq(read1(&m, src, &err), 0, "%s", err.message);
-	struct kc_tensor *t = &m.tensors[1];
-	struct kc_tensor keep = *t;
-
-	t->dtype = KILN_DT_E2M1;
-	cr_assert_eq(kc_gguf_write(&m, out, NULL, &err), KILN_INVAL);
-	cr_assert(strstr(err.message, "tensor b") && strstr(err.message, "no GGUF type"), "%s",
-		  err.message);
-	t->dtype = KILN_DT_U8;
-	cr_assert_eq(kc_gguf_write(&m, out, NULL, &err), KILN_INVAL);
-	*t = keep;
-
-	t = &m.tensors[0];
-	keep = *t;
-	char *layout = t->layout;
-	t->layout = "F6_E2M3";
-	cr_assert_eq(kc_gguf_write(&m, out, NULL, &err), KILN_INVAL);
-	cr_assert(strstr(err.message, "tensor w") && strstr(err.message, "not a ggml type"), "%s",
-		  err.message);
-	t->layout = "Q4_K"; /* a ggml name, but not this tensor's code */
-	cr_assert_eq(kc_gguf_write(&m, out, NULL, &err), KILN_INVAL);
-	t->layout = layout;
-	t->byte_length--; /* not a whole Q8_0 tensor */
-	cr_assert_eq(kc_gguf_write(&m, out, NULL, &err), KILN_INVAL);
-	cr_assert(strstr(err.message, "tensor w"), "%s", err.message);
-	*t = keep;
-	t->rank = 5;
-	t->shape[4] = 32, t->shape[3] = 1;
-	cr_assert_eq(kc_gguf_write(&m, out, NULL, &err), KILN_INVAL);
-	cr_assert(strstr(err.message, "rank 5"), "%s", err.message);
-	*t = keep;
-
-	/* A metadata value that does not fit its type. */
-	json_object *e = kv_at(&m, "f");
-	json_object_object_add(e, "type", json_object_new_string("u8"));
-	cr_assert_eq(kc_gguf_write(&m, out, NULL, &err), KILN_INVAL);
-	cr_assert(strstr(err.message, "key f"), "%s", err.message);
-	json_object_object_add(e, "type", json_object_new_string("f32"));
-	expect_no_files(dir);
-
-	/* A model with no GGUF metadata (from safetensors) is written with none. */
-	json_object_object_del(m.meta, "gguf");
-	cr_assert_eq(kc_gguf_write(&m, out, NULL, &err), 0, "%s", err.message);
-	struct kc_model b;
-	cr_assert_eq(read1(&b, out, &err), 0, "%s", err.message);
-	cr_assert_eq(json_object_array_length(
-			 json_object_object_get(json_object_object_get(b.meta, "gguf"), "kv")),
-		     0);
-	cr_assert_eq(b.n, 2);
-	kc_model_free(&b);
-	unlink(out);
-	rmdir(dir);
-	kc_model_free(&m);
-	unlink(src);
-	free(src);
+	rm_dir(dir);
+	free(klnt);
 	free(dir);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Export refusals: INVAL naming the tensor (or key) and why, nothing left behind
+ * ------------------------------------------------------------------------------------------- */
+
+/* Export the one-tensor KLNT file of `t` to GGUF: INVAL with a message holding both strings,
+ * and nothing written. */
+static void expect_no_gguf(kiln_tensor_spec t, const char *what, const char *why)
+{
+	char *dir = temp_dir(), *src = klnt_file(dir, "src.klnt", &t, 1, NULL);
+	char *out = join(dir, "out.gguf");
+	kiln_error err;
+	kiln_convert_result res;
+	const char *srcs[] = {src};
+	int rc = export_n(srcs, 1, out, KILN_FORMAT_GGUF, &res, &err);
+	cr_assert_eq(rc, KILN_INVAL, "%s: %s", kiln_code_name(rc), err.message);
+	cr_assert(strstr(err.message, what) && strstr(err.message, why), "%s", err.message);
+	cr_assert(!strchr(err.message, '\n'));
+	cr_assert_eq(count_entries(dir), 1, "only the source is there");
+	rm_dir(dir);
+	free(src);
+	free(out);
+	free(dir);
+}
+
+Test(gguf_export, refuses_what_gguf_cannot_hold)
+{
+	expect_no_gguf((kiln_tensor_spec)SPEC("b", KILN_DT_E2M1, 1, 4), "tensor b", "no GGUF type");
+	expect_no_gguf((kiln_tensor_spec)SPEC("u", KILN_DT_U8, 1, 4), "tensor u", "no GGUF type");
+	expect_no_gguf((kiln_tensor_spec)SPEC("bool", KILN_DT_BOOL, 0), "tensor bool",
+		       "no GGUF type");
+	expect_no_gguf((kiln_tensor_spec)SPEC("f8", KILN_DT_F8E4M3, 1, 2), "tensor f8",
+		       "no GGUF type");
+	/* an opaque layout that is not a ggml type, and a ggml name on another type's code */
+	kiln_tensor_spec f6 = SPEC("w", 5120, 1, 4);
+	f6.layout = "F6_E2M3", f6.layout_len = 7, f6.block_size = 3, f6.byte_length = 3;
+	expect_no_gguf(f6, "tensor w", "not a ggml type");
+	kiln_tensor_spec q = SPEC("w", KILN_DT_OPAQUE_MIN + 8, 2, 2, 32);
+	q.layout = "Q4_K", q.layout_len = 4, q.block_size = 34, q.byte_length = 68;
+	expect_no_gguf(q, "tensor w", "not a ggml type");
+	/* a Q8_0 tensor one block short of its shape */
+	q.layout = "Q8_0", q.byte_length = 34;
+	expect_no_gguf(q, "tensor w", "byte length");
+	/* an innermost dimension that is not whole blocks */
+	q.shape[1] = 48, q.byte_length = 68;
+	expect_no_gguf(q, "tensor w", "whole number of blocks");
+	/* more dimensions than GGUF's 4 */
+	expect_no_gguf((kiln_tensor_spec)SPEC("r5", KILN_DT_F32, 5, 1, 1, 1, 1, 2), "tensor r5",
+		       "more dimensions than GGUF's 4");
+	/* a dimension of 2^63 (an empty tensor: KLNT holds it, GGUF's int64 ne cannot) */
+	expect_no_gguf((kiln_tensor_spec)SPEC("big", KILN_DT_F32, 2, 1ull << 63, 0), "tensor big",
+		       "2^63");
+}
+
+/* An empty tensor with huge other dimensions is fine (GGUF's reader takes it too): exported and
+ * imported back, the same view. */
+Test(gguf_export, zero_size_with_huge_dimensions)
+{
+	char *dir = temp_dir();
+	kiln_tensor_spec t[] = {SPEC("z", KILN_DT_F32, 3, 1ull << 40, 1ull << 40, 0),
+				SPEC("b", KILN_DT_F32, 1, 4)};
+	char *src = klnt_file(dir, "src.klnt", t, 2, NULL), *out = join(dir, "z.gguf"),
+	     *back = join(dir, "z.klnt");
+	export1(src, out, KILN_FORMAT_GGUF);
+	import1(out, back);
+	kiln_model *m = open_model(back, 0);
+	const kiln_tensor *z = kiln_model_find_cstr(m, "z");
+	cr_assert_not_null(z);
+	cr_assert_eq(z->rank, 3);
+	cr_assert_eq(z->shape[0], 1ull << 40);
+	cr_assert_eq(z->shape[1], 1ull << 40);
+	cr_assert_eq(z->shape[2], 0);
+	cr_assert_eq(z->byte_length, 0);
+	expect_pattern(m, kiln_model_find_cstr(m, "b"), 0);
+	kiln_model_close(m);
+	rm_dir(dir);
+	free(src);
+	free(out);
+	free(back);
+	free(dir);
+}
+
+/* Metadata that GGUF cannot write: nothing written, the key named. */
+static void expect_bad_doc(const char *doc, int code, const char *why)
+{
+	char *dir = temp_dir();
+	kiln_tensor_spec t = SPEC("b", KILN_DT_F32, 1, 4);
+	char *src = klnt_file(dir, "src.klnt", &t, 1, doc), *out = join(dir, "out.gguf");
+	kiln_error err;
+	kiln_convert_result res;
+	const char *srcs[] = {src};
+	int rc = export_n(srcs, 1, out, KILN_FORMAT_GGUF, &res, &err);
+	cr_assert_eq(rc, code, "%s: %s", kiln_code_name(rc), err.message);
+	cr_assert(strstr(err.message, why), "%s", err.message);
+	cr_assert_eq(count_entries(dir), 1, "only the source is there");
+	rm_dir(dir);
+	free(src);
+	free(out);
+	free(dir);
+}
+
+#define GGUF_DOC(kv)                                                                         \
+	"{\"kiln.metadata\":1,\"source\":\"gguf\",\"gguf\":{\"version\":3,\"alignment\":32," \
+	"\"kv\":[" kv "]}}"
+
+Test(gguf_export, refuses_metadata_gguf_cannot_hold)
+{
+	expect_bad_doc(GGUF_DOC("{\"key\":\"general.alignment\",\"type\":\"u32\",\"value\":48}"),
+		       KILN_INVAL, "general.alignment is not a u32 power of two");
+	expect_bad_doc(GGUF_DOC("{\"key\":\"general.alignment\",\"type\":\"u64\",\"value\":64}"),
+		       KILN_INVAL, "general.alignment is not a u32 power of two");
+	/* a value that does not fit its type: refused where the document is read */
+	expect_bad_doc(GGUF_DOC("{\"key\":\"f\",\"type\":\"u8\",\"value\":1.5}"), KILN_TYPE,
+		       "key f: not an integer in range");
+	expect_bad_doc(GGUF_DOC("{\"key\":\"f\",\"type\":\"u8\",\"value\":256}"), KILN_TYPE,
+		       "key f: 256 is out of range");
+}
+
+/* A model with no GGUF metadata (a KLNT file without a document) is written with none, at the
+ * default alignment; a safetensors model's __metadata__ strings become str key/values. */
+Test(gguf_export, metadata_of_other_sources)
+{
+	char *dir = temp_dir();
+	kiln_tensor_spec t = SPEC("b", KILN_DT_F32, 1, 4);
+	char *src = klnt_file(dir, "src.klnt", &t, 1, NULL), *out = join(dir, "out.gguf");
+	export1(src, out, KILN_FORMAT_GGUF);
+	struct tspec b = {"b", 1, {4}, 0};
+	struct g want = gguf(3, NULL, 0, &b, 1, 32);
+	expect_file_is(out, want.p, want.n);
+	free(want.p);
+
+	const char *h = "{\"__metadata__\":{\"format\":\"pt\"},"
+			"\"b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}";
+	struct g st = {0};
+	g64(&st, strlen(h));
+	gput(&st, h, strlen(h));
+	uint8_t *p = pattern_bytes(name_seed("b", 1), 16);
+	gput(&st, p, 16);
+	free(p);
+	char *sp = save(dir, "m.safetensors", st.p, st.n), *out2 = join(dir, "st.gguf");
+	export1(sp, out2, KILN_FORMAT_GGUF);
+	struct g kv = {0};
+	gkey(&kv, "format", STR), gstr(&kv, "pt");
+	want = gguf(3, &kv, 1, &b, 1, 32);
+	expect_file_is(out2, want.p, want.n);
+	free(want.p);
+	free(kv.p);
+	free(st.p);
+	rm_dir(dir);
+	free(src);
+	free(out);
+	free(sp);
+	free(out2);
+	free(dir);
+}
+
+/* A key holding U+0000 (valid UTF-8, so GGUF has it): KLNT keeps it and GGUF gets it back byte
+ * for byte; a safetensors header key cannot hold it, so that export is INVAL naming the key. */
+Test(gguf_export, a_key_holding_nul)
+{
+	struct g kv = {0};
+	gstrn(&kv, "a\0b", 3), g32(&kv, U8), g8(&kv, 7);
+	struct tspec t[] = {{"w", 1, {4}, 0}};
+	struct g f = gguf(3, &kv, 1, t, 1, 32);
+	char *dir = temp_dir(), *src = save(dir, "nul.gguf", f.p, f.n), *out = temp_dir();
+	char *st = join(out, "nul.safetensors"), *klnt = join(out, "nul.klnt");
+	import1(src, klnt);
+	kiln_model *m = open_model(klnt, 0);
+	const kiln_meta *e;
+	kiln_error err;
+	cr_assert_eq(kiln_model_meta_find(m, "a\0b", 3, &e, &err), 0, "%s", err.message);
+	cr_assert_eq(e->value.num.u, 7);
+	kiln_model_close(m);
+	const char *srcs[] = {src, klnt};
+	kiln_convert_result res;
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(export_n(&srcs[i], 1, st, KILN_FORMAT_SAFETENSORS, &res, &err),
+			     KILN_INVAL, "%s", err.message);
+		cr_assert(strstr(err.message, "a\\x00b") && strstr(err.message, "U+0000"), "%s",
+			  err.message);
+		cr_assert_eq(access(st, F_OK), -1);
+	}
+	unlink(klnt);
+	klnt_round_trip(src, out, f.p, f.n);
+	cr_assert_eq(count_entries(out), 0);
+	rm_dir(dir);
+	rm_dir(out);
+	free(src);
+	free(st);
+	free(klnt);
+	free(dir);
+	free(out);
+	free(kv.p);
 	free(f.p);
 }
 
@@ -1247,263 +1164,36 @@ static int stop_early(void *ctx, uint64_t done, uint64_t total)
 	return done > 0;
 }
 
-Test(gguf_write, canceled_leaves_nothing)
+Test(gguf_export, canceled_leaves_nothing)
 {
-	struct g f = small_valid();
-	char *src = gsave(&f), *dir = temp_dir(), out[1024];
-	snprintf(out, sizeof(out), "%s/out.gguf", dir);
-	struct kc_model m;
+	struct tspec t[] = {{"w", 2, {32, 2}, 8}, {"b", 1, {4}, 0}};
+	struct g f = gguf(3, NULL, 0, t, 2, 32);
+	char *dir = temp_dir(), *src = save(dir, "src.gguf", f.p, f.n), *out = temp_dir();
+	char *o = join(out, "out.gguf"), *k = join(out, "out.klnt");
+	kiln_convert_options opt = {.format = KILN_FORMAT_GGUF, .progress = stop_early};
 	kiln_error err;
-	cr_assert_eq(read1(&m, src, &err), 0, "%s", err.message);
-	struct kc_progress p = {.fn = stop_early};
-	cr_assert_eq(kc_gguf_write(&m, out, &p, &err), KILN_CANCELED);
-	expect_no_files(dir);
-	rmdir(dir);
-	kc_model_free(&m);
-	unlink(src);
-	free(src);
-	free(dir);
-	free(f.p);
-}
-
-Test(gguf_hostile, control_bytes_in_messages)
-{
-	/* A key and a tensor name are shown with control bytes escaped: the message stays one
-	 * line (fuzz_gguf found a newline breaking it). */
-	struct g kv = {0};
-	gkey(&kv, "bad\nkey", 77), g32(&kv, 0);
-	struct g f = gguf(3, &kv, 1, NULL, 0, 32);
-	expect(&f, KILN_TYPE, "key bad\\x0akey: unknown value type 77");
-	free(f.p);
-	free(kv.p);
-	char name[] = "t\n\0x";
-	struct tspec t[] = {{name, 1, {8}, 1000, 0}};
-	f = gguf(3, NULL, 0, t, 1, 32);
-	expect(&f, KILN_TYPE, "tensor t\\x0a: unknown ggml type id 1000");
-	free(f.p);
-	/* A long name is cut. */
-	char longname[300];
-	memset(longname, 'n', sizeof(longname) - 1);
-	longname[299] = '\0';
-	struct tspec u[] = {{longname, 1, {8}, 1000, 0}};
-	f = gguf(3, NULL, 0, u, 1, 32);
-	expect(&f, KILN_TYPE, "...: unknown ggml type id 1000");
-	free(f.p);
-}
-
-/* ---------------------------------------------------------------------------------------------
- * The model is valid KLNT: written with kiln_write_memory from the GGUF model's tensors and
- * parsed back, every descriptor and payload byte is as read from the GGUF file
- * ------------------------------------------------------------------------------------------- */
-
-static int from_source(void *ctx, uint32_t i, uint64_t off, void *buf, size_t len)
-{
-	const struct kc_model *m = ctx;
-	const struct kc_tensor *t = &m->tensors[i];
-	ssize_t k = pread(m->srcs[t->src].fd, buf, len, (off_t)(t->src_off + off));
-	return k == (ssize_t)len ? 0 : EIO;
-}
-
-static void klnt_accepts(const struct kc_model *m)
-{
-	kiln_tensor_spec *s = calloc(m->n, sizeof(*s));
-	for (uint32_t i = 0; i < m->n; i++) {
-		const struct kc_tensor *t = &m->tensors[i];
-		s[i] = (kiln_tensor_spec){.name = t->name,
-					  .name_len = t->name_len,
-					  .dtype = t->dtype,
-					  .rank = t->rank,
-					  .layout = t->layout,
-					  .layout_len = t->layout ? strlen(t->layout) : 0,
-					  .block_size = t->block_size,
-					  .byte_length = t->byte_length,
-					  .read = from_source,
-					  .read_ctx = (void *)m};
-		memcpy(s[i].shape, t->shape, sizeof(t->shape));
-	}
-	uint64_t len;
-	kiln_error err;
-	cr_assert_eq(kiln_write_size(s, m->n, &len, &err), 0, "%s", err.message);
-	void *buf = aligned_alloc(64, (size_t)(len + 63) / 64 * 64);
-	size_t written;
-	cr_assert_eq(kiln_write_memory(s, m->n, buf, (size_t)len, &written, &err), 0, "%s",
-		     err.message);
-	kiln_model *d;
-	kiln_open_options o = {.size = sizeof(o), .flags = KILN_OPEN_VERIFY_PAYLOAD};
-	cr_assert_eq(kiln_model_parse(buf, written, &o, &d, &err), 0, "%s", err.message);
-	cr_assert_eq(kiln_model_count(d), m->n);
-	for (uint32_t i = 0; i < m->n; i++) {
-		const struct kc_tensor *t = &m->tensors[i];
-		const kiln_tensor *v = kiln_model_tensor(d, i);
-		cr_assert_eq(v->dtype, t->dtype);
-		cr_assert_eq(v->rank, t->rank);
-		cr_assert(memcmp(v->shape, t->shape, sizeof(t->shape)) == 0);
-		cr_assert_eq(v->byte_length, t->byte_length, "%s", t->name);
-		cr_assert_eq(v->block_size, t->block_size);
-		uint8_t *p = slurp(m->srcs[t->src].fd, t->src_off, t->byte_length);
-		cr_assert(memcmp(p, v->data, t->byte_length) == 0, "payload of %s", t->name);
-		free(p);
-	}
-	kiln_model_close(d);
-	free(buf);
-	free(s);
-}
-
-Test(gguf, klnt_accepts_the_model)
-{
-	uint32_t nt = kc_ggml_type_count();
-	struct tspec *t = calloc(nt + 3, sizeof(*t));
-	char **names = calloc(nt, sizeof(char *));
-	for (uint32_t i = 0; i < nt; i++) {
-		const struct kc_ggml_type *gt = kc_ggml_type_at(i);
-		cr_assert(asprintf(&names[i], "t.%s", gt->name) > 0);
-		t[i] = (struct tspec){names[i], 2, {gt->blck, 2}, gt->id, AUTO};
-	}
-	t[nt] = (struct tspec){"scalar", 0, {0}, 0, AUTO};
-	t[nt + 1] = (struct tspec){"empty.q4k", 2, {256, 0}, 12, AUTO};
-	t[nt + 2] = (struct tspec){"\xe6\x9d\x83\xe9\x87\x8d", 1, {3}, 1, AUTO};
-	struct g f = gguf(3, NULL, 0, t, nt + 3, 32);
-	char *path = gsave(&f);
-	struct kc_model m;
-	kiln_error err;
-	cr_assert_eq(read1(&m, path, &err), 0, "%s", err.message);
-	klnt_accepts(&m);
-	kc_model_free(&m);
-	unlink(path);
-	for (uint32_t i = 0; i < nt; i++)
-		free(names[i]);
-	free(names);
-	free(t);
-	free(f.p);
-	free(path);
-}
-
-Test(gguf, split_duplicate_across_parts)
-{
-	char *dir = temp_dir();
-	for (uint32_t p = 0; p < 2; p++) {
-		struct g kv = {0};
-		gkey(&kv, "split.no", U16), g16(&kv, p);
-		gkey(&kv, "split.count", U16), g16(&kv, 2);
-		struct tspec t[] = {{p ? "shared" : "a", 1, {8}, 0, AUTO},
-				    {p ? "b" : "shared", 1, {8}, 0, AUTO}};
-		struct g f = gguf(3, &kv, 2, t, 2, 32);
-		char path[1024];
-		snprintf(path, sizeof(path), "%s/dup-%05u-of-00002.gguf", dir, p + 1);
-		FILE *fp = fopen(path, "wb");
-		cr_assert_eq(fwrite(f.p, 1, f.n, fp), f.n);
-		fclose(fp);
-		free(kv.p);
-		free(f.p);
-	}
-	char first[1024];
-	snprintf(first, sizeof(first), "%s/dup-00001-of-00002.gguf", dir);
-	struct kc_model m;
-	kiln_error err;
-	cr_assert_eq(read1(&m, first, &err), KILN_TYPE);
-	cr_assert(strstr(err.message, "dup-00002-of-00002.gguf") &&
-		      strstr(err.message, "tensor shared appears twice"),
-		  "%s", err.message);
-	kc_model_free(&m);
+	kiln_convert_result res;
+	const char *srcs[] = {src};
+	cr_assert_eq(kiln_export(srcs, 1, o, &opt, &res, &err), KILN_CANCELED, "%s", err.message);
+	cr_assert_eq(res.files, 0);
+	opt.format = KILN_FORMAT_AUTO;
+	cr_assert_eq(kiln_import(srcs, 1, k, &opt, &res, &err), KILN_CANCELED, "%s", err.message);
+	cr_assert_eq(count_entries(out), 0, "no output and no temporary file");
+	/* every payload byte is counted, done reaches total */
+	struct progress_seen seen = {0};
+	opt = (kiln_convert_options){
+	    .format = KILN_FORMAT_GGUF, .progress = see_progress, .ctx = &seen};
+	cr_assert_eq(kiln_export(srcs, 1, o, &opt, &res, &err), 0, "%s", err.message);
+	cr_assert_eq(seen.total, tbytes(&t[0]) + tbytes(&t[1]));
+	cr_assert_eq(seen.done, seen.total);
+	cr_assert_eq(res.bytes, seen.total);
+	cr_assert_gt(seen.calls, 0);
 	rm_dir(dir);
-	free(dir);
-}
-
-Test(gguf, unrelated_files_are_not_a_split_model)
-{
-	struct g a = small_valid();
-	char *p1 = gsave(&a), *p2 = gsave(&a);
-	const char *both[] = {p1, p2};
-	struct kc_model m;
-	kiln_error err;
-	kc_model_init(&m);
-	cr_assert_eq(kc_gguf_read(&m, both, 2, &err), KILN_TYPE);
-	cr_assert(strstr(err.message, p1) && strstr(err.message, "not part of a split model"), "%s",
-		  err.message);
-	kc_model_free(&m);
-	unlink(p1);
-	unlink(p2);
-	free(p1);
-	free(p2);
-	free(a.p);
-}
-
-Test(gguf_hostile, empty_tensor_name)
-{
-	struct tspec t[] = {{"", 1, {8}, 0, AUTO}};
-	struct g f = gguf(3, NULL, 0, t, 1, 32);
-	expect(&f, KILN_TYPE, "tensor 0: empty name");
-	free(f.p);
-}
-
-Test(gguf_hostile, overlap_around_a_zero_size_tensor)
-{
-	/* In offset order: big [0, 64), empty at 32, small [32, 48): the empty tensor between
-	 * them must not hide the overlap (fuzz_gguf found it did). */
-	struct tspec t[] = {
-	    {"big", 1, {16}, 0, 0}, {"empty", 1, {0}, 0, 32}, {"small", 1, {4}, 0, 32}};
-	struct g f = gguf(3, NULL, 0, t, 3, 32);
-	expect(&f, KILN_TYPE, "tensors big and small overlap");
-	free(f.p);
-	/* A long tensor overlapping one that is not its neighbour in offset order. */
-	struct tspec u[] = {{"long", 1, {32}, 0, 0}, {"x", 1, {4}, 0, 32}, {"y", 1, {4}, 0, 64}};
-	f = gguf(3, NULL, 0, u, 3, 32);
-	expect(&f, KILN_TYPE, "overlap");
-	free(f.p);
-}
-
-Test(gguf_hostile, data_section_past_the_end)
-{
-	/* Only zero-size tensors, and the file ends before the aligned data section starts:
-	 * their offsets would point past the end (fuzz_gguf found it accepted). */
-	struct tspec t[] = {{"v", 1, {0}, 0, 0}};
-	struct g f = gguf(3, NULL, 0, t, 1, 32);
-	f.n -= 4; /* into the padding after the tensor infos */
-	cr_assert_neq(f.n % 32, 0);
-	expect(&f, KILN_LIMIT, "the data section starts at");
-	free(f.p);
-}
-
-Test(gguf_write, refuses_what_the_reader_would)
-{
-	/* The writer never writes a file its reader refuses: each case is INVAL naming the
-	 * tensor and why. */
-	struct g f = small_valid();
-	char *src = gsave(&f), *dir = temp_dir(), out[1024];
-	snprintf(out, sizeof(out), "%s/out.gguf", dir);
-	struct kc_model m;
-	kiln_error err;
-	cr_assert_eq(read1(&m, src, &err), 0, "%s", err.message);
-	struct kc_tensor *t = &m.tensors[1]; /* b: f32 [4] */
-	struct kc_tensor keep = *t;
-	char *name = t->name;
-
-	t->name = m.tensors[0].name, t->name_len = m.tensors[0].name_len;
-	cr_assert_eq(kc_gguf_write(&m, out, NULL, &err), KILN_INVAL);
-	cr_assert(strstr(err.message, "a second tensor of this name"), "%s", err.message);
-	t->name = "\xff", t->name_len = 1;
-	cr_assert_eq(kc_gguf_write(&m, out, NULL, &err), KILN_INVAL);
-	cr_assert(strstr(err.message, "not UTF-8"), "%s", err.message);
-	t->name = name, t->name_len = keep.name_len;
-	t->shape[0] = 1ull << 63;
-	cr_assert_eq(kc_gguf_write(&m, out, NULL, &err), KILN_INVAL);
-	cr_assert(strstr(err.message, "tensor b") && strstr(err.message, "2^63"), "%s",
-		  err.message);
-	/* Zero-size with huge other dimensions: fine (the reader takes it too). */
-	t->rank = 3, t->shape[0] = 1ull << 40, t->shape[1] = 1ull << 40, t->shape[2] = 0;
-	t->byte_length = 0;
-	cr_assert_eq(kc_gguf_write(&m, out, NULL, &err), 0, "%s", err.message);
-	roundtrip(&m, out);
-	*t = keep;
-	json_object *e = kv_at(&m, "f");
-	json_object_object_add(e, "key", json_object_new_string_len("f\xc3", 2));
-	cr_assert_eq(kc_gguf_write(&m, out, NULL, &err), KILN_INVAL);
-	cr_assert(strstr(err.message, "not valid UTF-8"), "%s", err.message);
-	kc_model_free(&m);
-	unlink(out);
-	rmdir(dir);
-	unlink(src);
+	rm_dir(out);
 	free(src);
+	free(o);
+	free(k);
 	free(dir);
+	free(out);
 	free(f.p);
 }

@@ -90,8 +90,11 @@ int klnt_convert_finish(struct klnt_progress *p, const char *out, const char *co
 		return klnt_interrupted(p->cmd, out, sig, rc != KILN_CANCELED);
 	if (!rc)
 		return KLNT_EXIT_OK;
-	/* "FILE: CLASS: message" with the file the message is about: a source, or OUT. */
+	/* "FILE: CLASS: message" with the file the message is about: a source (named in the
+	 * message, or the one source when the error is about an input file), or OUT. */
 	const char *file = out;
+	if (err->file != KILN_NO_FILE && nfiles == 1)
+		file = files[0];
 	for (int i = 0; i < nfiles; i++) {
 		size_t len = strlen(files[i]);
 		if (!strncmp(err->message, files[i], len) && err->message[len] == ':')

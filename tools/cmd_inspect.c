@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * klnt inspect: the header and the tensor table, as aligned text or as one JSON object.
- * Only the structure is validated: opening must not fault in payload pages of a large file.
+ * klnt inspect: the header and the tensor table of a model of any format (KLNT, safetensors,
+ * GGUF, sharded), as aligned text or as one JSON object. Only the structure is validated:
+ * opening must not fault in payload pages of a large file.
  */
 #define _GNU_SOURCE
 #include <getopt.h>
@@ -16,12 +17,13 @@
 static const char usage[] =
     "usage: klnt inspect [--json] FILE\n"
     "\n"
-    "Print the header fields and a table of the tensors of FILE. Only the structure is\n"
-    "validated (header, descriptors, name heap, pad); payload bytes are not read. Use\n"
-    "'klnt check' to certify a file. A FILE named like a shard of a series\n"
-    "(STEM-NNNNN-of-MMMMM.klnt) shows the whole series: a line per shard instead of the\n"
+    "Print the header fields and a table of the tensors of FILE: a KLNT, safetensors or GGUF\n"
+    "file (its format, what it promises for alignment, and its metadata are shown). Only the\n"
+    "structure is validated; payload bytes are not read. Use 'klnt check' to certify a file.\n"
+    "A FILE named like a shard of a series (STEM-NNNNN-of-MMMMM.EXT), or a\n"
+    "model.safetensors.index.json, shows the whole model: a line per shard instead of the\n"
     "header, one table with a shard column and indices counted across the shards, and totals\n"
-    "for the set (--json: \"shards\" with each file's header, \"shard\" in every tensor).\n"
+    "for the model (--json: \"shards\" with each file's header, \"shard\" in every tensor).\n"
     "\n"
     "Table columns:\n"
     "  shard   (a series only) the shard, from 1\n"
@@ -31,14 +33,17 @@ static const char usage[] =
     "  shape   dimensions, [] for a scalar\n"
     "  bytes   byte_length of the payload\n"
     "  offset  offset of the payload from the start of the file\n"
+    "  align   the payload's real alignment in memory: the largest power of two, up to\n"
+    "          4096, dividing its address (KLNT: 64 or more; safetensors promises none)\n"
     "  quant   '-', or 'block axis=A group=G scale=#S' (scheme 1), or\n"
     "          'block+outer axis=A group=G scale=#S outer=#O' (scheme 2)\n"
     "  layout  '-', or the opaque layout name and block size, e.g. 'Q4_K bs=18'\n"
     "  name    the name in double quotes, or - (no quotes) for an unnamed tensor\n"
     "\n"
-    "A file written by 'klnt import' keeps its source's metadata as a JSON document in the\n"
-    "tensor \"kiln.metadata\"; the text output sums it up on a \"metadata\" line (the source\n"
-    "format and how many keys), --json shows all of it.\n"
+    "Metadata: a GGUF file's key/values, safetensors' __metadata__, or what 'klnt import' kept\n"
+    "of either in a KLNT file (the tensor \"kiln.metadata\"); the text output sums it up on a\n"
+    "\"metadata\" line (the source format and how many keys), --json shows all of it as the\n"
+    "document docs/convert.md describes.\n"
     "\n"
     "Names and layout names are printed with control characters and other unsafe bytes\n"
     "escaped (\\n, \\t, \\\\, \\\", \\xNN, \\u{NNNN}); other UTF-8 is printed as is.\n"
@@ -75,11 +80,24 @@ static void add_totals(struct totals *tot, const kiln_tensor *t)
 
 /* --- text ----------------------------------------------------------------------------------- */
 
-enum { C_SHARD, C_INDEX, C_DTYPE, C_SHAPE, C_BYTES, C_OFFSET, C_QUANT, C_LAYOUT, C_NAME, NCOLS };
+enum {
+	C_SHARD,
+	C_INDEX,
+	C_DTYPE,
+	C_SHAPE,
+	C_BYTES,
+	C_OFFSET,
+	C_ALIGN,
+	C_QUANT,
+	C_LAYOUT,
+	C_NAME,
+	NCOLS
+};
 
-static const char *const col_title[NCOLS] = {"shard",  "index", "dtype",  "shape", "bytes",
-					     "offset", "quant", "layout", "name"};
-static const int col_right[NCOLS] = {[C_SHARD] = 1, [C_INDEX] = 1, [C_BYTES] = 1, [C_OFFSET] = 1};
+static const char *const col_title[NCOLS] = {"shard",  "index", "dtype", "shape",  "bytes",
+					     "offset", "align", "quant", "layout", "name"};
+static const int col_right[NCOLS] = {
+    [C_SHARD] = 1, [C_INDEX] = 1, [C_BYTES] = 1, [C_OFFSET] = 1, [C_ALIGN] = 1};
 
 /* A series shows which shard each tensor is in (and its index counts across the shards); a
  * single file has no shard column. */
@@ -95,6 +113,7 @@ static void fill_row(struct klnt_buf *cell, const kiln_tensor *t, uint64_t index
 	klnt_shape_text(&cell[C_SHAPE], t->shape, t->rank);
 	klnt_buf_printf(&cell[C_BYTES], "%" PRIu64, t->byte_length);
 	klnt_buf_printf(&cell[C_OFFSET], "%" PRIu64, t->file_offset);
+	klnt_buf_printf(&cell[C_ALIGN], "%" PRIu32, t->alignment);
 	if (t->quant_scheme == KILN_QUANT_NONE) {
 		klnt_buf_puts(&cell[C_QUANT], "-");
 	} else {
@@ -213,7 +232,22 @@ static void print_header(const char *path, const kiln_model *m)
 	kiln_model_file_info(m, 0, &info);
 	fputs("file             ", stdout);
 	klnt_fputs_escaped(stdout, path);
-	printf("\nversion          %u\n", info.version);
+	if (info.format != KILN_FORMAT_KLNT) {
+		/* A stock file: what its format says, and what it promises for alignment. */
+		printf("\nformat           %s", kiln_format_name(info.format));
+		if (info.version)
+			printf(", version %" PRIu32, info.version);
+		printf("\nalignment        %" PRIu32 "%s\n", info.alignment,
+		       info.alignment == 1 ? " (the format promises none; see the align column)"
+					   : " (general.alignment)");
+		printf("tensor_count     %" PRIu64 "\n", info.tensor_count);
+		printf("payload_base     %" PRIu64 "\n", info.payload_base);
+		printf("payload_bytes    %" PRIu64 "\n", info.payload_bytes);
+		printf("size             %" PRIu64 "\n", info.size);
+		return;
+	}
+	printf("\nformat           klnt\n");
+	printf("version          %u\n", info.version);
 	print_flags(info.flags);
 	printf("tensor_count     %" PRIu64 "\n", info.tensor_count);
 	printf("name_bytes       %" PRIu32 "\n", info.name_bytes);
@@ -227,9 +261,11 @@ static void print_header(const char *path, const kiln_model *m)
 static void print_shards(const char *path, const kiln_model *m)
 {
 	uint32_t n = kiln_model_files(m);
+	kiln_model_info mi;
+	kiln_model_get_info(m, &mi);
 	fputs("series           ", stdout);
 	klnt_fputs_escaped(stdout, path);
-	printf(": %" PRIu32 " shards\n", n);
+	printf(": %" PRIu32 " shards (%s)\n", n, kiln_format_name(mi.format));
 	for (uint32_t s = 0; s < n; s++) {
 		kiln_file_info info;
 		kiln_model_file_info(m, s, &info);
@@ -342,10 +378,20 @@ static void jpush(json_object *arr, json_object *val)
 	}
 }
 
+/* A file's header: what every format has, then KLNT's own fields. */
 static json_object *json_header(const kiln_file_info *info)
 {
 	json_object *h = jnew(json_object_new_object());
+	const char *format = kiln_format_name(info->format);
+	jset(h, "format", jstr(format, strlen(format)));
 	jset(h, "version", ju64(info->version));
+	jset(h, "alignment", ju64(info->alignment));
+	jset(h, "tensor_count", ju64(info->tensor_count));
+	jset(h, "payload_base", ju64(info->payload_base));
+	jset(h, "payload_bytes", ju64(info->payload_bytes));
+	jset(h, "size", ju64(info->size));
+	if (info->format != KILN_FORMAT_KLNT)
+		return h;
 	jset(h, "flags", ju64(info->flags));
 	json_object *names = jnew(json_object_new_array());
 	if (info->flags & KILN_FLAG_NAMES)
@@ -353,11 +399,8 @@ static json_object *json_header(const kiln_file_info *info)
 	if (info->flags & KILN_FLAG_LITTLE_ENDIAN)
 		jpush(names, jstr("LITTLE_ENDIAN", 13));
 	jset(h, "flag_names", names);
-	jset(h, "tensor_count", ju64(info->tensor_count));
 	jset(h, "name_bytes", ju64(info->name_bytes));
 	jset(h, "directory_bytes", ju64(info->directory_bytes));
-	jset(h, "payload_base", ju64(info->payload_base));
-	jset(h, "payload_bytes", ju64(info->payload_bytes));
 	jset(h, "block_length", ju64(info->size));
 	return h;
 }
@@ -381,6 +424,7 @@ static json_object *json_tensor(const kiln_tensor *t, uint64_t index, uint32_t s
 	jset(o, "byte_length", ju64(t->byte_length));
 	jset(o, "byte_offset", ju64(t->byte_offset));
 	jset(o, "file_offset", ju64(t->file_offset));
+	jset(o, "alignment", ju64(t->alignment));
 	json_object *q = NULL;
 	if (t->quant_scheme != KILN_QUANT_NONE) {
 		const char *scheme = scheme_name(t->quant_scheme);
@@ -406,6 +450,10 @@ static void inspect_json(const char *path, const kiln_model *m)
 	char *file = klnt_utf8_sanitize(path);
 	jset(root, "file", jstr(file, strlen(file)));
 	free(file);
+	kiln_model_info mi;
+	kiln_model_get_info(m, &mi);
+	const char *format = kiln_format_name(mi.format);
+	jset(root, "format", jstr(format, strlen(format)));
 	uint64_t payload = 0;
 	json_object *list = shards > 1 ? jnew(json_object_new_array()) : NULL;
 	for (uint32_t s = 0; s < shards; s++) {

@@ -105,7 +105,9 @@ typedef struct kiln_error {
 	uint32_t file; /* the model's file the error is about (0 for one file), or KILN_NO_FILE */
 	uint32_t reserved; /* zero */
 	const char *field; /* static name of the field ("magic", "byte_length", ...) or NULL */
-	uint64_t offset;   /* byte offset in that file of the offending bytes, or KILN_NO_OFFSET */
+	/* Byte offset in that file of the offending bytes, at most the file's size (the size
+	 * itself when bytes are missing at its end), or KILN_NO_OFFSET. */
+	uint64_t offset;
 	char message[224]; /* one line for a person, NUL-terminated, no trailing newline */
 } kiln_error;
 
@@ -256,6 +258,14 @@ typedef struct kiln_tensor {
 	uint64_t file_offset; /* offset from the start of its file */
 } kiln_tensor;
 
+/* The ggml type a view has in GGUF (its plain dtype's, or its opaque layout's when the code and
+ * block size match that type), or NULL when GGUF cannot hold it. */
+KILN_API const kiln_ggml_type *kiln_ggml_type_of(const kiln_tensor *t);
+/* The dtype string safetensors gives a view ("F32", "BF16", "F4", or an opaque layout a
+ * safetensors file has, such as "F6_E2M3"), *bits its bits per element; NULL when safetensors
+ * has none. */
+KILN_API const char *kiln_safetensors_dtype(const kiln_tensor *t, unsigned *bits);
+
 /* Where the bytes of a model live. */
 enum kiln_source {
 	KILN_SOURCE_MMAP = 0,   /* read-only shared mapping of each file (default for paths);
@@ -403,7 +413,10 @@ enum kiln_advice {
 	KILN_ADVICE_WILLNEED = 3 /* start reading the whole file in the background */
 };
 
-/* Memory for the index; all three NULL (the default) means malloc/free. */
+/* Memory for the index and the header copies a model keeps; all three NULL (the default) means
+ * malloc/free, with mappings of kiln's own for blocks of 32 MiB and more. The MMAP source keeps
+ * a header of 2 MiB and more (a GGUF vocabulary) in a mapping of its own whatever the allocator,
+ * reserved for the file's size so that it grows without moving. */
 typedef struct kiln_allocator {
 	void *(*alloc)(void *ctx, size_t size); /* must return 16-byte aligned memory or NULL */
 	void (*free)(void *ctx, void *ptr, size_t size);
@@ -435,9 +448,10 @@ typedef struct kiln_open_options {
 	 * copying is the bound (a warm file into fresh memory: page faults and the copy run on
 	 * every core). */
 	uint32_t threads;
-	/* enum kiln_format: AUTO (0) tells each file's format from its first bytes (and a path
-	 * ending in .json as a safetensors index); another value refuses files of other formats
-	 * (FRAME naming what the file is). */
+	/* enum kiln_format: AUTO (0) tells each file's format from its first bytes, else from a
+	 * name ending in .safetensors, .gguf or .klnt (and a path ending in .json is a
+	 * safetensors index); another value refuses files of other formats (FRAME naming what
+	 * the file is). */
 	uint32_t format;
 	uint64_t reserved[3]; /* zero */
 } kiln_open_options;
@@ -631,6 +645,20 @@ KILN_API int kiln_model_metadata(const kiln_model *model, const kiln_meta **entr
  * kiln_model_metadata(). O(log n). */
 KILN_API int kiln_model_meta_find(const kiln_model *model, const char *key, size_t len,
 				  const kiln_meta **out, kiln_error *err);
+
+/* Where the metadata came from: the format whose keys they are (GGUF or SAFETENSORS; KLNT for a
+ * KLNT file with no kiln.metadata document, or one written from KLNT), and for GGUF the version
+ * and alignment the file had (a KLNT model's document keeps both). Loads the metadata as
+ * kiln_model_metadata() does. Returns 0 or its errors. */
+typedef struct kiln_meta_origin {
+	uint32_t format;    /* enum kiln_format */
+	uint32_t version;   /* GGUF: 2 or 3; 0 otherwise */
+	uint32_t alignment; /* GGUF: general.alignment in force (32 when absent); 0 otherwise */
+	uint32_t reserved;
+} kiln_meta_origin;
+
+KILN_API int kiln_model_meta_origin(const kiln_model *model, kiln_meta_origin *origin,
+				    kiln_error *err);
 
 /* Iterating an ARRAY's items: init from the array value, then next() fills *item and returns 1
  * until the items run out (0). */

@@ -1,9 +1,14 @@
 # SPDX-License-Identifier: MIT
-"""kiln: validated, zero-copy loading of KLNT v2 tensor files.
+"""kiln: validated, zero-copy loading of model weights: KLNT v2, safetensors and GGUF files.
 
 Native API: ``kiln.open(path)`` gives a ``Dir`` of ``Tensor`` views; ``Tensor.numpy()`` and
-``Tensor.__dlpack__()`` view the payload without copying. ``path`` may be one file or any shard
-of a series (``STEM-NNNNN-of-MMMMM.klnt``): a shard opens the whole series as one ``Dir``.
+``Tensor.__dlpack__()`` view the payload without copying. ``path`` may be a KLNT file or any
+shard of a series (``STEM-NNNNN-of-MMMMM.klnt``), a ``.safetensors`` file, any shard of a
+sharded checkpoint or its ``model.safetensors.index.json``, or a ``.gguf`` file or any part of a
+split one: every file of the model opens as one ``Dir``. ``Dir.format`` says which format;
+``Dir.metadata(types=True)`` gives GGUF key/values with their GGUF types. ``Tensor.alignment``
+is the payload's real alignment (safetensors promises none; ``align=True`` copies misaligned
+tensors into aligned memory).
 
 safetensors-style API: ``safe_open``, ``load_file``, ``save_file``.
 

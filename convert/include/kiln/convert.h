@@ -78,8 +78,10 @@ KILN_API int kiln_export(const char *const *inputs, uint32_t count, const char *
 			 const kiln_convert_options *opts, kiln_convert_result *result,
 			 kiln_error *err);
 
-/* The metadata document of an open KLNT model (kept at import), as JSON text in a new
- * NUL-terminated string (free it with kiln_free()); NOTFOUND when the model has none. */
+/* The metadata document of an open model, as JSON text in a new NUL-terminated string (free it
+ * with kiln_free()): a KLNT model's kiln.metadata tensor as kept at import (NOTFOUND when it has
+ * none; its errors as kiln_model_metadata() reads it), or for a safetensors or GGUF model the
+ * document an import would keep (docs/convert.md). */
 KILN_API int kiln_metadata_json(const kiln_model *model, char **json, kiln_error *err);
 
 #ifdef __cplusplus

@@ -1,0 +1,511 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What the converter suites (test_convert.c, test_gguf.c, test_safetensors.c) share: a GGUF
+ * generator that lays bytes out itself (never through the code under test), payload patterns
+ * seeded by the tensor's name (so a tensor's bytes are known wherever a converter puts it), and
+ * file helpers. Header-only, static inline: each suite is one binary.
+ */
+#ifndef KILN_TEST_CONVERT_UTIL_H
+#define KILN_TEST_CONVERT_UTIL_H
+
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "kiln/convert.h"
+#include "kiln/kiln.h"
+
+/* ---------------------------------------------------------------------------------------------
+ * Payload patterns
+ * ------------------------------------------------------------------------------------------- */
+
+/* FNV-1a of a name: the seed of its tensor's payload. */
+static inline uint32_t name_seed(const char *s, size_t n)
+{
+	uint32_t h = 2166136261u;
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ (uint8_t)s[i]) * 16777619u;
+	return h;
+}
+
+/* Payload byte j of a tensor whose seed is `seed`. */
+static inline uint8_t pat(uint32_t seed, uint64_t j)
+{
+	return (uint8_t)(seed * 37u + j * 13u + (j >> 8) + (seed >> 11));
+}
+
+static inline uint8_t *pattern_bytes(uint32_t seed, uint64_t n)
+{
+	uint8_t *p = malloc(n ? (size_t)n : 1);
+	cr_assert_not_null(p);
+	for (uint64_t j = 0; j < n; j++)
+		p[j] = pat(seed, j);
+	return p;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * A GGUF generator
+ * ------------------------------------------------------------------------------------------- */
+
+struct g {
+	uint8_t *p;
+	size_t n, cap;
+};
+
+static inline void gput(struct g *b, const void *src, size_t n)
+{
+	if (b->n + n > b->cap) {
+		b->cap = (b->n + n) * 2 + 64;
+		b->p = realloc(b->p, b->cap);
+		cr_assert_not_null(b->p);
+	}
+	if (n && src)
+		memcpy(b->p + b->n, src, n);
+	else if (n)
+		memset(b->p + b->n, 0, n);
+	b->n += n;
+}
+
+static inline void gle(struct g *b, uint64_t v, unsigned w)
+{
+	uint8_t t[8];
+	for (unsigned i = 0; i < w; i++)
+		t[i] = (uint8_t)(v >> (8 * i));
+	gput(b, t, w);
+}
+#define g8(b, v)  gle(b, (uint64_t)(v), 1)
+#define g16(b, v) gle(b, (uint64_t)(v), 2)
+#define g32(b, v) gle(b, (uint64_t)(v), 4)
+#define g64(b, v) gle(b, (uint64_t)(v), 8)
+
+static inline void gstrn(struct g *b, const char *s, size_t n)
+{
+	g64(b, n);
+	gput(b, s, n);
+}
+static inline void gstr(struct g *b, const char *s)
+{
+	gstrn(b, s, strlen(s));
+}
+/* A key and its value type. */
+static inline void gkey(struct g *b, const char *k, uint32_t type)
+{
+	gstr(b, k);
+	g32(b, type);
+}
+static inline void gf32(struct g *b, float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	g32(b, u);
+}
+static inline void gf64(struct g *b, double d)
+{
+	uint64_t u;
+	memcpy(&u, &d, 8);
+	g64(b, u);
+}
+
+/* GGUF value types */
+enum { U8, I8, U16, I16, U32, I32, F32, BOOL, STR, ARR, U64, I64, F64 };
+
+struct tspec {
+	const char *name;
+	uint32_t nd;
+	uint64_t ne[4]; /* GGUF's order: innermost first */
+	uint32_t type;  /* ggml type id */
+};
+
+static inline size_t tname_len(const struct tspec *t)
+{
+	return strlen(t->name);
+}
+
+/* The GGUF byte size of a tensor. */
+static inline uint64_t tbytes(const struct tspec *t)
+{
+	const kiln_ggml_type *gt = kiln_ggml_type_by_id(t->type);
+	cr_assert_not_null(gt, "ggml type %u", t->type);
+	uint64_t n = 1;
+	for (uint32_t k = 0; k < t->nd; k++)
+		n *= t->ne[k];
+	return n / gt->block_elems * gt->block_bytes;
+}
+
+/* A GGUF file as ggml's writer lays one out: header, the kv bytes (nkv pairs), tensor infos,
+ * padding to `align`, then each payload padded to `align`. Payload bytes are the pattern of the
+ * tensor's name plus `salt`. */
+static inline struct g gguf_salted(uint32_t version, const struct g *kv, uint64_t nkv,
+				   const struct tspec *t, uint32_t nt, uint32_t align,
+				   uint32_t salt)
+{
+	struct g b = {0};
+	gput(&b, "GGUF", 4);
+	g32(&b, version);
+	g64(&b, nt);
+	g64(&b, nkv);
+	if (kv)
+		gput(&b, kv->p, kv->n);
+	uint64_t off = 0;
+	for (uint32_t i = 0; i < nt; i++) {
+		gstrn(&b, t[i].name, tname_len(&t[i]));
+		g32(&b, t[i].nd);
+		for (uint32_t k = 0; k < t[i].nd; k++)
+			g64(&b, t[i].ne[k]);
+		g32(&b, t[i].type);
+		g64(&b, off);
+		off += (tbytes(&t[i]) + align - 1) / align * align;
+	}
+	gput(&b, NULL, (align - b.n % align) % align);
+	for (uint32_t i = 0; i < nt; i++) {
+		uint64_t n = tbytes(&t[i]);
+		uint32_t seed = name_seed(t[i].name, tname_len(&t[i])) + salt;
+		size_t at = b.n;
+		gput(&b, NULL, (size_t)n);
+		for (uint64_t j = 0; j < n; j++)
+			b.p[at + j] = pat(seed, j);
+		gput(&b, NULL, (align - b.n % align) % align);
+	}
+	return b;
+}
+
+static inline struct g gguf(uint32_t version, const struct g *kv, uint64_t nkv,
+			    const struct tspec *t, uint32_t nt, uint32_t align)
+{
+	return gguf_salted(version, kv, nkv, t, nt, align, 0);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Files
+ * ------------------------------------------------------------------------------------------- */
+
+static inline char *join(const char *dir, const char *name)
+{
+	char *p;
+	cr_assert(asprintf(&p, "%s/%s", dir, name) > 0);
+	return p;
+}
+
+/* dir/name holding bytes[0, n); returns the path. */
+static inline char *save(const char *dir, const char *name, const void *bytes, size_t n)
+{
+	char *path = join(dir, name);
+	FILE *f = fopen(path, "wb");
+	cr_assert_not_null(f, "%s", path);
+	cr_assert_eq(fwrite(bytes, 1, n, f), n);
+	cr_assert_eq(fclose(f), 0);
+	return path;
+}
+
+static inline uint8_t *slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	cr_assert_not_null(f, "%s", path);
+	cr_assert_eq(fseek(f, 0, SEEK_END), 0);
+	long n = ftell(f);
+	cr_assert_geq(n, 0);
+	rewind(f);
+	uint8_t *b = malloc((size_t)n + 1);
+	cr_assert_not_null(b);
+	cr_assert_eq(fread(b, 1, (size_t)n, f), (size_t)n);
+	fclose(f);
+	b[n] = 0;
+	*len = (size_t)n;
+	return b;
+}
+
+/* The file at `path` holds exactly bytes[0, n). */
+static inline void expect_file_is(const char *path, const void *bytes, size_t n)
+{
+	size_t len;
+	uint8_t *w = slurp(path, &len);
+	cr_assert_eq(len, n, "%s: %zu bytes, want %zu", path, len, n);
+	size_t at = 0;
+	while (at < n && w[at] == ((const uint8_t *)bytes)[at])
+		at++;
+	cr_assert_eq(at, n, "%s differs from the expected bytes at offset %zu", path, at);
+	free(w);
+}
+
+/* Entries of a directory, "." and ".." excluded. */
+static inline int count_entries(const char *dir)
+{
+	DIR *d = opendir(dir);
+	cr_assert_not_null(d, "%s", dir);
+	int n = 0;
+	for (struct dirent *e; (e = readdir(d));)
+		n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+	closedir(d);
+	return n;
+}
+
+/* Remove a directory and the files in it. */
+static inline void rm_dir(const char *dir)
+{
+	DIR *d = opendir(dir);
+	for (struct dirent *e; d && (e = readdir(d));) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		char *p = join(dir, e->d_name);
+		unlink(p);
+		free(p);
+	}
+	if (d)
+		closedir(d);
+	rmdir(dir);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Converting and reading back
+ * ------------------------------------------------------------------------------------------- */
+
+/* Progress seen: calls, the last done, the total; done never goes back, never passes total. */
+struct progress_seen {
+	uint64_t calls, done, total;
+};
+
+static inline int see_progress(void *ctx, uint64_t done, uint64_t total)
+{
+	struct progress_seen *s = ctx;
+	cr_assert_geq(done, s->done, "progress went back");
+	cr_assert_leq(done, total, "progress past its total");
+	s->calls++;
+	s->done = done;
+	s->total = total;
+	return 0;
+}
+
+/* Import sources into out (no fsyncs: the tests' files can be made again). */
+static inline int import_n(const char *const *src, uint32_t n, const char *out, uint64_t max_shard,
+			   kiln_convert_result *res, kiln_error *err)
+{
+	kiln_convert_options o = {
+	    .size = sizeof(o), .max_shard_size = max_shard, .write_flags = KILN_WRITE_NO_SYNC};
+	return kiln_import(src, n, out, &o, res, err);
+}
+
+static inline void import1(const char *src, const char *out)
+{
+	kiln_error err;
+	kiln_convert_result res;
+	int rc = import_n(&src, 1, out, 0, &res, &err);
+	cr_assert_eq(rc, 0, "import %s: %s: %s", src, kiln_code_name(rc), err.message);
+	cr_assert_eq(res.files, 1);
+}
+
+static inline int export_n(const char *const *src, uint32_t n, const char *out, uint32_t format,
+			   kiln_convert_result *res, kiln_error *err)
+{
+	kiln_convert_options o = {
+	    .size = sizeof(o), .format = format, .write_flags = KILN_WRITE_NO_SYNC};
+	return kiln_export(src, n, out, &o, res, err);
+}
+
+static inline void export1(const char *src, const char *out, uint32_t format)
+{
+	kiln_error err;
+	kiln_convert_result res;
+	int rc = export_n(&src, 1, out, format, &res, &err);
+	cr_assert_eq(rc, 0, "export %s: %s: %s", src, kiln_code_name(rc), err.message);
+	cr_assert_eq(res.files, 1);
+	cr_assert_str_eq(res.first, out);
+}
+
+static inline kiln_model *open_model(const char *path, uint32_t flags)
+{
+	kiln_model *m;
+	kiln_error err;
+	kiln_open_options o = {.size = sizeof(o), .flags = flags};
+	int rc = kiln_model_open(path, &o, &m, &err);
+	cr_assert_eq(rc, 0, "open %s: %s: %s", path, kiln_code_name(rc), err.message);
+	return m;
+}
+
+/* Tensor t's payload, read through the model. */
+static inline uint8_t *payload_of(const kiln_model *m, const kiln_tensor *t)
+{
+	uint8_t *b = malloc(t->byte_length ? (size_t)t->byte_length : 1);
+	cr_assert_not_null(b);
+	kiln_error err;
+	cr_assert_eq(kiln_tensor_copy(m, t->index, b, (size_t)t->byte_length, &err), 0, "%s",
+		     err.message);
+	return b;
+}
+
+/* Tensor t's payload is the pattern of its name plus salt. */
+static inline void expect_pattern(const kiln_model *m, const kiln_tensor *t, uint32_t salt)
+{
+	uint8_t *b = payload_of(m, t);
+	uint32_t seed = name_seed(t->name, t->name_len) + salt;
+	for (uint64_t j = 0; j < t->byte_length; j++)
+		cr_assert_eq(b[j], pat(seed, j), "tensor %.*s byte %llu", (int)t->name_len, t->name,
+			     (unsigned long long)j);
+	free(b);
+}
+
+/* The two metadata values are the same: type, numbers bit for bit, string and item bytes. */
+static inline int same_value(const kiln_value *a, const kiln_value *b)
+{
+	if (a->type != b->type)
+		return 0;
+	switch (a->type) {
+	case KILN_META_STRING:
+		return a->str_len == b->str_len &&
+		       (!a->str_len || !memcmp(a->str, b->str, a->str_len));
+	case KILN_META_ARRAY:
+		return a->item_type == b->item_type && a->count == b->count &&
+		       a->items_len == b->items_len &&
+		       (!a->items_len || !memcmp(a->items, b->items, (size_t)a->items_len));
+	default:
+		return a->num.u == b->num.u;
+	}
+}
+
+static inline int is_split_key(const kiln_meta *e)
+{
+	return e->key_len > 6 && !memcmp(e->key, "split.", 6);
+}
+
+/* Model b's metadata is model a's, in order, every value the same (a's split.* keys left out
+ * when `no_split`). */
+static inline void expect_same_metadata(const kiln_model *a, const kiln_model *b, int no_split)
+{
+	const kiln_meta *x, *y;
+	uint64_t nx, ny;
+	kiln_error err;
+	cr_assert_eq(kiln_model_metadata(a, &x, &nx, &err), 0, "%s", err.message);
+	cr_assert_eq(kiln_model_metadata(b, &y, &ny, &err), 0, "%s", err.message);
+	uint64_t j = 0;
+	for (uint64_t i = 0; i < nx; i++) {
+		if (no_split && is_split_key(&x[i]))
+			continue;
+		cr_assert_lt(j, ny, "key %.*s is missing", (int)x[i].key_len, x[i].key);
+		cr_assert(x[i].key_len == y[j].key_len && !memcmp(x[i].key, y[j].key, x[i].key_len),
+			  "entry %llu: key %.*s, want %.*s", (unsigned long long)j,
+			  (int)y[j].key_len, y[j].key, (int)x[i].key_len, x[i].key);
+		cr_assert(same_value(&x[i].value, &y[j].value), "the value of %.*s differs",
+			  (int)x[i].key_len, x[i].key);
+		j++;
+	}
+	cr_assert_eq(j, ny, "%llu keys more than the source's", (unsigned long long)(ny - j));
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * KLNT sources
+ * ------------------------------------------------------------------------------------------- */
+
+/* A KLNT file of the given tensors (payloads: their names' patterns) and, when doc is not NULL,
+ * that metadata document. */
+static inline char *klnt_file(const char *dir, const char *name, const kiln_tensor_spec *in,
+			      uint32_t n, const char *doc)
+{
+	kiln_tensor_spec *s = calloc(n + 1, sizeof(*s));
+	uint8_t **bufs = calloc(n + 1, sizeof(*bufs));
+	for (uint32_t i = 0; i < n; i++) {
+		s[i] = in[i];
+		uint64_t len = s[i].byte_length;
+		if (!len && !kiln_dtype_is_opaque(s[i].dtype)) {
+			uint64_t count = 1;
+			for (unsigned k = 0; k < s[i].rank; k++)
+				count *= s[i].shape[k];
+			len = (count * kiln_dtype_bits(s[i].dtype) + 7) / 8;
+		}
+		bufs[i] = pattern_bytes(name_seed(s[i].name, s[i].name_len), len);
+		/* 4-bit padding must be zero */
+		if (kiln_dtype_bits(s[i].dtype) == 4 && len) {
+			uint64_t count = 1;
+			for (unsigned k = 0; k < s[i].rank; k++)
+				count *= s[i].shape[k];
+			if (count % 2)
+				bufs[i][len - 1] &= 0x0f;
+		}
+		s[i].data = bufs[i];
+	}
+	if (doc)
+		s[n++] = (kiln_tensor_spec){.name = KILN_METADATA_TENSOR,
+					    .name_len = strlen(KILN_METADATA_TENSOR),
+					    .dtype = KILN_DT_U8,
+					    .rank = 1,
+					    .shape = {strlen(doc)},
+					    .data = doc};
+	char *path = join(dir, name);
+	kiln_error err;
+	cr_assert_eq(kiln_write_file(path, s, n, KILN_WRITE_NO_SYNC, &err), 0, "%s", err.message);
+	for (uint32_t i = 0; i < n; i++)
+		free(bufs[i]);
+	free(bufs);
+	free(s);
+	return path;
+}
+
+#define SPEC(n, dt, r, ...)                                                              \
+	{                                                                                \
+		.name = n, .name_len = sizeof(n) - 1, .dtype = dt, .rank = r, .shape = { \
+			__VA_ARGS__                                                      \
+		}                                                                        \
+	}
+
+/* ---------------------------------------------------------------------------------------------
+ * Digests
+ * ------------------------------------------------------------------------------------------- */
+
+/* SHA-256 (FIPS 180-4), for the sample's expected payload digests. */
+static inline void sha256(const uint8_t *msg, uint64_t len, char hex[65])
+{
+	static const uint32_t k[64] = {
+	    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
+	    0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
+	    0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
+	    0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7,
+	    0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc,
+	    0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
+	    0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116,
+	    0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+	    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
+	    0xc67178f2};
+	uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+			 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+	uint64_t total = (len + 9 + 63) / 64 * 64;
+	uint8_t blk[64];
+#define ROR(x, n) ((x) >> (n) | (x) << (32 - (n)))
+	for (uint64_t off = 0; off < total; off += 64) {
+		for (int i = 0; i < 64; i++) {
+			uint64_t j = off + (uint64_t)i;
+			blk[i] = j < len ? msg[j] : j == len ? 0x80 : 0;
+			if (j >= total - 8)
+				blk[i] = (uint8_t)((len * 8) >> (8 * (total - 1 - j)));
+		}
+		uint32_t w[64];
+		for (int i = 0; i < 16; i++)
+			w[i] = (uint32_t)blk[4 * i] << 24 | (uint32_t)blk[4 * i + 1] << 16 |
+			       (uint32_t)blk[4 * i + 2] << 8 | blk[4 * i + 3];
+		for (int i = 16; i < 64; i++) {
+			uint32_t s0 = ROR(w[i - 15], 7) ^ ROR(w[i - 15], 18) ^ (w[i - 15] >> 3);
+			uint32_t s1 = ROR(w[i - 2], 17) ^ ROR(w[i - 2], 19) ^ (w[i - 2] >> 10);
+			w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+		}
+		uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f = h[5], g = h[6],
+			 hh = h[7];
+		for (int i = 0; i < 64; i++) {
+			uint32_t t1 = hh + (ROR(e, 6) ^ ROR(e, 11) ^ ROR(e, 25)) +
+				      ((e & f) ^ (~e & g)) + k[i] + w[i];
+			uint32_t t2 =
+			    (ROR(a, 2) ^ ROR(a, 13) ^ ROR(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+			hh = g, g = f, f = e, e = d + t1, d = c, c = b, b = a, a = t1 + t2;
+		}
+		h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e, h[5] += f, h[6] += g,
+		    h[7] += hh;
+	}
+#undef ROR
+	for (int i = 0; i < 8; i++)
+		snprintf(hex + 8 * i, 9, "%08x", h[i]);
+}
+
+#endif
