@@ -1,6 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Warm open: kiln_model_open + structural validation + close, on files in the page cache.
+ * - KLNT, safetensors and GGUF files, the stock formats at 300 / 3,000 / 100,000 tensors, and a
+ *   metadata-only GGUF (a 4 MiB vocabulary) against reading the same file once, into a reused
+ *   buffer and into fresh memory like the header copy open keeps;
  * - by tensor count (1 .. 300,000, tiny payloads): cost should grow linearly with the count;
  * - 300 tensors with 1 MiB vs 4 GiB of payload: cost should not depend on the payload, since
  *   open reads only the directory. The 4 GiB file is sparse (its payload is a hole), which is
@@ -75,6 +78,69 @@ static void floor_body(kb_state *st, uint64_t iters, void *arg)
 	}
 }
 
+/* Reading the whole file once into a reused buffer: what opening a metadata-only GGUF (whose
+ * header is the file) is measured against. */
+static void read_body(kb_state *st, uint64_t iters, void *arg)
+{
+	const char *path = arg;
+	static char *buf;
+	static size_t cap;
+	for (uint64_t i = 0; i < iters; i++) {
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		struct stat sb;
+		if (fd < 0 || fstat(fd, &sb)) {
+			kb_skip(st, "open or fstat failed");
+			return;
+		}
+		if ((size_t)sb.st_size > cap) {
+			free(buf);
+			cap = (size_t)sb.st_size;
+			buf = malloc(cap);
+		}
+		for (off_t at = 0; buf && at < sb.st_size;) {
+			ssize_t r = pread(fd, buf + at, (size_t)(sb.st_size - at), at);
+			if (r <= 0)
+				break;
+			at += r;
+		}
+		sink ^= buf ? (uintptr_t)buf[0] : 0;
+		close(fd);
+	}
+}
+
+/* The same read into fresh memory of the kind kiln keeps a large header in (a mapping of its
+ * own with huge pages, src/mem.c): what a reader that keeps the bytes pays. */
+static void read_fresh_body(kb_state *st, uint64_t iters, void *arg)
+{
+	const char *path = arg;
+	for (uint64_t i = 0; i < iters; i++) {
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		struct stat sb;
+		if (fd < 0 || fstat(fd, &sb)) {
+			kb_skip(st, "open or fstat failed");
+			return;
+		}
+		size_t len = ((size_t)sb.st_size + (2u << 20) - 1) & ~(size_t)((2u << 20) - 1);
+		char *buf = mmap(NULL, len ? len : 1, PROT_READ | PROT_WRITE,
+				 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (buf == MAP_FAILED) {
+			close(fd);
+			kb_skip(st, "mmap failed");
+			return;
+		}
+		madvise(buf, len, MADV_HUGEPAGE);
+		for (off_t at = 0; at < sb.st_size;) {
+			ssize_t r = pread(fd, buf + at, (size_t)(sb.st_size - at), at);
+			if (r <= 0)
+				break;
+			at += r;
+		}
+		sink ^= (uintptr_t)buf[0];
+		munmap(buf, len ? len : 1);
+		close(fd);
+	}
+}
+
 /* The target rows for one file: floor, open, open + every lookup. */
 static void register_targets(const char *what, uint32_t count, char *path)
 {
@@ -112,6 +178,23 @@ int main(int argc, char **argv)
 	/* The 16,000: more short names than one heap holds, so unnamed. */
 	if (!smoke)
 		register_targets("unnamed", 16000, kbu_tensors_file(16000, 16, 0, 0));
+	/* Stock files, opened directly: safetensors (a JSON header), GGUF (a binary header, and a
+	 * tokenizer's vocabulary among its key/values). */
+	static const uint32_t stock[] = {300, 3000, 100000};
+	for (size_t i = 0; i < sizeof(stock) / sizeof(stock[0]); i++) {
+		if (smoke && stock[i] > 3000)
+			break;
+		snprintf(name, sizeof(name), "warm_open/safetensors/tensors:%u", stock[i]);
+		kb_register(name, open_body, kbu_safetensors_file(stock[i]));
+		if (stock[i] <= 3000) {
+			snprintf(name, sizeof(name), "warm_open/gguf/tensors:%u", stock[i]);
+			kb_register(name, open_body, kbu_gguf_file(stock[i], 0));
+		}
+	}
+	char *vocab = kbu_gguf_file(0, smoke ? (256u << 10) : (4u << 20));
+	kb_register("warm_open/gguf/vocab_only", open_body, vocab);
+	kb_register("warm_read/gguf/vocab_only", read_body, vocab);
+	kb_register("warm_read_fresh/gguf/vocab_only", read_fresh_body, vocab);
 	/* Same tensor count, payload 1 MiB vs 4 GiB (sparse). */
 	char *small = kbu_tensors_file(300, 1u << 20, 0, 1);
 	kb_register("warm_open/named/tensors:300/payload:1MiB", open_body, small);

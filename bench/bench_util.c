@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +82,193 @@ static const char *bench_dir(void)
 		dir = "bench-files";
 	mkdir(dir, 0777);
 	return dir;
+}
+
+/* A growing byte buffer for the stock files' headers. */
+struct sbuf {
+	char *p;
+	size_t len, cap;
+};
+
+static void sput(struct sbuf *b, const void *s, size_t n)
+{
+	if (b->len + n > b->cap) {
+		size_t cap = b->cap ? 2 * b->cap : 1 << 16;
+		while (cap < b->len + n)
+			cap *= 2;
+		if (!(b->p = realloc(b->p, cap)))
+			die("out of memory", NULL);
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+}
+
+static void sputf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sputf(struct sbuf *b, const char *fmt, ...)
+{
+	char tmp[512];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
+	va_end(ap);
+	sput(b, tmp, (size_t)n);
+}
+
+static void sput_le(struct sbuf *b, uint64_t v, unsigned bytes)
+{
+	uint8_t le[8];
+	for (unsigned k = 0; k < bytes; k++)
+		le[k] = (uint8_t)(v >> (8 * k));
+	sput(b, le, bytes);
+}
+
+static void write_stock(const char *path, const struct sbuf *head, uint64_t payload)
+{
+	FILE *f = fopen(path, "wb");
+	if (!f || fwrite(head->p, 1, head->len, f) != head->len || fclose(f) != 0)
+		die(path, NULL);
+	if (truncate(path, (off_t)(head->len + payload)) != 0) /* the payload: zeros, a hole */
+		die(path, NULL);
+}
+
+/* The per-layer tensors of a transformer, HF's names and llama.cpp's. */
+static const struct {
+	const char *hf, *gg;
+	int rows; /* 0: a 1-D norm vector */
+} layer_kinds[] = {
+    {"input_layernorm.weight", "attn_norm.weight", 0},
+    {"mlp.down_proj.weight", "ffn_down.weight", 4},
+    {"mlp.gate_proj.weight", "ffn_gate.weight", 4},
+    {"mlp.up_proj.weight", "ffn_up.weight", 4},
+    {"post_attention_layernorm.weight", "ffn_norm.weight", 0},
+    {"self_attn.k_proj.weight", "attn_k.weight", 1},
+    {"self_attn.o_proj.weight", "attn_output.weight", 1},
+    {"self_attn.q_proj.weight", "attn_q.weight", 1},
+    {"self_attn.v_proj.weight", "attn_v.weight", 1},
+};
+#define NKINDS (sizeof(layer_kinds) / sizeof(layer_kinds[0]))
+#define COLS   256 /* small shapes: open cost is the header's */
+
+char *kbu_safetensors_file(uint32_t count)
+{
+	char *path;
+	if (asprintf(&path, "%s/st-%u-%ld.safetensors", bench_dir(), count, (long)getpid()) < 0)
+		die("asprintf", NULL);
+	struct sbuf b = {0};
+	const char *meta = "{\"__metadata__\":{\"format\":\"pt\"}";
+	sput(&b, meta, strlen(meta));
+	uint64_t at = 0;
+	for (uint32_t i = 0; i < count; i++) {
+		const char *kind = layer_kinds[i % NKINDS].hf;
+		int rows = layer_kinds[i % NKINDS].rows;
+		const char *dt = rows ? (i % 2 ? "BF16" : "F16") : "F32";
+		uint64_t bytes = rows ? (uint64_t)rows * COLS * 2 : COLS * 4;
+		sputf(&b,
+		      ",\"model.layers.%u.%s\":{\"dtype\":\"%s\",\"shape\":", i / (uint32_t)NKINDS,
+		      kind, dt);
+		if (rows)
+			sputf(&b, "[%d,%d]", rows, COLS);
+		else
+			sputf(&b, "[%d]", COLS);
+		sputf(&b, ",\"data_offsets\":[%llu,%llu]}", (unsigned long long)at,
+		      (unsigned long long)(at + bytes));
+		at += bytes;
+	}
+	sput(&b, "}", 1);
+	while (b.len % 8) /* the reference pads with spaces */
+		sput(&b, " ", 1);
+	struct sbuf f = {0};
+	sput_le(&f, b.len, 8);
+	sput(&f, b.p, b.len);
+	write_stock(path, &f, at);
+	free(b.p);
+	free(f.p);
+	track(path);
+	return path;
+}
+
+static void gstr(struct sbuf *b, const char *s)
+{
+	sput_le(b, strlen(s), 8);
+	sput(b, s, strlen(s));
+}
+
+char *kbu_gguf_file(uint32_t count, uint64_t vocab_bytes)
+{
+	char *path;
+	if (asprintf(&path, "%s/gg-%u-%llu-%ld.gguf", bench_dir(), count,
+		     (unsigned long long)vocab_bytes, (long)getpid()) < 0)
+		die("asprintf", NULL);
+	/* A vocabulary of tokens of about 12 bytes each, with an f32 score and an i32 type. */
+	uint64_t ntok = vocab_bytes / 20; /* 8-byte length + ~12 bytes a token */
+	struct sbuf b = {0};
+	sput(&b, "GGUF", 4);
+	sput_le(&b, 3, 4);
+	sput_le(&b, count, 8);
+	sput_le(&b, ntok ? 7 : 4, 8);
+	gstr(&b, "general.architecture");
+	sput_le(&b, KILN_META_STRING, 4);
+	gstr(&b, "llama");
+	gstr(&b, "general.name");
+	sput_le(&b, KILN_META_STRING, 4);
+	gstr(&b, "kiln benchmark");
+	gstr(&b, "llama.block_count");
+	sput_le(&b, KILN_META_U32, 4);
+	sput_le(&b, count / 9, 4);
+	gstr(&b, "llama.attention.layer_norm_rms_epsilon");
+	sput_le(&b, KILN_META_F32, 4);
+	sput_le(&b, 0x3727c5ac, 4);
+	if (ntok) {
+		gstr(&b, "tokenizer.ggml.tokens");
+		sput_le(&b, KILN_META_ARRAY, 4);
+		sput_le(&b, KILN_META_STRING, 4);
+		sput_le(&b, ntok, 8);
+		for (uint64_t i = 0; i < ntok; i++) {
+			char tok[32];
+			snprintf(tok, sizeof(tok), "\xe2\x96\x81tok%07llu", (unsigned long long)i);
+			gstr(&b, tok);
+		}
+		gstr(&b, "tokenizer.ggml.scores");
+		sput_le(&b, KILN_META_ARRAY, 4);
+		sput_le(&b, KILN_META_F32, 4);
+		sput_le(&b, ntok, 8);
+		for (uint64_t i = 0; i < ntok; i++)
+			sput_le(&b, 0xbf000000u, 4); /* -0.5 */
+		gstr(&b, "tokenizer.ggml.token_type");
+		sput_le(&b, KILN_META_ARRAY, 4);
+		sput_le(&b, KILN_META_I32, 4);
+		sput_le(&b, ntok, 8);
+		for (uint64_t i = 0; i < ntok; i++)
+			sput_le(&b, 1, 4);
+	}
+	uint64_t off = 0;
+	for (uint32_t i = 0; i < count; i++) {
+		int rows = layer_kinds[i % NKINDS].rows;
+		char name[96];
+		snprintf(name, sizeof(name), "blk.%u.%s", i / (uint32_t)NKINDS,
+			 layer_kinds[i % NKINDS].gg);
+		gstr(&b, name);
+		/* ggml types: f32 norms, Q4_K (144 bytes per 256), Q8_0 (34 per 32), f16 */
+		uint32_t type = !rows ? 0 : i % 3 == 0 ? 12 : i % 3 == 1 ? 8 : 1;
+		uint64_t bytes = !rows        ? COLS * 4
+				 : type == 12 ? (uint64_t)rows * 144
+				 : type == 8  ? (uint64_t)rows * COLS / 32 * 34
+					      : (uint64_t)rows * COLS * 2;
+		sput_le(&b, rows ? 2 : 1, 4);
+		sput_le(&b, COLS, 8);
+		if (rows)
+			sput_le(&b, (uint64_t)rows, 8);
+		sput_le(&b, type, 4);
+		sput_le(&b, off, 8);
+		off += (bytes + 31) / 32 * 32;
+	}
+	while (b.len % 32) /* the data section at the default alignment */
+		sput(&b, "\0", 1);
+	write_stock(path, &b, off);
+	free(b.p);
+	track(path);
+	return path;
 }
 
 char *kbu_tensors_file(uint32_t count, uint64_t payload, uint64_t sparse_total, int named)

@@ -18,6 +18,19 @@
 char *kbu_tensors_file(uint32_t count, uint64_t payload, uint64_t sparse_total, int named);
 
 /*
+ * Stock files for the open benchmarks, written directly (no kiln writer), shaped like the
+ * checkpoints of the tools that make them: a safetensors file of `count` tensors named like a
+ * Hugging Face transformer's ("model.layers.L.self_attn.q_proj.weight", ...), F16/BF16/F32 with
+ * small 2-D or 1-D shapes, in name order in the header as the reference writer sorts them; and
+ * a GGUF v3 file of `count` tensors named like llama.cpp's ("blk.L.attn_q.weight", F16/F32/
+ * Q4_K/Q8_0) with a tokenizer vocabulary of about `vocab_bytes` bytes of strings (and their
+ * scores and types, as llama.cpp writes them) among its key/values, `count` 0 for a
+ * metadata-only file. Payload bytes are zero. Returns a malloc'd path, removed at exit.
+ */
+char *kbu_safetensors_file(uint32_t count);
+char *kbu_gguf_file(uint32_t count, uint64_t vocab_bytes);
+
+/*
  * A file of `count` named u8 tensors ("blk.N.w") of varied sizes (every fifth one small, like a
  * norm vector; the others within +-25% of each other), the block at most `block_max` bytes and
  * within a few KiB of it. Payload byte k of tensor t is kbu_byte(seed, t, k): pseudo-random and

@@ -3,7 +3,7 @@
 #
 # klnt import and export of a 1 GiB model against cp of the same file, in one run (issue 8):
 #
-#   bench/convert.sh KLNT WORK_DIR [ROUNDS]
+#   bench/convert.sh KLNT WORK_DIR [ROUNDS] [TENSORS]
 #
 # KLNT is the klnt binary (build/klnt); WORK_DIR a directory on the disk to measure, which gets
 # at most two 1 GiB inputs at a time plus one output, all removed at the end. ROUNDS (default 7)
@@ -11,7 +11,9 @@
 # machine hits every row; a round before them warms the page cache and is not counted.
 #
 # The model: two tensors of random bytes, f16 [16384, 16384] and f32 [8192, 16384] (512 MiB
-# each), written with `klnt pack`; the GGUF and safetensors files come from `klnt export`.
+# each), written with `klnt pack`; the GGUF and safetensors files come from `klnt export`. With
+# TENSORS, a tensor-heavy model instead: that many f16 [128, 1024] tensors (256 KiB each, one
+# block of random bytes repeated; 4096 make 1 GiB).
 # Every source is read once before the rounds and stays in the page cache (the machine needs a
 # few GiB free). Each command writes a new output, which is removed after it, followed by an
 # untimed `sync` so that one command's write-back does not land in the next one's time.
@@ -26,20 +28,29 @@
 # KLNT_BEFORE=OTHER_KLNT adds export rows run with another build (say, the commit before a
 # change), in the same rounds.
 set -u
-if [ $# -lt 2 ] || [ $# -gt 3 ]; then
-	echo "usage: $0 KLNT WORK_DIR [ROUNDS]" >&2
+if [ $# -lt 2 ] || [ $# -gt 4 ]; then
+	echo "usage: $0 KLNT WORK_DIR [ROUNDS] [TENSORS]" >&2
 	exit 2
 fi
-KLNT=$1 W=$2 ROUNDS=${3:-7}
+KLNT=$1 W=$2 ROUNDS=${3:-7} TENSORS=${4:-}
 mkdir -p "$W" || exit 1
 cleanup() { rm -f "$W"/a.raw "$W"/b.raw "$W"/m.klnt "$W"/m.gguf "$W"/m.safetensors "$W"/out*; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 echo "making the model in $W ..." >&2
-head -c 536870912 /dev/urandom >"$W/a.raw" && head -c 536870912 /dev/urandom >"$W/b.raw" &&
-	"$KLNT" pack --no-sync "$W/m.klnt" --tensor "tok_embd.weight:f16:16384,16384:$W/a.raw" \
-		--tensor "output.weight:f32:8192,16384:$W/b.raw" >/dev/null || exit 1
+if [ -n "$TENSORS" ]; then
+	head -c 262144 /dev/urandom >"$W/a.raw" || exit 1
+	args=()
+	for ((i = 0; i < TENSORS; i++)); do
+		args+=(--tensor "blk.$i.weight:f16:128,1024:$W/a.raw")
+	done
+	"$KLNT" pack --no-sync "$W/m.klnt" "${args[@]}" >/dev/null || exit 1
+else
+	head -c 536870912 /dev/urandom >"$W/a.raw" && head -c 536870912 /dev/urandom >"$W/b.raw" &&
+		"$KLNT" pack --no-sync "$W/m.klnt" --tensor "tok_embd.weight:f16:16384,16384:$W/a.raw" \
+			--tensor "output.weight:f32:8192,16384:$W/b.raw" >/dev/null || exit 1
+fi
 rm -f "$W/a.raw" "$W/b.raw"
 
 # run NAME...: the rows of one phase, named "label|command" (the command sees $W; OUT is its
@@ -99,7 +110,7 @@ phase() { # FORMAT SRC(in $W)
 		"before: export --to $to|\"\$KLNT_BEFORE\" export --to $to -o \"\$W/out\" \"\$W/m.klnt\"")
 	run_phase "${rows[@]}"
 	echo
-	echo "$f ($(stat -c %s "$W/$src") bytes), $ROUNDS rounds: median [min-max], speed ratio"
+	echo "$f ($(stat -c %s "$W/$src") bytes${TENSORS:+, $TENSORS tensors}), $ROUNDS rounds: median [min-max], speed ratio"
 	echo
 	echo "| command | time | vs baseline |"
 	echo "|---|---|---|"
