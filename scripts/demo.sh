@@ -1,7 +1,8 @@
 #!/bin/sh
 # The main job on a generated default input: set up, build, generate a 256 MiB model file with
 # `klnt gen`, validate and inspect it, time cold and warm loads with `klnt bench`; then build a
-# small file by hand with `klnt pack`, read a tensor back, and check the golden cases.
+# small file by hand with `klnt pack`, read a tensor back, open stock GGUF and safetensors
+# checkpoints as they are, and check the golden cases.
 set -eu
 cd "$(dirname "$0")/.."
 scripts/setup-debian.sh
@@ -41,6 +42,14 @@ run build/klnt check "$work/model.klnt"
 run build/klnt inspect "$work/model.klnt"
 printf '\n$ build/klnt cat %s blk.0.ffn_up.outer | od -An -tf4\n' "$work/model.klnt"
 build/klnt cat "$work/model.klnt" blk.0.ffn_up.outer | od -An -tf4
+# Stock checkpoints opened as they are, no conversion: files other tools wrote (ggml's GGUF
+# writer; a sharded safetensors checkpoint with its index), in tests/samples.
+run build/klnt check tests/samples/tiny-llama.gguf tests/samples/tiny-sharded/model.safetensors.index.json
+printf '\n$ build/klnt inspect tests/samples/tiny-llama.gguf | head -24\n'
+build/klnt inspect tests/samples/tiny-llama.gguf | head -24
+printf '\n$ build/klnt cat tests/samples/tiny-sharded/model.safetensors.index.json model.layers.0.self_attn.o_proj.weight_scale | od -An -tf4\n'
+build/klnt cat tests/samples/tiny-sharded/model.safetensors.index.json \
+	model.layers.0.self_attn.o_proj.weight_scale | od -An -tf4
 for f in golden/*.hex; do
 	name=$(basename "$f" .hex)
 	sed 's/#.*//' "$f" | xxd -r -p >"$work/$name.klnt"
