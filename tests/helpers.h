@@ -72,4 +72,8 @@ void expect_valid(const blob *b);
  * names the file. */
 void expect_io(const char *path, int want_errno);
 
+/* SHA-256 of msg[0, len) as 64 lowercase hex digits (FIPS 180-4; test_formats checks the known
+ * answers), for the samples' expected payload digests. */
+void sha256(const uint8_t *msg, uint64_t len, char hex[65]);
+
 #endif

@@ -840,15 +840,6 @@ Test(gguf, split_keys_of_a_one_part_model_are_dropped)
  * The shared sample (ggml's own writer)
  * ------------------------------------------------------------------------------------------- */
 
-Test(gguf, sha256_known_answer)
-{
-	char hex[65];
-	sha256((const uint8_t *)"abc", 3, hex);
-	cr_assert_str_eq(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-	sha256((const uint8_t *)"", 0, hex);
-	cr_assert_str_eq(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-}
-
 static int same_json_number(const kiln_value *v, json_object *w)
 {
 	switch (v->type) {
