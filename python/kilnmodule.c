@@ -1522,6 +1522,153 @@ out:
 	return result;
 }
 
+/*
+ * write_safetensors(path, tensors, metadata=None, *, sync=True): the safetensors writer
+ * (kiln_safetensors_write_file, or with path None kiln_safetensors_write_memory into the bytes
+ * returned). tensors: (name, safetensors dtype, shape, data_ptr, data_len) tuples; the caller keeps
+ * the memory alive (safetensors' TensorSpec contract). metadata: None or a dict of str to str.
+ * The GIL is released while the bytes are written.
+ */
+static PyObject *mod_write_safetensors(PyObject *mod, PyObject *args, PyObject *kw)
+{
+	(void)mod;
+	static char *kwlist[] = {"path", "tensors", "metadata", "sync", NULL};
+	PyObject *path_in, *seq_in, *meta_in = Py_None, *path = NULL;
+	int sync = 1;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O$p:write_safetensors", kwlist, &path_in,
+					 &seq_in, &meta_in, &sync))
+		return NULL;
+	if (path_in != Py_None && !PyUnicode_FSConverter(path_in, &path))
+		return NULL;
+	PyObject *seq = PySequence_Fast(seq_in, "tensors must be a sequence"), *result = NULL;
+	PyObject *items = NULL;
+	kiln_tensor_spec *specs = NULL;
+	kiln_str_pair *pairs = NULL;
+	if (!seq)
+		goto out;
+	Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), nmeta = 0;
+	specs = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*specs));
+	if (meta_in != Py_None) {
+		if (!PyDict_Check(meta_in)) {
+			PyErr_SetString(PyExc_TypeError, "metadata must be a dict of str to str");
+			goto out;
+		}
+		if (!(items = PyDict_Items(meta_in)))
+			goto out;
+		nmeta = PyList_GET_SIZE(items);
+		pairs = PyMem_Calloc(nmeta ? (size_t)nmeta : 1, sizeof(*pairs));
+	}
+	if (!specs || (meta_in != Py_None && !pairs)) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	for (Py_ssize_t i = 0; i < nmeta; i++) {
+		PyObject *kv = PyList_GET_ITEM(items, i), *k = PyTuple_GET_ITEM(kv, 0),
+			 *v = PyTuple_GET_ITEM(kv, 1);
+		if (!PyUnicode_Check(k) || !PyUnicode_Check(v)) {
+			PyErr_SetString(PyExc_TypeError, "metadata must be a dict of str to str");
+			goto out;
+		}
+		Py_ssize_t kl, vl;
+		if (!(pairs[i].key = PyUnicode_AsUTF8AndSize(k, &kl)) ||
+		    !(pairs[i].value = PyUnicode_AsUTF8AndSize(v, &vl)))
+			goto out;
+		pairs[i].key_len = (size_t)kl;
+		pairs[i].value_len = (size_t)vl;
+	}
+	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *item = PySequence_Fast_GET_ITEM(seq, i), *name, *dtype, *shape;
+		unsigned long long ptr, len;
+		if (!PyArg_ParseTuple(item, "UUOKK:write_safetensors tensor", &name, &dtype, &shape,
+				      &ptr, &len))
+			goto out;
+		kiln_tensor_spec *sp = &specs[i];
+		Py_ssize_t nl, dl;
+		const char *dn;
+		if (!(sp->name = PyUnicode_AsUTF8AndSize(name, &nl)) ||
+		    !(dn = PyUnicode_AsUTF8AndSize(dtype, &dl)))
+			goto out;
+		sp->name_len = (size_t)nl;
+		if (!kiln_safetensors_dtype_code(dn, (size_t)dl, &sp->dtype)) {
+			PyErr_Format(PyExc_ValueError, "unknown safetensors dtype %R", dtype);
+			goto out;
+		}
+		if (kiln_dtype_is_opaque(sp->dtype)) {
+			sp->layout = dn;
+			sp->layout_len = (size_t)dl;
+		}
+		PyObject *sh = PySequence_Fast(shape, "shape must be a sequence");
+		if (!sh)
+			goto out;
+		Py_ssize_t rank = PySequence_Fast_GET_SIZE(sh);
+		if (rank > KILN_MAX_RANK) {
+			Py_DECREF(sh);
+			PyErr_Format(PyExc_ValueError, "rank %zd is more than %d", rank,
+				     KILN_MAX_RANK);
+			goto out;
+		}
+		sp->rank = (uint8_t)rank;
+		for (Py_ssize_t k = 0; k < rank; k++) {
+			unsigned long long v =
+			    PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(sh, k));
+			if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+				Py_DECREF(sh);
+				goto out;
+			}
+			sp->shape[k] = v;
+		}
+		Py_DECREF(sh);
+		sp->data = (const void *)(uintptr_t)ptr;
+		sp->byte_length = len;
+		if (len && !ptr) {
+			PyErr_Format(PyExc_ValueError, "tensor %R: data_ptr is 0 for %llu bytes",
+				     name, len);
+			goto out;
+		}
+	}
+	kiln_error err;
+	int rc;
+	kiln_str_pair *mp = meta_in == Py_None ? NULL : pairs;
+	if (path) {
+		const char *p = PyBytes_AS_STRING(path);
+		uint32_t flags = sync ? 0 : KILN_WRITE_NO_SYNC;
+		Py_BEGIN_ALLOW_THREADS rc = kiln_safetensors_write_file(p, specs, (size_t)n, mp,
+									(size_t)nmeta, flags, &err);
+		Py_END_ALLOW_THREADS if (rc) raise_kiln(rc, &err);
+		else result = Py_NewRef(Py_None);
+		goto out;
+	}
+	uint64_t total;
+	if ((rc = kiln_safetensors_size(specs, (size_t)n, mp, (size_t)nmeta, &total, &err))) {
+		raise_kiln(rc, &err);
+		goto out;
+	}
+	if (total > PY_SSIZE_T_MAX) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	PyObject *bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+	if (!bytes)
+		goto out;
+	size_t written;
+	char *dst = PyBytes_AS_STRING(bytes);
+	Py_BEGIN_ALLOW_THREADS rc = kiln_safetensors_write_memory(
+	    specs, (size_t)n, mp, (size_t)nmeta, dst, (size_t)total, &written, &err);
+	Py_END_ALLOW_THREADS if (rc)
+	{
+		Py_DECREF(bytes);
+		raise_kiln(rc, &err);
+	}
+	else result = bytes;
+out:
+	PyMem_Free(specs);
+	PyMem_Free(pairs);
+	Py_XDECREF(items);
+	Py_XDECREF(seq);
+	Py_XDECREF(path);
+	return result;
+}
+
 static PyObject *mod_dtype_bits(PyObject *mod, PyObject *arg)
 {
 	(void)mod;
@@ -1555,6 +1702,11 @@ static PyMethodDef module_methods[] = {
      "sequence of (name or None, dtype name or code, shape, buffer[, fields]), fields a dict\n"
      "of layout, block_size, quant_scheme, quant_axis, group_size, scale_index, outer_index."},
     {"dtype_bits", (PyCFunction)mod_dtype_bits, METH_O, "Bits per element of a dtype name."},
+    {"write_safetensors", (PyCFunction)(void (*)(void))mod_write_safetensors,
+     METH_VARARGS | METH_KEYWORDS,
+     "write_safetensors(path, tensors, metadata=None, *, sync=True) -> None or bytes\n\n"
+     "The safetensors writer (kiln_safetensors_write_file; path None: the file as bytes).\n"
+     "tensors: (name, safetensors dtype, shape, data_ptr, data_len) tuples."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef kiln_module = {PyModuleDef_HEAD_INIT,

@@ -111,6 +111,13 @@ void kiln__error_prefix(kiln_error *err, const char *prefix);
 /* Say which file of the model an error is about (when err is set and names none yet). */
 void kiln__error_file(kiln_error *err, uint32_t file);
 
+/* The writers' shared steps (src/write.c): payload bytes [off, off+len) of spec t (index i) into
+ * dst, from its data or its read callback (CANCELED, IO or INVAL filled in err); and write() of
+ * every byte, retried on EINTR, 0 or the errno. */
+int kiln__produce(const kiln_tensor_spec *t, uint32_t i, uint64_t off, void *dst, size_t len,
+		  kiln_error *err);
+int kiln__write_all(int fd, const void *buf, size_t len);
+
 /* RFC 3629 well-formedness; returns the offset of the first bad byte or SIZE_MAX when valid. */
 size_t kiln__utf8_check(const uint8_t *s, size_t len);
 

@@ -41,32 +41,33 @@
 /* safetensors dtype strings, by their KLNT dtype. Those without one are opaque: code 4096 + id
  * (ids from 1024 up, clear of GGUF's 4096 + ggml type ids), layout = the string, block size =
  * the smallest whole number of bytes holding whole elements. The ids are pinned: append, never
- * renumber (docs/formats.md has the table). */
+ * renumber (docs/formats.md has the table). The last column is the dtype's place in the
+ * reference's Dtype enum, by which its writer orders tensors (src/safetensors_write.c). */
 const struct kiln__st_dtype kiln__st_dtypes[] = {
-    {"BOOL", KILN_DT_BOOL, 8, 0},
-    {"U8", KILN_DT_U8, 8, 0},
-    {"I8", KILN_DT_I8, 8, 0},
-    {"U16", KILN_DT_U16, 16, 0},
-    {"I16", KILN_DT_I16, 16, 0},
-    {"U32", KILN_DT_U32, 32, 0},
-    {"I32", KILN_DT_I32, 32, 0},
-    {"U64", KILN_DT_U64, 64, 0},
-    {"I64", KILN_DT_I64, 64, 0},
-    {"F16", KILN_DT_F16, 16, 0},
-    {"BF16", KILN_DT_BF16, 16, 0},
-    {"F32", KILN_DT_F32, 32, 0},
-    {"F64", KILN_DT_F64, 64, 0},
-    {"F8_E4M3", KILN_DT_F8E4M3, 8, 0},
-    {"F8_E5M2", KILN_DT_F8E5M2, 8, 0},
-    {"F8_E8M0", KILN_DT_E8M0, 8, 0},
+    {"BOOL", KILN_DT_BOOL, 8, 0, 0},
+    {"U8", KILN_DT_U8, 8, 0, 4},
+    {"I8", KILN_DT_I8, 8, 0, 5},
+    {"U16", KILN_DT_U16, 16, 0, 12},
+    {"I16", KILN_DT_I16, 16, 0, 11},
+    {"U32", KILN_DT_U32, 32, 0, 16},
+    {"I32", KILN_DT_I32, 32, 0, 15},
+    {"U64", KILN_DT_U64, 64, 0, 21},
+    {"I64", KILN_DT_I64, 64, 0, 20},
+    {"F16", KILN_DT_F16, 16, 0, 13},
+    {"BF16", KILN_DT_BF16, 16, 0, 14},
+    {"F32", KILN_DT_F32, 32, 0, 17},
+    {"F64", KILN_DT_F64, 64, 0, 19},
+    {"F8_E4M3", KILN_DT_F8E4M3, 8, 0, 7},
+    {"F8_E5M2", KILN_DT_F8E5M2, 8, 0, 6},
+    {"F8_E8M0", KILN_DT_E8M0, 8, 0, 8},
     /* Two per byte, element 2k in the low nibble: PyTorch's float4_e2m1fn_x2 packing, which is
      * KLNT's; the shape counts fp4 elements. */
-    {"F4", KILN_DT_E2M1, 4, 0},
-    {"F6_E2M3", 4096 + 1024, 6, 3},
-    {"F6_E3M2", 4096 + 1025, 6, 3},
-    {"C64", 4096 + 1026, 64, 8},
-    {"F8_E4M3FNUZ", 4096 + 1027, 8, 1},
-    {"F8_E5M2FNUZ", 4096 + 1028, 8, 1},
+    {"F4", KILN_DT_E2M1, 4, 0, 1},
+    {"F6_E2M3", 4096 + 1024, 6, 3, 2},
+    {"F6_E3M2", 4096 + 1025, 6, 3, 3},
+    {"C64", 4096 + 1026, 64, 8, 18},
+    {"F8_E4M3FNUZ", 4096 + 1027, 8, 1, 9},
+    {"F8_E5M2FNUZ", 4096 + 1028, 8, 1, 10},
 };
 const size_t kiln__st_ndtypes = sizeof(kiln__st_dtypes) / sizeof(kiln__st_dtypes[0]);
 
@@ -79,20 +80,34 @@ static const struct kiln__st_dtype *dtype_named(const uint8_t *s, size_t len)
 	return NULL;
 }
 
-const char *kiln_safetensors_dtype(const kiln_tensor *t, unsigned *bits)
+const struct kiln__st_dtype *kiln__st_dtype_of(uint16_t dtype, const char *layout,
+					       size_t layout_len)
 {
-	for (size_t i = 0; t && i < kiln__st_ndtypes; i++) {
+	for (size_t i = 0; i < kiln__st_ndtypes; i++) {
 		const struct kiln__st_dtype *d = &kiln__st_dtypes[i];
-		if (d->block
-			? t->dtype == d->dtype && t->layout && t->layout_len == strlen(d->name) &&
-			      !memcmp(t->layout, d->name, t->layout_len)
-			: t->dtype == d->dtype) {
-			if (bits)
-				*bits = d->bits;
-			return d->name;
-		}
+		if (d->block ? dtype == d->dtype && layout && layout_len == strlen(d->name) &&
+				   !memcmp(layout, d->name, layout_len)
+			     : dtype == d->dtype)
+			return d;
 	}
 	return NULL;
+}
+
+const char *kiln_safetensors_dtype(const kiln_tensor *t, unsigned *bits)
+{
+	const struct kiln__st_dtype *d =
+	    t ? kiln__st_dtype_of(t->dtype, t->layout, t->layout_len) : NULL;
+	if (d && bits)
+		*bits = d->bits;
+	return d ? d->name : NULL;
+}
+
+unsigned kiln_safetensors_dtype_code(const char *name, size_t len, uint16_t *dtype)
+{
+	const struct kiln__st_dtype *d = name ? dtype_named((const uint8_t *)name, len) : NULL;
+	if (d && dtype)
+		*dtype = d->dtype;
+	return d ? d->bits : 0;
 }
 
 /* One tensor entry, checked, before it becomes a view. */

@@ -10,9 +10,13 @@ struct kiln__st_dtype {
 	uint16_t dtype;   /* KLNT code */
 	uint8_t bits;     /* per element */
 	uint8_t block;    /* opaque only: bytes per storage unit */
+	uint8_t order;    /* place in the reference's Dtype enum (BOOL 0 ... U64 21) */
 };
 extern const struct kiln__st_dtype kiln__st_dtypes[];
 extern const size_t kiln__st_ndtypes;
+/* The entry of a KLNT dtype (and, for the opaque ones, its layout), or NULL. */
+const struct kiln__st_dtype *kiln__st_dtype_of(uint16_t dtype, const char *layout,
+					       size_t layout_len);
 
 /* A model.safetensors.index.json, parsed: the shards its weight_map names (each once, in name
  * order, relative to the index's directory), and for each tensor the shard the index says. */

@@ -221,9 +221,8 @@ static int check_nibble(const kiln_tensor_spec *t, uint32_t i, uint8_t last, kil
 			  i, count, last >> 4);
 }
 
-/* Produce payload bytes [off, off+len) of tensor i into dst. */
-static int produce(const kiln_tensor_spec *t, uint32_t i, uint64_t off, void *dst, size_t len,
-		   kiln_error *err)
+int kiln__produce(const kiln_tensor_spec *t, uint32_t i, uint64_t off, void *dst, size_t len,
+		  kiln_error *err)
 {
 	if (t->data) {
 		memcpy(dst, (const uint8_t *)t->data + off, len);
@@ -291,7 +290,7 @@ int kiln_write_memory(const kiln_tensor_spec *tensors, uint32_t count, void *buf
 		size_t len = (size_t)p.lengths[i];
 		for (size_t done = 0; done < len;) {
 			size_t step = len - done < CHUNK ? len - done : CHUNK;
-			rc = produce(&tensors[i], i, done, dst + done, step, err);
+			rc = kiln__produce(&tensors[i], i, done, dst + done, step, err);
 			if (rc)
 				goto out;
 			done += step;
@@ -512,7 +511,7 @@ static int create_temp(struct wfile *w, kiln_error *err)
 	return w->have_old ? keep_mode_and_owner(w, err) : 0;
 }
 
-static int write_all(int fd, const void *buf, size_t len)
+int kiln__write_all(int fd, const void *buf, size_t len)
 {
 	const uint8_t *b = buf;
 	while (len) {
@@ -591,10 +590,10 @@ static int write_block(void *ctx, int fd, kiln_error *err)
 	const struct block_fill *b = ctx;
 	const struct plan *p = b->p;
 	const kiln_tensor_spec *tensors = b->tensors;
-	int e = write_all(fd, p->head, (size_t)p->payload_base);
+	int e = kiln__write_all(fd, p->head, (size_t)p->payload_base);
 	uint64_t cursor = 0;
 	for (uint32_t i = 0; i < p->n && !e; i++) {
-		e = write_all(fd, zeros, (size_t)(p->offsets[i] - cursor));
+		e = kiln__write_all(fd, zeros, (size_t)(p->offsets[i] - cursor));
 		uint64_t len = p->lengths[i];
 		uint8_t last = 0;
 		for (uint64_t done = 0; done < len && !e; done += CHUNK) {
@@ -603,11 +602,11 @@ static int write_block(void *ctx, int fd, kiln_error *err)
 			if (tensors[i].data)
 				src = (const uint8_t *)tensors[i].data + done;
 			else {
-				int rc = produce(&tensors[i], i, done, b->chunk, step, err);
+				int rc = kiln__produce(&tensors[i], i, done, b->chunk, step, err);
 				if (rc)
 					return rc;
 			}
-			e = write_all(fd, src, step);
+			e = kiln__write_all(fd, src, step);
 			last = src[step - 1];
 		}
 		if (!e && len) {

@@ -265,6 +265,10 @@ KILN_API const kiln_ggml_type *kiln_ggml_type_of(const kiln_tensor *t);
  * safetensors file has, such as "F6_E2M3"), *bits its bits per element; NULL when safetensors
  * has none. */
 KILN_API const char *kiln_safetensors_dtype(const kiln_tensor *t, unsigned *bits);
+/* The other way: the KLNT dtype code of the safetensors dtype string name[0, len) in *dtype
+ * (for the opaque ones, such as "C64", a spec's layout is the string itself), and its bits per
+ * element as the result; 0 for a string safetensors does not define. */
+KILN_API unsigned kiln_safetensors_dtype_code(const char *name, size_t len, uint16_t *dtype);
 
 /* Where the bytes of a model live. */
 enum kiln_source {
@@ -1056,6 +1060,56 @@ KILN_API int kiln_write_file(const char *path, const kiln_tensor_spec *tensors, 
  */
 KILN_API int kiln_write_atomic(const char *path, int (*fill)(void *ctx, int fd, kiln_error *err),
 			       void *ctx, uint32_t flags, kiln_error *err);
+
+/* One __metadata__ entry of a safetensors file: UTF-8 key and value (not NUL-terminated). */
+typedef struct kiln_str_pair {
+	const char *key;
+	size_t key_len;
+	const char *value;
+	size_t value_len;
+} kiln_str_pair;
+
+/*
+ * safetensors files, laid out byte for byte as the reference writer (Hugging Face's safetensors,
+ * `serialize`) lays out the same tensors: the 8-byte little-endian header length; the JSON header
+ * with no whitespace, `"__metadata__"` first when `metadata` is not NULL (its entries in key
+ * order: the reference writes them in hash-table order, so with two keys or more any order is
+ * one it could write, and kiln's is the deterministic one), then one entry per tensor,
+ * `"NAME":{"dtype":"F32","shape":[2,2],"data_offsets":[BEGIN,END]}`, in the reference's order:
+ * by dtype, widest first (U64 I64 F64 C64 F32 U32 I32 BF16 F16 U16 I16 F8_E5M2FNUZ F8_E4M3FNUZ
+ * F8_E8M0 F8_E4M3 F8_E5M2 I8 U8 F6_E3M2 F6_E2M3 F4 BOOL), then by name (bytewise); strings
+ * escaped as serde_json escapes them (\" \\ \b \f \n \r \t, other bytes below 0x20 as \u00xx,
+ * everything else as it is); the header padded with spaces to a multiple of 8; then the payloads
+ * back to back in that order.
+ *
+ * A tensor is a kiln_tensor_spec: name (every tensor has one: UTF-8, unique, not
+ * "__metadata__"), dtype (one safetensors has: kiln_safetensors_dtype_code(); the opaque ones with
+ * the string as layout), rank and shape (slots past rank 0), byte_length equal to the shape's
+ * elements times the dtype's bits / 8 (whole bytes), and data or read as kiln_write_file() takes
+ * them (read's tensor argument is the index in `tensors`). The quant fields and block_size must be
+ * 0: safetensors has no place for them. `metadata` is NULL for no __metadata__ (an empty one is
+ * a non-NULL pointer with nmeta 0); keys unique, keys and values UTF-8.
+ *
+ * Errors as the reader would give the file (src/safetensors.c), naming the tensor by its index in
+ * `tensors`: UTF8 (a name, key or value), TYPE (a duplicate name or key, a dtype safetensors lacks,
+ * a byte length the shape contradicts, elements that are not whole bytes, the name __metadata__),
+ * LIMIT (a header above the reference's 100,000,000 bytes, a shape that overflows); INVAL for bad
+ * arguments (a missing name, quant fields set, NULL arrays with nonzero counts), NOMEM.
+ */
+/* The length of the whole file in *file_length. */
+KILN_API int kiln_safetensors_size(const kiln_tensor_spec *tensors, size_t count,
+				   const kiln_str_pair *metadata, size_t nmeta,
+				   uint64_t *file_length, kiln_error *err);
+/* The file into buf[0, cap); *written is its length. LIMIT when cap is too small. */
+KILN_API int kiln_safetensors_write_memory(const kiln_tensor_spec *tensors, size_t count,
+					   const kiln_str_pair *metadata, size_t nmeta, void *buf,
+					   size_t cap, size_t *written, kiln_error *err);
+/* The file to `path`, published as kiln_write_file() publishes (atomic replace, fsync unless
+ * KILN_WRITE_NO_SYNC, no partial file ever visible); its return codes. Payloads in `data` go to
+ * write() as they are; those from `read` through a 1 MiB buffer. */
+KILN_API int kiln_safetensors_write_file(const char *path, const kiln_tensor_spec *tensors,
+					 size_t count, const kiln_str_pair *metadata, size_t nmeta,
+					 uint32_t flags, kiln_error *err);
 
 #ifdef __cplusplus
 }
