@@ -103,11 +103,16 @@ static PyObject *raise_kiln(int code, const kiln_error *e)
 
 typedef struct {
 	PyObject_HEAD kiln_model *model; /* one file or every shard of a series */
+	Py_buffer held;                  /* parse(): the bytes the model's views point into */
+	int holding;
+	int writable; /* the bytes are this process's own: a private mapping or an owned block */
 } OwnerObject;
 
 static void owner_dealloc(OwnerObject *self)
 {
 	kiln_model_close(self->model);
+	if (self->holding)
+		PyBuffer_Release(&self->held);
 	Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -400,10 +405,15 @@ static int array_shape(const kiln_tensor *t, uint64_t index, int raw, int *type,
 
 static PyObject *tensor_numpy(TensorObject *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = {"raw", NULL};
-	int raw = 0;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|p:numpy", kwlist, &raw))
+	static char *kwlist[] = {"raw", "writable", NULL};
+	int raw = 0, writable = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|p$p:numpy", kwlist, &raw, &writable))
 		return NULL;
+	if (writable && !self->owner->writable)
+		return PyErr_Format(PyExc_ValueError,
+				    "tensor %llu: writable=True needs memory of this process's own "
+				    "(open with copy_on_write=True or an owned source)",
+				    (unsigned long long)self->index);
 	const kiln_tensor *t = self->t;
 	npy_intp dims[KILN_MAX_RANK];
 	int nd, type;
@@ -413,9 +423,12 @@ static PyObject *tensor_numpy(TensorObject *self, PyObject *args, PyObject *kw)
 	PyArray_Descr *descr = PyArray_DescrFromType(type);
 	if (!descr)
 		return NULL;
-	/* No NPY_ARRAY_WRITEABLE: the array is a read-only view of the directory's bytes. */
-	PyObject *arr = PyArray_NewFromDescr(&PyArray_Type, descr, nd, dims, NULL, data,
-					     NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED, NULL);
+	/* Read-only unless asked: a writable array writes this process's private pages (seen by
+	 * the other arrays of the same Dir, never by the file). */
+	int flags = NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED |
+		    (writable && t->data ? NPY_ARRAY_WRITEABLE : 0);
+	PyObject *arr =
+	    PyArray_NewFromDescr(&PyArray_Type, descr, nd, dims, NULL, data, flags, NULL);
 	if (!arr)
 		return NULL;
 	Py_INCREF(self->owner);
@@ -647,8 +660,10 @@ static PyObject *tensor_repr(TensorObject *self)
 
 static PyMethodDef tensor_methods[] = {
     {"numpy", (PyCFunction)(void (*)(void))tensor_numpy, METH_VARARGS | METH_KEYWORDS,
-     "numpy(raw=False): a read-only numpy array viewing the payload (no copy). raw=True gives\n"
-     "the payload bytes as a 1-D uint8 array, for dtypes numpy has no type for."},
+     "numpy(raw=False, *, writable=False): a read-only numpy array viewing the payload (no\n"
+     "copy). raw=True gives the payload bytes as a 1-D uint8 array, for dtypes numpy has no\n"
+     "type for. writable=True (memory of this process's own: copy_on_write=True or an owned\n"
+     "source) allows writes, which change this process's pages only."},
     {"__dlpack__", (PyCFunction)(void (*)(void))tensor_dlpack, METH_VARARGS | METH_KEYWORDS,
      "A DLPack capsule viewing the payload (no copy). DLPack v0.x has no read-only flag, so a\n"
      "consumer may write: with the default copy-on-write mapping a write changes this\n"
@@ -1332,12 +1347,15 @@ static PyObject *mod_open(PyObject *mod, PyObject *args, PyObject *kw)
 	if (!d) {
 		if (owner) {
 			owner->model = NULL;
+			owner->holding = 0;
 			Py_DECREF(owner);
 		}
 		Py_DECREF(path);
 		return NULL;
 	}
 	owner->model = NULL;
+	owner->holding = 0;
+	owner->writable = 0;
 	d->owner = owner;
 	kiln_error err;
 	int rc;
@@ -1347,6 +1365,46 @@ static PyObject *mod_open(PyObject *mod, PyObject *args, PyObject *kw)
 	Py_BEGIN_ALLOW_THREADS rc = kiln_model_open(p, &opts, &model, &err);
 	Py_END_ALLOW_THREADS Py_DECREF(path);
 	if (rc) {
+		Py_DECREF(d);
+		return raise_kiln(rc, &err);
+	}
+	owner->model = model;
+	owner->writable = (cow && opts.source == KILN_SOURCE_MMAP) ||
+			  opts.source == KILN_SOURCE_READ || opts.source == KILN_SOURCE_URING;
+	return (PyObject *)d;
+}
+
+/* parse(data): a Dir over the bytes of one file (any format) held in memory: kiln_model_parse,
+ * every check of an open; the views point into `data`, which the Dir keeps. */
+static PyObject *mod_parse(PyObject *mod, PyObject *data)
+{
+	(void)mod;
+	OwnerObject *owner = PyObject_New(OwnerObject, &OwnerType);
+	DirObject *d = owner ? PyObject_New(DirObject, &DirType) : NULL;
+	if (!d) {
+		if (owner) {
+			owner->model = NULL;
+			owner->holding = 0;
+			Py_DECREF(owner);
+		}
+		return NULL;
+	}
+	owner->model = NULL;
+	owner->holding = 0;
+	owner->writable = 0;
+	d->owner = owner;
+	if (PyObject_GetBuffer(data, &owner->held, PyBUF_C_CONTIGUOUS) < 0) {
+		Py_DECREF(d);
+		return NULL;
+	}
+	owner->holding = 1;
+	kiln_error err;
+	kiln_model *model = NULL;
+	int rc;
+	Py_BEGIN_ALLOW_THREADS rc =
+	    kiln_model_parse(owner->held.buf, (size_t)owner->held.len, NULL, &model, &err);
+	Py_END_ALLOW_THREADS if (rc)
+	{
 		Py_DECREF(d);
 		return raise_kiln(rc, &err);
 	}
@@ -1702,6 +1760,9 @@ static PyMethodDef module_methods[] = {
      "sequence of (name or None, dtype name or code, shape, buffer[, fields]), fields a dict\n"
      "of layout, block_size, quant_scheme, quant_axis, group_size, scale_index, outer_index."},
     {"dtype_bits", (PyCFunction)mod_dtype_bits, METH_O, "Bits per element of a dtype name."},
+    {"parse", (PyCFunction)mod_parse, METH_O,
+     "parse(data) -> Dir\n\nValidate and index one file held in memory (bytes or any buffer): "
+     "every check of open(); the tensors view `data`, which the Dir keeps alive."},
     {"write_safetensors", (PyCFunction)(void (*)(void))mod_write_safetensors,
      METH_VARARGS | METH_KEYWORDS,
      "write_safetensors(path, tensors, metadata=None, *, sync=True) -> None or bytes\n\n"

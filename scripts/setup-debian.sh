@@ -4,9 +4,10 @@
 set -eu
 
 # libclang-rt-14-dev holds clang's sanitizer and libFuzzer runtimes; clang only recommends it.
+# python3-fsspec: kiln.safetensors._safe_open_handle is tested on fsspec's local files.
 PACKAGES="build-essential cmake pkg-config clang libclang-rt-14-dev clang-format xxd liburing-dev \
 libcriterion-dev libxxhash-dev libjson-c-dev libbenchmark-dev \
-python3-dev python3-numpy python3-pytest python3-torch"
+python3-dev python3-numpy python3-pytest python3-torch python3-fsspec"
 
 missing=""
 for p in $PACKAGES; do

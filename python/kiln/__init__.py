@@ -10,7 +10,9 @@ split one: every file of the model opens as one ``Dir``. ``Dir.format`` says whi
 is the payload's real alignment (safetensors promises none; ``align=True`` copies misaligned
 tensors into aligned memory).
 
-safetensors-style API: ``safe_open``, ``load_file``, ``save_file``.
+safetensors-style API: ``safe_open``, ``load_file``, ``save_file`` (kiln's semantics: series,
+KLNT files). ``kiln.safetensors`` is the safetensors package's own API, a drop-in for it
+(docs/python.md).
 
 Lifetime: arrays and tensors view the file's mapping (or the block read into memory with
 ``source="read"``/``"uring"``). Closing a ``Dir`` or leaving a ``with`` block does not unmap
