@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What the files of kiln._kiln share (python/: errors.c, model.c, tensor.c, dlpack.c,
+ * module.c, split by type as CPython's own extension modules are). The extension is over the
+ * public API (include/kiln/kiln.h) only.
+ */
+#ifndef KILN_PY_H
+#define KILN_PY_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#define NPY_NO_DEPRECATED_API  NPY_1_7_API_VERSION
+/* One numpy C-API table for the module; module.c imports it. */
+#define PY_ARRAY_UNIQUE_SYMBOL kiln_py_numpy_api
+#ifndef KILN_PY_IMPORT_NUMPY
+#define NO_IMPORT_ARRAY
+#endif
+#include <numpy/arrayobject.h>
+
+#include <kiln/kiln.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+/* errors.c: raise the kiln.Error subclass for err->code (detail as attributes); NULL. */
+PyObject *raise_kiln(int code, const kiln_error *e);
+/* errors.c: create kiln.Error and its subclasses in module m; -1 with an exception set. */
+int kp_add_errors(PyObject *m);
+
+/* model.c: the one reference-counted holder of a kiln_model. */
+typedef struct {
+	PyObject_HEAD kiln_model *model; /* one file or every shard of a series */
+	Py_buffer held;                  /* parse(): the bytes the model's views point into */
+	int holding;
+	int writable; /* the bytes are this process's own: a private mapping or an owned block */
+} OwnerObject;
+extern PyTypeObject OwnerType;
+/* A tensor's descriptor index in its shard's file (its model index less the file's first). */
+uint64_t local_index(const kiln_model *m, const kiln_tensor *t);
+
+/* model.c: Dir, a model's Python face. */
+typedef struct {
+	PyObject_HEAD OwnerObject *owner; /* NULL once closed */
+} DirObject;
+extern PyTypeObject DirType;
+PyObject *mod_open(PyObject *mod, PyObject *args, PyObject *kw);
+PyObject *mod_parse(PyObject *mod, PyObject *data);
+
+/* tensor.c: Tensor, one view. */
+typedef struct {
+	PyObject_HEAD OwnerObject *owner;
+	const kiln_tensor *t; /* t->index: the model's index; t->file: its shard */
+	uint64_t index;       /* the descriptor index in its shard's file */
+} TensorObject;
+extern PyTypeObject TensorType;
+/* A Tensor for view t of owner's model; None for NULL (no such tensor). */
+PyObject *tensor_new(OwnerObject *owner, const kiln_tensor *t);
+/* A name as str (None for none). */
+PyObject *name_of(const char *p, size_t len);
+/* TypeError: tensor `index` has a dtype `what` (numpy, DLPack) has no type for. */
+PyObject *no_type(const kiln_tensor *t, uint64_t index, const char *what, const char *hint);
+/* A data pointer for empty payloads, so numpy and DLPack consumers never get NULL. */
+extern const unsigned char empty_payload[64];
+
+/* dlpack.c: Tensor.__dlpack__, to_dlpack and __dlpack_device__. */
+PyObject *tensor_dlpack(TensorObject *self, PyObject *args, PyObject *kw);
+PyObject *tensor_to_dlpack(TensorObject *self, PyObject *args, PyObject *kw);
+PyObject *tensor_dlpack_device(TensorObject *self, PyObject *unused);
+
+#endif

@@ -1,0 +1,764 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Dir, the Python face of one kiln_model, and the Owner that holds it.
+ *
+ * kiln.open() opens one kiln_model: a KLNT file, or the whole series when the path is a shard of
+ * one (kiln_model_open() finds the siblings; the module parses no names). Dir indexes are the
+ * model's (shard 0's tensors first); a Tensor's shard is its view's file and its `index` the
+ * descriptor index in that file.
+ *
+ * Lifetime: every open model belongs to one Owner object. The Dir, every Tensor
+ * view, every numpy array (as its base) and every DLPack capsule (through its manager context)
+ * hold a reference on the Owner, and only the Owner's deallocation closes it. Dir.close() drops
+ * the Dir's reference, so arrays made before it keep the mappings (or the owned blocks of the
+ * read/uring sources) alive until the last of them is gone: no array can dangle.
+ *
+ * Files are mapped copy-on-write by default (KILN_OPEN_PRIVATE): torch has no read-only tensors,
+ * so a tensor made through DLPack may be written, and the write must copy a page, not fault.
+ */
+#include "kiln_py.h"
+
+/* ---------------------------------------------------------------------------------------------
+ * Owner: the one reference-counted holder of a kiln_model
+ * ------------------------------------------------------------------------------------------- */
+
+static void owner_dealloc(OwnerObject *self)
+{
+	kiln_model_close(self->model);
+	if (self->holding)
+		PyBuffer_Release(&self->held);
+	Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+uint64_t local_index(const kiln_model *m, const kiln_tensor *t)
+{
+	kiln_file_info fi;
+	if (kiln_model_file_info(m, t->file, &fi))
+		return t->index;
+	return t->index - fi.first_tensor;
+}
+
+PyTypeObject OwnerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kiln._kiln.Mapping",
+    .tp_basicsize = sizeof(OwnerObject),
+    .tp_dealloc = (destructor)owner_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Keeps an open directory or series (mappings or owned blocks) alive; closed when "
+	      "the last Dir, Tensor, array or DLPack capsule using it is gone.",
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * Dir
+ * ------------------------------------------------------------------------------------------- */
+
+static OwnerObject *dir_owner(DirObject *self)
+{
+	if (!self->owner)
+		PyErr_SetString(PyExc_ValueError, "the directory is closed");
+	return self->owner;
+}
+
+static void dir_dealloc(DirObject *self)
+{
+	Py_XDECREF(self->owner);
+	PyObject_Free(self);
+}
+
+static Py_ssize_t dir_len(DirObject *self)
+{
+	OwnerObject *o = dir_owner(self);
+	return o ? (Py_ssize_t)kiln_model_count(o->model) : -1;
+}
+
+static PyObject *dir_item(DirObject *self, Py_ssize_t i)
+{
+	OwnerObject *o = dir_owner(self);
+	if (!o)
+		return NULL;
+	Py_ssize_t n = (Py_ssize_t)kiln_model_count(o->model);
+	if (i < 0)
+		i += n;
+	if (i < 0 || i >= n) {
+		PyErr_SetString(PyExc_IndexError, "tensor index out of range");
+		return NULL;
+	}
+	return tensor_new(o, kiln_model_tensor(o->model, (uint64_t)i));
+}
+
+/* The tensor a str names, in any shard; NULL with KeyError when none. */
+static const kiln_tensor *find_name(OwnerObject *o, PyObject *key)
+{
+	Py_ssize_t len;
+	const char *s = PyUnicode_AsUTF8AndSize(key, &len);
+	if (!s)
+		return NULL;
+	const kiln_tensor *t = kiln_model_find(o->model, s, (size_t)len);
+	if (!t)
+		PyErr_SetObject(PyExc_KeyError, key);
+	return t;
+}
+
+static PyObject *dir_subscript(DirObject *self, PyObject *key)
+{
+	OwnerObject *o = dir_owner(self);
+	if (!o)
+		return NULL;
+	if (PyUnicode_Check(key)) {
+		const kiln_tensor *t = find_name(o, key);
+		return t ? tensor_new(o, t) : NULL;
+	}
+	Py_ssize_t i = PyNumber_AsSsize_t(key, PyExc_IndexError);
+	if (i == -1 && PyErr_Occurred())
+		return NULL;
+	return dir_item(self, i);
+}
+
+static int dir_contains(DirObject *self, PyObject *key)
+{
+	OwnerObject *o = dir_owner(self);
+	if (!o)
+		return -1;
+	if (!PyUnicode_Check(key))
+		return 0;
+	Py_ssize_t len;
+	const char *s = PyUnicode_AsUTF8AndSize(key, &len);
+	if (!s)
+		return -1;
+	return kiln_model_find(o->model, s, (size_t)len) != NULL;
+}
+
+static PyObject *dir_keys(DirObject *self, PyObject *unused)
+{
+	(void)unused;
+	OwnerObject *o = dir_owner(self);
+	if (!o)
+		return NULL;
+	uint64_t n = kiln_model_count(o->model);
+	PyObject *list = PyList_New(0);
+	for (uint64_t i = 0; list && i < n; i++) {
+		const kiln_tensor *t = kiln_model_tensor(o->model, i);
+		if (!t->name)
+			continue;
+		PyObject *name = name_of(t->name, t->name_len);
+		if (!name || PyList_Append(list, name) < 0) {
+			Py_XDECREF(name);
+			Py_CLEAR(list);
+			break;
+		}
+		Py_DECREF(name);
+	}
+	return list;
+}
+
+static PyObject *dir_close(DirObject *self, PyObject *unused)
+{
+	(void)unused;
+	Py_CLEAR(self->owner);
+	Py_RETURN_NONE;
+}
+
+static PyObject *dir_enter(DirObject *self, PyObject *unused)
+{
+	(void)unused;
+	if (!dir_owner(self))
+		return NULL;
+	return Py_NewRef((PyObject *)self);
+}
+
+static PyObject *dir_exit(DirObject *self, PyObject *args)
+{
+	(void)args;
+	Py_CLEAR(self->owner);
+	Py_RETURN_FALSE;
+}
+
+static PyObject *dir_verify_payload(DirObject *self, PyObject *unused)
+{
+	(void)unused;
+	OwnerObject *o = dir_owner(self);
+	if (!o)
+		return NULL;
+	kiln_error err;
+	int rc;
+	/* The reference keeps the model open even if another thread closes the Dir. */
+	Py_INCREF(o);
+	const kiln_model *m = o->model;
+	Py_BEGIN_ALLOW_THREADS rc = kiln_model_verify(m, &err); /* every shard */
+	Py_END_ALLOW_THREADS Py_DECREF(o);
+	if (rc)
+		return raise_kiln(rc, &err);
+	Py_RETURN_NONE;
+}
+
+/* The model index a key names (over the whole series for a series): a str (name), an int
+ * (index, negative from the end) or a Tensor of this directory. -1 with an exception set
+ * otherwise. */
+static int resolve_index(OwnerObject *o, PyObject *key, uint64_t *out)
+{
+	uint64_t n = kiln_model_count(o->model);
+	if (PyUnicode_Check(key)) {
+		const kiln_tensor *t = find_name(o, key);
+		if (!t)
+			return -1;
+		*out = t->index;
+		return 0;
+	}
+	if (PyObject_TypeCheck(key, &TensorType)) {
+		TensorObject *t = (TensorObject *)key;
+		if (t->owner != o) {
+			PyErr_SetString(PyExc_ValueError,
+					"the tensor belongs to another directory");
+			return -1;
+		}
+		*out = t->t->index;
+		return 0;
+	}
+	Py_ssize_t i = PyNumber_AsSsize_t(key, PyExc_IndexError);
+	if (i == -1 && PyErr_Occurred())
+		return -1;
+	if (i < 0)
+		i += (Py_ssize_t)n;
+	if (i < 0 || (uint64_t)i >= n) {
+		PyErr_SetString(PyExc_IndexError, "tensor index out of range");
+		return -1;
+	}
+	*out = (uint64_t)i;
+	return 0;
+}
+
+/* Indices for a sequence of keys (None: every tensor) in new PyMem memory (*out, *count). */
+static int resolve_indices(OwnerObject *o, PyObject *keys, uint64_t **out, size_t *count)
+{
+	uint64_t n = kiln_model_count(o->model);
+	PyObject *seq = keys == Py_None ? NULL : PySequence_Fast(keys, "expected a sequence");
+	if (keys != Py_None && !seq)
+		return -1;
+	Py_ssize_t len = seq ? PySequence_Fast_GET_SIZE(seq) : (Py_ssize_t)n;
+	uint64_t *idx = PyMem_Malloc(len ? (size_t)len * sizeof(*idx) : 1);
+	if (!idx) {
+		Py_XDECREF(seq);
+		PyErr_NoMemory();
+		return -1;
+	}
+	for (Py_ssize_t i = 0; i < len; i++) {
+		if (!seq) {
+			idx[i] = (uint64_t)i;
+		} else if (resolve_index(o, PySequence_Fast_GET_ITEM(seq, i), &idx[i]) < 0) {
+			Py_DECREF(seq);
+			PyMem_Free(idx);
+			return -1;
+		}
+	}
+	Py_XDECREF(seq);
+	*out = idx;
+	*count = (size_t)len;
+	return 0;
+}
+
+static PyObject *dir_hint(DirObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"tensors", "hint", NULL};
+	PyObject *keys = Py_None;
+	const char *name = "willneed";
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|Os:hint", kwlist, &keys, &name))
+		return NULL;
+	static const char *const hints[] = {"willneed", "dontneed", "cold", "pageout"};
+	unsigned hint = 0;
+	while (hint < 4 && strcmp(name, hints[hint]))
+		hint++;
+	if (hint == 4)
+		return PyErr_Format(PyExc_ValueError,
+				    "hint must be willneed, dontneed, cold or pageout, not \"%s\"",
+				    name);
+	OwnerObject *o = dir_owner(self);
+	uint64_t *idx;
+	size_t count;
+	if (!o || resolve_indices(o, keys, &idx, &count) < 0)
+		return NULL;
+	kiln_error err;
+	int rc;
+	Py_INCREF(o);
+	const kiln_model *m = o->model;
+	/* One call: the model sends each tensor to its own shard's mapping. */
+	Py_BEGIN_ALLOW_THREADS rc = kiln_tensor_hint(m, idx, count, hint, &err);
+	Py_END_ALLOW_THREADS Py_DECREF(o);
+	PyMem_Free(idx);
+	if (rc)
+		return raise_kiln(rc, &err);
+	Py_RETURN_NONE;
+}
+
+/*
+ * stream(pairs, *, engine="auto", direct=False, chunk_size=0, queue_depth=0): read payloads
+ * from the file into caller buffers; pairs is a sequence of (key, writable buffer).
+ */
+static PyObject *dir_stream(DirObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"pairs", "engine", "direct", "chunk_size", "queue_depth", NULL};
+	PyObject *pairs;
+	const char *engine = "auto";
+	int direct = 0;
+	unsigned int chunk = 0, depth = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$spII:stream", kwlist, &pairs, &engine,
+					 &direct, &chunk, &depth))
+		return NULL;
+	kiln_stream_options so;
+	memset(&so, 0, sizeof(so));
+	so.size = sizeof(so);
+	if (!strcmp(engine, "auto"))
+		so.engine = KILN_ENGINE_AUTO;
+	else if (!strcmp(engine, "uring"))
+		so.engine = KILN_ENGINE_URING;
+	else if (!strcmp(engine, "pread"))
+		so.engine = KILN_ENGINE_PREAD;
+	else
+		return PyErr_Format(PyExc_ValueError,
+				    "engine must be auto, uring or pread, not \"%s\"", engine);
+	so.flags = direct ? KILN_STREAM_DIRECT : 0;
+	so.chunk_size = chunk;
+	so.queue_depth = depth;
+	OwnerObject *o = dir_owner(self);
+	if (!o)
+		return NULL;
+	PyObject *seq = PySequence_Fast(pairs, "pairs must be a sequence of (tensor, buffer)");
+	if (!seq)
+		return NULL;
+	Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), got = 0;
+	PyObject *ret = NULL;
+	uint64_t *idx = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*idx));
+	void **dests = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*dests));
+	Py_buffer *views = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*views));
+	if (!idx || !dests || !views) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *key, *buf;
+		if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "OO:stream pair", &key,
+				      &buf) ||
+		    resolve_index(o, key, &idx[i]) < 0 ||
+		    PyObject_GetBuffer(buf, &views[i], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+			goto out;
+		got = i + 1;
+		const kiln_tensor *t = kiln_model_tensor(o->model, idx[i]);
+		if ((uint64_t)views[i].len < t->byte_length) {
+			PyErr_Format(PyExc_ValueError,
+				     "a buffer of %zd bytes cannot hold tensor %llu (%llu bytes)",
+				     views[i].len, (unsigned long long)local_index(o->model, t),
+				     (unsigned long long)t->byte_length);
+			goto out;
+		}
+		dests[i] = views[i].buf;
+	}
+	kiln_stream_result res;
+	kiln_error err;
+	int rc;
+	memset(&res, 0, sizeof(res));
+	Py_INCREF(o);
+	const kiln_model *m = o->model;
+	/* A series streams through one queue across its files. */
+	Py_BEGIN_ALLOW_THREADS rc =
+	    kiln_stream(m, idx, (size_t)n, (void *const *)dests, &so, &res, &err);
+	Py_END_ALLOW_THREADS Py_DECREF(o);
+	if (rc) {
+		raise_kiln(rc, &err);
+		goto out;
+	}
+	ret = Py_BuildValue("{s:K,s:K,s:K,s:s,s:O,s:i,s:i}", "bytes", (unsigned long long)res.bytes,
+			    "chunks", (unsigned long long)res.chunks, "retries",
+			    (unsigned long long)res.retries, "engine",
+			    res.engine == KILN_ENGINE_URING ? "uring" : "pread", "direct",
+			    res.direct ? Py_True : Py_False, "uring_fallback", res.uring_fallback,
+			    "direct_fallback", res.direct_fallback);
+out:
+	for (Py_ssize_t i = 0; i < got; i++)
+		PyBuffer_Release(&views[i]);
+	PyMem_Free(idx);
+	PyMem_Free(dests);
+	PyMem_Free(views);
+	Py_DECREF(seq);
+	return ret;
+}
+
+static PyObject *dir_get_info(DirObject *self, void *c)
+{
+	(void)c;
+	OwnerObject *o = dir_owner(self);
+	if (!o)
+		return NULL;
+	kiln_model_info in;
+	kiln_file_info first;
+	kiln_model_get_info(o->model, &in);
+	kiln_model_file_info(o->model, 0, &first);
+	/* A series: counts and sizes are totals over the shards, verified once every shard is;
+	 * version, flags and payload_base are the first shard's, source and auto_choice the first
+	 * shard's too, the fallbacks any shard's, direct every shard's. */
+	uint64_t names = 0, payload = 0, directory = 0, block = 0;
+	for (uint32_t s = 0; s < in.files; s++) {
+		kiln_file_info fi;
+		kiln_model_file_info(o->model, s, &fi);
+		names += fi.name_bytes;
+		payload += fi.payload_bytes;
+		directory += fi.directory_bytes;
+		block += fi.size;
+	}
+	const char *src = kiln_source_name(in.source);
+	static const char *const why[] = {"", "cached", "cold", "large", "unmappable", "owned"};
+	const char *choice =
+	    in.auto_choice < sizeof(why) / sizeof(why[0]) ? why[in.auto_choice] : "?";
+	return Py_BuildValue(
+	    "{s:K,s:K,s:K,s:K,s:K,s:K,s:i,s:i,s:O,s:O,s:s,s:i,s:i,s:i,s:I,s:K,s:I,s:s}",
+	    "tensor_count", (unsigned long long)in.tensor_count, "name_bytes",
+	    (unsigned long long)names, "payload_bytes", (unsigned long long)payload,
+	    "directory_bytes", (unsigned long long)directory, "payload_base",
+	    (unsigned long long)first.payload_base, "block_length", (unsigned long long)block,
+	    "version", (int)first.version, "flags", (int)first.flags, "payload_verified",
+	    in.payload_verified ? Py_True : Py_False, "direct", in.direct ? Py_True : Py_False,
+	    "source", src ? src : "unknown", "direct_fallback", (int)in.direct_fallback,
+	    "uring_fallback", (int)in.uring_fallback, "advice_errno", (int)in.advice_errno,
+	    "dio_align", (unsigned int)in.dio_align, "pinned", (unsigned long long)in.pinned,
+	    "shards", (unsigned int)in.files, "auto_choice", choice);
+}
+
+/* A metadata value as Python gives it: int, float, bool, str (bytes when not UTF-8), list. */
+static PyObject *py_value(const kiln_value *v, int depth)
+{
+	switch (v->type) {
+	case KILN_META_U8:
+	case KILN_META_U16:
+	case KILN_META_U32:
+	case KILN_META_U64:
+		return PyLong_FromUnsignedLongLong(v->num.u);
+	case KILN_META_I8:
+	case KILN_META_I16:
+	case KILN_META_I32:
+	case KILN_META_I64:
+		return PyLong_FromLongLong(v->num.i);
+	case KILN_META_F32:
+	case KILN_META_F64:
+		return PyFloat_FromDouble(v->num.f);
+	case KILN_META_BOOL:
+		return PyBool_FromLong((long)v->num.u);
+	case KILN_META_STRING: {
+		if (kiln_utf8_check(v->str, v->str_len) == SIZE_MAX)
+			return PyUnicode_DecodeUTF8(v->str, (Py_ssize_t)v->str_len, "strict");
+		return PyBytes_FromStringAndSize(v->str, (Py_ssize_t)v->str_len);
+	}
+	case KILN_META_ARRAY: {
+		if (depth > 64)
+			return PyErr_Format(PyExc_ValueError, "metadata arrays nested too deep");
+		if (v->count > PY_SSIZE_T_MAX)
+			return PyErr_NoMemory();
+		PyObject *list = PyList_New((Py_ssize_t)v->count);
+		kiln_value_iter it;
+		kiln_value item;
+		kiln_value_iter_init(&it, v);
+		for (Py_ssize_t i = 0; list && kiln_value_next(&it, &item); i++) {
+			PyObject *x = py_value(&item, depth + 1);
+			if (!x) {
+				Py_CLEAR(list);
+				break;
+			}
+			PyList_SET_ITEM(list, i, x);
+		}
+		return list;
+	}
+	default:
+		return PyErr_Format(PyExc_ValueError, "unknown metadata type %u", v->type);
+	}
+}
+
+/* The model's metadata: {key: value} in file order (with_types: {key: (type, value)}). */
+static PyObject *metadata_dict(OwnerObject *o, int with_types)
+{
+	const kiln_meta *e;
+	uint64_t n;
+	kiln_error err;
+	int rc;
+	Py_BEGIN_ALLOW_THREADS rc = kiln_model_metadata(o->model, &e, &n, &err);
+	Py_END_ALLOW_THREADS if (rc) return raise_kiln(rc, &err);
+	PyObject *d = PyDict_New();
+	for (uint64_t i = 0; d && i < n; i++) {
+		PyObject *k =
+		    PyUnicode_DecodeUTF8(e[i].key, (Py_ssize_t)e[i].key_len, "surrogateescape");
+		PyObject *v = k ? py_value(&e[i].value, 0) : NULL;
+		if (v && with_types) {
+			const char *t = kiln_meta_type_name(e[i].value.type);
+			const char *it = kiln_meta_type_name(e[i].value.item_type);
+			PyObject *tv = e[i].value.type == KILN_META_ARRAY
+					   ? PyUnicode_FromFormat("arr:%s", it ? it : "?")
+					   : PyUnicode_FromString(t ? t : "?");
+			PyObject *pair = tv ? PyTuple_Pack(2, tv, v) : NULL;
+			Py_XDECREF(tv);
+			Py_DECREF(v);
+			v = pair;
+		}
+		if (!v || PyDict_SetItem(d, k, v) != 0)
+			Py_CLEAR(d);
+		Py_XDECREF(k);
+		Py_XDECREF(v);
+	}
+	return d;
+}
+
+static PyObject *dir_metadata(DirObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"types", NULL};
+	int types = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|$p:metadata", kwlist, &types))
+		return NULL;
+	OwnerObject *o = dir_owner(self);
+	return o ? metadata_dict(o, types) : NULL;
+}
+
+static PyObject *dir_get_format(DirObject *self, void *c)
+{
+	(void)c;
+	OwnerObject *o = dir_owner(self);
+	if (!o)
+		return NULL;
+	kiln_model_info in;
+	kiln_model_get_info(o->model, &in);
+	return PyUnicode_FromString(kiln_format_name(in.format));
+}
+
+static PyObject *dir_get_paths(DirObject *self, void *c)
+{
+	(void)c;
+	OwnerObject *o = dir_owner(self);
+	if (!o)
+		return NULL;
+	uint32_t n = kiln_model_files(o->model);
+	PyObject *list = PyList_New(n);
+	for (uint32_t s = 0; list && s < n; s++) {
+		kiln_file_info fi;
+		kiln_model_file_info(o->model, s, &fi);
+		PyObject *p = fi.path ? PyUnicode_DecodeFSDefault(fi.path) : Py_NewRef(Py_None);
+		if (!p) {
+			Py_CLEAR(list);
+			break;
+		}
+		PyList_SET_ITEM(list, s, p);
+	}
+	return list;
+}
+
+static PyObject *dir_get_closed(DirObject *self, void *c)
+{
+	(void)c;
+	return PyBool_FromLong(self->owner == NULL);
+}
+
+static PyGetSetDef dir_getset[] = {
+    {"info", (getter)dir_get_info, NULL,
+     "Header fields, sizes and how the bytes were loaded. For a series (shards > 1) counts and\n"
+     "sizes are totals and the other fields are the first shard's.",
+     NULL},
+    {"paths", (getter)dir_get_paths, NULL, "The files open: one, or every shard of a series.",
+     NULL},
+    {"closed", (getter)dir_get_closed, NULL, "True after close().", NULL},
+    {"format", (getter)dir_get_format, NULL, "\"klnt\", \"safetensors\" or \"gguf\".", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyMethodDef dir_methods[] = {
+    {"keys", (PyCFunction)dir_keys, METH_NOARGS, "Names of the named tensors, in file order."},
+    {"metadata", (PyCFunction)(void (*)(void))dir_metadata, METH_VARARGS | METH_KEYWORDS,
+     "metadata(*, types=False) -> dict\n"
+     "What the model says besides its tensors, in file order: GGUF key/values as int, float,\n"
+     "bool, str (bytes when not UTF-8) and list; safetensors __metadata__ (str); a KLNT file's\n"
+     "kiln.metadata document. types=True gives (type, value) pairs, type as GGUF names it\n"
+     "(\"u32\", \"str\", \"arr:f32\", ...)."},
+    {"verify_payload", (PyCFunction)dir_verify_payload, METH_NOARGS,
+     "Check the bytes between payloads and the 4-bit padding are zero (raises "
+     "FormatTypeError)."},
+    {"hint", (PyCFunction)(void (*)(void))dir_hint, METH_VARARGS | METH_KEYWORDS,
+     "hint(tensors=None, hint=\"willneed\"): advise the kernel about these tensors' pages\n"
+     "(names, indices or Tensors; None: all): willneed, dontneed, cold, pageout. mmap only."},
+    {"stream", (PyCFunction)(void (*)(void))dir_stream, METH_VARARGS | METH_KEYWORDS,
+     "stream(pairs, *, engine=\"auto\", direct=False, chunk_size=0, queue_depth=0) -> dict\n"
+     "Read payloads from the file into caller buffers, many reads in flight, the GIL\n"
+     "released; pairs: (name, index or Tensor, writable buffer of at least nbytes)."},
+    {"close", (PyCFunction)dir_close, METH_NOARGS,
+     "Drop this Dir's hold on the directory. Arrays, tensors and views made from it stay\n"
+     "valid: the directory is closed when the last of them is gone."},
+    {"__enter__", (PyCFunction)dir_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)dir_exit, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL}};
+
+static PySequenceMethods dir_as_sequence = {
+    .sq_length = (lenfunc)dir_len,
+    .sq_item = (ssizeargfunc)dir_item,
+    .sq_contains = (objobjproc)dir_contains,
+};
+
+static PyMappingMethods dir_as_mapping = {
+    .mp_length = (lenfunc)dir_len,
+    .mp_subscript = (binaryfunc)dir_subscript,
+};
+
+static PyObject *dir_repr(DirObject *self)
+{
+	if (!self->owner)
+		return PyUnicode_FromString("<kiln.Dir closed>");
+	kiln_model_info in;
+	kiln_model_get_info(self->owner->model, &in);
+	const char *src = kiln_source_name(in.source);
+	if (in.files > 1)
+		return PyUnicode_FromFormat("<kiln.Dir %llu tensors in %u shards, %s>",
+					    (unsigned long long)in.tensor_count,
+					    (unsigned int)in.files, src ? src : "unknown");
+	return PyUnicode_FromFormat("<kiln.Dir %llu tensors, %llu bytes, %s>",
+				    (unsigned long long)in.tensor_count,
+				    (unsigned long long)in.bytes, src ? src : "unknown");
+}
+
+PyTypeObject DirType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kiln.Dir",
+    .tp_basicsize = sizeof(DirObject),
+    .tp_dealloc = (destructor)dir_dealloc,
+    .tp_repr = (reprfunc)dir_repr,
+    .tp_as_sequence = &dir_as_sequence,
+    .tp_as_mapping = &dir_as_mapping,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "An open, validated KLNT directory: len(), iteration, [index] and [name] give "
+	      "Tensor views.",
+    .tp_methods = dir_methods,
+    .tp_getset = dir_getset,
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * Module functions
+ * ------------------------------------------------------------------------------------------- */
+
+PyObject *mod_open(PyObject *mod, PyObject *args, PyObject *kw)
+{
+	(void)mod;
+	static char *kwlist[] = {"path",   "source",        "direct",  "populate",
+				 "verify", "copy_on_write", "threads", "format",
+				 "align",  "one_file",      NULL};
+	PyObject *path = NULL;
+	const char *source = "mmap", *format = "auto";
+	int direct = 0, populate = 0, verify = 0, cow = 1, align = 0, one_file = 0;
+	unsigned int threads = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|$sppppIspp:open", kwlist,
+					 PyUnicode_FSConverter, &path, &source, &direct, &populate,
+					 &verify, &cow, &threads, &format, &align, &one_file))
+		return NULL;
+	kiln_open_options opts;
+	memset(&opts, 0, sizeof(opts));
+	opts.size = sizeof(opts);
+	if (!strcmp(source, "mmap"))
+		opts.source = KILN_SOURCE_MMAP;
+	else if (!strcmp(source, "read"))
+		opts.source = KILN_SOURCE_READ;
+	else if (!strcmp(source, "uring"))
+		opts.source = KILN_SOURCE_URING;
+	else if (!strcmp(source, "auto"))
+		opts.source = KILN_SOURCE_AUTO;
+	else {
+		Py_DECREF(path);
+		return PyErr_Format(PyExc_ValueError,
+				    "source must be \"mmap\", \"read\", \"uring\" or \"auto\", not "
+				    "\"%s\"",
+				    source);
+	}
+	opts.threads = threads; /* kiln checks the limit (INVAL past 64) */
+	if (direct)
+		opts.flags |= KILN_OPEN_DIRECT;
+	if (populate)
+		opts.flags |= KILN_OPEN_POPULATE;
+	if (verify)
+		opts.flags |= KILN_OPEN_VERIFY_PAYLOAD;
+	/* Any DLPack consumer may write (torch has no read-only tensors): a copy-on-write mapping
+	 * turns such a write into a private copy of the page instead of SIGSEGV. Reading costs
+	 * the same; numpy arrays stay read-only regardless. */
+	if (cow && opts.source == KILN_SOURCE_MMAP)
+		opts.flags |= KILN_OPEN_PRIVATE;
+
+	/* Any format (KLNT, safetensors, GGUF) unless the caller names one: a file of another
+	 * format is then a FrameError naming what it is. */
+	unsigned f = 0;
+	while (f <= KILN_FORMAT_SAFETENSORS && strcmp(format, kiln_format_name(f)))
+		f++;
+	if (f > KILN_FORMAT_SAFETENSORS) {
+		Py_DECREF(path);
+		return PyErr_Format(PyExc_ValueError,
+				    "format must be \"auto\", \"klnt\", \"gguf\" or "
+				    "\"safetensors\", not \"%s\"",
+				    format);
+	}
+	opts.format = f;
+	if (align)
+		opts.flags |= KILN_OPEN_ALIGN;
+	if (one_file)
+		opts.flags |= KILN_OPEN_ONE_FILE;
+
+	OwnerObject *owner = PyObject_New(OwnerObject, &OwnerType);
+	DirObject *d = owner ? PyObject_New(DirObject, &DirType) : NULL;
+	if (!d) {
+		if (owner) {
+			owner->model = NULL;
+			owner->holding = 0;
+			Py_DECREF(owner);
+		}
+		Py_DECREF(path);
+		return NULL;
+	}
+	owner->model = NULL;
+	owner->holding = 0;
+	owner->writable = 0;
+	d->owner = owner;
+	kiln_error err;
+	int rc;
+	const char *p = PyBytes_AS_STRING(path);
+	kiln_model *model = NULL;
+	/* A shard name opens the whole series (the library finds its siblings beside it). */
+	Py_BEGIN_ALLOW_THREADS rc = kiln_model_open(p, &opts, &model, &err);
+	Py_END_ALLOW_THREADS Py_DECREF(path);
+	if (rc) {
+		Py_DECREF(d);
+		return raise_kiln(rc, &err);
+	}
+	owner->model = model;
+	owner->writable = (cow && opts.source == KILN_SOURCE_MMAP) ||
+			  opts.source == KILN_SOURCE_READ || opts.source == KILN_SOURCE_URING;
+	return (PyObject *)d;
+}
+
+/* parse(data): a Dir over the bytes of one file (any format) held in memory: kiln_model_parse,
+ * every check of an open; the views point into `data`, which the Dir keeps. */
+PyObject *mod_parse(PyObject *mod, PyObject *data)
+{
+	(void)mod;
+	OwnerObject *owner = PyObject_New(OwnerObject, &OwnerType);
+	DirObject *d = owner ? PyObject_New(DirObject, &DirType) : NULL;
+	if (!d) {
+		if (owner) {
+			owner->model = NULL;
+			owner->holding = 0;
+			Py_DECREF(owner);
+		}
+		return NULL;
+	}
+	owner->model = NULL;
+	owner->holding = 0;
+	owner->writable = 0;
+	d->owner = owner;
+	if (PyObject_GetBuffer(data, &owner->held, PyBUF_C_CONTIGUOUS) < 0) {
+		Py_DECREF(d);
+		return NULL;
+	}
+	owner->holding = 1;
+	kiln_error err;
+	kiln_model *model = NULL;
+	int rc;
+	Py_BEGIN_ALLOW_THREADS rc =
+	    kiln_model_parse(owner->held.buf, (size_t)owner->held.len, NULL, &model, &err);
+	Py_END_ALLOW_THREADS if (rc)
+	{
+		Py_DECREF(d);
+		return raise_kiln(rc, &err);
+	}
+	owner->model = model;
+	return (PyObject *)d;
+}
