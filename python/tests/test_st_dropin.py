@@ -420,3 +420,23 @@ def test_serialize_file_releases_the_gil(tmp_path):
     with open(tmp_path / "big.safetensors", "rb") as f:
         n = int.from_bytes(f.read(8), "little")
     assert os.path.getsize(tmp_path / "big.safetensors") == 8 + n + big.nbytes
+
+
+SAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests",
+                       "samples")
+
+
+def test_gguf_and_one_shard_open_as_one_file():
+    with st.safe_open(os.path.join(SAMPLES, "tiny-llama.gguf"), "np") as f:
+        meta = f.metadata()
+        assert meta["general.architecture"] == "llama"
+        assert meta["llama.context_length"] == "256"  # typed values as JSON text
+        assert f.keys()
+    # A shard of a sharded checkpoint is one file here, as in safetensors (kiln.open would
+    # open both shards).
+    shard = os.path.join(SAMPLES, "tiny-sharded", "model-00001-of-00002.safetensors")
+    with st.safe_open(shard, "np") as f:
+        one = set(f.keys())
+    with kiln.open(shard) as d:
+        both = set(d.keys())
+    assert one and one < both
