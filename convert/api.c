@@ -86,7 +86,7 @@ static int open_model(const char *const *paths, uint32_t count, uint32_t format,
 		name_source(paths, count, rc, err);
 		return rc;
 	}
-	if (kc_is_input(*m, out))
+	if (kiln_model_has_file(*m, out))
 		rc =
 		    kiln_error_set(err, KILN_INVAL, 0,
 				   "%s: the output is one of the inputs; nothing was written", out);

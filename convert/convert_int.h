@@ -107,9 +107,6 @@ int kc_st_metadata(const kiln_model *m, json_object **out, kiln_error *err);
 
 /* --- writers --------------------------------------------------------------------------------- */
 
-/* Whether `path` names one of the model's files (the same inode): never to be written over. */
-int kc_is_input(const kiln_model *m, const char *path);
-
 int kc_klnt_write(const struct kc_list *l, const char *doc, size_t doc_len, const char *path,
 		  uint64_t max_shard_size, struct kc_progress *p, kiln_convert_result *res,
 		  kiln_error *err);

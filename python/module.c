@@ -78,14 +78,30 @@ static int spec_extra(PyObject *extra, kiln_tensor_spec *s)
 static PyObject *mod_write_file(PyObject *mod, PyObject *args, PyObject *kw)
 {
 	(void)mod;
-	static char *kwlist[] = {"path", "tensors", "sync", NULL};
+	static char *kwlist[] = {"path",     "tensors",  "sync", "max_shard_size",
+				 "metadata", "one_file", NULL};
 	PyObject *path = NULL, *seq_in;
-	int sync = 1;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O|$p:write_file", kwlist,
-					 PyUnicode_FSConverter, &path, &seq_in, &sync))
+	int sync = 1, one_file = 0;
+	unsigned long long max_shard = 0;
+	Py_buffer meta = {0};
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O|$pKz*p:write_file", kwlist,
+					 PyUnicode_FSConverter, &path, &seq_in, &sync, &max_shard,
+					 &meta, &one_file))
 		return NULL;
+	if (one_file && (meta.buf || max_shard)) {
+		if (meta.buf)
+			PyBuffer_Release(&meta);
+		Py_DECREF(path);
+		PyErr_SetString(
+		    PyExc_ValueError,
+		    "one_file=True writes the tensors given, as one file: no metadata= or "
+		    "max_shard_size= (pass the document as a tensor)");
+		return NULL;
+	}
 	PyObject *seq = PySequence_Fast(seq_in, "tensors must be a sequence");
 	if (!seq) {
+		if (meta.buf)
+			PyBuffer_Release(&meta);
 		Py_DECREF(path);
 		return NULL;
 	}
@@ -160,10 +176,25 @@ static PyObject *mod_write_file(PyObject *mod, PyObject *args, PyObject *kw)
 	kiln_error err;
 	int rc;
 	const char *p = PyBytes_AS_STRING(path);
-	uint32_t flags = sync ? 0 : KILN_WRITE_NO_SYNC;
-	Py_BEGIN_ALLOW_THREADS rc = kiln_write_file(p, specs, (uint32_t)n, flags, &err);
+	kiln_series_options o = {.size = sizeof(o),
+				 .flags = sync ? 0 : KILN_WRITE_NO_SYNC,
+				 .max_shard_size = max_shard,
+				 .metadata = meta.buf,
+				 .metadata_len = meta.buf ? (size_t)meta.len : 0};
+	kiln_series_result *res = PyMem_Malloc(sizeof(*res));
+	if (!res) {
+		PyErr_NoMemory();
+		goto free;
+	}
+	Py_BEGIN_ALLOW_THREADS if (one_file)
+	{
+		rc = kiln_write_file(p, specs, (uint32_t)n, o.flags, &err);
+		snprintf(res->first, sizeof(res->first), "%s", p);
+	}
+	else rc = kiln_write_series(p, specs, (uint64_t)n, &o, res, &err);
 	Py_END_ALLOW_THREADS if (rc) raise_kiln(rc, &err);
-	else result = Py_NewRef(Py_None);
+	else result = PyUnicode_DecodeFSDefault(res->first);
+	PyMem_Free(res);
 free:
 	release_buffers(bufs, got);
 	PyMem_Free(specs);
@@ -350,9 +381,15 @@ static PyMethodDef module_methods[] = {
      "private copy, never the file; False maps read-only shared, where such a write is a\n"
      "segmentation fault. Raises a kiln.Error subclass."},
     {"write_file", (PyCFunction)(void (*)(void))mod_write_file, METH_VARARGS | METH_KEYWORDS,
-     "write_file(path, tensors, *, sync=True): write a canonical KLNT file; tensors is a\n"
-     "sequence of (name or None, dtype name or code, shape, buffer[, fields]), fields a dict\n"
-     "of layout, block_size, quant_scheme, quant_axis, group_size, scale_index, outer_index."},
+     "write_file(path, tensors, *, sync=True, max_shard_size=0, metadata=None) -> str\n\n"
+     "Write canonical KLNT: one file, or a series STEM-0000k-of-0000N.klnt beside path when\n"
+     "the names need more than one file's heap or a shard's payload would pass max_shard_size\n"
+     "(kiln_write_series). tensors: a sequence of (name or None, dtype name or code, shape,\n"
+     "buffer[, fields]), fields a dict of layout, block_size, quant_scheme, quant_axis,\n"
+     "group_size, scale_index, outer_index. metadata: the converters' document (bytes), written\n"
+     "as kiln.metadata last in the first file. one_file=True writes exactly `path` as one\n"
+     "file (kiln_write_file: a shard written by hand, its name not checked). Returns the path\n"
+     "of the (first) file."},
     {"dtype_bits", (PyCFunction)mod_dtype_bits, METH_O, "Bits per element of a dtype name."},
     {"parse", (PyCFunction)mod_parse, METH_O,
      "parse(data) -> Dir\n\nValidate and index one file held in memory (bytes or any buffer): "

@@ -785,6 +785,22 @@ int kiln_model_file_info(const kiln_model *m, uint32_t file, kiln_file_info *inf
 	return 0;
 }
 
+int kiln_model_has_file(const kiln_model *m, const char *path)
+{
+	struct stat a, b;
+	if (!m || !path || stat(path, &a) != 0)
+		return 0;
+	for (uint32_t i = 0; i < m->nfiles; i++) {
+		const struct kiln__file *f = &m->files[i];
+		/* The open descriptor where there is one: the file itself, whatever its name now.
+		 */
+		int same = f->fd >= 0 ? !fstat(f->fd, &b) : f->path && !stat(f->path, &b);
+		if (same && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+			return 1;
+	}
+	return 0;
+}
+
 uint32_t kiln_model_files(const kiln_model *m)
 {
 	return m ? m->nfiles : 0;

@@ -32,9 +32,9 @@ extern "C" {
 #endif
 
 #define KILN_VERSION_MAJOR  0
-#define KILN_VERSION_MINOR  2
+#define KILN_VERSION_MINOR  3
 #define KILN_VERSION_PATCH  0
-#define KILN_VERSION_STRING "0.2.0"
+#define KILN_VERSION_STRING "0.3.0"
 /* One number that compares in release order: 0.2.0 is 200. */
 #define KILN_VERSION_NUMBER \
 	(KILN_VERSION_MAJOR * 10000 + KILN_VERSION_MINOR * 100 + KILN_VERSION_PATCH)
@@ -549,6 +549,10 @@ KILN_API int kiln_model_file_info(const kiln_model *model, uint32_t file, kiln_f
 
 /* Number of files (shards); 0 for NULL. */
 KILN_API uint32_t kiln_model_files(const kiln_model *model);
+/* Whether `path` is one of the model's files (the same file system object, whatever its name):
+ * what a writer must not replace while it reads the model. 0 for a buffer's model, a NULL or
+ * missing path. */
+KILN_API int kiln_model_has_file(const kiln_model *model, const char *path);
 
 /* Number of tensors in all files. */
 KILN_API uint64_t kiln_model_count(const kiln_model *model);
@@ -1060,6 +1064,53 @@ KILN_API int kiln_write_file(const char *path, const kiln_tensor_spec *tensors, 
  */
 KILN_API int kiln_write_atomic(const char *path, int (*fill)(void *ctx, int fd, kiln_error *err),
 			       void *ctx, uint32_t flags, kiln_error *err);
+
+/*
+ * KLNT output of any size. kiln_write_file() writes one file, whose name heap (16-bit offsets)
+ * holds some 64 KiB of names: 1,400 to 3,500 tensors of usual names. kiln_write_series() writes
+ * `path` as one file when the tensors fit, and otherwise (or when a shard's payload would pass
+ * max_shard_size) a series STEM-00001-of-0000N.klnt beside it (STEM: path without ".klnt"),
+ * which kiln_model_open() of any shard opens whole. The shards are planned before a byte is
+ * written (in the caller's order, each quantization group, a tensor with its scale and outer
+ * tensors, kept in one shard; links are indices in `tensors`), each is proven writable, then
+ * written under a hidden name beside its final one and all are renamed into place at the end:
+ * a failure or an interruption leaves an earlier output of the same path whole. One file is
+ * published as kiln_write_file() publishes. After a successful write, what an earlier write to
+ * `path` left that this one did not replace is removed (a series of another count, `path` itself
+ * when a series was written, a series when one file was): only regular files that open as KLNT,
+ * never a file of opts->keep.
+ *
+ * Tensors are kiln_tensor_spec as kiln_write_file() takes them; `read` gets the tensor's index
+ * in `tensors`. Unnamed tensors can only be written as one file.
+ *
+ * Returns 0; UNSYNCED (everything in place, a directory not synced); INVAL for bad arguments, a
+ * path named like a shard (readers would look for the rest of its series), unnamed tensors that
+ * need a series, an output that would replace a file of opts->keep; LIMIT past 99,999 shards;
+ * the classes of kiln_write_size() for tensors that break a rule (tensor: the index in
+ * `tensors`), and kiln_write_file()'s codes. Nothing is left behind on failure.
+ */
+typedef struct kiln_series_options {
+	uint32_t size;           /* 0 or sizeof(kiln_series_options) */
+	uint32_t flags;          /* enum kiln_write_flags, for every file */
+	uint64_t max_shard_size; /* payload bytes per shard at most (0: as the names allow) */
+	/* The converters' metadata document (docs/convert.md), written as the tensor
+	 * KILN_METADATA_TENSOR, last in the first file; NULL for none (a tensor so named is then
+	 * the caller's). */
+	const void *metadata;
+	size_t metadata_len;
+	/* The files of this model are never replaced or removed (a conversion's sources). */
+	const kiln_model *keep;
+} kiln_series_options;
+
+typedef struct kiln_series_result {
+	uint32_t files;   /* 1, or the shards of the series */
+	uint32_t removed; /* files of an earlier write to the path removed */
+	char first[4096]; /* the path of the (first) file */
+} kiln_series_result;
+
+KILN_API int kiln_write_series(const char *path, const kiln_tensor_spec *tensors, uint64_t count,
+			       const kiln_series_options *opts, kiln_series_result *res,
+			       kiln_error *err);
 
 /* One __metadata__ entry of a safetensors file: UTF-8 key and value (not NUL-terminated). */
 typedef struct kiln_str_pair {

@@ -152,10 +152,10 @@ class safe_open:
     with DLPack ("pt", same memory, copy-on-write: a write changes this process's copy only).
     Arrays outlive the ``with`` block safely. ``filename`` may be any shard of a series: keys(),
     get_tensor() and get_slice() then cover every shard. keys() lists the named tensors,
-    sorted, without the metadata tensor.
+    sorted, without the metadata tensor. ``one_file=True`` opens a shard of a series alone.
     """
 
-    def __init__(self, filename, framework="np", device="cpu"):
+    def __init__(self, filename, framework="np", device="cpu", *, one_file=False):
         fw = {"np": "np", "numpy": "np", "pt": "pt", "torch": "pt", "pytorch": "pt"}.get(framework)
         if fw is None:
             raise ValueError(f"framework must be 'np' or 'pt', not {framework!r}")
@@ -164,7 +164,7 @@ class safe_open:
         self._framework = fw
         # torch needs data aligned for its dtype; safetensors files promise no alignment, so a
         # misaligned tensor gets an aligned copy at open (the others stay zero-copy).
-        self._dir = open(filename, align=(fw == "pt"))
+        self._dir = open(filename, align=(fw == "pt"), one_file=one_file)
 
     def __enter__(self):
         return self
@@ -193,9 +193,10 @@ class safe_open:
         return _Slice(self._dir[name], self._framework)
 
 
-def load_file(filename, framework="np"):
-    """Every named tensor of the file in a dict (name -> array), zero copy."""
-    with safe_open(filename, framework) as f:
+def load_file(filename, framework="np", *, one_file=False):
+    """Every named tensor of the file (or of its whole series) in a dict (name -> array), zero
+    copy. ``one_file=True`` reads a shard of a series alone."""
+    with safe_open(filename, framework, one_file=one_file) as f:
         return {k: f.get_tensor(k) for k in f.keys()}
 
 
@@ -234,13 +235,26 @@ def _metadata_spec(metadata):
     return (METADATA_TENSOR, "u8", (len(raw),), raw)
 
 
-def save_file(tensors, filename, metadata=None):
-    """Write ``tensors`` (name -> numpy array or torch tensor) as a canonical KLNT file.
+def save_file(tensors, filename, metadata=None, *, max_shard_size=None, one_file=False):
+    """Write ``tensors`` (name -> numpy array or torch tensor) as canonical KLNT, of any size.
 
-    The file replaces ``filename`` atomically. ``metadata`` (a dict of str to str, as
-    safetensors' ``__metadata__``) is kept in the converters' metadata document (the last
-    tensor, ``kiln.metadata``): ``safe_open().metadata()`` returns it and ``klnt export --to
-    safetensors`` writes it as ``__metadata__``. ``None`` writes no document.
+    One file when the tensors fit (a KLNT file's name heap holds some 64 KiB of names, 1,400 to
+    3,500 tensors of usual names) and no shard would pass ``max_shard_size`` (payload bytes);
+    otherwise a series ``STEM-00001-of-0000N.klnt`` beside ``filename`` (STEM: ``filename``
+    without ``.klnt``), which ``load_file``/``safe_open``/``kiln.open`` of any shard give back
+    whole. Returns the path of the (first) file written. The output replaces an earlier one
+    atomically, whatever its form (a series of another count, or the single file); a failure
+    leaves the earlier one whole. A ``filename`` named like a shard is refused (readers would
+    look for the rest of its series).
+
+    ``metadata`` (a dict of str to str, as safetensors' ``__metadata__``) is kept in the
+    converters' metadata document (``kiln.metadata``, the last tensor of the first file):
+    ``safe_open().metadata()`` returns it and ``klnt export --to safetensors`` writes it as
+    ``__metadata__``. ``None`` writes no document.
+
+    ``one_file=True`` writes exactly ``filename`` as one file, whatever its name (a shard of a
+    series written by hand, one per process say; its siblings are the caller's to write), and
+    fails where the names do not fit one file.
     """
     for name in tensors:
         if not isinstance(name, str):
@@ -250,8 +264,16 @@ def save_file(tensors, filename, metadata=None):
         if name == METADATA_TENSOR:
             raise ValueError(f"{METADATA_TENSOR!r} is reserved for the metadata document; "
                              f"pass metadata= instead")
-    meta = None if metadata is None else _metadata_spec(metadata)
+    if max_shard_size is not None and (not isinstance(max_shard_size, int)
+                                       or max_shard_size <= 0):
+        raise ValueError(f"max_shard_size must be a positive number of bytes, not "
+                         f"{max_shard_size!r}")
     specs = [_spec(name, value) for name, value in tensors.items()]
-    if meta:
-        specs.append(meta)
-    write_file(filename, specs)
+    if one_file:
+        if max_shard_size is not None:
+            raise ValueError("one_file=True writes one file: max_shard_size does not apply")
+        if metadata is not None:
+            specs.append(_metadata_spec(metadata))
+        return write_file(filename, specs, one_file=True)
+    doc = None if metadata is None else _metadata_spec(metadata)[3]
+    return write_file(filename, specs, max_shard_size=max_shard_size or 0, metadata=doc)

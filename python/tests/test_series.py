@@ -30,7 +30,7 @@ def series(tmp_path):
     """The metadata document in the first shard, as the converters place it."""
     for no, tensors in SHARDS.items():
         kiln.save_file(tensors, shard_path(str(tmp_path), no),
-                       metadata=META if no == 1 else None)
+                       metadata=META if no == 1 else None, one_file=True)
     return str(tmp_path)
 
 
@@ -62,7 +62,8 @@ def test_metadata_in_a_later_shard(tmp_path):
     """metadata() comes from whichever shard holds the document."""
     d = str(tmp_path)
     for no, tensors in SHARDS.items():
-        kiln.save_file(tensors, shard_path(d, no), metadata=META if no == 3 else None)
+        kiln.save_file(tensors, shard_path(d, no), metadata=META if no == 3 else None,
+                       one_file=True)
     with kiln.safe_open(shard_path(d, 1), "np") as f:
         assert f.metadata() == META and f.keys() == sorted(ALL)
 
@@ -116,8 +117,8 @@ def test_missing_shard(series):
 
 def test_name_in_two_shards(tmp_path):
     d = str(tmp_path)
-    kiln.save_file({"a": np.zeros(1)}, shard_path(d, 1, 2))
-    kiln.save_file({"a": np.ones(1)}, shard_path(d, 2, 2))
+    kiln.save_file({"a": np.zeros(1)}, shard_path(d, 1, 2), one_file=True)
+    kiln.save_file({"a": np.ones(1)}, shard_path(d, 2, 2), one_file=True)
     with pytest.raises(kiln.FormatTypeError):
         kiln.open(shard_path(d, 2, 2))
 
@@ -143,3 +144,34 @@ def test_series_in_torch(series):
         assert torch.equal(got[k], torch.from_numpy(v))
     got["head"].fill_(0)  # every shard is mapped copy-on-write
     assert open(shard_path(series, 3), "rb").read() == before
+
+
+def test_save_file_of_any_size_writes_a_series(tmp_path):
+    # 5,000 tensors of 40-byte names need some 200 KiB of name heap: several files.
+    sd = {f"model.layers.{i:04d}.mlp.experts.down_proj.w": np.full(2, i, np.int32)
+          for i in range(5000)}
+    first = kiln.save_file(sd, tmp_path / "big.klnt", metadata={"k": "v"})
+    files = sorted(os.listdir(tmp_path))
+    assert len(files) > 1 and first == str(tmp_path / files[0])
+    assert files[0] == f"big-00001-of-{len(files):05d}.klnt"
+    back = kiln.load_file(first)
+    assert list(back) == sorted(sd) and all((back[k] == v).all() for k, v in sd.items())
+    with kiln.safe_open(tmp_path / files[-1]) as f:  # any shard opens the whole
+        assert len(f.keys()) == 5000 and f.metadata() == {"k": "v"}
+    # One shard alone only when asked, never silently.
+    one = kiln.load_file(first, one_file=True)
+    assert 0 < len(one) < 5000
+    # Written again small, the series is replaced by the single file.
+    assert kiln.save_file({"x": np.zeros(1)}, tmp_path / "big.klnt") == str(tmp_path / "big.klnt")
+    assert os.listdir(tmp_path) == ["big.klnt"]
+
+
+def test_save_file_max_shard_size_and_refusals(tmp_path):
+    sd = {f"t{i}": np.zeros(16, np.float32) for i in range(6)}  # 64 bytes each
+    first = kiln.save_file(sd, tmp_path / "m.klnt", max_shard_size=128)
+    assert first.endswith("m-00001-of-00003.klnt") and len(os.listdir(tmp_path)) == 3
+    assert sorted(kiln.load_file(first)) == sorted(sd)
+    with pytest.raises(kiln.Error, match="named like shard 1 of 2"):
+        kiln.save_file(sd, tmp_path / "x-00001-of-00002.klnt")
+    with pytest.raises(ValueError, match="max_shard_size"):
+        kiln.save_file(sd, tmp_path / "y.klnt", max_shard_size=0)
