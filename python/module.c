@@ -6,6 +6,31 @@
 #define KILN_PY_IMPORT_NUMPY
 #include "kiln_py.h"
 
+/* A tensor's shape (any sequence of non-negative ints, at most KILN_MAX_RANK) into s; -1 with
+ * the exception set. */
+static int shape_of(PyObject *shape, kiln_tensor_spec *s)
+{
+	PyObject *sh = PySequence_Fast(shape, "shape must be a sequence");
+	if (!sh)
+		return -1;
+	Py_ssize_t rank = PySequence_Fast_GET_SIZE(sh);
+	int rc = 0;
+	if (rank > KILN_MAX_RANK) {
+		PyErr_Format(PyExc_ValueError, "rank %zd is more than %d", rank, KILN_MAX_RANK);
+		rc = -1;
+	}
+	for (Py_ssize_t k = 0; !rc && k < rank; k++) {
+		unsigned long long v = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(sh, k));
+		if (v == (unsigned long long)-1 && PyErr_Occurred())
+			rc = -1;
+		s->shape[k] = v;
+	}
+	if (!rc)
+		s->rank = (uint8_t)rank;
+	Py_DECREF(sh);
+	return rc;
+}
+
 static void release_buffers(Py_buffer *bufs, Py_ssize_t n)
 {
 	for (Py_ssize_t i = 0; i < n; i++)
@@ -146,27 +171,8 @@ static PyObject *mod_write_file(PyObject *mod, PyObject *args, PyObject *kw)
 			PyErr_Format(PyExc_ValueError, "unknown dtype %R", dtype);
 			goto free;
 		}
-		PyObject *sh = PySequence_Fast(shape, "shape must be a sequence");
-		if (!sh)
+		if (shape_of(shape, s) < 0)
 			goto free;
-		Py_ssize_t rank = PySequence_Fast_GET_SIZE(sh);
-		if (rank > KILN_MAX_RANK) {
-			Py_DECREF(sh);
-			PyErr_Format(PyExc_ValueError, "rank %zd is more than %d", rank,
-				     KILN_MAX_RANK);
-			goto free;
-		}
-		s->rank = (uint8_t)rank;
-		for (Py_ssize_t k = 0; k < rank; k++) {
-			unsigned long long v =
-			    PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(sh, k));
-			if (v == (unsigned long long)-1 && PyErr_Occurred()) {
-				Py_DECREF(sh);
-				goto free;
-			}
-			s->shape[k] = v;
-		}
-		Py_DECREF(sh);
 		if (PyObject_GetBuffer(data, &bufs[i], PyBUF_C_CONTIGUOUS) < 0)
 			goto free;
 		got = i + 1;
@@ -280,27 +286,8 @@ static PyObject *mod_write_safetensors(PyObject *mod, PyObject *args, PyObject *
 			sp->layout = dn;
 			sp->layout_len = (size_t)dl;
 		}
-		PyObject *sh = PySequence_Fast(shape, "shape must be a sequence");
-		if (!sh)
+		if (shape_of(shape, sp) < 0)
 			goto out;
-		Py_ssize_t rank = PySequence_Fast_GET_SIZE(sh);
-		if (rank > KILN_MAX_RANK) {
-			Py_DECREF(sh);
-			PyErr_Format(PyExc_ValueError, "rank %zd is more than %d", rank,
-				     KILN_MAX_RANK);
-			goto out;
-		}
-		sp->rank = (uint8_t)rank;
-		for (Py_ssize_t k = 0; k < rank; k++) {
-			unsigned long long v =
-			    PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(sh, k));
-			if (v == (unsigned long long)-1 && PyErr_Occurred()) {
-				Py_DECREF(sh);
-				goto out;
-			}
-			sp->shape[k] = v;
-		}
-		Py_DECREF(sh);
 		sp->data = (const void *)(uintptr_t)ptr;
 		sp->byte_length = len;
 		if (len && !ptr) {

@@ -28,15 +28,7 @@ import torch
 
 from kiln.safetensors import safe_open
 from kiln.safetensors.torch import load_file, save_file
-
-
-def drop_cache(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+from load import drop_cache  # python/bench/load.py, beside this script
 
 
 def touch(tensors):

@@ -107,6 +107,21 @@ def test_torch_save_matches_numpy_bytes_and_bf16_bool():
     assert torch.equal(back["b"], t["b"]) and torch.equal(back["x"], t["x"])
 
 
+@pytest.mark.skipif(not hasattr(torch, "float8_e4m3fn"),
+                    reason=f"torch {torch.__version__} has no float8 types (2.1+)")
+def test_float8_round_trip(tmp_path):
+    t = {"a": torch.tensor([-0.5, 0.5]).to(torch.float8_e4m3fn),
+         "b": torch.tensor([-0.5, 0.5]).to(torch.float8_e5m2)}
+    p = tmp_path / "f8.safetensors"
+    stpt.save_file(t, p)
+    with st.safe_open(p, "pt") as f:
+        assert [f.get_slice(k).get_dtype() for k in ("a", "b")] == ["F8_E4M3", "F8_E5M2"]
+    back = stpt.load_file(p)
+    for k in t:
+        assert back[k].dtype == t[k].dtype
+        assert torch.equal(back[k].view(torch.uint8), t[k].view(torch.uint8))
+
+
 def test_metadata_none_empty_and_given(tmp_path):
     p = tmp_path / "m.safetensors"
     stnp.save_file({"a": np.zeros(1)}, p)

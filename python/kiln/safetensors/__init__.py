@@ -214,12 +214,15 @@ def serialize(tensor_dict, metadata=None):
 
 
 def _path(arg, filename):
+    """A path argument as safetensors takes one (str or PathLike of str); arg None: a message
+    without safetensors' "argument" prefix."""
     if isinstance(filename, (bytes, bytearray)):
         raise _not_instance(arg, filename, "str")
     try:
         p = _os.fspath(filename)
     except TypeError:
-        raise TypeError(f"argument '{arg}': expected str, bytes or os.PathLike object, not "
+        prefix = f"argument '{arg}': " if arg else ""
+        raise TypeError(f"{prefix}expected str, bytes or os.PathLike object, not "
                         f"{_qual(filename)}") from None
     if not isinstance(p, str):
         raise _not_instance(arg, p, "str")

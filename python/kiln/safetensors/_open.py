@@ -4,7 +4,6 @@ model of one file (kiln.open(one_file=True)), with safetensors' argument rules, 
 slicing semantics."""
 
 import json as _json
-import os as _os
 
 from .. import METADATA_TENSOR as _METADATA_TENSOR
 from .. import _kiln
@@ -212,15 +211,7 @@ class _safe_open_handle(_Open):  # noqa: N801 (safetensors' name)
     def __init__(self, f, framework, device="cpu", *, backend="mmap"):
         self._dir = None
         getattr(f, "fileno")  # as safetensors: a handle with no descriptor is refused here
-        name = f.name
-        if isinstance(name, (bytes, bytearray)):
-            raise _not_instance(None, name, "str")
-        try:
-            path = _os.fspath(name)
-        except TypeError:
-            raise TypeError(f"expected str, bytes or os.PathLike object, not "
-                            f"{type(name).__qualname__}") from None
-        self._start(path, framework, device, backend)
+        self._start(_path(None, f.name), framework, device, backend)
 
 
 def _numpy_of(t, code):
