@@ -726,7 +726,8 @@ PyObject *mod_open(PyObject *mod, PyObject *args, PyObject *kw)
 }
 
 /* parse(data): a Dir over the bytes of one file (any format) held in memory: kiln_model_parse,
- * every check of an open; the views point into `data`, which the Dir keeps. */
+ * every check of an open; the views point into `data`, which the Dir keeps (a writable buffer
+ * changed afterwards changes what the views see: the checks were made at parse time). */
 PyObject *mod_parse(PyObject *mod, PyObject *data)
 {
 	(void)mod;
@@ -752,10 +753,16 @@ PyObject *mod_parse(PyObject *mod, PyObject *data)
 	kiln_error err;
 	kiln_model *model = NULL;
 	int rc;
-	Py_BEGIN_ALLOW_THREADS rc =
-	    kiln_model_parse(owner->held.buf, (size_t)owner->held.len, NULL, &model, &err);
-	Py_END_ALLOW_THREADS if (rc)
-	{
+	/* Bytes nobody can change (bytes, read-only views) are validated with the GIL released;
+	 * a writable buffer keeps it, so no Python thread changes the bytes under the checks. */
+	if (owner->held.readonly) {
+		Py_BEGIN_ALLOW_THREADS rc =
+		    kiln_model_parse(owner->held.buf, (size_t)owner->held.len, NULL, &model, &err);
+		Py_END_ALLOW_THREADS
+	} else {
+		rc = kiln_model_parse(owner->held.buf, (size_t)owner->held.len, NULL, &model, &err);
+	}
+	if (rc) {
 		Py_DECREF(d);
 		return raise_kiln(rc, &err);
 	}

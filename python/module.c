@@ -114,8 +114,7 @@ static PyObject *mod_write_file(PyObject *mod, PyObject *args, PyObject *kw)
 					 &meta, &one_file))
 		return NULL;
 	if (one_file && (meta.buf || max_shard)) {
-		if (meta.buf)
-			PyBuffer_Release(&meta);
+		PyBuffer_Release(&meta);
 		Py_DECREF(path);
 		PyErr_SetString(
 		    PyExc_ValueError,
@@ -123,10 +122,13 @@ static PyObject *mod_write_file(PyObject *mod, PyObject *args, PyObject *kw)
 		    "max_shard_size= (pass the document as a tensor)");
 		return NULL;
 	}
-	PyObject *seq = PySequence_Fast(seq_in, "tensors must be a sequence");
+	/* A tuple of its own: the names borrowed below stay alive whatever the caller's list does
+	 * (another thread may change it while the GIL is released). */
+	PyObject *seq = PySequence_Check(seq_in) ? PySequence_Tuple(seq_in) : NULL;
+	if (!seq && !PyErr_Occurred())
+		PyErr_SetString(PyExc_TypeError, "tensors must be a sequence");
 	if (!seq) {
-		if (meta.buf)
-			PyBuffer_Release(&meta);
+		PyBuffer_Release(&meta);
 		Py_DECREF(path);
 		return NULL;
 	}
@@ -206,6 +208,7 @@ free:
 	PyMem_Free(specs);
 	PyMem_Free(bufs);
 out:
+	PyBuffer_Release(&meta); /* a no-op when no metadata was given */
 	Py_DECREF(seq);
 	Py_DECREF(path);
 	return result;
@@ -229,7 +232,10 @@ static PyObject *mod_write_safetensors(PyObject *mod, PyObject *args, PyObject *
 		return NULL;
 	if (path_in != Py_None && !PyUnicode_FSConverter(path_in, &path))
 		return NULL;
-	PyObject *seq = PySequence_Fast(seq_in, "tensors must be a sequence"), *result = NULL;
+	/* A tuple of its own, as in write_file. */
+	PyObject *seq = PySequence_Check(seq_in) ? PySequence_Tuple(seq_in) : NULL, *result = NULL;
+	if (!seq && !PyErr_Occurred())
+		PyErr_SetString(PyExc_TypeError, "tensors must be a sequence");
 	PyObject *items = NULL;
 	kiln_tensor_spec *specs = NULL;
 	kiln_str_pair *pairs = NULL;

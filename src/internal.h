@@ -117,6 +117,8 @@ void kiln__error_file(kiln_error *err, uint32_t file);
 int kiln__produce(const kiln_tensor_spec *t, uint32_t i, uint64_t off, void *dst, size_t len,
 		  kiln_error *err);
 int kiln__write_all(int fd, const void *buf, size_t len);
+/* A hidden file name nobody can predict: ".kiln-tmp." and 64 random bits in hex. */
+void kiln__random_name(char *out, size_t cap);
 
 /* RFC 3629 well-formedness; returns the offset of the first bad byte or SIZE_MAX when valid. */
 size_t kiln__utf8_check(const uint8_t *s, size_t len);

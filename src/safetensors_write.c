@@ -52,7 +52,7 @@ static int by_key(const void *a, const void *b)
 	const kiln_str_pair *x = *(const kiln_str_pair *const *)a,
 			    *y = *(const kiln_str_pair *const *)b;
 	size_t n = x->key_len < y->key_len ? x->key_len : y->key_len;
-	int c = memcmp(x->key, y->key, n);
+	int c = n ? memcmp(x->key, y->key, n) : 0;
 	return c ? c : (x->key_len > y->key_len) - (x->key_len < y->key_len);
 }
 
@@ -65,6 +65,8 @@ struct out {
 
 static void put(struct out *o, const char *s, size_t n)
 {
+	if (!n)
+		return; /* s may be NULL then (an empty metadata key or value) */
 	if (o->buf)
 		memcpy(o->buf + o->len, s, n);
 	o->len += n;
@@ -86,6 +88,10 @@ static void put_str(struct out *o, const char *s, size_t n)
 {
 	static const char hex[] = "0123456789abcdef";
 	put(o, "\"", 1);
+	if (!n) {
+		put(o, "\"", 1);
+		return;
+	}
 	size_t run = 0;
 	for (size_t i = 0; i < n; i++) {
 		uint8_t c = (uint8_t)s[i];

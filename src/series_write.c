@@ -42,8 +42,12 @@ struct shard {
 	uint32_t first, n; /* a run of plan.order */
 	uint64_t names;    /* heap bytes of the tensor names (the metadata name included) */
 	uint64_t layouts;  /* heap bytes of the layout names */
-	uint32_t last_name, last_layout; /* lengths of the last heap slices of each kind */
-	uint64_t payload;                /* aligned payload bytes */
+	/* The last heap slice of each kind is the one of the shard's highest-indexed tensor that
+	 * has one (a shard is written in the caller's order, and a group may pull a later tensor
+	 * in): its index (KILN_NONE32: none yet) and length. */
+	uint32_t name_at, layout_at;
+	uint32_t last_name, last_layout;
+	uint64_t payload; /* aligned payload bytes */
 };
 
 struct plan {
@@ -80,16 +84,41 @@ static int heap_fits(const struct shard *s, int meta_last)
 	return !s->layouts || s->names + s->layouts - s->last_layout < NAME_LIMIT;
 }
 
-static void shard_add(struct shard *s, const kiln_tensor_spec *t, int meta_last)
+/* The payload bytes of t as the writer will count them: byte_length, or for a plain dtype given
+ * 0, the length its shape computes (the writer checks the rest). */
+static uint64_t payload_of(const kiln_tensor_spec *t)
 {
-	s->names += t->name ? t->name_len : 0;
-	if (!meta_last)
-		s->last_name = (uint32_t)(t->name ? t->name_len : 0);
+	uint64_t count, bytes;
+	unsigned bits = kiln_dtype_bits(t->dtype);
+	if (t->byte_length || !bits || t->rank > KILN_MAX_RANK ||
+	    kiln__element_count(t->shape, t->rank, &count) ||
+	    kiln__payload_bytes(count, bits, &bytes))
+		return t->byte_length;
+	return bytes;
+}
+
+static void shard_add(struct shard *s, const kiln_tensor_spec *t, uint32_t i, int meta_last)
+{
+	if (t->name && t->name_len) {
+		s->names += t->name_len;
+		if (!meta_last && (s->name_at == KILN_NONE32 || i > s->name_at)) {
+			s->name_at = i;
+			s->last_name = (uint32_t)t->name_len;
+		}
+	}
 	if (t->layout && t->layout_len) {
 		s->layouts += t->layout_len;
-		s->last_layout = (uint32_t)t->layout_len;
+		if (s->layout_at == KILN_NONE32 || i > s->layout_at) {
+			s->layout_at = i;
+			s->last_layout = (uint32_t)t->layout_len;
+		}
 	}
-	s->payload = sat_add(s->payload, align64_sat(t->byte_length));
+	s->payload = sat_add(s->payload, align64_sat(payload_of(t)));
+}
+
+static void shard_start(struct shard *s, uint32_t first)
+{
+	*s = (struct shard){.first = first, .name_at = KILN_NONE32, .layout_at = KILN_NONE32};
 }
 
 static int links_of(const kiln_tensor_spec *t, uint32_t links[2])
@@ -135,11 +164,11 @@ static int plan_shards(const kiln_tensor_spec *ts, uint32_t n, int has_meta, uin
 			if (links[k] == KILN_NONE32)
 				continue;
 			if (links[k] >= n) {
-				rc = kiln__fail_inval(err, i, k ? "outer_index" : "scale_index",
-						      "tensor %" PRIu32 ": %s %" PRIu32
-						      " is not one of the %" PRIu32 " tensors",
-						      i, k ? "outer_index" : "scale_index",
-						      links[k], n);
+				rc = kiln__fail(err, KILN_TYPE, i,
+						k ? "outer_index" : "scale_index", KILN_NO_OFFSET,
+						"tensor %" PRIu32 ": %s %" PRIu32
+						" is not one of the %" PRIu32 " tensors",
+						i, k ? "outer_index" : "scale_index", links[k], n);
 				goto out;
 			}
 			uint32_t a = find(p->group, i), b = find(p->group, links[k]);
@@ -160,6 +189,7 @@ static int plan_shards(const kiln_tensor_spec *ts, uint32_t n, int has_meta, uin
 	}
 
 	struct shard *cur = &p->shards[0];
+	shard_start(cur, 0);
 	p->nshards = 1;
 	if (has_meta) {
 		cur->names = META_NAME_LEN;
@@ -173,15 +203,21 @@ static int plan_shards(const kiln_tensor_spec *ts, uint32_t n, int has_meta, uin
 		struct shard try = *cur;
 		uint32_t members = 0;
 		for (uint32_t j = i; j != KILN_NONE32; j = next[j])
-			shard_add(&try, &ts[j], meta_last), members++;
+			shard_add(&try, &ts[j], j, meta_last), members++;
 		int fits = heap_fits(&try, meta_last);
-		if ((cur->n && (!fits || (max_shard && try.payload > max_shard))) ||
-		    (!fits && meta_last)) {
+		int too_big = max_shard && try.payload > max_shard;
+		/* A shard holding tensors closes when the group does not fit. The first one, with
+		 * only the metadata document yet, closes when the names do not fit, or when the
+		 * group would fit max_shard on its own but not beside the document (a group larger
+		 * than max_shard stays with it: it needs a shard past max_shard either way). */
+		uint64_t group = try.payload - cur->payload;
+		if ((cur->n && (!fits || too_big)) ||
+		    (meta_last && !cur->n && (!fits || (too_big && group <= max_shard)))) {
 			cur = &p->shards[p->nshards++];
-			cur->first = placed;
+			shard_start(cur, placed);
 			try = *cur;
 			for (uint32_t j = i; j != KILN_NONE32; j = next[j])
-				shard_add(&try, &ts[j], 0);
+				shard_add(&try, &ts[j], j, 0);
 		}
 		*cur = try;
 		cur->n += members;
@@ -285,18 +321,18 @@ static char *shard_path(const char *path, uint32_t k, uint32_t n)
 
 /*
  * Where shard `final` is written before the series is published: a hidden name beside it, so
- * the last rename is within one file system. A series is published only once every shard is
- * written, so a write that fails part-way (or is interrupted) leaves an earlier series of the
- * same name whole, not with its first shards replaced. The ".kiln-tmp." prefix is what the
- * writer's own leftovers are called, for .gitignore files and cleanup scripts.
+ * the last rename is within one file system, with 64 random bits (kiln__random_name), so nobody
+ * can create it beforehand and two writers never share one. A series is published only once
+ * every shard is written, so a write that fails part-way (or is interrupted) leaves an earlier
+ * series of the same name whole, not with its first shards replaced.
  */
 static char *staging_path(const char *final)
 {
 	const char *slash = strrchr(final, '/');
 	size_t dir = slash ? (size_t)(slash - final + 1) : 0;
-	char *s = NULL;
-	if (asprintf(&s, "%.*s.kiln-tmp.series-%ld-%s", (int)dir, final, (long)getpid(),
-		     final + dir) < 0)
+	char name[32], *s = NULL;
+	kiln__random_name(name, sizeof(name));
+	if (asprintf(&s, "%.*s%s", (int)dir, final, name) < 0)
 		return NULL;
 	return s;
 }
@@ -327,15 +363,18 @@ static int stale_name(const char *name, const char *base, size_t stem_len, uint3
 	uint32_t n;
 	const char *ext;
 	size_t sl = kiln_series_parse(name, NULL, &n, &ext);
-	return sl == stem_len && !strncmp(name, base, stem_len) && !strcmp(ext, ".klnt") &&
+	return sl && sl == stem_len && !strncmp(name, base, stem_len) && !strcmp(ext, ".klnt") &&
 	       (nshards == 1 || n != nshards);
 }
 
-/* After a successful write, remove what an earlier write to PATH left that this one did not
- * overwrite: only regular files that open as valid KLNT files, never one of `keep`'s. Best
- * effort. Returns how many were removed. */
-static uint32_t remove_stale(const kiln_model *keep, const char *path, uint32_t nshards,
-			     uint32_t flags)
+/* What an earlier write to PATH left that this one (nshards files) does not replace: remove it
+ * after a successful write (only regular files that open as valid KLNT files, never one of
+ * `keep`'s; best effort), or with `dry`, count what would stay (a file of `keep`, one that is no
+ * valid KLNT, a symlink, a directory...): beside a new series of another count such a file would
+ * make the series ambiguous, so the write is refused before it starts. *blocker gets the first
+ * such name (freed by the caller). Returns how many were removed, or would stay. */
+static uint32_t stale_files(const kiln_model *keep, const char *path, uint32_t nshards,
+			    uint32_t flags, int dry, char **blocker)
 {
 	const char *slash = strrchr(path, '/');
 	const char *base = slash ? slash + 1 : path;
@@ -346,32 +385,54 @@ static uint32_t remove_stale(const kiln_model *keep, const char *path, uint32_t 
 		free(dir);
 		return 0;
 	}
-	uint32_t removed = 0;
+	uint32_t n = 0;
 	struct dirent *e;
 	while ((e = readdir(d))) {
-		if (!stale_name(e->d_name, base, stem_len, nshards))
-			continue;
+		if (!stale_name(e->d_name, base, stem_len, nshards) ||
+		    (dry && !strcmp(e->d_name, base)))
+			continue; /* PATH beside a series makes nothing ambiguous */
 		struct stat st;
-		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode))
-			continue;
 		char *full = NULL;
 		if (asprintf(&full, "%s/%s", dir, e->d_name) < 0)
 			continue;
-		kiln_model *k;
+		int regular =
+		    !fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) && S_ISREG(st.st_mode);
+		kiln_model *k = NULL;
 		kiln_open_options one = {.flags = KILN_OPEN_ONE_FILE};
-		if (!(keep && kiln_model_has_file(keep, full)) &&
-		    !kiln_model_open(full, &one, &k, NULL)) {
-			kiln_model_close(k);
-			removed += !unlinkat(dirfd(d), e->d_name, 0);
+		int removable = regular && !(keep && kiln_model_has_file(keep, full)) &&
+				!kiln_model_open(full, &one, &k, NULL);
+		kiln_model_close(k);
+		if (dry && !removable && nshards > 1) {
+			if (!n++ && blocker)
+				*blocker = full, full = NULL;
+		} else if (!dry && removable) {
+			n += !unlinkat(dirfd(d), e->d_name, 0);
 		}
 		free(full);
 	}
 	/* The removals are as durable as the files written (a crash may still bring one back). */
-	if (removed && !(flags & KILN_WRITE_NO_SYNC))
+	if (!dry && n && !(flags & KILN_WRITE_NO_SYNC))
 		kiln__sys.fsync(dirfd(d));
 	closedir(d);
 	free(dir);
-	return removed;
+	return n;
+}
+
+/* The final names of a series must be free or regular files to replace: a directory, a device
+ * or a symlink there would fail the last renames, after some shards were in place. */
+static int check_finals(char *const *finals, uint32_t n, kiln_error *err)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		struct stat st;
+		if (lstat(finals[i], &st) != 0)
+			continue;
+		if (!S_ISREG(st.st_mode))
+			return kiln__fail_sys(err, KILN_IO, S_ISDIR(st.st_mode) ? EISDIR : EEXIST,
+					      "%s: shard %" PRIu32 " of %" PRIu32
+					      " would replace something that is not a regular file",
+					      finals[i], i + 1, n);
+	}
+	return 0;
 }
 
 /* A refusal of kiln_write_size for shard k names the tensor by the caller's index. */
@@ -383,7 +444,17 @@ static void name_the_tensor(kiln_error *err, const kiln_tensor_spec *specs, uint
 	uint32_t g = p->order[p->shards[k].first + (uint32_t)err->tensor];
 	const kiln_tensor_spec *t = &specs[err->tensor];
 	char msg[sizeof(err->message)], nb[KILN__SHOWN];
-	snprintf(msg, sizeof(msg), "%s", err->message);
+	/* The writer's own "descriptor N: " gives the index in the shard: left out. */
+	const char *m = err->message;
+	static const char pre[] = "descriptor ";
+	if (!strncmp(m, pre, sizeof(pre) - 1)) {
+		const char *q = m + sizeof(pre) - 1;
+		while (*q >= '0' && *q <= '9')
+			q++;
+		if (q[0] == ':' && q[1] == ' ')
+			m = q + 2;
+	}
+	snprintf(msg, sizeof(msg), "%s", m);
 	err->tensor = g;
 	if (!t->name)
 		return;
@@ -420,6 +491,11 @@ int kiln_write_series(const char *path, const kiln_tensor_spec *tensors, uint64_
 		return kiln__fail_inval(err, KILN_NO_INDEX, "metadata",
 					"metadata is NULL with a length of %zu",
 					opts->metadata_len);
+	const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+	if (!stem_len_of(base) || !strcmp(base, ".klnt"))
+		return kiln__fail_inval(err, KILN_NO_INDEX, "path",
+					"%s: no file name to write (or to name a series after)",
+					path);
 	uint32_t no, total;
 	const char *ext;
 	size_t stem = kiln_series_parse(path, &no, &total, &ext);
@@ -473,12 +549,46 @@ int kiln_write_series(const char *path, const kiln_tensor_spec *tensors, uint64_
 				"%s: %" PRIu32 " shards, more than 99999", path, plan.nshards);
 		goto out;
 	}
+	if (has_meta && unnamed) {
+		rc = kiln__fail_inval(err, KILN_NO_INDEX, "metadata",
+				      "%s: a metadata document needs named tensors (its own is "
+				      "named)",
+				      path);
+		goto out;
+	}
 	if (!(written = calloc(plan.nshards, sizeof(char *))) ||
 	    !(finals = calloc(plan.nshards, sizeof(char *)))) {
 		rc = kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
 		goto out;
 	}
-	/* Every shard is proven writable before the first is written. */
+	for (uint32_t k = 0; k < plan.nshards; k++)
+		if (!(finals[k] = shard_path(path, k, plan.nshards))) {
+			rc = kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+			goto out;
+		}
+	/* Everything that could stop the write part-way is ruled out before the first byte: the
+	 * inputs' files among the names, names that cannot be replaced, an earlier series that
+	 * would stay beside the new one, and every shard's tensors (kiln_write_size). */
+	for (uint32_t k = 0; k < plan.nshards && !rc; k++)
+		if (keep && kiln_model_has_file(keep, finals[k]))
+			rc = kiln__fail_inval(err, KILN_NO_INDEX, "path",
+					      "%s: the output would replace an input file",
+					      finals[k]);
+	if (!rc && plan.nshards > 1)
+		rc = check_finals(finals, plan.nshards, err);
+	if (!rc && plan.nshards > 1) {
+		char *blocker = NULL;
+		uint32_t stays = stale_files(keep, path, plan.nshards, flags, 1, &blocker);
+		if (stays)
+			rc = kiln__fail_inval(
+			    err, KILN_NO_INDEX, "path",
+			    "%s: an earlier series of another count would stay beside the new one "
+			    "(%" PRIu32
+			    " file%s such as %s: an input, or no valid KLNT file, which "
+			    "is never removed), and readers would find two",
+			    path, stays, stays == 1 ? "" : "s", blocker ? blocker : "?");
+		free(blocker);
+	}
 	for (uint32_t k = 0; k < plan.nshards && !rc; k++) {
 		struct feed f;
 		uint32_t sn;
@@ -495,24 +605,14 @@ int kiln_write_series(const char *path, const kiln_tensor_spec *tensors, uint64_
 		struct feed f;
 		uint32_t sn;
 		kiln_tensor_spec *specs = shard_specs(tensors, &plan, k, opts, &f, &sn);
-		char *sp = specs ? shard_path(path, k, plan.nshards) : NULL;
-		char *tp = sp && plan.nshards > 1 ? staging_path(sp) : NULL;
-		if (!sp || (plan.nshards > 1 && !tp)) {
+		/* One file is published by the writer's own rename; a series waits for all. */
+		char *tp = specs && plan.nshards > 1 ? staging_path(finals[k]) : NULL;
+		if (!specs || (plan.nshards > 1 && !tp)) {
 			free(specs);
-			free(sp);
 			rc = kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
 			break;
 		}
-		if (keep && kiln_model_has_file(keep, sp)) {
-			rc = kiln__fail_inval(err, KILN_NO_INDEX, "path",
-					      "%s: the output would replace an input file", sp);
-			free(specs);
-			free(sp);
-			free(tp);
-			break;
-		}
-		/* One file is published by the writer's own rename; a series waits for all. */
-		rc = kiln_write_file(tp ? tp : sp, specs, sn, flags, err);
+		rc = kiln_write_file(tp ? tp : finals[k], specs, sn, flags, err);
 		if (rc && rc != KILN_UNSYNCED)
 			name_the_tensor(err, specs, sn, &plan, k);
 		free(specs);
@@ -524,12 +624,10 @@ int kiln_write_series(const char *path, const kiln_tensor_spec *tensors, uint64_
 			rc = 0;
 		}
 		if (rc) {
-			free(sp);
 			free(tp);
 			break;
 		}
-		finals[nwritten] = sp;
-		written[nwritten++] = tp ? tp : sp;
+		written[nwritten++] = tp ? tp : finals[k];
 	}
 	/* Publish the series: every shard is complete, so only a rename can fail now. */
 	for (uint32_t i = 0; !rc && plan.nshards > 1 && i < nwritten; i++) {
@@ -555,7 +653,7 @@ int kiln_write_series(const char *path, const kiln_tensor_spec *tensors, uint64_
 			snprintf(res->first, sizeof(res->first), "%s", finals[0]);
 	}
 	if (!rc) {
-		uint32_t removed = remove_stale(keep, path, plan.nshards, flags);
+		uint32_t removed = stale_files(keep, path, plan.nshards, flags, 0, NULL);
 		if (res)
 			res->removed = removed;
 	}
@@ -571,9 +669,10 @@ out:
 		if (rc && rc != KILN_UNSYNCED && (plan.nshards == 1 || i >= published))
 			unlink(written[i]);
 		if (written[i] != finals[i])
-			free(finals[i]);
-		free(written[i]);
+			free(written[i]);
 	}
+	for (uint32_t i = 0; finals && i < plan.nshards; i++)
+		free(finals[i]);
 	free(written);
 	free(finals);
 	plan_free(&plan);

@@ -446,7 +446,7 @@ static int resolve_target(struct wfile *w, kiln_error *err)
 
 /* ".kiln-tmp." and 16 random hex digits: names nobody can predict, so nobody can block a write
  * by creating them first. */
-static void random_name(char *out, size_t cap)
+void kiln__random_name(char *out, size_t cap)
 {
 	static unsigned serial;
 	uint64_t r = 0;
@@ -496,7 +496,7 @@ static int create_temp(struct wfile *w, kiln_error *err)
 	/* Kernels and file systems without O_TMPFILE say so in one of these ways. */
 	if (w->fd < 0 && (e == EOPNOTSUPP || e == EISDIR || e == EINVAL)) {
 		for (int attempt = 0; attempt < 16 && w->fd < 0; attempt++) {
-			random_name(w->tmp, sizeof(w->tmp));
+			kiln__random_name(w->tmp, sizeof(w->tmp));
 			w->fd = kiln__sys.openat(w->dirfd, w->tmp,
 						 O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
 			e = errno;
@@ -542,7 +542,7 @@ static int publish(struct wfile *w, kiln_error *err)
 		/* linkat() never replaces a name: link beside the target, then rename over it. */
 		int e = EEXIST;
 		for (int attempt = 0; attempt < 16 && e == EEXIST; attempt++) {
-			random_name(w->tmp, sizeof(w->tmp));
+			kiln__random_name(w->tmp, sizeof(w->tmp));
 			e = kiln__sys.linkat(AT_FDCWD, proc, w->dirfd, w->tmp, AT_SYMLINK_FOLLOW)
 				? errno
 				: 0;

@@ -183,3 +183,48 @@ Test(series_write, refusals)
 	kiln_model_close(m);
 	remove_all(dir);
 }
+
+Test(series_write, review_cases)
+{
+	make(N);
+	char *dir = temp_dir(), path[4096];
+	kiln_error err;
+	kiln_series_result r;
+	/* Payload lengths the writer computes (byte_length 0) count against max_shard_size. */
+	static float big[6][16];
+	for (uint32_t i = 0; i < 6; i++)
+		specs[i] = (kiln_tensor_spec){.name = names[i],
+					      .name_len = strlen(names[i]),
+					      .dtype = KILN_DT_F32,
+					      .rank = 1,
+					      .shape = {16},
+					      .data = big[i]};
+	snprintf(path, sizeof(path), "%s/c.klnt", dir);
+	kiln_series_options o = {
+	    .size = sizeof(o), .flags = KILN_WRITE_NO_SYNC, .max_shard_size = 128};
+	cr_assert_eq(kiln_write_series(path, specs, 6, &o, &r, &err), 0, "%s", err.message);
+	cr_assert_eq(r.files, 3);
+	/* Something that is not a regular file at a shard's name: refused before any shard is
+	 * written, nothing staged. */
+	char blocker[4200];
+	snprintf(blocker, sizeof(blocker), "%s/d-00002-of-00003.klnt", dir);
+	cr_assert_eq(mkdir(blocker, 0755), 0);
+	snprintf(path, sizeof(path), "%s/d.klnt", dir);
+	unsigned before = count_files(dir);
+	cr_assert_eq(kiln_write_series(path, specs, 6, &o, &r, &err), KILN_IO);
+	cr_assert_eq(err.sys_errno, EISDIR, "%s", err.message);
+	cr_assert_eq(count_files(dir), before);
+	rmdir(blocker);
+	/* No file name, and a metadata document with unnamed tensors. */
+	snprintf(path, sizeof(path), "%s/", dir);
+	cr_assert_eq(kiln_write_series(path, specs, 6, &o, &r, &err), KILN_INVAL);
+	snprintf(path, sizeof(path), "%s/.klnt", dir);
+	cr_assert_eq(kiln_write_series(path, specs, 6, &o, &r, &err), KILN_INVAL);
+	for (uint32_t i = 0; i < 6; i++)
+		specs[i].name = NULL, specs[i].name_len = 0;
+	kiln_series_options m = {.size = sizeof(m), .metadata = "{}", .metadata_len = 2};
+	snprintf(path, sizeof(path), "%s/u.klnt", dir);
+	cr_assert_eq(kiln_write_series(path, specs, 6, &m, &r, &err), KILN_INVAL);
+	cr_assert(strstr(err.message, "needs named tensors"), "%s", err.message);
+	remove_all(dir);
+}

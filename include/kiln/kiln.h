@@ -1073,19 +1073,24 @@ KILN_API int kiln_write_atomic(const char *path, int (*fill)(void *ctx, int fd, 
  * which kiln_model_open() of any shard opens whole. The shards are planned before a byte is
  * written (in the caller's order, each quantization group, a tensor with its scale and outer
  * tensors, kept in one shard; links are indices in `tensors`), each is proven writable, then
- * written under a hidden name beside its final one and all are renamed into place at the end:
- * a failure or an interruption leaves an earlier output of the same path whole. One file is
- * published as kiln_write_file() publishes. After a successful write, what an earlier write to
- * `path` left that this one did not replace is removed (a series of another count, `path` itself
- * when a series was written, a series when one file was): only regular files that open as KLNT,
- * never a file of opts->keep.
+ * written under a hidden, unpredictable name beside its final one and all are renamed into place
+ * at the end: a failure or an interruption before that last step leaves an earlier output of the
+ * same path whole (a rename failing in it, or a crash between renames, can leave part of the new
+ * series in place; the error says how many shards were). One file is published as
+ * kiln_write_file() publishes. After a successful write, what an earlier write to `path` left
+ * that this one did not replace is removed (a series of another count, `path` itself when a
+ * series was written, a series when one file was): only regular files that open as KLNT, never
+ * a file of opts->keep. A write that would leave such a file beside a new series of another
+ * count (readers would find two series) is refused before it starts.
  *
  * Tensors are kiln_tensor_spec as kiln_write_file() takes them; `read` gets the tensor's index
  * in `tensors`. Unnamed tensors can only be written as one file.
  *
  * Returns 0; UNSYNCED (everything in place, a directory not synced); INVAL for bad arguments, a
- * path named like a shard (readers would look for the rest of its series), unnamed tensors that
- * need a series, an output that would replace a file of opts->keep; LIMIT past 99,999 shards;
+ * path with no file name or named like a shard (readers would look for the rest of its series),
+ * unnamed tensors that need a series or come with a metadata document, an output that would
+ * replace a file of opts->keep, an earlier series that would stay beside the new one; IO when a
+ * shard's name holds something that is not a regular file; LIMIT past 99,999 shards;
  * the classes of kiln_write_size() for tensors that break a rule (tensor: the index in
  * `tensors`), and kiln_write_file()'s codes. Nothing is left behind on failure.
  */
