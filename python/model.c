@@ -630,6 +630,24 @@ PyTypeObject DirType = {
  * Module functions
  * ------------------------------------------------------------------------------------------- */
 
+/* A Dir with an empty Owner (no model yet): deallocating it is safe at once. */
+static DirObject *new_dir(void)
+{
+	OwnerObject *owner = PyObject_New(OwnerObject, &OwnerType);
+	if (!owner)
+		return NULL;
+	owner->model = NULL;
+	owner->holding = 0;
+	owner->writable = 0;
+	DirObject *d = PyObject_New(DirObject, &DirType);
+	if (!d) {
+		Py_DECREF(owner);
+		return NULL;
+	}
+	d->owner = owner;
+	return d;
+}
+
 PyObject *mod_open(PyObject *mod, PyObject *args, PyObject *kw)
 {
 	(void)mod;
@@ -693,21 +711,12 @@ PyObject *mod_open(PyObject *mod, PyObject *args, PyObject *kw)
 	if (one_file)
 		opts.flags |= KILN_OPEN_ONE_FILE;
 
-	OwnerObject *owner = PyObject_New(OwnerObject, &OwnerType);
-	DirObject *d = owner ? PyObject_New(DirObject, &DirType) : NULL;
+	DirObject *d = new_dir();
 	if (!d) {
-		if (owner) {
-			owner->model = NULL;
-			owner->holding = 0;
-			Py_DECREF(owner);
-		}
 		Py_DECREF(path);
 		return NULL;
 	}
-	owner->model = NULL;
-	owner->holding = 0;
-	owner->writable = 0;
-	d->owner = owner;
+	OwnerObject *owner = d->owner;
 	kiln_error err;
 	int rc;
 	const char *p = PyBytes_AS_STRING(path);
@@ -731,20 +740,10 @@ PyObject *mod_open(PyObject *mod, PyObject *args, PyObject *kw)
 PyObject *mod_parse(PyObject *mod, PyObject *data)
 {
 	(void)mod;
-	OwnerObject *owner = PyObject_New(OwnerObject, &OwnerType);
-	DirObject *d = owner ? PyObject_New(DirObject, &DirType) : NULL;
-	if (!d) {
-		if (owner) {
-			owner->model = NULL;
-			owner->holding = 0;
-			Py_DECREF(owner);
-		}
+	DirObject *d = new_dir();
+	if (!d)
 		return NULL;
-	}
-	owner->model = NULL;
-	owner->holding = 0;
-	owner->writable = 0;
-	d->owner = owner;
+	OwnerObject *owner = d->owner;
 	if (PyObject_GetBuffer(data, &owner->held, PyBUF_C_CONTIGUOUS) < 0) {
 		Py_DECREF(d);
 		return NULL;
