@@ -5,11 +5,12 @@ set -eu
 
 # libclang-rt-14-dev holds clang's sanitizer and libFuzzer runtimes; clang only recommends it.
 # python3-fsspec: kiln.safetensors._safe_open_handle is tested on fsspec's local files.
-# nginx, curl, openssl: the test servers on 127.0.0.1 (tests/servers/).
+# nginx, curl, openssl, Ceph's mon, OSD and S3 gateway: the test servers on 127.0.0.1
+# (tests/servers/).
 PACKAGES="build-essential cmake pkg-config clang libclang-rt-14-dev clang-format xxd liburing-dev \
 libcriterion-dev libxxhash-dev libjson-c-dev libbenchmark-dev \
 python3-dev python3-numpy python3-pytest python3-torch python3-fsspec \
-nginx curl openssl"
+nginx curl openssl ceph-mon ceph-osd radosgw ceph-common"
 
 missing=""
 for p in $PACKAGES; do
