@@ -78,6 +78,15 @@ static PyObject *tensor_get_layout(TensorObject *self, void *c)
 	return name_of(self->t->layout, self->t->layout_len);
 }
 
+static PyObject *tensor_get_safetensors_dtype(TensorObject *self, void *c)
+{
+	(void)c;
+	const char *s = kiln_safetensors_dtype(self->t, NULL);
+	if (!s)
+		Py_RETURN_NONE;
+	return PyUnicode_FromString(s);
+}
+
 static PyObject *tensor_get_quant_axis(TensorObject *self, void *c)
 {
 	(void)c;
@@ -167,6 +176,10 @@ static PyGetSetDef tensor_getset[] = {
     {"byte_offset", (getter)tensor_get_byte_offset, NULL, "Offset in the payload region.", NULL},
     {"file_offset", (getter)tensor_get_file_offset, NULL, "Offset in the file.", NULL},
     {"layout", (getter)tensor_get_layout, NULL, "Opaque layout name, or None.", NULL},
+    {"safetensors_dtype", (getter)tensor_get_safetensors_dtype, NULL,
+     "The dtype string safetensors gives this view (\"F32\", \"C64\", ...), or None when "
+     "safetensors has none (kiln_safetensors_dtype).",
+     NULL},
     {"block_size", (getter)tensor_get_block_size, NULL, "Opaque block size (0 unless opaque).",
      NULL},
     {"quant_scheme", (getter)tensor_get_quant_scheme, NULL, "0 none, 1 block, 2 block + outer.",

@@ -269,22 +269,13 @@ def deserialize(bytes):  # noqa: A002 (safetensors' parameter name)
 
 
 def _st_dtype(t):
-    """The header's code for a kiln view ("F32"; an opaque one's layout, such as "C64")."""
-    code = _KILN_TO_CODE.get(t.dtype)
-    if code is None and t.layout in _CODES:
-        code = t.layout
+    """The header's code for a kiln view ("F32"; an opaque one's layout, such as "C64"): the
+    library's own table (kiln_safetensors_dtype)."""
+    code = t.safetensors_dtype
     if code is None:
         raise SafetensorError(f"tensor {t.name!r}: dtype {t.layout or t.dtype} has no "
                               f"safetensors dtype")
     return code
-
-
-_KILN_TO_CODE = {
-    "bool": "BOOL", "u8": "U8", "i8": "I8", "u16": "U16", "i16": "I16", "u32": "U32",
-    "i32": "I32", "u64": "U64", "i64": "I64", "f16": "F16", "bf16": "BF16", "f32": "F32",
-    "f64": "F64", "f8e4m3": "F8_E4M3", "f8e5m2": "F8_E5M2", "e8m0": "F8_E8M0", "e2m1": "F4",
-}
-_CODES = set(_DTYPE_CODES.values()) | {"F6_E2M3", "F6_E3M2"}
 
 
 from ._open import _safe_open_handle, safe_open  # noqa: E402,F401
