@@ -435,6 +435,7 @@ def test_serialize_file_releases_the_gil(tmp_path):
     with open(tmp_path / "big.safetensors", "rb") as f:
         n = int.from_bytes(f.read(8), "little")
     assert os.path.getsize(tmp_path / "big.safetensors") == 8 + n + big.nbytes
+    os.remove(tmp_path / "big.safetensors")  # 256 MiB: not left in pytest's kept runs
 
 
 SAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests",
