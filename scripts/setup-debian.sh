@@ -8,7 +8,7 @@ set -eu
 # nginx, curl, openssl, Ceph's mon, OSD and S3 gateway: the test servers on 127.0.0.1
 # (tests/servers/).
 PACKAGES="build-essential cmake pkg-config clang libclang-rt-14-dev clang-format xxd liburing-dev \
-libcriterion-dev libxxhash-dev libjson-c-dev libbenchmark-dev \
+libcriterion-dev libxxhash-dev libjson-c-dev libbenchmark-dev libcurl4-openssl-dev \
 python3-dev python3-numpy python3-pytest python3-torch python3-fsspec \
 nginx curl openssl ceph-mon ceph-osd radosgw ceph-common"
 

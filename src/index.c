@@ -204,7 +204,7 @@ void kiln__index_bind(struct kiln_model *m, const struct kiln__file *f)
 
 const char *kiln_source_name(unsigned source)
 {
-	static const char *const names[] = {"mmap", "buffer", "read", "uring", "auto"};
+	static const char *const names[] = {"mmap", "buffer", "read", "uring", "auto", "remote"};
 	return source < sizeof(names) / sizeof(names[0]) ? names[source] : NULL;
 }
 

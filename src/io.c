@@ -330,6 +330,22 @@ static void run_memory(struct run *r)
 	}
 }
 
+static void run_reader(struct run *r)
+{
+	struct slot *s = &r->slots[0];
+	while (start(r, s)) {
+		int rc = r->io->read_at(r->io->read_ctx, s->file, s->roff, s->rbuf, (size_t)s->rlen,
+					r->err);
+		if (rc) {
+			kiln__error_file(r->err, s->file);
+			stop_with(r, rc);
+			complete(r, s, 0);
+			continue;
+		}
+		complete(r, s, (ssize_t)s->rlen);
+	}
+}
+
 static void queue(struct io_uring *ring, struct slot *s)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
@@ -558,7 +574,7 @@ int kiln__io_run(struct kiln__io *io, const struct kiln__range *ranges, size_t n
 	memset(&io->res, 0, sizeof(io->res));
 	struct run r = {.io = io, .ranges = ranges, .n = n, .err = err};
 	int rc = 0;
-	int in_memory = io->mem || io->mems;
+	int in_memory = io->mem || io->mems || io->read_at;
 	if (io->direct && !in_memory)
 		open_direct(&r);
 	int engine = in_memory ? KILN_ENGINE_PREAD : io->engine;
@@ -585,7 +601,9 @@ int kiln__io_run(struct kiln__io *io, const struct kiln__range *ranges, size_t n
 		goto out;
 	}
 
-	if (in_memory) {
+	if (io->read_at) {
+		run_reader(&r);
+	} else if (in_memory) {
 		run_memory(&r);
 	} else if (engine == KILN_ENGINE_PREAD) {
 		run_pread(&r);

@@ -29,6 +29,12 @@ struct kiln__io {
 	uint32_t qd;        /* requests in flight (uring) */
 	int engine;         /* KILN_ENGINE_* */
 	const uint8_t *mem; /* memory engine: read from here instead of fd (the file in memory) */
+	/* The reader engine, for files with neither a descriptor nor memory (a URL opened with
+	 * KILN_OPEN_DIRECTORY_ONLY): bytes of file `file` through its source, one chunk at a
+	 * time. Used when set. */
+	int (*read_at)(void *ctx, uint32_t file, uint64_t off, void *dst, size_t len,
+		       kiln_error *err);
+	void *read_ctx;
 	/* staging mode */
 	void *const *staging;
 	uint32_t nstaging;

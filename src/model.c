@@ -22,6 +22,7 @@
 #include "io.h"
 #include "meta.h"
 #include "safetensors.h"
+#include "remote.h"
 #include "series.h"
 #include "source.h"
 #include "sys.h"
@@ -38,7 +39,7 @@ static int check_options(const kiln_open_options *opts, kiln_error *err)
 	const uint32_t known = KILN_OPEN_VERIFY_PAYLOAD | KILN_OPEN_ALLOW_TRAILING |
 			       KILN_OPEN_POPULATE | KILN_OPEN_LOCK | KILN_OPEN_HUGEPAGE |
 			       KILN_OPEN_DIRECT | KILN_OPEN_PRIVATE | KILN_OPEN_ONE_FILE |
-			       KILN_OPEN_ALIGN;
+			       KILN_OPEN_ALIGN | KILN_OPEN_DIRECTORY_ONLY;
 	if (opts->flags & ~known)
 		return kiln__fail_inval(err, KILN_NO_INDEX, "flags", "unknown open flags 0x%x",
 					opts->flags & ~known);
@@ -47,6 +48,15 @@ static int check_options(const kiln_open_options *opts, kiln_error *err)
 		return kiln__fail_inval(err, KILN_NO_INDEX, "flags",
 					"KILN_OPEN_PRIVATE with KILN_OPEN_LOCK would copy every "
 					"page of the file into memory");
+	const uint32_t of_payload =
+	    KILN_OPEN_POPULATE | KILN_OPEN_LOCK | KILN_OPEN_PRIVATE | KILN_OPEN_ALIGN;
+	if ((opts->flags & KILN_OPEN_DIRECTORY_ONLY) &&
+	    ((opts->flags & of_payload) || opts->buffer))
+		return kiln__fail_inval(
+		    err, KILN_NO_INDEX, "flags",
+		    "KILN_OPEN_DIRECTORY_ONLY leaves the payload where it is: "
+		    "POPULATE, LOCK, PRIVATE, ALIGN and a load buffer are about "
+		    "its memory");
 	if (opts->source > KILN_SOURCE_AUTO)
 		return kiln__fail_inval(err, KILN_NO_INDEX, "source", "unknown source %u",
 					opts->source);
@@ -70,6 +80,9 @@ static int check_options(const kiln_open_options *opts, kiln_error *err)
 		if (opts->reserved[i])
 			return kiln__fail_inval(err, KILN_NO_INDEX, "reserved",
 						"kiln_open_options.reserved[%zu] is not 0", i);
+	int rc = kiln__remote_check_options(opts->remote, err);
+	if (rc)
+		return rc;
 	const kiln_allocator *a = opts->allocator;
 	if (a && (!a->alloc || !a->free))
 		return kiln__fail_inval(err, KILN_NO_INDEX, "allocator",
@@ -361,7 +374,8 @@ static int open_file(struct kiln__file *f, const kiln_open_options *o, const voi
 		return rc;
 	}
 	m->count += f->count;
-	if (f->src->finish && (rc = f->src->finish(f, o, err))) {
+	int lazy = o && (o->flags & KILN_OPEN_DIRECTORY_ONLY);
+	if (!lazy && f->src->finish && (rc = f->src->finish(f, o, err))) {
 		name_file(f, err);
 		return rc;
 	}
@@ -493,7 +507,8 @@ static int open_list(char **list, uint32_t n, const kiln_open_options *opts, uns
 	for (uint32_t i = 0; i < n; i++) {
 		if (!rc) {
 			m->files[i].path = list[i];
-			m->files[i].src = source_for(opts);
+			m->files[i].src =
+			    kiln__is_url(list[i]) ? &kiln__source_remote : source_for(opts);
 		} else {
 			free(list[i]);
 		}
@@ -516,8 +531,11 @@ static int open_list(char **list, uint32_t n, const kiln_open_options *opts, uns
 }
 
 /* A whole small file (an index) into new memory, at most `cap` bytes. */
-static int read_small(const char *path, size_t cap, char **out, size_t *len, kiln_error *err)
+static int read_small(const char *path, const kiln_open_options *o, size_t cap, char **out,
+		      size_t *len, kiln_error *err)
 {
+	if (kiln__is_url(path))
+		return kiln__remote_read_small(path, o ? o->remote : NULL, cap, out, len, err);
 	uint64_t size;
 	int fd = kiln__open_file(path, &size, err);
 	if (fd < 0)
@@ -553,10 +571,13 @@ static int open_index(const char *path, const kiln_open_options *opts, struct ki
 	char *text = NULL;
 	size_t len = 0;
 	struct kiln__st_index ix;
-	int rc = read_small(path, INDEX_CAP, &text, &len, err);
+	int rc = read_small(path, opts, INDEX_CAP, &text, &len, err);
 	if (rc || (rc = kiln__st_index_parse(text, len, path, &ix, err)))
 		return rc;
-	const char *slash = strrchr(path, '/');
+	/* The shards beside it: in its directory, or under its URL's last slash (before a query).
+	 */
+	size_t plen = kiln__is_url(path) ? strcspn(path, "?#") : strlen(path);
+	const char *slash = memrchr(path, '/', plen);
 	size_t dlen = slash ? (size_t)(slash - path) + 1 : 0;
 	char **list = calloc(ix.nshards, sizeof(*list));
 	for (uint32_t i = 0; list && i < ix.nshards; i++) {

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "remote.h"
 #include "series.h"
 
 /* A run of exactly 5 decimal digits ending just before `end` (a sixth digit before it makes it
@@ -153,7 +154,8 @@ int kiln__series_resolve(const char *const *paths, uint32_t count, int one_file,
 	uint32_t no, total;
 	const char *ext;
 	size_t stem_len = kiln_series_parse(paths[0], &no, &total, &ext);
-	if (one_file && count == 1)
+	/* A URL with a query (a presigned one) names one object: its siblings' queries differ. */
+	if ((one_file && count == 1) || (kiln__is_url(paths[0]) && strpbrk(paths[0], "?#")))
 		stem_len = 0;
 	if (!stem_len && count == 1) {
 		*n = 1;
@@ -208,7 +210,7 @@ int kiln__series_resolve(const char *const *paths, uint32_t count, int one_file,
 	for (uint32_t i = 0; i < total && !rc; i++)
 		if (!(p[i] = kiln__series_path(paths[0], stem_len, i + 1, total, ext)))
 			rc = nomem(err);
-	if (!rc)
+	if (!rc && !kiln__is_url(paths[0])) /* a URL's siblings cannot be listed */
 		rc = kiln__series_check_alone(paths[0], stem_len, total, ext, err);
 	if (rc) {
 		kiln__paths_free(p, total);

@@ -2,7 +2,8 @@
 /*
  * Sources: how the bytes of a file arrive and are released. One table of operations per source,
  * each in a file of its own: the mapping (src/source_map.c), owned memory read with pread or
- * io_uring (src/source_read.c), the caller's buffer (src/source_buffer.c). A source knows
+ * io_uring (src/source_read.c), the caller's buffer (src/source_buffer.c), a URL fetched with
+ * ranged GETs (src/source_remote.c). A source knows
  * nothing of formats: a reader asks it for byte ranges of the header and directory
  * (kiln__fetch), says which ranges come next (kiln__expect), and once the reader has accepted
  * the file the source finishes (maps or reads the payload, advises, populates). After open, the
@@ -50,6 +51,7 @@ extern const struct kiln__source kiln__source_map;
 extern const struct kiln__source kiln__source_read; /* READ and URING: id says which engine */
 extern const struct kiln__source kiln__source_uring;
 extern const struct kiln__source kiln__source_buffer;
+extern const struct kiln__source kiln__source_remote; /* URLs (src/source_remote.c) */
 
 /* READ, for a file another source has read the directory of and cannot keep (AUTO on a file
  * system that cannot map): f->src becomes the READ source, which reads the whole file into

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "io.h"
+#include "source.h"
 
 /* The start every streaming call shares: clear *err and *result, copy the caller's options into
  * *o (all zero for NULL), and check them (size, flags, engine, limits, reserved words). */
@@ -61,6 +62,9 @@ static int begin(const kiln_model *m, const kiln_stream_options *opts, kiln_stre
  * reading the file again would cost a second pass over the disk or page cache for bytes a memcpy
  * gives. A mapping is not memory in that sense: its pages may still have to come from the disk. */
 struct files {
+	/* Set when a file has neither a descriptor nor its bytes in memory (a URL opened with
+	 * KILN_OPEN_DIRECTORY_ONLY): every file is then read through its source. */
+	const kiln_model *reader;
 	int one_fd;
 	const uint8_t *one_mem;
 	int *fds;
@@ -72,6 +76,9 @@ static int files_get(const kiln_model *m, struct files *fs, kiln_error *err)
 {
 	memset(fs, 0, sizeof(*fs));
 	fs->n = m->nfiles;
+	for (uint32_t i = 0; i < m->nfiles; i++)
+		if (m->files[i].fd < 0 && !m->files[i].mem)
+			fs->reader = m;
 	if (m->nfiles == 1) {
 		fs->one_fd = m->files[0].fd;
 		fs->one_mem = m->files[0].mem;
@@ -103,6 +110,13 @@ static void files_put(struct files *fs)
 	free(fs->mems);
 }
 
+static int read_through_source(void *ctx, uint32_t file, uint64_t off, void *dst, size_t len,
+			       kiln_error *err)
+{
+	const struct kiln__file *f = &((const kiln_model *)ctx)->files[file];
+	return f->src->read(f, off, dst, len, err);
+}
+
 /* Run the engine over `ranges` of the files (one queue for all of them), staging through
  * o->staging when it is set. */
 static int run(const struct files *fs, const kiln_stream_options *o,
@@ -119,6 +133,8 @@ static int run(const struct files *fs, const kiln_stream_options *o,
 	    .qd = o->queue_depth ? o->queue_depth : KILN__QD_DEFAULT,
 	    .engine = (int)o->engine,
 	    .mem = fs->one_mem,
+	    .read_at = fs->reader ? read_through_source : NULL,
+	    .read_ctx = (void *)fs->reader,
 	    .staging = o->staging,
 	    .nstaging = o->staging_count,
 	    .staging_size = o->staging_size,

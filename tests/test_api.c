@@ -124,7 +124,7 @@ Test(args, null_and_bad_arguments_are_inval)
 	cr_assert_eq(kiln_model_open("x", NULL, NULL, &err), KILN_INVAL);
 	cr_assert_eq(kiln_model_parse(NULL, 10, NULL, &dir, &err), KILN_INVAL);
 	cr_assert_eq(kiln_model_parse(NULL, 0, NULL, &dir, &err), KILN_LIMIT); /* empty span */
-	kiln_open_options o = {.reserved = {[2] = 1}};
+	kiln_open_options o = {.reserved = {[1] = 1}};
 	uint8_t x[64] = {0};
 	cr_assert_eq(kiln_model_parse(x, 64, &o, &dir, &err), KILN_INVAL);
 	cr_assert_str_eq(err.field, "reserved");

@@ -170,6 +170,10 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 
 	kiln_error err;
 	kiln_model *m;
+	/* From a URL, only the tensor's bytes are fetched (row slices take their place in the
+	 * file from a data pointer: those load it whole). */
+	if (kiln_path_is_url(path) && !rows)
+		opts.flags |= KILN_OPEN_DIRECTORY_ONLY;
 	int rc = kiln_model_open(path, &opts, &m, &err);
 	if (rc) {
 		klnt_report(stderr, path, rc, &err);

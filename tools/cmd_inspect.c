@@ -534,7 +534,10 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 
 	kiln_error err;
 	kiln_model *m;
-	int rc = kiln_model_open(path, NULL, &m, &err);
+	/* A URL's payload stays on the server: the directory is all inspect shows. */
+	kiln_open_options o = {.size = sizeof(o),
+			       .flags = kiln_path_is_url(path) ? KILN_OPEN_DIRECTORY_ONLY : 0};
+	int rc = kiln_model_open(path, &o, &m, &err);
 	if (rc) {
 		klnt_report(stderr, path, rc, &err);
 		return klnt_exit_for(rc);

@@ -32,9 +32,9 @@ extern "C" {
 #endif
 
 #define KILN_VERSION_MAJOR  0
-#define KILN_VERSION_MINOR  3
+#define KILN_VERSION_MINOR  4
 #define KILN_VERSION_PATCH  0
-#define KILN_VERSION_STRING "0.3.0"
+#define KILN_VERSION_STRING "0.4.0"
 /* One number that compares in release order: 0.2.0 is 200. */
 #define KILN_VERSION_NUMBER \
 	(KILN_VERSION_MAJOR * 10000 + KILN_VERSION_MINOR * 100 + KILN_VERSION_PATCH)
@@ -279,7 +279,10 @@ enum kiln_source {
 	KILN_SOURCE_URING = 3,  /* each file read into owned memory with io_uring */
 	/* Paths only: kiln picks one of the above per file from cheap evidence (see
 	 * kiln_auto_choice); kiln_model_info.source says which, auto_choice why. */
-	KILN_SOURCE_AUTO = 4
+	KILN_SOURCE_AUTO = 4,
+	/* Reported only (kiln_model_info.source): the file is a URL (s3://, http://, https://),
+	 * its bytes fetched with ranged GETs (see kiln_remote_options). */
+	KILN_SOURCE_REMOTE = 5
 };
 
 /*
@@ -406,7 +409,14 @@ enum kiln_open_flags {
 	 * kiln_dtype_align(); safetensors promises no alignment) an owned, 64-byte aligned copy,
 	 * read at open, so typed loads through data pointers are safe everywhere. Other tensors
 	 * stay zero-copy; kiln_model_info.realigned counts the copies. */
-	KILN_OPEN_ALIGN = 1u << 8
+	KILN_OPEN_ALIGN = 1u << 8,
+	/* Read the header and directory of each file and nothing of its payload: views have no
+	 * data pointer (data is NULL) and their bytes are read when asked for, by
+	 * kiln_tensor_copy(), kiln_model_read(), the slice reads and kiln_stream(), through the
+	 * file's source (pread for a local file, ranged GETs for a URL). For inspecting a remote
+	 * checkpoint or taking a few tensors of it. INVAL with POPULATE, LOCK, PRIVATE, ALIGN or a
+	 * load buffer (they are about the payload's memory). */
+	KILN_OPEN_DIRECTORY_ONLY = 1u << 9
 };
 
 /* Access advice for a mapping (kiln_open_options.advice), applied after validation. */
@@ -426,6 +436,64 @@ typedef struct kiln_allocator {
 	void (*free)(void *ctx, void *ptr, size_t size);
 	void *ctx;
 } kiln_allocator;
+
+/*
+ * URLs. Wherever a path is taken, a URL may stand: s3://BUCKET/KEY, http://... or https://...
+ * Its bytes are fetched with ranged GETs over libcurl: the first GET (256 KiB from byte 0) pins
+ * the object's size and ETag; the header and directory are validated as a local file's are,
+ * in at most one more GET for KLNT and safetensors (a GGUF header grows by fourfold GETs);
+ * every later GET sends If-Match with the pinned ETag, and an object that changed is IO
+ * (ESTALE), never a mix of two versions. The payload is then fetched into owned memory (or the
+ * load buffer) with `connections` ranged GETs in flight, `chunk_size` bytes each; with
+ * KILN_OPEN_DIRECTORY_ONLY it is fetched only as tensors are read. Failed ranges (5xx, 429,
+ * resets, stalls, short bodies) are retried from the last byte received, with exponential
+ * backoff and jitter. A series or a safetensors index at a URL opens its shards beside it;
+ * series siblings are found by name (a URL cannot be listed), and a URL with a query
+ * (presigned) is one file. Errors are IO naming the URL, the byte range and the HTTP status
+ * with the S3 error code ("HTTP 403 SignatureDoesNotMatch"); sys_errno is EACCES for 401/403,
+ * ENOENT for 404, ESTALE for a changed object, ETIMEDOUT past the deadline, ECONNREFUSED,
+ * else EIO.
+ *
+ * s3:// as the AWS tools read it: keys from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
+ * AWS_SESSION_TOKEN, else the profile (AWS_PROFILE, else "default") in the shared credentials
+ * file (AWS_SHARED_CREDENTIALS_FILE, else ~/.aws/credentials) or the config file
+ * (AWS_CONFIG_FILE, else ~/.aws/config); no keys at all sends unsigned requests (a public
+ * bucket). Region: AWS_REGION, AWS_DEFAULT_REGION, the profile's region, else us-east-1.
+ * Endpoint: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's endpoint_url (path-style
+ * addressing: ENDPOINT/BUCKET/KEY), else https://BUCKET.s3.REGION.amazonaws.com/KEY. Requests
+ * are signed with SigV4 by libcurl. http(s)://: redirects are followed; HF_TOKEN is sent as a
+ * bearer token to huggingface.co and hf.co (and not to where they redirect). HTTPS checks the
+ * server against ca_bundle, else AWS_CA_BUNDLE (s3:// only), else CURL_CA_BUNDLE, else the
+ * system's CAs.
+ */
+typedef struct kiln_remote_options {
+	uint32_t size;        /* 0 or sizeof(kiln_remote_options) */
+	uint32_t connections; /* ranged GETs in flight per file; 0 means 8, at most 64 */
+	uint32_t chunk_size;  /* payload bytes per GET; 0 means 8 MiB; 64 KiB to 1 GiB */
+	/* Attempts after the first for one range; 0 means 6, KILN_REMOTE_NO_RETRY none. The
+	 * waits grow from 200 ms, doubling, to 10 s, each between half and all of its step. */
+	uint32_t retries;
+	uint32_t stall_ms; /* a transfer that receives nothing for this long is retried; 0: 30 s */
+	uint32_t reserved32;
+	/* Each operation (opening one file, fetching its payload, one read) fails with
+	 * IO/ETIMEDOUT once it has run this long, retries included; 0: no deadline. */
+	uint64_t deadline_ms;
+	uint64_t max_bytes_per_sec; /* bandwidth cap per file, all its connections; 0: none */
+	const char *ca_bundle;      /* see above; NULL: from the environment */
+	const char *endpoint;       /* s3://: overrides the environment's endpoint */
+	const char *region;         /* s3://: overrides the environment's region */
+	const char *profile;        /* s3://: overrides AWS_PROFILE */
+	/* Called from the opening thread as payload bytes arrive (done of total, for one file);
+	 * a nonzero return stops the fetch: CANCELED. NULL: none. */
+	int (*progress)(void *ctx, uint64_t done, uint64_t total);
+	void *progress_ctx;
+	uint64_t reserved[4]; /* zero */
+} kiln_remote_options;
+
+#define KILN_REMOTE_NO_RETRY UINT32_MAX
+
+/* Nonzero when `path` is a URL kiln fetches (s3://, http://, https://), 0 for a local path. */
+KILN_API int kiln_path_is_url(const char *path);
 
 /*
  * Open options. A zeroed struct means every default; `size` may be 0 or sizeof(kiln_open_options)
@@ -457,7 +525,10 @@ typedef struct kiln_open_options {
 	 * safetensors index); another value refuses files of other formats (FRAME naming what
 	 * the file is). */
 	uint32_t format;
-	uint64_t reserved[3]; /* zero */
+	/* URLs: how to reach them and how to fetch (kiln_remote_options); NULL: the defaults and
+	 * the environment. Ignored for local paths. */
+	const struct kiln_remote_options *remote;
+	uint64_t reserved[2]; /* zero */
 } kiln_open_options;
 
 /*

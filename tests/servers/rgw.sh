@@ -115,7 +115,9 @@ mon data = $state/mon
 osd data = $state/osd
 keyring = $state/osd/keyring
 [client.rgw.a]
-rgw frontends = beast endpoint=127.0.0.1:$rgw_port
+# tcp_nodelay: without it beast holds a response's last small segment for the client's
+# delayed ACK, 40 ms per request (a directory-only model's tensor reads took 17 ms each).
+rgw frontends = beast endpoint=127.0.0.1:$rgw_port tcp_nodelay=1
 rgw data = $state/rgw
 CONF
 c="-c $state/ceph.conf"

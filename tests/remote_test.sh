@@ -1,0 +1,119 @@
+#!/bin/sh
+# The REMOTE source against real servers on 127.0.0.1: nginx (HTTP and HTTPS with a CA of the
+# run's own), Ceph's S3 gateway (SigV4 checked for real) and tests/servers/faultproxy.py in front
+# of nginx for the servers that misbehave. Writes the fixtures, serves them from nginx's root and
+# uploads them to a bucket, runs test_remote (tests/test_remote.c) and then klnt on URLs.
+# Skips (77) only when a server cannot be installed, saying so.
+#
+#   tests/remote_test.sh TEST_REMOTE KLNT WORKDIR [CRITERION OPTION]...
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+test_remote=$1
+klnt=$2
+work=$3
+shift 3
+rm -rf "$work"
+mkdir -p "$work/root" "$work/proxy"
+proxy_pid=
+cleanup() {
+	[ -n "$proxy_pid" ] && kill "$proxy_pid" 2>/dev/null || true
+	"$here/servers/nginx.sh" stop "$work/nginx" || true
+	"$here/servers/rgw.sh" stop "$work/rgw" || true
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+command -v curl >/dev/null 2>&1 || {
+	echo "SKIP: curl is not installed (scripts/setup-debian.sh installs it)"
+	exit 77
+}
+
+# The fixtures: a KLNT file of many 1 MiB ranges, one whose directory passes the first GET's
+# 256 KiB, the stock samples (GGUF, a sharded safetensors checkpoint with its index), a KLNT
+# series, a series with a shard missing, an empty object and one of no format.
+root=$work/root
+"$klnt" gen "$root/m.klnt" --tensors 300 --bytes 24M --no-sync >/dev/null
+"$klnt" gen "$root/big-dir.klnt" --tensors 3000 --unnamed --bytes 4M --no-sync >/dev/null
+cp "$here/samples/tiny-llama.gguf" "$root/"
+mkdir -p "$root/tiny-sharded"
+cp "$here/samples/tiny-sharded/"* "$root/tiny-sharded/"
+"$klnt" import -o "$root/series.klnt" --max-shard-size 32K --no-sync \
+	"$here/samples/tiny-llama.gguf" >/dev/null
+[ -f "$root/series-00003-of-00003.klnt" ] || {
+	echo "FAIL: the KLNT series fixture is not 3 shards"
+	exit 1
+}
+cp "$root/m.klnt" "$root/gap-00001-of-00002.klnt"
+: >"$root/empty.klnt"
+echo "hello, not a model" >"$root/text.txt"
+
+rc=0
+out=$("$here/servers/nginx.sh" start "$work/nginx" "$root") || rc=$?
+[ $rc -eq 0 ] || {
+	echo "$out"
+	exit $rc
+}
+eval "$out" # http= https= ca=
+/usr/bin/python3 "$here/servers/faultproxy.py" "$http" "$work/proxy" &
+proxy_pid=$!
+out=$("$here/servers/rgw.sh" start "$work/rgw") || rc=$?
+[ $rc -eq 0 ] || {
+	echo "$out"
+	exit $rc
+}
+eval "$out" # endpoint= access= secret=
+s3() { # curl's own SigV4 signing; radosgw refuses a signed request without this header
+	curl -sf --aws-sigv4 aws:amz:us-east-1:s3 -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" \
+		--user "$access:$secret" "$@"
+}
+s3 -X PUT "$endpoint/models" -o /dev/null
+(cd "$root" && find . -type f | sed 's|^\./||') | while read -r f; do
+	s3 -T "$root/$f" "$endpoint/models/$f" -o /dev/null || {
+		echo "FAIL: cannot upload $f"
+		exit 1
+	}
+done
+i=0
+while [ ! -f "$work/proxy/port" ] && [ $i -lt 100 ]; do
+	sleep 0.1
+	i=$((i + 1))
+done
+proxy_port=$(cat "$work/proxy/port")
+
+export KILN_TEST_ROOT="$root" KILN_TEST_HTTP="http://127.0.0.1:$http" \
+	KILN_TEST_HTTPS="https://127.0.0.1:$https" KILN_TEST_CA="$ca" \
+	KILN_TEST_PROXY="http://127.0.0.1:$proxy_port" KILN_TEST_S3_ENDPOINT="$endpoint" \
+	KILN_TEST_S3_ACCESS="$access" KILN_TEST_S3_SECRET="$secret" \
+	KILN_TEST_RGW_RESTART="$here/servers/rgw.sh restart-rgw $work/rgw >/dev/null"
+unset CURL_CA_BUNDLE AWS_CA_BUNDLE
+"$test_remote" --jobs 2 "$@"
+
+# klnt on URLs: the same verdicts and bytes as on the files, and a wrong secret's error.
+fail=0
+check() { # what got want
+	if [ "$2" = "$3" ]; then echo "ok: $1"; else echo "FAIL: $1: got '$2', want '$3'"; fail=1; fi
+}
+export AWS_ACCESS_KEY_ID="$access" AWS_SECRET_ACCESS_KEY="$secret" AWS_ENDPOINT_URL="$endpoint"
+for f in m.klnt tiny-llama.gguf tiny-sharded/model.safetensors.index.json series-00001-of-00003.klnt; do
+	got=$("$klnt" check "s3://models/$f" | sed "s|s3://models/||")
+	want=$("$klnt" check "$root/$f" | sed "s|$root/||")
+	check "klnt check s3://models/$f" "$got" "$want"
+	got=$("$klnt" inspect "http://127.0.0.1:$http/$f" | sed "s|http://127.0.0.1:$http/||" | cksum)
+	want=$("$klnt" inspect "$root/$f" | sed "s|$root/||" | cksum)
+	check "klnt inspect http://.../$f" "$got" "$want"
+done
+got=$("$klnt" cat "s3://models/m.klnt" blk.7.ffn_up.weight | cksum)
+want=$("$klnt" cat "$root/m.klnt" blk.7.ffn_up.weight | cksum)
+check "klnt cat s3://" "$got" "$want"
+got=$(CURL_CA_BUNDLE="$ca" "$klnt" cat --rows 1:3 "https://127.0.0.1:$https/m.klnt" \
+	blk.1.attn_qkv.weight | cksum)
+want=$("$klnt" cat --rows 1:3 "$root/m.klnt" blk.1.attn_qkv.weight | cksum)
+check "klnt cat --rows https://" "$got" "$want"
+rc=0
+out=$(AWS_SECRET_ACCESS_KEY=wrong "$klnt" check s3://models/m.klnt 2>&1) || rc=$?
+last=$(echo "$out" | tail -n 1)
+check "a wrong secret: exit status" "$rc" 3
+case $last in
+*"403 SignatureDoesNotMatch"*) check "a wrong secret: the last line" yes yes ;;
+*) check "a wrong secret: the last line ($last)" no yes ;;
+esac
+exit $fail

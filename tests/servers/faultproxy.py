@@ -1,0 +1,163 @@
+#!/usr/bin/python3
+"""A misbehaving HTTP server for the remote source's tests, in front of a real one (nginx).
+
+    faultproxy.py UPSTREAM_PORT STATE   writes STATE/port, serves on 127.0.0.1 until killed
+
+GET /FAULT/PATH forwards GET /PATH (with its Range and If-Match) to 127.0.0.1:UPSTREAM_PORT and
+answers with the upstream's response, except as FAULT says. FAULT is NAME or NAME:N; with N, the
+first N requests for that FAULT and PATH misbehave and later ones pass through (counters reset
+with GET /_reset; GET /_count/FAULT/PATH says how many requests it has seen). /ok/PATH and
+/ok:N/PATH pass through (N only keeps counts apart).
+
+  503, 429     answer that status (with an S3 error body; 429 with Retry-After: 0)
+  reset        close the connection without an answer
+  cut          send the headers and half the body, then close
+  stall        send the headers and a few bytes, then wait 30 s
+  badrange     a Content-Range one byte off
+  morebody     a body longer than its Content-Range (Content-Length says so)
+  etag         a different ETag from the upstream's (the object "changed")
+  norange      200 and the whole object, Range ignored
+  endless      200 with no length and a body that never ends
+  hugelen      206 claiming a total size of 2^50 bytes
+"""
+import http.client
+import http.server
+import os
+import socket
+import sys
+import threading
+import time
+
+UP = int(sys.argv[1])
+STATE = sys.argv[2]
+counts = {}
+lock = threading.Lock()
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def upstream(self, path):
+        c = http.client.HTTPConnection("127.0.0.1", UP, timeout=30)
+        headers = {k: v for k, v in self.headers.items() if k.lower() in ("range", "if-match")}
+        c.request("GET", path, headers=headers)
+        r = c.getresponse()
+        body = r.read()
+        c.close()
+        return r.status, r.getheaders(), body
+
+    def send(self, status, headers, body, skip=()):
+        self.send_response_only(status)
+        for k, v in headers:
+            if k.lower() not in ("connection", "keep-alive", "transfer-encoding") + skip:
+                self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        if self.path == "/_reset":
+            with lock:
+                counts.clear()
+            self.send(200, [("Content-Length", "0")], b"")
+            return
+        if self.path.startswith("/_count/"):
+            fault, _, path = self.path[len("/_count/"):].partition("/")
+            with lock:
+                n = str(counts.get((fault, "/" + path), 0)).encode()
+            self.send(200, [("Content-Length", str(len(n)))], n)
+            return
+        parts = self.path.split("/", 2)
+        if len(parts) < 3:
+            self.send(404, [("Content-Length", "0")], b"")
+            return
+        fault, path = parts[1], "/" + parts[2]
+        name, _, n = fault.partition(":")
+        with lock:
+            seen = counts.get((fault, path), 0)
+            counts[(fault, path)] = seen + 1
+        active = name != "ok" and (not n or seen < int(n))
+        if not active:
+            status, headers, body = self.upstream(path)
+            self.send(status, headers, body)
+            return
+        if name in ("503", "429"):
+            code = "SlowDown" if name == "503" else "TooManyRequests"
+            body = ("<?xml version=\"1.0\"?><Error><Code>%s</Code><Message>try again</Message>"
+                    "</Error>" % code).encode()
+            hdrs = [("Content-Length", str(len(body))), ("Content-Type", "application/xml")]
+            if name == "429":
+                hdrs.append(("Retry-After", "0"))
+            self.send(int(name), hdrs, body)
+            return
+        if name == "reset":
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                       b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            self.close_connection = True
+            self.connection.close()
+            return
+        if name == "endless":
+            self.send_response_only(200)
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            try:
+                while True:
+                    self.wfile.write(b"\0" * 65536)
+            except OSError:
+                return
+        status, headers, body = self.upstream(path)
+        get = {k.lower(): v for k, v in headers}
+        if name == "cut":
+            self.send(status, headers, body[: len(body) // 2])
+            self.close_connection = True
+        elif name == "stall":
+            self.send(status, headers, body[:16])
+            time.sleep(30)
+            self.close_connection = True
+        elif name == "badrange" and "content-range" in get:
+            unit, _, rest = get["content-range"].partition(" ")
+            span, _, total = rest.partition("/")
+            a, _, b = span.partition("-")
+            headers = [(k, v) for k, v in headers if k.lower() != "content-range"]
+            headers.append(("Content-Range", "%s %d-%d/%s" % (unit, int(a) + 1, int(b) + 1, total)))
+            self.send(status, headers, body)
+        elif name == "morebody":
+            extra = body + b"\x55" * 4096
+            headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
+            headers.append(("Content-Length", str(len(extra))))
+            self.send(status, headers, extra)
+        elif name == "etag":
+            headers = [(k, v) for k, v in headers if k.lower() != "etag"]
+            headers.append(("ETag", '"changed-%d"' % seen))
+            self.send(status, headers, body)
+        elif name == "norange":
+            c = http.client.HTTPConnection("127.0.0.1", UP, timeout=30)
+            c.request("GET", path)
+            r = c.getresponse()
+            self.send(200, r.getheaders(), r.read())
+            c.close()
+        elif name == "hugelen" and "content-range" in get:
+            unit, _, rest = get["content-range"].partition(" ")
+            span, _, total = rest.partition("/")
+            headers = [(k, v) for k, v in headers if k.lower() != "content-range"]
+            headers.append(("Content-Range", "%s %s/%d" % (unit, span, 1 << 50)))
+            self.send(status, headers, body)
+        else:
+            self.send(status, headers, body)
+
+
+class Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        pass  # clients hang up on purpose (resets, stalls, bodies cut short)
+
+
+srv = Server(("127.0.0.1", 0), Handler)
+with open(os.path.join(STATE, "port.tmp"), "w") as f:
+    f.write(str(srv.server_address[1]))
+os.rename(os.path.join(STATE, "port.tmp"), os.path.join(STATE, "port"))
+srv.serve_forever()

@@ -1,0 +1,519 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The REMOTE source against real servers on 127.0.0.1 (tests/remote_test.sh starts nginx, Ceph's
+ * S3 gateway and tests/servers/faultproxy.py, writes the fixtures and exports where they are):
+ * every model opened from a URL is compared, tensor by tensor and byte by byte, with the same
+ * file opened locally. The fault proxy stands in for the servers that misbehave.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "kiln/kiln.h"
+
+static const char *need(const char *var)
+{
+	const char *v = getenv(var);
+	if (!v || !*v)
+		cr_skip_test("%s is not set: run through tests/remote_test.sh", var);
+	return v;
+}
+
+static char *url(const char *base, const char *path)
+{
+	char *u = NULL;
+	cr_assert_geq(asprintf(&u, "%s/%s", base, path), 0);
+	return u;
+}
+
+static char *local(const char *path)
+{
+	return url(need("KILN_TEST_ROOT"), path);
+}
+
+/* S3 through the environment, as the AWS tools would be configured. */
+static void s3_env(void)
+{
+	setenv("AWS_ACCESS_KEY_ID", need("KILN_TEST_S3_ACCESS"), 1);
+	setenv("AWS_SECRET_ACCESS_KEY", need("KILN_TEST_S3_SECRET"), 1);
+	setenv("AWS_ENDPOINT_URL", need("KILN_TEST_S3_ENDPOINT"), 1);
+	unsetenv("AWS_PROFILE");
+	unsetenv("AWS_ENDPOINT_URL_S3");
+}
+
+static void *copy_of(const kiln_model *m, const kiln_tensor *t)
+{
+	void *p = malloc(t->byte_length ? t->byte_length : 1);
+	kiln_error err;
+	cr_assert_eq(kiln_tensor_copy(m, t->index, p, t->byte_length, &err), 0, "%s", err.message);
+	return p;
+}
+
+/* The same tensors, names, shapes and bytes. */
+static void same_models(const kiln_model *a, const kiln_model *b)
+{
+	cr_assert_eq(kiln_model_count(a), kiln_model_count(b));
+	cr_assert_eq(kiln_model_files(a), kiln_model_files(b));
+	for (uint64_t i = 0; i < kiln_model_count(a); i++) {
+		const kiln_tensor *x = kiln_model_tensor(a, i), *y = kiln_model_tensor(b, i);
+		cr_assert_eq(x->name_len, y->name_len);
+		if (x->name_len)
+			cr_assert_eq(memcmp(x->name, y->name, x->name_len), 0);
+		cr_assert_eq(x->dtype, y->dtype);
+		cr_assert_eq(x->rank, y->rank);
+		cr_assert_eq(memcmp(x->shape, y->shape, sizeof(x->shape)), 0);
+		cr_assert_eq(x->byte_length, y->byte_length);
+		cr_assert_eq(x->file_offset, y->file_offset);
+		void *p = copy_of(a, x), *q = copy_of(b, y);
+		cr_assert_eq(memcmp(p, q, x->byte_length), 0, "tensor %llu differs",
+			     (unsigned long long)i);
+		if (x->data) /* a loaded remote model's pointers hold the same bytes */
+			cr_assert_eq(memcmp(x->data, q, x->byte_length), 0);
+		free(p);
+		free(q);
+	}
+}
+
+static kiln_model *open_ok(const char *path, const kiln_open_options *o)
+{
+	kiln_model *m = NULL;
+	kiln_error err;
+	int rc = kiln_model_open(path, o, &m, &err);
+	cr_assert_eq(rc, 0, "%s: %s: %s", path, kiln_code_name(rc), err.message);
+	return m;
+}
+
+static void same_as_local(const char *remote, const char *path, const kiln_open_options *o)
+{
+	char *l = local(path);
+	kiln_model *a = open_ok(remote, o), *b = open_ok(l, NULL);
+	kiln_model_info info;
+	kiln_model_get_info(a, &info);
+	cr_assert_eq(info.source, KILN_SOURCE_REMOTE);
+	cr_assert_str_eq(kiln_source_name(info.source), "remote");
+	same_models(a, b);
+	kiln_model_close(a);
+	kiln_model_close(b);
+	free(l);
+}
+
+/* --- every format, every server ------------------------------------------------------------- */
+
+Test(remote, http_klnt_loaded_and_directory_only)
+{
+	char *u = url(need("KILN_TEST_HTTP"), "m.klnt");
+	same_as_local(u, "m.klnt", NULL);
+	kiln_open_options o = {.size = sizeof(o), .flags = KILN_OPEN_DIRECTORY_ONLY};
+	kiln_model *m = open_ok(u, &o);
+	for (uint64_t i = 0; i < kiln_model_count(m); i++)
+		cr_assert_null(kiln_model_tensor(m, i)->data);
+	kiln_model_close(m);
+	same_as_local(u, "m.klnt", &o);
+	free(u);
+}
+
+Test(remote, https_with_the_runs_ca)
+{
+	char *u = url(need("KILN_TEST_HTTPS"), "m.klnt");
+	kiln_remote_options r = {.size = sizeof(r), .ca_bundle = need("KILN_TEST_CA")};
+	kiln_open_options o = {.size = sizeof(o), .remote = &r};
+	same_as_local(u, "m.klnt", &o);
+	/* Without it the server is not trusted: IO naming the URL and the TLS failure. */
+	unsetenv("CURL_CA_BUNDLE");
+	kiln_model *m;
+	kiln_error err;
+	cr_assert_eq(kiln_model_open(u, NULL, &m, &err), KILN_IO);
+	cr_assert(strstr(err.message, u) && strstr(err.message, "certificate"), "%s", err.message);
+	free(u);
+}
+
+Test(remote, s3_every_format)
+{
+	s3_env();
+	const char *files[] = {"m.klnt", "tiny-llama.gguf", "big-dir.klnt",
+			       "tiny-sharded/model-00001-of-00002.safetensors"};
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		char *u = url("s3://models", files[i]);
+		same_as_local(u, files[i], NULL);
+		kiln_open_options o = {.size = sizeof(o), .flags = KILN_OPEN_DIRECTORY_ONLY};
+		same_as_local(u, files[i], &o);
+		free(u);
+	}
+}
+
+Test(remote, s3_index_and_series)
+{
+	s3_env();
+	same_as_local("s3://models/tiny-sharded/model.safetensors.index.json",
+		      "tiny-sharded/model.safetensors.index.json", NULL);
+	const char *shard = "s3://models/series-00002-of-00003.klnt";
+	kiln_model *m = open_ok(shard, NULL);
+	cr_assert_eq(kiln_model_files(m), 3);
+	kiln_model_close(m);
+	same_as_local(shard, "series-00002-of-00003.klnt", NULL);
+	/* A series with a shard missing on the server. */
+	kiln_error err;
+	cr_assert_eq(kiln_model_open("s3://models/gap-00001-of-00002.klnt", NULL, &m, &err),
+		     KILN_IO);
+	cr_assert(strstr(err.message, "shard 2 of 2 is missing"), "%s", err.message);
+}
+
+Test(remote, streams_and_slices_from_a_directory_only_model)
+{
+	s3_env();
+	kiln_open_options o = {.size = sizeof(o), .flags = KILN_OPEN_DIRECTORY_ONLY};
+	kiln_model *m = open_ok("s3://models/m.klnt", &o);
+	char *lp = local("m.klnt");
+	kiln_model *l = open_ok(lp, NULL);
+	free(lp);
+	kiln_stream_result res, want;
+	kiln_error err;
+	cr_assert_eq(kiln_model_read_all(m, NULL, &res, &err), 0, "%s", err.message);
+	cr_assert_eq(kiln_model_read_all(l, NULL, &want, &err), 0, "%s", err.message);
+	cr_assert_eq(res.bytes, want.bytes);
+	cr_assert_gt(res.bytes, 20u << 20);
+	const kiln_tensor *t = kiln_model_find_cstr(m, "blk.2.attn_qkv.weight");
+	cr_assert_not_null(t);
+	kiln_slice s = {.axis = 1, .start = 3, .stop = 40};
+	uint64_t bytes = 0;
+	cr_assert_eq(kiln_slice_size(t, &s, &bytes, &err), 0, "%s", err.message);
+	void *a = malloc(bytes), *b = malloc(bytes);
+	cr_assert_eq(kiln_tensor_read_slice(m, t->index, &s, a, bytes, NULL, NULL, &err), 0, "%s",
+		     err.message);
+	cr_assert_eq(kiln_tensor_read_slice(l, t->index, &s, b, bytes, NULL, NULL, &err), 0, "%s",
+		     err.message);
+	cr_assert_eq(memcmp(a, b, bytes), 0);
+	free(a);
+	free(b);
+	kiln_model_close(m);
+	kiln_model_close(l);
+}
+
+/* --- errors the servers give ---------------------------------------------------------------- */
+
+Test(remote, wrong_secret_is_403_signature_does_not_match)
+{
+	s3_env();
+	setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret", 1);
+	kiln_model *m;
+	kiln_error err;
+	cr_assert_eq(kiln_model_open("s3://models/m.klnt", NULL, &m, &err), KILN_IO);
+	cr_assert_null(m);
+	cr_assert_eq(err.sys_errno, EACCES);
+	cr_assert(strstr(err.message, "s3://models/m.klnt (bytes 0-") &&
+		      strstr(err.message, "HTTP 403 SignatureDoesNotMatch"),
+		  "%s", err.message);
+}
+
+Test(remote, missing_object_and_bucket_are_404)
+{
+	s3_env();
+	kiln_model *m;
+	kiln_error err;
+	cr_assert_eq(kiln_model_open("s3://models/none.klnt", NULL, &m, &err), KILN_IO);
+	cr_assert_eq(err.sys_errno, ENOENT);
+	cr_assert(strstr(err.message, "HTTP 404 NoSuchKey"), "%s", err.message);
+	cr_assert_eq(kiln_model_open("s3://no-bucket/m.klnt", NULL, &m, &err), KILN_IO);
+	cr_assert(strstr(err.message, "HTTP 404 NoSuchBucket"), "%s", err.message);
+}
+
+Test(remote, urls_kiln_cannot_use)
+{
+	const char *bad[] = {"s3://",          "s3://bucket", "s3://bucket/",
+			     "s3://bu cket/k", "http://",     "https:///path"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		kiln_model *m;
+		kiln_error err;
+		cr_assert_eq(kiln_model_open(bad[i], NULL, &m, &err), KILN_INVAL, "%s", bad[i]);
+	}
+	cr_assert(kiln_path_is_url("s3://b/k") && kiln_path_is_url("https://h/x") &&
+		  !kiln_path_is_url("/tmp/s3://x") && !kiln_path_is_url("ftp://h/x"));
+}
+
+Test(remote, empty_and_foreign_objects)
+{
+	s3_env();
+	kiln_model *m;
+	kiln_error err;
+	cr_assert_eq(kiln_model_open("s3://models/empty.klnt", NULL, &m, &err), KILN_LIMIT, "%s",
+		     err.message);
+	cr_assert_eq(kiln_model_open("s3://models/text.txt", NULL, &m, &err), KILN_FRAME, "%s",
+		     err.message);
+}
+
+/* --- credentials and endpoints from the AWS files --------------------------------------------- */
+
+static char *write_tmp(const char *name, const char *text)
+{
+	char *p = NULL;
+	cr_assert_geq(asprintf(&p, "%s/remote-%d-%s", KILN_TEST_TMP, (int)getpid(), name), 0);
+	FILE *f = fopen(p, "w");
+	cr_assert_not_null(f);
+	fputs(text, f);
+	fclose(f);
+	return p;
+}
+
+Test(remote, profiles_from_the_shared_files)
+{
+	need("KILN_TEST_S3_ENDPOINT");
+	unsetenv("AWS_ACCESS_KEY_ID");
+	unsetenv("AWS_SECRET_ACCESS_KEY");
+	unsetenv("AWS_ENDPOINT_URL");
+	unsetenv("AWS_ENDPOINT_URL_S3");
+	unsetenv("AWS_REGION");
+	unsetenv("AWS_DEFAULT_REGION");
+	char *creds = NULL, *conf = NULL;
+	cr_assert_geq(asprintf(&creds,
+			       "[default]\naws_access_key_id = wrong\naws_secret_access_key = x\n"
+			       "# a comment\n[kilntest]\naws_access_key_id = %s\n"
+			       "aws_secret_access_key=%s\n",
+			       need("KILN_TEST_S3_ACCESS"), need("KILN_TEST_S3_SECRET")),
+		      0);
+	cr_assert_geq(asprintf(&conf, "[profile kilntest]\nregion = us-east-1\nendpoint_url = %s\n",
+			       need("KILN_TEST_S3_ENDPOINT")),
+		      0);
+	char *cp = write_tmp("credentials", creds), *fp = write_tmp("config", conf);
+	setenv("AWS_SHARED_CREDENTIALS_FILE", cp, 1);
+	setenv("AWS_CONFIG_FILE", fp, 1);
+	setenv("AWS_PROFILE", "kilntest", 1);
+	kiln_model *m = open_ok("s3://models/tiny-llama.gguf", NULL);
+	kiln_model_close(m);
+	/* The option names the profile over AWS_PROFILE. */
+	kiln_remote_options r = {.size = sizeof(r), .profile = "nosuch"};
+	kiln_open_options o = {.size = sizeof(o), .remote = &r};
+	kiln_error err;
+	cr_assert_eq(kiln_model_open("s3://models/tiny-llama.gguf", &o, &m, &err), KILN_INVAL);
+	cr_assert(strstr(err.message, "nosuch"), "%s", err.message);
+	unlink(cp);
+	unlink(fp);
+	free(cp);
+	free(fp);
+	free(creds);
+	free(conf);
+}
+
+/* --- round trips ---------------------------------------------------------------------------- */
+
+/* Requests the fault proxy has seen for FAULT/PATH. */
+static long proxy_count(const char *fault, const char *path)
+{
+	char *cmd = NULL;
+	cr_assert_geq(
+	    asprintf(&cmd, "curl -s %s/_count/%s/%s", need("KILN_TEST_PROXY"), fault, path), 0);
+	FILE *p = popen(cmd, "r");
+	long n = -1;
+	cr_assert_not_null(p);
+	cr_assert_eq(fscanf(p, "%ld", &n), 1);
+	pclose(p);
+	free(cmd);
+	return n;
+}
+
+Test(remote, open_in_one_or_two_round_trips)
+{
+	const char *proxy = need("KILN_TEST_PROXY");
+	kiln_open_options o = {.size = sizeof(o), .flags = KILN_OPEN_DIRECTORY_ONLY};
+	/* A directory inside the first 256 KiB: one GET; a larger one: two. */
+	const char *files[] = {"m.klnt", "big-dir.klnt",
+			       "tiny-sharded/model-00001-of-00002.safetensors"};
+	const long want[] = {1, 2, 1};
+	for (size_t i = 0; i < 3; i++) {
+		char *fault = NULL;
+		cr_assert_geq(asprintf(&fault, "ok:%zu", i), 0);
+		char *base = url(proxy, fault), *u = url(base, files[i]);
+		kiln_model_close(open_ok(u, &o));
+		cr_assert_eq(proxy_count(fault, files[i]), want[i], "%s", files[i]);
+		free(u);
+		free(base);
+		free(fault);
+	}
+}
+
+/* --- servers that misbehave ----------------------------------------------------------------- */
+
+static int via_proxy(const char *fault, const char *path, const kiln_remote_options *r,
+		     uint32_t flags, kiln_error *err)
+{
+	char *base = url(need("KILN_TEST_PROXY"), fault), *u = url(base, path);
+	kiln_open_options o = {.size = sizeof(o), .flags = flags, .remote = r};
+	kiln_model *m = NULL;
+	int rc = kiln_model_open(u, &o, &m, err);
+	if (!rc) {
+		char *lp = local(path);
+		kiln_model *l = open_ok(lp, NULL);
+		same_models(m, l);
+		kiln_model_close(l);
+		kiln_model_close(m);
+		free(lp);
+	}
+	free(u);
+	free(base);
+	return rc;
+}
+
+Test(remote, transient_faults_are_retried)
+{
+	/* Small chunks: the payload is many ranges, and each fault hits one of them. */
+	kiln_remote_options r = {.size = sizeof(r), .chunk_size = 1u << 20, .stall_ms = 1000};
+	const char *faults[] = {"503:3", "429:2", "reset:3", "cut:3", "stall:1"};
+	for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++) {
+		kiln_error err;
+		cr_assert_eq(via_proxy(faults[i], "m.klnt", &r, 0, &err), 0, "%s: %s", faults[i],
+			     err.message);
+	}
+}
+
+Test(remote, retries_run_out)
+{
+	kiln_remote_options r = {.size = sizeof(r), .retries = 2};
+	kiln_error err;
+	cr_assert_eq(via_proxy("503", "m.klnt", &r, 0, &err), KILN_IO);
+	cr_assert(strstr(err.message, "HTTP 503 SlowDown, after 3 attempts"), "%s", err.message);
+	r.retries = KILN_REMOTE_NO_RETRY;
+	cr_assert_eq(via_proxy("reset", "m.klnt", &r, 0, &err), KILN_IO);
+	cr_assert(strstr(err.message, "after 1 attempts"), "%s", err.message);
+}
+
+Test(remote, hostile_answers_are_errors)
+{
+	kiln_remote_options r = {.size = sizeof(r), .retries = 1};
+	struct {
+		const char *fault, *file, *says;
+		int code, e;
+	} cases[] = {
+	    {"badrange", "m.klnt", "Content-Range bytes 1-", KILN_IO, EIO},
+	    {"morebody", "m.klnt", "more than the", KILN_IO, EIO},
+	    {"etag", "m.klnt", "changed since it was opened", KILN_IO, ESTALE},
+	    {"norange", "m.klnt", "does not serve ranges", KILN_IO, EIO},
+	    {"endless", "m.klnt", "no Content-Length", KILN_IO, EIO},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		kiln_error err;
+		int rc = via_proxy(cases[i].fault, cases[i].file, &r, 0, &err);
+		cr_assert_eq(rc, cases[i].code, "%s: %s %s", cases[i].fault, kiln_code_name(rc),
+			     err.message);
+		cr_assert_eq(err.sys_errno, cases[i].e, "%s: %s", cases[i].fault, err.message);
+		cr_assert(strstr(err.message, cases[i].says), "%s: %s", cases[i].fault,
+			  err.message);
+		cr_assert(strstr(err.message, "(bytes "), "%s", err.message);
+	}
+	/* A claimed size of 2^50 bytes is what the format checks, not what kiln allocates. */
+	kiln_error err;
+	int rc = via_proxy("hugelen", "m.klnt", &r, 0, &err);
+	cr_assert(kiln_is_format_error(rc), "%s %s", kiln_code_name(rc), err.message);
+	/* Range ignored, but the object fits the first GET: nothing more is asked. */
+	cr_assert_eq(via_proxy("norange", "tiny-llama.gguf", &r, 0, &err), 0, "%s", err.message);
+}
+
+Test(remote, deadline)
+{
+	kiln_remote_options r = {.size = sizeof(r), .deadline_ms = 1500, .stall_ms = 20000};
+	kiln_error err;
+	struct timespec a, b;
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	cr_assert_eq(via_proxy("stall", "m.klnt", &r, 0, &err), KILN_IO);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	cr_assert_eq(err.sys_errno, ETIMEDOUT, "%s", err.message);
+	cr_assert(strstr(err.message, "deadline of 1500 ms"), "%s", err.message);
+	cr_assert_lt(b.tv_sec - a.tv_sec, 10);
+}
+
+static int cancel_at_half(void *ctx, uint64_t done, uint64_t total)
+{
+	int *calls = ctx;
+	++*calls;
+	return done * 2 >= total;
+}
+
+Test(remote, progress_and_cancel)
+{
+	int calls = 0;
+	kiln_remote_options r = {.size = sizeof(r),
+				 .chunk_size = 1u << 20,
+				 .max_bytes_per_sec = 16u << 20,
+				 .progress = cancel_at_half,
+				 .progress_ctx = &calls};
+	kiln_error err;
+	cr_assert_eq(via_proxy("ok", "m.klnt", &r, 0, &err), KILN_CANCELED, "%s", err.message);
+	cr_assert_gt(calls, 1);
+}
+
+/* radosgw killed and restarted while a payload is on its way: the ranges resume. */
+static void *restart_rgw(void *arg)
+{
+	(void)arg;
+	cr_assert_eq(system(getenv("KILN_TEST_RGW_RESTART")), 0);
+	return NULL;
+}
+
+static int restart_once(void *ctx, uint64_t done, uint64_t total)
+{
+	pthread_t *t = ctx;
+	static int started;
+	if (!started && done * 4 >= total) {
+		started = 1;
+		pthread_create(t, NULL, restart_rgw, NULL);
+	}
+	return 0;
+}
+
+Test(remote, radosgw_restarted_mid_load)
+{
+	s3_env();
+	need("KILN_TEST_RGW_RESTART");
+	pthread_t t;
+	kiln_remote_options r = {.size = sizeof(r),
+				 .chunk_size = 1u << 20,
+				 .connections = 2,
+				 .max_bytes_per_sec = 8u << 20,
+				 .progress = restart_once,
+				 .progress_ctx = &t};
+	kiln_open_options o = {.size = sizeof(o), .remote = &r};
+	same_as_local("s3://models/m.klnt", "m.klnt", &o);
+	pthread_join(t, NULL);
+}
+
+/* --- options -------------------------------------------------------------------------------- */
+
+Test(remote, options_checked)
+{
+	kiln_model *m;
+	kiln_error err;
+	kiln_remote_options r = {.size = sizeof(r), .connections = 65};
+	kiln_open_options o = {.size = sizeof(o), .remote = &r};
+	cr_assert_eq(kiln_model_open("http://127.0.0.1:1/x", &o, &m, &err), KILN_INVAL);
+	cr_assert_str_eq(err.field, "remote.connections");
+	r = (kiln_remote_options){.chunk_size = 1000};
+	cr_assert_eq(kiln_model_open("http://127.0.0.1:1/x", &o, &m, &err), KILN_INVAL);
+	r = (kiln_remote_options){.reserved = {[3] = 1}};
+	cr_assert_eq(kiln_model_open("http://127.0.0.1:1/x", &o, &m, &err), KILN_INVAL);
+	o = (kiln_open_options){.flags = KILN_OPEN_DIRECTORY_ONLY | KILN_OPEN_POPULATE};
+	cr_assert_eq(kiln_model_open("http://127.0.0.1:1/x", &o, &m, &err), KILN_INVAL);
+	/* Nothing listens on port 1: refused, retried, then IO naming it. */
+	r = (kiln_remote_options){.retries = 1};
+	o = (kiln_open_options){.remote = &r};
+	cr_assert_eq(kiln_model_open("http://127.0.0.1:1/x.klnt", &o, &m, &err), KILN_IO);
+	cr_assert_eq(err.sys_errno, ECONNREFUSED, "%s", err.message);
+	cr_assert(strstr(err.message, "http://127.0.0.1:1/x.klnt (bytes 0-262143)"), "%s",
+		  err.message);
+}
+
+/* A local file opened for its directory only: no data pointers, copies read the file. */
+Test(remote, local_directory_only)
+{
+	char *p = local("m.klnt");
+	kiln_open_options o = {.size = sizeof(o), .flags = KILN_OPEN_DIRECTORY_ONLY};
+	kiln_model *a = open_ok(p, &o), *b = open_ok(p, NULL);
+	cr_assert_null(kiln_model_tensor(a, 0)->data);
+	same_models(a, b);
+	kiln_model_close(a);
+	kiln_model_close(b);
+	free(p);
+}
