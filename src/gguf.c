@@ -520,8 +520,8 @@ static int check_split(struct rd *r)
 		return 0;
 	/* One part opened alone on purpose (a buffer, or a part's name with KILN_OPEN_ONE_FILE):
 	 * nothing to hold it against. */
-	if (files < 2 &&
-	    (!f->path || f->model->one_file || kiln_series_parse(f->path, NULL, NULL, NULL)))
+	if (files < 2 && (!f->path || f->model->one_file ||
+			  kiln_series_parse(kiln__file_name(f), NULL, NULL, NULL)))
 		return 0;
 	if (r->split_count != (int64_t)files || r->split_no != (int64_t)f->no) {
 		if (r->split_count < 0 || r->split_no < 0)
@@ -705,7 +705,7 @@ static int gguf_read(struct kiln__file *f, int exact, kiln_error *err)
 					"tensor %s is also in %s: a name must be in one file of "
 					"a model only",
 					shown(&r, s->name, s->name_len, sa),
-					o->path ? o->path : "an earlier file");
+					o->path ? kiln__file_name(o) : "an earlier file");
 			goto out;
 		}
 	}

@@ -288,6 +288,7 @@ struct kiln__file {
 	const struct kiln__format *fmt;
 	uint32_t no;   /* its position in the model */
 	char *path;    /* NULL for a buffer */
+	char *url;     /* the URL, when path is its cached copy (src/cache.c); else NULL */
 	int fd;        /* -1 when there is no descriptor (a buffer) */
 	uint64_t size; /* bytes of the file */
 	/* The file's first byte in memory, where data pointers point (the mapping, the owned block,
@@ -309,6 +310,12 @@ struct kiln__file {
 	/* Bytes the reader kept past open (fetched with keep), freed at close. */
 	struct kiln__kept *kept;
 };
+
+/* A file's name for messages and naming rules: its URL when it was opened from a cached copy. */
+static inline const char *kiln__file_name(const struct kiln__file *f)
+{
+	return f->url ? f->url : f->path;
+}
 
 /* A block of kept bytes (a header copy whose names views point into). */
 struct kiln__kept {

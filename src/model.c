@@ -207,6 +207,8 @@ static void file_release(struct kiln__file *f)
 	f->fd = -1;
 	free(f->path);
 	f->path = NULL;
+	free(f->url);
+	f->url = NULL;
 }
 
 void kiln_model_close(kiln_model *m)
@@ -271,7 +273,7 @@ const char *kiln_format_name(unsigned format)
 /* The source for a path, from the options: the table the caller named; AUTO is the mapping,
  * which then decides per file (src/source_map.c), unless owned bytes were asked for in so many
  * words (a load buffer, O_DIRECT): io_uring, the faster owned load. */
-static const struct kiln__source *source_for(const kiln_open_options *o)
+const struct kiln__source *kiln__source_for(const kiln_open_options *o)
 {
 	static const struct kiln__source *const by_id[] = {
 	    [KILN_SOURCE_MMAP] = &kiln__source_map,
@@ -316,10 +318,11 @@ static int format_of(struct kiln__file *f, const kiln_open_options *o,
 	} named[] = {{".safetensors", &kiln__format_safetensors},
 		     {".gguf", &kiln__format_gguf},
 		     {".klnt", &kiln__format_klnt}};
-	size_t plen = f->path ? strlen(f->path) : 0;
+	const char *name = f->path ? kiln__file_name(f) : NULL;
+	size_t plen = name ? strcspn(name, kiln__is_url(name) ? "?#" : "") : 0;
 	for (size_t i = 0; !fmt && i < sizeof(named) / sizeof(named[0]); i++) {
 		size_t e = strlen(named[i].ext);
-		if (plen > e && !strcmp(f->path + plen - e, named[i].ext))
+		if (plen > e && !memcmp(name + plen - e, named[i].ext, e))
 			fmt = named[i].fmt;
 	}
 	/* Bytes that start like no format at all: the KLNT reader's verdict on its magic, whatever
@@ -338,7 +341,7 @@ static int format_of(struct kiln__file *f, const kiln_open_options *o,
 static void name_file(const struct kiln__file *f, kiln_error *err)
 {
 	if (f->path && f->model->nfiles > 1)
-		kiln__error_prefix(err, f->path);
+		kiln__error_prefix(err, f->url ? f->url : f->path);
 }
 
 /* Attach, read and finish file f (its path set, or the buffer for BUFFER). */
@@ -350,8 +353,8 @@ static int open_file(struct kiln__file *f, const kiln_open_options *o, const voi
 	if (rc) {
 		if (rc == KILN_IO && err && err->sys_errno == ENOENT && m->nfiles > 1)
 			snprintf(err->message, sizeof(err->message),
-				 "%s: shard %" PRIu32 " of %" PRIu32 " is missing", f->path,
-				 f->no + 1, m->nfiles);
+				 "%s: shard %" PRIu32 " of %" PRIu32 " is missing",
+				 kiln__file_name(f), f->no + 1, m->nfiles);
 		return rc;
 	}
 	f->first = m->count;
@@ -364,7 +367,7 @@ static int open_file(struct kiln__file *f, const kiln_open_options *o, const voi
 		return kiln__fail(err, KILN_FRAME, KILN_NO_INDEX, "magic", 0,
 				  "%s is a %s file, the model's first file %s (a model is of one "
 				  "format)",
-				  f->path ? f->path : "the buffer", f->fmt->name,
+				  f->path ? kiln__file_name(f) : "the buffer", f->fmt->name,
 				  kiln_format_name(m->format));
 	m->format = f->fmt->id;
 	rc = f->fmt->read(f, exact, err);
@@ -508,7 +511,7 @@ static int open_list(char **list, uint32_t n, const kiln_open_options *opts, uns
 		if (!rc) {
 			m->files[i].path = list[i];
 			m->files[i].src =
-			    kiln__is_url(list[i]) ? &kiln__source_remote : source_for(opts);
+			    kiln__is_url(list[i]) ? &kiln__source_remote : kiln__source_for(opts);
 		} else {
 			free(list[i]);
 		}
@@ -788,7 +791,7 @@ int kiln_model_file_info(const kiln_model *m, uint32_t file, kiln_file_info *inf
 	if (!m || file >= m->nfiles || !info)
 		return KILN_INVAL;
 	const struct kiln__file *f = &m->files[file];
-	info->path = f->path;
+	info->path = f->url ? f->url : f->path;
 	info->format = f->fmt ? f->fmt->id : 0;
 	info->version = f->version;
 	info->size = f->size;

@@ -497,6 +497,11 @@ uint64_t kiln__remote_size(const struct kiln__remote *r)
 	return r->size;
 }
 
+const char *kiln__remote_etag(const struct kiln__remote *r)
+{
+	return r->etag;
+}
+
 /* --- one range, one attempt at a time ------------------------------------------------------ */
 
 struct xfer {

@@ -26,6 +26,8 @@ void kiln__remote_free(struct kiln__remote *r);
 int kiln__remote_pin(struct kiln__remote *r, uint64_t want, uint8_t *dst, uint64_t *got,
 		     kiln_error *err);
 uint64_t kiln__remote_size(const struct kiln__remote *r);
+/* The pinned ETag, "" when the server sent none. */
+const char *kiln__remote_etag(const struct kiln__remote *r);
 
 /* Bytes [off, off + len) of each span into its dst, many GETs in flight, each span cut into
  * chunks; `progress` says whether the options' progress callback hears of it. Safe from

@@ -58,6 +58,9 @@ extern const struct kiln__source kiln__source_remote; /* URLs (src/source_remote
  * owned memory. */
 int kiln__read_takeover(struct kiln__file *f, const kiln_open_options *o, kiln_error *err);
 
+/* The local source the options ask for (MMAP unless told otherwise; AUTO decides per file). */
+const struct kiln__source *kiln__source_for(const kiln_open_options *o);
+
 /* Open `path` read-only and check it is a regular file (for the sources that read files).
  * Returns the descriptor and *size, or -1 with IO in *err naming the path. */
 int kiln__open_file(const char *path, uint64_t *size, kiln_error *err);

@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "cache.h"
 #include "remote.h"
 #include "source.h"
 
@@ -41,6 +42,8 @@ struct remote_state {
 	int owned;
 	uint8_t *scratch; /* a fetch far past the head */
 	size_t scratch_cap;
+	struct kiln__cache cache;
+	char *cache_path;            /* where this version goes once fetched; NULL: not cached */
 	pthread_mutex_t window_lock; /* reads may come from several threads */
 	uint8_t *window;
 	uint64_t window_off, window_len;
@@ -68,6 +71,20 @@ static uint8_t *new_head(struct remote_state *s, uint64_t len)
 	return (uint8_t *)(o + 1);
 }
 
+static void remote_release(struct kiln__file *f);
+
+/* The file is in the cache at `path` (taken over): it becomes a local file of the source the
+ * options ask for, its URL kept for messages and kiln_file_info. */
+static int hand_to_cache(struct kiln__file *f, const kiln_open_options *o, char *path,
+			 kiln_error *err)
+{
+	remote_release(f);
+	f->url = f->path;
+	f->path = path;
+	f->src = kiln__source_for(o);
+	return f->src->attach(f, o, NULL, 0, err);
+}
+
 static int remote_attach(struct kiln__file *f, const kiln_open_options *o, const void *buf,
 			 size_t len, kiln_error *err)
 {
@@ -81,6 +98,12 @@ static int remote_attach(struct kiln__file *f, const kiln_open_options *o, const
 	int rc = kiln__remote_new(f->path, o ? o->remote : NULL, &s->r, err);
 	if (rc)
 		return rc;
+	int cached = kiln__cache_settings(o ? o->remote : NULL, &s->cache);
+	char *fresh = cached ? kiln__cache_fresh(&s->cache, f->path) : NULL;
+	if (fresh) {
+		kiln__cache_touch(fresh);
+		return hand_to_cache(f, o, fresh, err);
+	}
 	if (!(s->head = new_head(s, FIRST_GET)))
 		return nomem(err, FIRST_GET, "the file's header");
 	s->head_cap = FIRST_GET;
@@ -91,6 +114,13 @@ static int remote_attach(struct kiln__file *f, const kiln_open_options *o, const
 		return kiln__fail_sys(err, KILN_IO, EFBIG,
 				      "%s: %" PRIu64 " bytes do not fit in memory", f->path,
 				      f->size);
+	const char *etag = kiln__remote_etag(s->r);
+	if (cached && etag[0]) {
+		char *p = kiln__cache_path(&s->cache, f->path, etag, f->size);
+		if (p && kiln__cache_hit(p, f->size))
+			return hand_to_cache(f, o, p, err);
+		s->cache_path = p;
+	}
 	return 0;
 }
 
@@ -171,8 +201,8 @@ static int remote_finish(struct kiln__file *f, const kiln_open_options *o, kiln_
 	struct remote_state *s = state(f);
 	/* The payload's proven end: what the format accepted, not what the server claims. */
 	uint64_t end = f->payload_base + f->payload_bytes;
-	if (end > f->size || end < f->payload_base)
-		end = f->size;
+	if (end > f->size || end < f->payload_base || s->cache_path)
+		end = f->size; /* a cached copy is the whole object */
 	if (o && o->buffer) {
 		if ((uintptr_t)o->buffer % KILN__ALIGN || o->buffer_size < f->size)
 			return kiln__fail_inval(
@@ -198,6 +228,10 @@ static int remote_finish(struct kiln__file *f, const kiln_open_options *o, kiln_
 	s->block_end = end;
 	f->base = s->block;
 	f->mem = end == f->size ? s->block : NULL;
+	if (s->cache_path) {
+		kiln_error ignored; /* a cache that cannot be written is skipped */
+		(void)kiln__cache_store(&s->cache, s->cache_path, s->block, f->size, &ignored);
+	}
 	return 0;
 }
 
@@ -216,6 +250,7 @@ static void remote_release(struct kiln__file *f)
 	}
 	free(s->scratch);
 	free(s->window);
+	free(s->cache_path);
 	pthread_mutex_destroy(&s->window_lock);
 	free(s);
 	f->src_state = NULL;

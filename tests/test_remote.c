@@ -517,3 +517,130 @@ Test(remote, local_directory_only)
 	kiln_model_close(b);
 	free(p);
 }
+
+/* --- the local cache ------------------------------------------------------------------------ */
+
+/* Files in `dir` (entries and anything else), and whether any is a temporary. */
+static int count_files(const char *dir, int *temporaries)
+{
+	char *cmd = NULL;
+	cr_assert_geq(asprintf(&cmd, "ls -A %s 2>/dev/null", dir), 0);
+	FILE *p = popen(cmd, "r");
+	char line[512];
+	int n = 0;
+	*temporaries = 0;
+	while (fgets(line, sizeof(line), p)) {
+		n++;
+		*temporaries += strstr(line, "kiln-tmp") != NULL;
+	}
+	pclose(p);
+	free(cmd);
+	return n;
+}
+
+static char *cache_dir(const char *name)
+{
+	char *d = NULL;
+	cr_assert_geq(asprintf(&d, "%s/cache-%d-%s/sub", KILN_TEST_TMP, (int)getpid(), name), 0);
+	return d;
+}
+
+Test(remote, cache_write_through_then_local)
+{
+	s3_env();
+	char *dir = cache_dir("wt");
+	kiln_remote_options r = {.size = sizeof(r), .cache_dir = dir};
+	kiln_open_options o = {.size = sizeof(o), .remote = &r};
+	same_as_local("s3://models/m.klnt", "m.klnt", &o); /* fetched, and written through */
+	int tmp;
+	cr_assert_eq(count_files(dir, &tmp), 1);
+	/* The second open maps the cached copy; the model still names the URL. */
+	kiln_model *m = open_ok("s3://models/m.klnt", &o);
+	kiln_model_info info;
+	kiln_model_get_info(m, &info);
+	cr_assert_eq(info.source, KILN_SOURCE_MMAP);
+	kiln_file_info fi;
+	cr_assert_eq(kiln_model_file_info(m, 0, &fi), 0);
+	cr_assert_str_eq(fi.path, "s3://models/m.klnt");
+	char *lp = local("m.klnt");
+	kiln_model *l = open_ok(lp, NULL);
+	same_models(m, l);
+	kiln_model_close(m);
+	kiln_model_close(l);
+	free(lp);
+	/* Through the proxy: a confirmed hit costs the first GET, a fresh one nothing. */
+	char *base = url(need("KILN_TEST_PROXY"), "ok:c1"), *u = url(base, "tiny-llama.gguf");
+	kiln_model_close(open_ok(u, &o));
+	cr_assert_eq(proxy_count("ok:c1", "tiny-llama.gguf"), 1);
+	kiln_model_close(open_ok(u, &o));
+	cr_assert_eq(proxy_count("ok:c1", "tiny-llama.gguf"), 2);
+	r.cache_max_age_ms = 60000;
+	kiln_model_close(open_ok(u, &o));
+	cr_assert_eq(proxy_count("ok:c1", "tiny-llama.gguf"), 2);
+	free(u);
+	free(base);
+	free(dir);
+}
+
+static void s3_put(const char *file, const char *key)
+{
+	char *cmd = NULL;
+	cr_assert_geq(
+	    asprintf(&cmd,
+		     "curl -sf --aws-sigv4 aws:amz:us-east-1:s3 -H 'x-amz-content-sha256: "
+		     "UNSIGNED-PAYLOAD' --user %s:%s -T %s/%s %s/models/%s -o /dev/null",
+		     need("KILN_TEST_S3_ACCESS"), need("KILN_TEST_S3_SECRET"),
+		     need("KILN_TEST_ROOT"), file, need("KILN_TEST_S3_ENDPOINT"), key),
+	    0);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
+	free(cmd);
+}
+
+Test(remote, cache_follows_a_changed_object_and_evicts)
+{
+	s3_env();
+	char key[64];
+	snprintf(key, sizeof(key), "v-%d.klnt", (int)getpid());
+	char *u = url("s3://models", key), *dir = cache_dir("ch");
+	s3_put("m.klnt", key);
+	kiln_remote_options r = {.size = sizeof(r), .cache_dir = dir};
+	kiln_open_options o = {.size = sizeof(o), .remote = &r};
+	same_as_local(u, "m.klnt", &o);
+	/* A new version under the same key: fetched again, the old copy removed. */
+	s3_put("big-dir.klnt", key);
+	same_as_local(u, "big-dir.klnt", &o);
+	int tmp;
+	cr_assert_eq(count_files(dir, &tmp), 1);
+	kiln_model *m = open_ok(u, &o);
+	kiln_model_info info;
+	kiln_model_get_info(m, &info);
+	cr_assert_eq(info.source, KILN_SOURCE_MMAP);
+	kiln_model_close(m);
+	/* A cap below the two: the least recently used goes. */
+	r.cache_max_bytes = 26u << 20; /* m.klnt is 24 MiB, big-dir.klnt 4 */
+	same_as_local("s3://models/m.klnt", "m.klnt", &o);
+	cr_assert_eq(count_files(dir, &tmp), 1, "the older entry should be gone");
+	free(u);
+	free(dir);
+}
+
+Test(remote, cache_has_nothing_partial)
+{
+	char *dir = cache_dir("cut");
+	int calls = 0;
+	kiln_remote_options r = {.size = sizeof(r),
+				 .cache_dir = dir,
+				 .chunk_size = 1u << 20,
+				 .max_bytes_per_sec = 16u << 20,
+				 .progress = cancel_at_half,
+				 .progress_ctx = &calls};
+	kiln_error err;
+	cr_assert_eq(via_proxy("ok", "m.klnt", &r, 0, &err), KILN_CANCELED, "%s", err.message);
+	/* A server that fails mid-payload, retries run out: nothing either. */
+	r = (kiln_remote_options){
+	    .size = sizeof(r), .cache_dir = dir, .retries = 1, .chunk_size = 1u << 20};
+	cr_assert_eq(via_proxy("cut", "m.klnt", &r, 0, &err), KILN_IO);
+	int tmp;
+	cr_assert_eq(count_files(dir, &tmp), 0);
+	free(dir);
+}

@@ -487,6 +487,20 @@ typedef struct kiln_remote_options {
 	 * a nonzero return stops the fetch: CANCELED. NULL: none. */
 	int (*progress)(void *ctx, uint64_t done, uint64_t total);
 	void *progress_ctx;
+	/* A local cache of whole objects, one file per object version (URL and ETag), written
+	 * through as the payload arrives and published atomically; a later open of a version
+	 * there opens the cached file with the local source the options ask for (MMAP: a
+	 * mapping). NULL: KILN_CACHE_DIR; no cache when neither is set (or ""). Objects without
+	 * an ETag and directory-only opens are not cached; a cache that cannot be written is
+	 * skipped, the open does not fail for it. */
+	const char *cache_dir;
+	/* Bytes the cache may hold; past it the least recently used files go. 0:
+	 * KILN_CACHE_MAX_BYTES, else no cap. */
+	uint64_t cache_max_bytes;
+	/* A cached version used or confirmed within this many milliseconds is opened without
+	 * asking the server (no round trip at all); older ones are confirmed with the first GET
+	 * (its ETag and size). 0: KILN_CACHE_MAX_AGE_MS, else always confirm. */
+	uint64_t cache_max_age_ms;
 	uint64_t reserved[4]; /* zero */
 } kiln_remote_options;
 

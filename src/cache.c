@@ -1,0 +1,267 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The local cache of remote files (kiln_remote_options.cache_dir, KILN_CACHE_DIR): one file per
+ * object version, named URLHASH-VERSIONHASH.EXT, where URLHASH is XXH3-128 of the URL without its
+ * query (a presigned URL's signature changes, the object does not) and VERSIONHASH XXH3-64 of its
+ * ETag and size. Written whole with kiln_write_atomic (no name until complete, nothing left by a
+ * crash), so whatever has a cache name is a whole object. A file's modification time is when it
+ * was last used or confirmed current: eviction removes the oldest first, and an entry younger
+ * than the max age is used without asking the server.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "cache.h"
+
+#define URLHASH_LEN 32
+
+static const char *env(const char *name)
+{
+	const char *v = getenv(name);
+	return v && *v ? v : NULL;
+}
+
+int kiln__cache_settings(const kiln_remote_options *o, struct kiln__cache *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->dir = o && o->cache_dir ? o->cache_dir : env("KILN_CACHE_DIR");
+	if (c->dir && !*c->dir)
+		c->dir = NULL;
+	const char *v;
+	c->max_bytes = o && o->cache_max_bytes             ? o->cache_max_bytes
+		       : (v = env("KILN_CACHE_MAX_BYTES")) ? strtoull(v, NULL, 10)
+							   : 0;
+	c->max_age_ms = o && o->cache_max_age_ms             ? o->cache_max_age_ms
+			: (v = env("KILN_CACHE_MAX_AGE_MS")) ? strtoull(v, NULL, 10)
+							     : 0;
+	return c->dir != NULL;
+}
+
+/* The extension a cache file keeps, so that the readers' by-name rules still apply. */
+static const char *ext_of(const char *url, size_t n)
+{
+	static const char *const known[] = {".safetensors", ".gguf", ".klnt", ".json"};
+	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++) {
+		size_t k = strlen(known[i]);
+		if (n > k && !memcmp(url + n - k, known[i], k))
+			return known[i];
+	}
+	return ".bin";
+}
+
+static void url_hash(const char *url, char out[URLHASH_LEN + 1], const char **ext)
+{
+	size_t n = strcspn(url, "?#");
+	XXH128_hash_t h = XXH3_128bits(url, n);
+	snprintf(out, URLHASH_LEN + 1, "%016" PRIx64 "%016" PRIx64, (uint64_t)h.high64,
+		 (uint64_t)h.low64);
+	*ext = ext_of(url, n);
+}
+
+char *kiln__cache_path(const struct kiln__cache *c, const char *url, const char *etag,
+		       uint64_t size)
+{
+	char uh[URLHASH_LEN + 1];
+	const char *ext;
+	url_hash(url, uh, &ext);
+	XXH3_state_t st;
+	XXH3_64bits_reset(&st);
+	XXH3_64bits_update(&st, etag, strlen(etag) + 1);
+	XXH3_64bits_update(&st, &size, sizeof(size));
+	char *p = NULL;
+	if (asprintf(&p, "%s/%s-%016" PRIx64 "%s", c->dir, uh, (uint64_t)XXH3_64bits_digest(&st),
+		     ext) < 0)
+		return NULL;
+	return p;
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static uint64_t mtime_ms(const struct stat *st)
+{
+	return (uint64_t)st->st_mtim.tv_sec * 1000u + (uint64_t)st->st_mtim.tv_nsec / 1000000u;
+}
+
+/* Whether a directory entry is a cache file (URLHASH-VERSIONHASH.EXT). */
+static int is_entry(const char *name)
+{
+	size_t n = strlen(name);
+	if (n < URLHASH_LEN + 18 || name[URLHASH_LEN] != '-')
+		return 0;
+	for (size_t i = 0; i < URLHASH_LEN + 17; i++)
+		if (i != URLHASH_LEN && !strchr("0123456789abcdef", name[i]))
+			return 0;
+	return name[URLHASH_LEN + 17] == '.';
+}
+
+char *kiln__cache_fresh(const struct kiln__cache *c, const char *url)
+{
+	if (!c->max_age_ms)
+		return NULL;
+	char uh[URLHASH_LEN + 1];
+	const char *ext;
+	url_hash(url, uh, &ext);
+	DIR *d = opendir(c->dir);
+	if (!d)
+		return NULL;
+	char *best = NULL;
+	uint64_t best_t = 0, now = now_ms();
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (!is_entry(e->d_name) || memcmp(e->d_name, uh, URLHASH_LEN) ||
+		    strcmp(e->d_name + URLHASH_LEN + 17, ext))
+			continue;
+		struct stat st;
+		if (fstatat(dirfd(d), e->d_name, &st, 0) || !S_ISREG(st.st_mode))
+			continue;
+		uint64_t t = mtime_ms(&st);
+		if (t + c->max_age_ms < now || t < best_t)
+			continue;
+		char *p = NULL;
+		if (asprintf(&p, "%s/%s", c->dir, e->d_name) < 0)
+			continue;
+		free(best);
+		best = p;
+		best_t = t;
+	}
+	closedir(d);
+	return best;
+}
+
+int kiln__cache_hit(const char *path, uint64_t size)
+{
+	struct stat st;
+	if (stat(path, &st) || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != size)
+		return 0;
+	kiln__cache_touch(path);
+	return 1;
+}
+
+void kiln__cache_touch(const char *path)
+{
+	(void)utimensat(AT_FDCWD, path, NULL, 0); /* used now: last to be evicted */
+}
+
+struct fill {
+	const uint8_t *bytes;
+	uint64_t len;
+};
+
+static int fill_file(void *ctx, int fd, kiln_error *err)
+{
+	const struct fill *f = ctx;
+	int e = kiln__write_all(fd, f->bytes, (size_t)f->len);
+	return e ? kiln__fail_sys(err, KILN_IO, e, "cannot write: %s", strerror(e)) : 0;
+}
+
+struct entry {
+	char *name;
+	uint64_t t, size;
+};
+
+static int by_age(const void *a, const void *b)
+{
+	const struct entry *x = a, *y = b;
+	return x->t < y->t ? -1 : x->t > y->t;
+}
+
+/* Remove the oldest entries until the cache holds at most max_bytes, never `keep`; and other
+ * versions of the URL of `keep` (an object that changed). */
+static void evict(const struct kiln__cache *c, const char *keep)
+{
+	const char *kb = strrchr(keep, '/');
+	kb = kb ? kb + 1 : keep;
+	DIR *d = opendir(c->dir);
+	if (!d)
+		return;
+	struct entry *es = NULL;
+	size_t n = 0, cap = 0;
+	uint64_t total = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		struct stat st;
+		if (!is_entry(e->d_name) || fstatat(dirfd(d), e->d_name, &st, 0) ||
+		    !S_ISREG(st.st_mode) || !strcmp(e->d_name, kb))
+			continue;
+		if (!memcmp(e->d_name, kb, URLHASH_LEN)) { /* an older version of the same URL */
+			unlinkat(dirfd(d), e->d_name, 0);
+			continue;
+		}
+		if (n == cap) {
+			size_t nc = cap ? cap * 2 : 64;
+			struct entry *ne = realloc(es, nc * sizeof(*es));
+			if (!ne)
+				break;
+			es = ne;
+			cap = nc;
+		}
+		if (!(es[n].name = strdup(e->d_name)))
+			break;
+		es[n].t = mtime_ms(&st);
+		es[n].size = (uint64_t)st.st_size;
+		total += es[n].size;
+		n++;
+	}
+	struct stat ks;
+	if (!stat(keep, &ks))
+		total += (uint64_t)ks.st_size;
+	if (c->max_bytes && total > c->max_bytes) {
+		qsort(es, n, sizeof(*es), by_age);
+		for (size_t i = 0; i < n && total > c->max_bytes; i++)
+			if (!unlinkat(dirfd(d), es[i].name, 0))
+				total -= es[i].size;
+	}
+	for (size_t i = 0; i < n; i++)
+		free(es[i].name);
+	free(es);
+	closedir(d);
+}
+
+int kiln__cache_store(const struct kiln__cache *c, const char *path, const uint8_t *bytes,
+		      uint64_t len, kiln_error *err)
+{
+	/* The directory, made as `mkdir -p` would (private to the user). */
+	char *dir = strdup(c->dir);
+	if (!dir)
+		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+	for (char *s = dir + 1; *s; s++)
+		if (*s == '/') {
+			*s = '\0';
+			mkdir(dir, 0700);
+			*s = '/';
+		}
+	int rc = 0;
+	if (mkdir(dir, 0700) && errno != EEXIST)
+		rc =
+		    kiln__fail_sys(err, KILN_IO, errno, "%s: cannot create the cache directory: %s",
+				   dir, strerror(errno));
+	free(dir);
+	if (rc)
+		return rc;
+	if (c->max_bytes && len > c->max_bytes)
+		return 0; /* larger than the whole cache: not kept */
+	struct fill f = {bytes, len};
+	rc = kiln_write_atomic(path, fill_file, &f, 0, err);
+	if (rc == KILN_UNSYNCED)
+		rc = 0; /* in place; a crash may lose it, which a cache may */
+	if (!rc)
+		evict(c, path);
+	return rc;
+}
