@@ -31,6 +31,9 @@ int kiln_fuzz_lookup(const uint8_t *data, size_t size);
 int kiln_fuzz_safetensors(const uint8_t *data, size_t size);
 /* The same for a GGUF file: tensor infos and every key/value checked against the file's bytes. */
 int kiln_fuzz_gguf(const uint8_t *data, size_t size);
+/* The bytes are a server's answer to the REMOTE source (or, after a 'C', an AWS credentials
+ * file): no crash, leak or overread, and only a 2xx answer opens. */
+int kiln_fuzz_http(const uint8_t *data, size_t size);
 
 #ifdef KILN_LIBFUZZER
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

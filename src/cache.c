@@ -111,10 +111,9 @@ static int is_entry(const char *name)
 	return name[URLHASH_LEN + 17] == '.';
 }
 
-char *kiln__cache_fresh(const struct kiln__cache *c, const char *url)
+/* The newest copy of `url` used or confirmed within max_age ms (UINT64_MAX: any), or NULL. */
+static char *newest(const struct kiln__cache *c, const char *url, uint64_t max_age)
 {
-	if (!c->max_age_ms)
-		return NULL;
 	char uh[URLHASH_LEN + 1];
 	const char *ext;
 	url_hash(url, uh, &ext);
@@ -132,7 +131,7 @@ char *kiln__cache_fresh(const struct kiln__cache *c, const char *url)
 		if (fstatat(dirfd(d), e->d_name, &st, 0) || !S_ISREG(st.st_mode))
 			continue;
 		uint64_t t = mtime_ms(&st);
-		if (t + c->max_age_ms < now || t < best_t)
+		if ((max_age != UINT64_MAX && t + max_age < now) || t < best_t)
 			continue;
 		char *p = NULL;
 		if (asprintf(&p, "%s/%s", c->dir, e->d_name) < 0)
@@ -143,6 +142,18 @@ char *kiln__cache_fresh(const struct kiln__cache *c, const char *url)
 	}
 	closedir(d);
 	return best;
+}
+
+char *kiln__cache_fresh(const struct kiln__cache *c, const char *url)
+{
+	return c->max_age_ms ? newest(c, url, c->max_age_ms) : NULL;
+}
+
+int kiln__cache_has(const struct kiln__cache *c, const char *url)
+{
+	char *p = newest(c, url, UINT64_MAX);
+	free(p);
+	return p != NULL;
 }
 
 int kiln__cache_hit(const char *path, uint64_t size)

@@ -17,6 +17,8 @@ char *kiln__cache_path(const struct kiln__cache *c, const char *url, const char 
 		       uint64_t size);
 /* A version of `url` used or confirmed within max_age_ms (the newest), or NULL. */
 char *kiln__cache_fresh(const struct kiln__cache *c, const char *url);
+/* Whether some version of `url` is cached. */
+int kiln__cache_has(const struct kiln__cache *c, const char *url);
 /* Whether `path` is a cached file of `size` bytes; touches it when it is. */
 int kiln__cache_hit(const char *path, uint64_t size);
 void kiln__cache_touch(const char *path);

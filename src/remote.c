@@ -213,6 +213,17 @@ static char *dup_opt(const char *s)
 	return s ? strdup(s) : NULL;
 }
 
+/* The keys of `section` of one file, unless an earlier place gave any (one place gives both). */
+static void keys_from(struct aws *a, const char *text, const char *section, int *found)
+{
+	if (a->access || a->secret || !text)
+		return;
+	a->access = ini_value(text, section, "aws_access_key_id", found);
+	a->secret = ini_value(text, section, "aws_secret_access_key", found);
+	if (a->access || a->secret)
+		a->token = ini_value(text, section, "aws_session_token", found);
+}
+
 /* Credentials, region and endpoint as the AWS tools read them (see kiln.h). */
 static int aws_settings(const kiln_remote_options *o, struct aws *a, kiln_error *err)
 {
@@ -241,16 +252,8 @@ static int aws_settings(const kiln_remote_options *o, struct aws *a, kiln_error 
 		a->secret = strdup(env("AWS_SECRET_ACCESS_KEY"));
 		a->token = dup_opt(env("AWS_SESSION_TOKEN"));
 	}
-	if (!a->access && creds) {
-		a->access = ini_value(creds, profile, "aws_access_key_id", &found);
-		a->secret = ini_value(creds, profile, "aws_secret_access_key", &found);
-		a->token = ini_value(creds, profile, "aws_session_token", &found);
-	}
-	if (!a->access && conf) {
-		a->access = ini_value(conf, csect, "aws_access_key_id", &found);
-		a->secret = ini_value(conf, csect, "aws_secret_access_key", &found);
-		a->token = ini_value(conf, csect, "aws_session_token", &found);
-	}
+	keys_from(a, creds, profile, &found);
+	keys_from(a, conf, csect, &found);
 	if ((a->access != NULL) != (a->secret != NULL)) {
 		rc = kiln__fail_inval(err, KILN_NO_INDEX, "credentials",
 				      "profile %s has an access key without a secret key or the "

@@ -121,6 +121,11 @@ Test(replay, gguf)
 	replay("gguf", kiln_fuzz_gguf);
 }
 
+Test(replay, http)
+{
+	replay("http", kiln_fuzz_http);
+}
+
 /* The same verdict from a file as from the buffer: every parse input is written to a file and
  * opened mapped (the page cache warm: the directory in one read), mapped again after eviction
  * (windows of descriptors with read-ahead hints) and read into owned memory; the error's class,

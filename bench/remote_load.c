@@ -1,0 +1,49 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The kiln side of bench/remote.sh: time one operation on a URL (or a path), once, and print
+ * the seconds. The script runs it beside curl and boto3, round after round, and takes medians.
+ *
+ *   remote_load load URL        open with the payload fetched into memory (every byte)
+ *   remote_load open URL        KILN_OPEN_DIRECTORY_ONLY: the header and directory alone
+ *   remote_load map PATH|URL    the default open (a URL through KILN_CACHE_DIR: the cached copy)
+ */
+#define _GNU_SOURCE
+#include <curl/curl.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "kiln/kiln.h"
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 3) {
+		fprintf(stderr, "usage: remote_load load|open|map URL\n");
+		return 2;
+	}
+	kiln_open_options o = {.size = sizeof(o)};
+	if (!strcmp(argv[1], "open"))
+		o.flags = KILN_OPEN_DIRECTORY_ONLY;
+	/* libcurl (OpenSSL) initialized before the clock starts, as a runtime that has opened a URL
+	 * before has it, and as curl's own time_total leaves it out. */
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	kiln_model *m;
+	kiln_error err;
+	double t0 = now();
+	int rc = kiln_model_open(argv[2], &o, &m, &err);
+	double t1 = now();
+	if (rc) {
+		fprintf(stderr, "%s: %s: %s\n", argv[2], kiln_code_name(rc), err.message);
+		return 1;
+	}
+	kiln_model_close(m);
+	printf("%.6f\n", t1 - t0);
+	return 0;
+}
