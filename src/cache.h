@@ -21,7 +21,8 @@ char *kiln__cache_fresh(const struct kiln__cache *c, const char *url);
 int kiln__cache_has(const struct kiln__cache *c, const char *url);
 /* Whether `path` is a cached file of `size` bytes; touches it when it is. */
 int kiln__cache_hit(const char *path, uint64_t size);
-void kiln__cache_touch(const char *path);
+/* Mark `path` used now; `confirmed`: the server has just said it is current. */
+void kiln__cache_touch(const char *path, int confirmed);
 /* Publish `len` bytes as `path` atomically, then evict to max_bytes. */
 int kiln__cache_store(const struct kiln__cache *c, const char *path, const uint8_t *bytes,
 		      uint64_t len, kiln_error *err);

@@ -99,7 +99,7 @@ static int remote_attach(struct kiln__file *f, const kiln_open_options *o, const
 	int cached = kiln__cache_settings(o ? o->remote : NULL, &s->cache);
 	char *fresh = cached ? kiln__cache_fresh(&s->cache, f->path) : NULL;
 	if (fresh) {
-		kiln__cache_touch(fresh);
+		kiln__cache_touch(fresh, 0);
 		return hand_to_cache(f, o, fresh, err);
 	}
 	int rc = kiln__remote_new(f->path, o ? o->remote : NULL, &s->r, err);

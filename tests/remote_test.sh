@@ -43,6 +43,20 @@ cp "$here/samples/tiny-sharded/"* "$root/tiny-sharded/"
 	exit 1
 }
 cp "$root/m.klnt" "$root/gap-00001-of-00002.klnt"
+/usr/bin/python3 - "$root/m.safetensors" <<'EOF'
+import json, random, struct, sys
+random.seed(7)
+specs = [("a", "F32", [64, 32], 4), ("b", "F16", [128], 2), ("c", "I32", [7, 3], 4)]
+header, data = {}, b""
+for name, dtype, shape, size in specs:
+    n = size
+    for d in shape:
+        n *= d
+    header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + n]}
+    data += bytes(random.getrandbits(8) & 0x3f for _ in range(n))
+h = json.dumps(header).encode()
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + data)
+EOF
 : >"$root/empty.klnt"
 echo "hello, not a model" >"$root/text.txt"
 
@@ -86,6 +100,13 @@ export KILN_TEST_ROOT="$root" KILN_TEST_HTTP="http://127.0.0.1:$http" \
 	KILN_TEST_RGW_RESTART="$here/servers/rgw.sh restart-rgw $work/rgw >/dev/null"
 unset CURL_CA_BUNDLE AWS_CA_BUNDLE
 "$test_remote" --jobs 2 "$@"
+
+# Python, where the module was built beside klnt.
+py=$(dirname "$klnt")/python
+if [ -d "$py/kiln" ] && /usr/bin/python3 -c 'import pytest' 2>/dev/null; then
+	PYTHONPATH="$py" /usr/bin/python3 -m pytest -q -p no:cacheprovider \
+		"$here/../python/tests/test_remote.py"
+fi
 
 # klnt on URLs: the same verdicts and bytes as on the files, and a wrong secret's error.
 fail=0
