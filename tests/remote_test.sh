@@ -101,11 +101,17 @@ export KILN_TEST_ROOT="$root" KILN_TEST_HTTP="http://127.0.0.1:$http" \
 unset CURL_CA_BUNDLE AWS_CA_BUNDLE
 "$test_remote" --jobs 2 "$@"
 
-# Python, where the module was built beside klnt.
+# Python, where the module was built beside klnt. A sanitized module needs the ASan runtime
+# preloaded into the interpreter (python/CMakeLists.txt does that for the python suite): here
+# the URL paths it takes are the C ones test_remote has just run under ASan, so it is left out.
 py=$(dirname "$klnt")/python
 if [ -d "$py/kiln" ] && /usr/bin/python3 -c 'import pytest' 2>/dev/null; then
-	PYTHONPATH="$py" /usr/bin/python3 -m pytest -q -p no:cacheprovider \
-		"$here/../python/tests/test_remote.py"
+	if nm -D "$py"/kiln/_kiln*.so 2>/dev/null | grep -q __asan_init; then
+		echo "note: python/tests/test_remote.py not run: the module is built with ASan"
+	else
+		PYTHONPATH="$py" /usr/bin/python3 -m pytest -q -p no:cacheprovider \
+			"$here/../python/tests/test_remote.py"
+	fi
 fi
 
 # klnt on URLs: the same verdicts and bytes as on the files, and a wrong secret's error.
