@@ -24,6 +24,7 @@
 #include <xxhash.h>
 
 #include "cache.h"
+#include "remote.h"
 
 #define URLHASH_LEN 32
 
@@ -63,7 +64,7 @@ static const char *ext_of(const char *url, size_t n)
 
 static void url_hash(const char *url, char out[URLHASH_LEN + 1], const char **ext)
 {
-	size_t n = strcspn(url, "?#");
+	size_t n = kiln__url_path_len(url);
 	XXH128_hash_t h = XXH3_128bits(url, n);
 	snprintf(out, URLHASH_LEN + 1, "%016" PRIx64 "%016" PRIx64, (uint64_t)h.high64,
 		 (uint64_t)h.low64);
@@ -111,9 +112,9 @@ static int is_entry(const char *name)
 	return name[URLHASH_LEN + 17] == '.';
 }
 
-/* The newest copy of `url` used or confirmed within max_age ms (UINT64_MAX: any), or NULL. */
-static char *newest(const struct kiln__cache *c, const char *url, uint64_t max_age)
+char *kiln__cache_lookup(const struct kiln__cache *c, const char *url, int *fresh)
 {
+	*fresh = 0;
 	char uh[URLHASH_LEN + 1];
 	const char *ext;
 	url_hash(url, uh, &ext);
@@ -131,29 +132,22 @@ static char *newest(const struct kiln__cache *c, const char *url, uint64_t max_a
 		if (fstatat(dirfd(d), e->d_name, &st, 0) || !S_ISREG(st.st_mode))
 			continue;
 		uint64_t t = mtime_ms(&st);
-		if ((max_age != UINT64_MAX && t + max_age < now) || t < best_t)
-			continue;
 		char *p = NULL;
-		if (asprintf(&p, "%s/%s", c->dir, e->d_name) < 0)
+		if ((best && t < best_t) || asprintf(&p, "%s/%s", c->dir, e->d_name) < 0)
 			continue;
 		free(best);
 		best = p;
 		best_t = t;
 	}
 	closedir(d);
+	if (best && c->max_age_ms && best_t + c->max_age_ms >= now) {
+		*fresh = 1;
+		/* Used now: last to be evicted. To the minute: a metadata write per open would cost
+		 * a fresh hit a third of the local open it is. */
+		if (best_t + 60000 < now)
+			(void)utimensat(AT_FDCWD, best, NULL, 0);
+	}
 	return best;
-}
-
-char *kiln__cache_fresh(const struct kiln__cache *c, const char *url)
-{
-	return c->max_age_ms ? newest(c, url, c->max_age_ms) : NULL;
-}
-
-int kiln__cache_has(const struct kiln__cache *c, const char *url)
-{
-	char *p = newest(c, url, UINT64_MAX);
-	free(p);
-	return p != NULL;
 }
 
 int kiln__cache_hit(const char *path, uint64_t size)
@@ -161,17 +155,8 @@ int kiln__cache_hit(const char *path, uint64_t size)
 	struct stat st;
 	if (stat(path, &st) || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != size)
 		return 0;
-	kiln__cache_touch(path, 1);
+	(void)utimensat(AT_FDCWD, path, NULL, 0); /* confirmed now: last to be evicted */
 	return 1;
-}
-
-void kiln__cache_touch(const char *path, int confirmed)
-{
-	/* Used (or confirmed) now: last to be evicted. A use without the server, to the minute: a
-	 * metadata write per open would cost a fresh hit a third of the local open it is. */
-	struct stat st;
-	if (confirmed || stat(path, &st) || mtime_ms(&st) + 60000 < now_ms())
-		(void)utimensat(AT_FDCWD, path, NULL, 0);
 }
 
 struct fill {

@@ -15,14 +15,13 @@ int kiln__cache_settings(const kiln_remote_options *o, struct kiln__cache *c);
 /* Where the version (etag, size) of `url` is cached (malloc'ed; NULL: no memory). */
 char *kiln__cache_path(const struct kiln__cache *c, const char *url, const char *etag,
 		       uint64_t size);
-/* A version of `url` used or confirmed within max_age_ms (the newest), or NULL. */
-char *kiln__cache_fresh(const struct kiln__cache *c, const char *url);
-/* Whether some version of `url` is cached. */
-int kiln__cache_has(const struct kiln__cache *c, const char *url);
-/* Whether `path` is a cached file of `size` bytes; touches it when it is. */
+/* The newest cached version of `url` (malloc'ed), or NULL. *fresh when it was used or confirmed
+ * within max_age_ms: then it may be opened without asking the server, and it is marked used
+ * (to the minute). */
+char *kiln__cache_lookup(const struct kiln__cache *c, const char *url, int *fresh);
+/* Whether `path` is a cached file of `size` bytes (the version the server has just confirmed);
+ * marks it used when it is. */
 int kiln__cache_hit(const char *path, uint64_t size);
-/* Mark `path` used now; `confirmed`: the server has just said it is current. */
-void kiln__cache_touch(const char *path, int confirmed);
 /* Publish `len` bytes as `path` atomically, then evict to max_bytes. */
 int kiln__cache_store(const struct kiln__cache *c, const char *path, const uint8_t *bytes,
 		      uint64_t len, kiln_error *err);

@@ -319,7 +319,7 @@ static int format_of(struct kiln__file *f, const kiln_open_options *o,
 		     {".gguf", &kiln__format_gguf},
 		     {".klnt", &kiln__format_klnt}};
 	const char *name = f->path ? kiln__file_name(f) : NULL;
-	size_t plen = name ? strcspn(name, kiln__is_url(name) ? "?#" : "") : 0;
+	size_t plen = name ? kiln__url_path_len(name) : 0;
 	for (size_t i = 0; !fmt && i < sizeof(named) / sizeof(named[0]); i++) {
 		size_t e = strlen(named[i].ext);
 		if (plen > e && !memcmp(name + plen - e, named[i].ext, e))
@@ -341,7 +341,7 @@ static int format_of(struct kiln__file *f, const kiln_open_options *o,
 static void name_file(const struct kiln__file *f, kiln_error *err)
 {
 	if (f->path && f->model->nfiles > 1)
-		kiln__error_prefix(err, f->url ? f->url : f->path);
+		kiln__error_prefix(err, kiln__file_name(f));
 }
 
 /* Attach, read and finish file f (its path set, or the buffer for BUFFER). */
@@ -579,8 +579,7 @@ static int open_index(const char *path, const kiln_open_options *opts, struct ki
 		return rc;
 	/* The shards beside it: in its directory, or under its URL's last slash (before a query).
 	 */
-	size_t plen = kiln__is_url(path) ? strcspn(path, "?#") : strlen(path);
-	const char *slash = memrchr(path, '/', plen);
+	const char *slash = memrchr(path, '/', kiln__url_path_len(path));
 	size_t dlen = slash ? (size_t)(slash - path) + 1 : 0;
 	char **list = calloc(ix.nshards, sizeof(*list));
 	for (uint32_t i = 0; list && i < ix.nshards; i++) {
@@ -791,7 +790,7 @@ int kiln_model_file_info(const kiln_model *m, uint32_t file, kiln_file_info *inf
 	if (!m || file >= m->nfiles || !info)
 		return KILN_INVAL;
 	const struct kiln__file *f = &m->files[file];
-	info->path = f->url ? f->url : f->path;
+	info->path = kiln__file_name(f);
 	info->format = f->fmt ? f->fmt->id : 0;
 	info->version = f->version;
 	info->size = f->size;

@@ -37,13 +37,11 @@
 struct kiln__remote {
 	char *url;       /* what is fetched */
 	char shown[128]; /* the URL for messages: the query (a signature) left out */
-	int s3;
-	char sigv4[96]; /* "aws:amz:REGION:s3", or empty for unsigned requests */
-	char *userpwd;  /* "ACCESS:SECRET" */
+	char sigv4[96];  /* "aws:amz:REGION:s3", or empty for unsigned requests */
+	char *userpwd;   /* "ACCESS:SECRET" */
 	char *bearer;
 	char *ca_bundle;
-	struct curl_slist *headers; /* before the pin */
-	struct curl_slist *pinned_headers;
+	struct curl_slist *headers; /* every request's; If-Match joins them at the pin */
 	uint32_t connections, chunk, retries, stall_ms;
 	uint64_t deadline_ms, cap_bps;
 	int (*progress)(void *, uint64_t, uint64_t);
@@ -81,6 +79,11 @@ static int nomem(kiln_error *err)
 KILN_API int kiln_path_is_url(const char *path)
 {
 	return kiln__is_url(path);
+}
+
+size_t kiln__url_path_len(const char *path)
+{
+	return kiln__is_url(path) ? strcspn(path, "?#") : strlen(path);
 }
 
 int kiln__is_url(const char *path)
@@ -213,15 +216,24 @@ static char *dup_opt(const char *s)
 	return s ? strdup(s) : NULL;
 }
 
+/* Whether `text` (NULL: no file) has the section. */
+static int has_section(const char *text, const char *section)
+{
+	int found = 0;
+	if (text)
+		free(ini_value(text, section, "", &found));
+	return found;
+}
+
 /* The keys of `section` of one file, unless an earlier place gave any (one place gives both). */
-static void keys_from(struct aws *a, const char *text, const char *section, int *found)
+static void keys_from(struct aws *a, const char *text, const char *section)
 {
 	if (a->access || a->secret || !text)
 		return;
-	a->access = ini_value(text, section, "aws_access_key_id", found);
-	a->secret = ini_value(text, section, "aws_secret_access_key", found);
+	a->access = ini_value(text, section, "aws_access_key_id", NULL);
+	a->secret = ini_value(text, section, "aws_secret_access_key", NULL);
 	if (a->access || a->secret)
-		a->token = ini_value(text, section, "aws_session_token", found);
+		a->token = ini_value(text, section, "aws_session_token", NULL);
 }
 
 /* Credentials, region and endpoint as the AWS tools read them (see kiln.h). */
@@ -237,7 +249,6 @@ static int aws_settings(const kiln_remote_options *o, struct aws *a, kiln_error 
 	char *creds = cpath ? slurp(cpath) : NULL;
 	char *conf = fpath ? slurp(fpath) : NULL;
 	char *csect = NULL;
-	int found = 0;
 	if (!strcmp(profile, "default"))
 		csect = strdup("default");
 	else if (asprintf(&csect, "profile %s", profile) < 0)
@@ -252,8 +263,8 @@ static int aws_settings(const kiln_remote_options *o, struct aws *a, kiln_error 
 		a->secret = strdup(env("AWS_SECRET_ACCESS_KEY"));
 		a->token = dup_opt(env("AWS_SESSION_TOKEN"));
 	}
-	keys_from(a, creds, profile, &found);
-	keys_from(a, conf, csect, &found);
+	keys_from(a, creds, profile);
+	keys_from(a, conf, csect);
 	if ((a->access != NULL) != (a->secret != NULL)) {
 		rc = kiln__fail_inval(err, KILN_NO_INDEX, "credentials",
 				      "profile %s has an access key without a secret key or the "
@@ -265,13 +276,14 @@ static int aws_settings(const kiln_remote_options *o, struct aws *a, kiln_error 
 	if (!a->region)
 		a->region = dup_opt(env("AWS_DEFAULT_REGION"));
 	if (!a->region && conf)
-		a->region = ini_value(conf, csect, "region", &found);
+		a->region = ini_value(conf, csect, "region", NULL);
 	a->endpoint = dup_opt(o && o->endpoint ? o->endpoint : env("AWS_ENDPOINT_URL_S3"));
 	if (!a->endpoint)
 		a->endpoint = dup_opt(env("AWS_ENDPOINT_URL"));
 	if (!a->endpoint && conf)
-		a->endpoint = ini_value(conf, csect, "endpoint_url", &found);
-	if (named && !found && !a->access && !env("AWS_ACCESS_KEY_ID")) {
+		a->endpoint = ini_value(conf, csect, "endpoint_url", NULL);
+	if (named && !a->access && !env("AWS_ACCESS_KEY_ID") && !has_section(creds, profile) &&
+	    !has_section(conf, csect)) {
 		rc = kiln__fail_inval(
 		    err, KILN_NO_INDEX, "profile", "the AWS profile %s is in neither %s nor %s",
 		    profile, cpath ? cpath : "~/.aws/credentials", fpath ? fpath : "~/.aws/config");
@@ -362,12 +374,26 @@ static int host_is(const char *host, const char *domain)
 
 static void set_shown(struct kiln__remote *r, const char *url)
 {
-	size_t n = strcspn(url, "?#");
+	size_t n = kiln__url_path_len(url);
 	const char *more = url[n] ? "?..." : "";
 	if (n > 100)
 		snprintf(r->shown, sizeof(r->shown), "%.40s...%s%s", url, url + n - 56, more);
 	else
 		snprintf(r->shown, sizeof(r->shown), "%.*s%s", (int)n, url, more);
+}
+
+/* "NAME: VALUE" appended to the headers every request sends; -1 when out of memory. */
+static int add_header(struct kiln__remote *r, const char *name, const char *value)
+{
+	char *h = NULL;
+	if (asprintf(&h, "%s: %s", name, value) < 0)
+		return -1;
+	struct curl_slist *l = curl_slist_append(r->headers, h);
+	free(h);
+	if (!l)
+		return -1;
+	r->headers = l;
+	return 0;
 }
 
 int kiln__remote_new(const char *url, const kiln_remote_options *o, struct kiln__remote **out,
@@ -398,7 +424,6 @@ int kiln__remote_new(const char *url, const kiln_remote_options *o, struct kiln_
 	r->progress_ctx = o ? o->progress_ctx : NULL;
 	const char *ca = o && o->ca_bundle ? o->ca_bundle : NULL;
 	if (!strncmp(url, "s3://", 5)) {
-		r->s3 = 1;
 		const char *b = url + 5, *slash = strchr(b, '/');
 		size_t blen = slash ? (size_t)(slash - b) : strlen(b);
 		int ok = blen >= 1 && blen <= 63 && slash && slash[1];
@@ -426,18 +451,10 @@ int kiln__remote_new(const char *url, const kiln_remote_options *o, struct kiln_
 		}
 		/* SigV4 covers the payload's hash; a GET has none to send. */
 		r->headers = curl_slist_append(NULL, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
-		if (a.token && r->headers) {
-			char *h = NULL;
-			if (asprintf(&h, "x-amz-security-token: %s", a.token) >= 0) {
-				struct curl_slist *l = curl_slist_append(r->headers, h);
-				if (l)
-					r->headers = l;
-				free(h);
-			}
-		}
+		int bad = !r->url || (a.access && !r->userpwd) || !r->headers ||
+			  (a.token && add_header(r, "x-amz-security-token", a.token));
 		if (!ca)
 			ca = env("AWS_CA_BUNDLE");
-		int bad = !r->url || (a.access && !r->userpwd) || !r->headers;
 		aws_free(&a);
 		if (bad) {
 			kiln__remote_free(r);
@@ -453,9 +470,10 @@ int kiln__remote_new(const char *url, const kiln_remote_options *o, struct kiln_
 			return KILN_INVAL;
 		}
 		const char *tok = env("HF_TOKEN");
-		if (tok && (host_is(host, "huggingface.co") || host_is(host, "hf.co")))
+		int hf = tok && (host_is(host, "huggingface.co") || host_is(host, "hf.co"));
+		if (hf)
 			r->bearer = strdup(tok);
-		if (!r->url || (tok && !r->bearer && host_is(host, "huggingface.co"))) {
+		if (!r->url || (hf && !r->bearer)) {
 			kiln__remote_free(r);
 			return nomem(err);
 		}
@@ -484,7 +502,6 @@ void kiln__remote_free(struct kiln__remote *r)
 	if (r->multi)
 		curl_multi_cleanup(r->multi);
 	curl_slist_free_all(r->headers);
-	curl_slist_free_all(r->pinned_headers);
 	free(r->url);
 	if (r->userpwd)
 		explicit_bzero(r->userpwd, strlen(r->userpwd));
@@ -514,7 +531,7 @@ struct xfer {
 	uint8_t *dst;
 	uint32_t attempts;
 	uint64_t due; /* when the next attempt may start (ms) */
-	int active, done, pin;
+	int active, done;
 	/* this attempt's response */
 	long status;
 	int has_range, unsatisfied, has_length, has_etag, checked, stopped, fatal;
@@ -616,11 +633,27 @@ static void fatal(struct xfer *x, int e, const char *fmt, ...)
 	x->fatal = 1;
 }
 
+/* The first answer's size and ETag become the object's; every later request asks for that
+ * version (If-Match). */
+static int pin_object(struct xfer *x, uint64_t total)
+{
+	struct kiln__remote *r = x->r;
+	r->size = total;
+	if (x->has_etag)
+		snprintf(r->etag, sizeof(r->etag), "%s", x->etag);
+	r->pinned = 1;
+	if (r->etag[0] && add_header(r, "If-Match", r->etag)) {
+		fatal(x, ENOMEM, "cannot allocate the If-Match header");
+		return -1;
+	}
+	return 0;
+}
+
 /* A 2xx response, before its body is taken: is it the bytes asked for, of the object pinned? */
 static int check_response(struct xfer *x)
 {
 	struct kiln__remote *r = x->r;
-	uint64_t from = x->off + x->got;
+	uint64_t from = x->off + x->got, asked_end = x->off + x->len - 1, total;
 	x->checked = 1;
 	if (r->pinned && r->etag[0] && x->has_etag && strcmp(x->etag, r->etag)) {
 		fatal(x, ESTALE, "the object changed since it was opened (ETag %.60s, was %.60s)",
@@ -632,75 +665,38 @@ static int check_response(struct xfer *x)
 			fatal(x, EIO, "HTTP 206 without a valid Content-Range");
 			return -1;
 		}
-		if (r->pinned && x->range_total != r->size) {
-			fatal(x, ESTALE,
-			      "the object is %" PRIu64 " bytes now, %" PRIu64 " when it was opened",
-			      x->range_total, r->size);
-			return -1;
-		}
-		uint64_t end = x->off + x->len;
-		if (!r->pinned && end > x->range_total) /* the first GET: a shorter object */
-			end = x->range_total > from ? x->range_total : from;
-		if (x->range_from != from || x->range_to + 1 != end) {
-			fatal(x, EIO,
-			      "Content-Range bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64
-			      " answers a request for bytes %" PRIu64 "-%" PRIu64,
-			      x->range_from, x->range_to, x->range_total, from,
-			      x->off + x->len - 1);
-			return -1;
-		}
-		if (!r->pinned) {
-			r->size = x->range_total;
-			x->len = end - x->off;
-		}
+		total = x->range_total;
 	} else if (x->status == 200) {
 		/* The whole object, Range ignored: usable only from byte 0. */
 		if (from != 0 || !x->has_length) {
 			fatal(x, EIO,
 			      "HTTP 200 (the whole object%s) to a request for bytes %" PRIu64
 			      "-%" PRIu64 ": the server does not serve ranges",
-			      x->has_length ? "" : ", no Content-Length", from,
-			      x->off + x->len - 1);
+			      x->has_length ? "" : ", no Content-Length", from, asked_end);
 			return -1;
 		}
-		if (r->pinned && x->length != r->size) {
-			fatal(x, ESTALE,
-			      "the object is %" PRIu64 " bytes now, %" PRIu64 " when it was opened",
-			      x->length, r->size);
-			return -1;
-		}
-		if (!r->pinned) {
-			r->size = x->length;
-			if (x->len > x->length)
-				x->len = x->length;
-		}
+		total = x->length;
 	} else {
 		fatal(x, EIO, "unexpected HTTP %ld", x->status);
 		return -1;
 	}
-	if (!r->pinned) {
-		if (x->has_etag)
-			snprintf(r->etag, sizeof(r->etag), "%s", x->etag);
-		r->pinned = 1;
-		if (r->etag[0]) {
-			char *h = NULL;
-			struct curl_slist *l = NULL;
-			for (struct curl_slist *s = r->headers; s; s = s->next) {
-				struct curl_slist *t = curl_slist_append(l, s->data);
-				if (!t)
-					break;
-				l = t;
-			}
-			if (asprintf(&h, "If-Match: %s", r->etag) >= 0) {
-				struct curl_slist *t = curl_slist_append(l, h);
-				if (t)
-					l = t;
-				free(h);
-			}
-			r->pinned_headers = l;
-		}
+	if (r->pinned && total != r->size) {
+		fatal(x, ESTALE,
+		      "the object is %" PRIu64 " bytes now, %" PRIu64 " when it was opened", total,
+		      r->size);
+		return -1;
 	}
-	return 0;
+	/* The first GET (from byte 0, nothing received yet) may ask past a shorter object. */
+	if (!r->pinned && x->len > total)
+		x->len = total;
+	if (x->status == 206 && (x->range_from != from || x->range_to + 1 != x->off + x->len)) {
+		fatal(x, EIO,
+		      "Content-Range bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64
+		      " answers a request for bytes %" PRIu64 "-%" PRIu64,
+		      x->range_from, x->range_to, x->range_total, from, asked_end);
+		return -1;
+	}
+	return r->pinned ? 0 : pin_object(x, total);
 }
 
 static size_t on_body(char *buf, size_t size, size_t n, void *arg)
@@ -817,8 +813,7 @@ static int start(struct xfer *x)
 		 x->off + x->len - 1);
 	curl_easy_setopt(h, CURLOPT_URL, r->url);
 	curl_easy_setopt(h, CURLOPT_RANGE, range);
-	curl_easy_setopt(h, CURLOPT_HTTPHEADER,
-			 r->pinned && r->pinned_headers ? r->pinned_headers : r->headers);
+	curl_easy_setopt(h, CURLOPT_HTTPHEADER, r->headers);
 	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
@@ -892,10 +887,8 @@ static void finished(struct xfer *x, CURLcode res)
 		} else if (x->status == 416 && !r->pinned &&
 			   (!x->has_range || (x->unsatisfied && x->range_total == 0))) {
 			/* bytes=0-N is unsatisfiable only for an empty object (RFC 9110 14.1.1) */
-			r->size = 0;
-			r->pinned = 1;
 			x->len = 0;
-			x->done = 1;
+			x->done = !pin_object(x, 0);
 			return;
 		} else if (x->status == 429 || x->status == 500 || x->status == 502 ||
 			   x->status == 503 || x->status == 504) {
@@ -945,14 +938,9 @@ static int run(struct kiln__remote *r, struct xfer *xs, size_t n, int progress, 
 	uint64_t t0 = now_ms(), total = 0, last_note = 0;
 	for (size_t i = 0; i < n; i++)
 		total += xs[i].len;
-	size_t left = n, active = 0, cursor = 0;
+	size_t left = n, active = 0;
 	struct xfer *bad = NULL;
 	int canceled = 0, late = 0;
-	for (size_t i = 0; i < n; i++)
-		if (xs[i].len == 0 && !xs[i].pin) {
-			xs[i].done = 1;
-			left--;
-		}
 	while (left && !bad) {
 		uint64_t now = now_ms(), next_due = UINT64_MAX;
 		if (r->deadline_ms && now - t0 > r->deadline_ms) {
@@ -960,7 +948,7 @@ static int run(struct kiln__remote *r, struct xfer *xs, size_t n, int progress, 
 			break;
 		}
 		for (size_t k = 0; k < n && active < r->connections; k++) {
-			struct xfer *x = &xs[(cursor + k) % n];
+			struct xfer *x = &xs[k];
 			if (x->done || x->active || x->fatal)
 				continue;
 			if (x->due > now) {
@@ -976,7 +964,6 @@ static int run(struct kiln__remote *r, struct xfer *xs, size_t n, int progress, 
 			}
 			active++;
 		}
-		cursor = (cursor + 1) % n;
 		int running = 0;
 		curl_multi_perform(r->multi, &running);
 		CURLMsg *m;
@@ -1044,7 +1031,6 @@ int kiln__remote_pin(struct kiln__remote *r, uint64_t want, uint8_t *dst, uint64
 	x.off = 0;
 	x.len = want;
 	x.dst = dst;
-	x.pin = 1;
 	int rc = run(r, &x, 1, 0, err);
 	pthread_mutex_unlock(&r->lock);
 	*got = x.got;

@@ -14,6 +14,9 @@ struct kiln__remote;
 
 /* Nonzero when `path` is a URL kiln fetches (s3://, http://, https://). */
 int kiln__is_url(const char *path);
+/* Bytes of `path` before a URL's query or fragment (what names the object: a presigned URL's
+ * signature does not); all of a local path. */
+size_t kiln__url_path_len(const char *path);
 
 /* Where `url` leads (the environment and `o` read once, here). INVAL for a URL kiln cannot use,
  * NOMEM. */

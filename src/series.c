@@ -155,7 +155,7 @@ int kiln__series_resolve(const char *const *paths, uint32_t count, int one_file,
 	const char *ext;
 	size_t stem_len = kiln_series_parse(paths[0], &no, &total, &ext);
 	/* A URL with a query (a presigned one) names one object: its siblings' queries differ. */
-	if ((one_file && count == 1) || (kiln__is_url(paths[0]) && strpbrk(paths[0], "?#")))
+	if ((one_file && count == 1) || paths[0][kiln__url_path_len(paths[0])])
 		stem_len = 0;
 	if (!stem_len && count == 1) {
 		*n = 1;

@@ -61,6 +61,12 @@ int kiln__read_takeover(struct kiln__file *f, const kiln_open_options *o, kiln_e
 /* The local source the options ask for (MMAP unless told otherwise; AUTO decides per file). */
 const struct kiln__source *kiln__source_for(const kiln_open_options *o);
 
+/* Memory for a whole file of `size` bytes: the caller's load buffer (INVAL unless 64-byte
+ * aligned and large enough; borrowed, *owned 0) or owned memory rounded up to a multiple of
+ * `round` (a power of two; 1 for none): the READ and REMOTE sources' one way to place a file. */
+int kiln__file_memory(uint64_t size, void *buffer, size_t buffer_size, uint64_t round,
+		      uint8_t **block, size_t *cap, int *owned, kiln_error *err);
+
 /* Open `path` read-only and check it is a regular file (for the sources that read files).
  * Returns the descriptor and *size, or -1 with IO in *err naming the path. */
 int kiln__open_file(const char *path, uint64_t *size, kiln_error *err);

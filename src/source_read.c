@@ -79,36 +79,43 @@ static int read_attach(struct kiln__file *f, const kiln_open_options *o, const v
 	return 0;
 }
 
+int kiln__file_memory(uint64_t size, void *buffer, size_t buffer_size, uint64_t round,
+		      uint8_t **block, size_t *cap, int *owned, kiln_error *err)
+{
+	if (buffer) {
+		if ((uintptr_t)buffer % KILN__ALIGN || buffer_size < size)
+			return kiln__fail_inval(
+			    err, KILN_NO_INDEX, "buffer",
+			    "the load buffer must be 64-byte aligned and hold the %" PRIu64
+			    "-byte file (it is %zu bytes at %p)",
+			    size, buffer_size, buffer);
+		*block = buffer; /* borrowed: release leaves it alone */
+		*cap = buffer_size;
+		*owned = 0;
+		return 0;
+	}
+	if (size > SIZE_MAX - round)
+		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM,
+				      "a %" PRIu64 "-byte file does not fit in memory", size);
+	size_t c = (size_t)((size + round - 1) & ~(round - 1));
+	if (!(*block = kiln__owned_alloc(c)))
+		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM,
+				      "cannot allocate %" PRIu64 " bytes for the file", size);
+	*cap = c;
+	*owned = 1;
+	return 0;
+}
+
 /* Memory for the whole file: the caller's load buffer, or owned. */
 static int alloc_block(struct kiln__file *f, kiln_error *err)
 {
 	struct read_state *s = state(f);
 	if (s->block)
 		return 0;
-	uint64_t size = f->size;
-	if (s->buffer) {
-		if ((uintptr_t)s->buffer % KILN__ALIGN || s->buffer_size < size)
-			return kiln__fail_inval(
-			    err, KILN_NO_INDEX, "buffer",
-			    "the load buffer must be 64-byte aligned and hold the %" PRIu64
-			    "-byte file (it is %zu bytes at %p)",
-			    size, s->buffer_size, s->buffer);
-		s->block = s->buffer; /* borrowed: release leaves it alone */
-		s->cap = s->buffer_size;
-	} else {
-		if (size > SIZE_MAX - DIRECT_TAIL)
-			return kiln__fail_sys(err, KILN_NOMEM, ENOMEM,
-					      "a %" PRIu64 "-byte file does not fit in memory",
-					      size);
-		size_t cap = (size_t)((size + DIRECT_TAIL - 1) & ~(DIRECT_TAIL - 1));
-		s->block = kiln__owned_alloc(cap);
-		if (!s->block)
-			return kiln__fail_sys(err, KILN_NOMEM, ENOMEM,
-					      "cannot allocate %" PRIu64 " bytes for the file",
-					      size);
-		s->cap = cap;
-		s->owned = 1;
-	}
+	int rc = kiln__file_memory(f->size, s->buffer, s->buffer_size, DIRECT_TAIL, &s->block,
+				   &s->cap, &s->owned, err);
+	if (rc)
+		return rc;
 	memcpy(s->block, s->hdr, s->hdr_len);
 	if (s->hdr_len) {
 		s->filled[0].from = 0;

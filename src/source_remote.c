@@ -33,7 +33,7 @@ struct old_head {
 struct remote_state {
 	struct kiln__remote *r;
 	uint8_t *head; /* bytes [0, head_len) of the file */
-	uint64_t head_len, head_cap;
+	uint64_t head_len;
 	struct old_head *old; /* earlier head buffers: pointers into them stay valid to close */
 	uint64_t expect_end;
 	uint8_t *block; /* the whole file's memory once finished: [0, block_end) present */
@@ -96,21 +96,19 @@ static int remote_attach(struct kiln__file *f, const kiln_open_options *o, const
 	f->src_state = s;
 	pthread_mutex_init(&s->window_lock, NULL);
 	/* A copy confirmed lately needs no server, and no HTTP client set up. */
-	int cached = kiln__cache_settings(o ? o->remote : NULL, &s->cache);
-	char *fresh = cached ? kiln__cache_fresh(&s->cache, f->path) : NULL;
-	if (fresh) {
-		kiln__cache_touch(fresh, 0);
-		return hand_to_cache(f, o, fresh, err);
-	}
+	int cached = kiln__cache_settings(o ? o->remote : NULL, &s->cache), fresh = 0;
+	char *known = cached ? kiln__cache_lookup(&s->cache, f->path, &fresh) : NULL;
+	if (fresh)
+		return hand_to_cache(f, o, known, err);
+	/* A copy to confirm: its ETag and size are all the first GET need bring (one byte), and an
+	 * object that changed costs one more round trip. */
+	uint64_t first = known ? 1 : FIRST_GET;
+	free(known);
 	int rc = kiln__remote_new(f->path, o ? o->remote : NULL, &s->r, err);
 	if (rc)
 		return rc;
 	if (!(s->head = new_head(s, FIRST_GET)))
 		return nomem(err, FIRST_GET, "the file's header");
-	s->head_cap = FIRST_GET;
-	/* A copy to confirm: its ETag and size are all the first GET need bring (one byte), and an
-	 * object that changed costs one more round trip. */
-	uint64_t first = cached && kiln__cache_has(&s->cache, f->path) ? 1 : FIRST_GET;
 	if ((rc = kiln__remote_pin(s->r, first, s->head, &s->head_len, err)))
 		return rc;
 	f->size = kiln__remote_size(s->r);
@@ -151,7 +149,7 @@ static int grow_head(struct kiln__file *f, uint64_t end, kiln_error *err)
 	if (rc)
 		return rc;
 	s->head = head;
-	s->head_len = s->head_cap = to;
+	s->head_len = to;
 	return 0;
 }
 
@@ -209,27 +207,14 @@ static int remote_finish(struct kiln__file *f, const kiln_open_options *o, kiln_
 	uint64_t end = f->payload_base + f->payload_bytes;
 	if (end > f->size || end < f->payload_base || s->cache_path)
 		end = f->size; /* a cached copy is the whole object */
-	if (o && o->buffer) {
-		if ((uintptr_t)o->buffer % KILN__ALIGN || o->buffer_size < f->size)
-			return kiln__fail_inval(
-			    err, KILN_NO_INDEX, "buffer",
-			    "the load buffer must be 64-byte aligned and hold the %" PRIu64
-			    "-byte file (it is %zu bytes at %p)",
-			    f->size, o->buffer_size, o->buffer);
-		s->block = o->buffer;
-		s->cap = o->buffer_size;
-	} else {
-		size_t cap = f->size ? (size_t)f->size : 1;
-		if (!(s->block = kiln__owned_alloc(cap)))
-			return nomem(err, f->size, "the file");
-		s->cap = cap;
-		s->owned = 1;
-	}
+	int rc = kiln__file_memory(f->size, o ? o->buffer : NULL, o ? o->buffer_size : 0, 1,
+				   &s->block, &s->cap, &s->owned, err);
+	if (rc)
+		return rc;
 	uint64_t have = s->head_len < end ? s->head_len : end;
 	memcpy(s->block, s->head, (size_t)have);
 	struct kiln__span sp = {have, end - have, s->block + have};
-	int rc = kiln__remote_get(s->r, &sp, 1, 1, err);
-	if (rc)
+	if ((rc = kiln__remote_get(s->r, &sp, 1, 1, err)))
 		return rc;
 	s->block_end = end;
 	f->base = s->block;
