@@ -20,7 +20,8 @@ trap '"$here/tests/servers/rgw.sh" stop "$work/rgw"; rm -rf "$work"' EXIT
 trap 'exit 130' INT TERM
 
 "$build/klnt" gen "$work/m.klnt" --tensors 300 --bytes "${size}M" --no-sync >/dev/null
-eval "$("$here/tests/servers/rgw.sh" start "$work/rgw")" # endpoint= access= secret=
+. "$here/tests/servers/common.sh"
+start_server "$here/tests/servers/rgw.sh" start "$work/rgw" # endpoint= access= secret=
 s3() {
 	curl -sf --aws-sigv4 aws:amz:us-east-1:s3 -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" \
 		--user "$access:$secret" "$@"

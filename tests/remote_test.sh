@@ -8,6 +8,7 @@
 #   tests/remote_test.sh TEST_REMOTE KLNT WORKDIR [CRITERION OPTION]...
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/servers/common.sh"
 test_remote=$1
 klnt=$2
 work=$3
@@ -60,21 +61,10 @@ EOF
 : >"$root/empty.klnt"
 echo "hello, not a model" >"$root/text.txt"
 
-rc=0
-out=$("$here/servers/nginx.sh" start "$work/nginx" "$root") || rc=$?
-[ $rc -eq 0 ] || {
-	echo "$out"
-	exit $rc
-}
-eval "$out" # http= https= ca=
+start_server "$here/servers/nginx.sh" start "$work/nginx" "$root" # http= https= ca=
 /usr/bin/python3 "$here/servers/faultproxy.py" "$http" "$work/proxy" &
 proxy_pid=$!
-out=$("$here/servers/rgw.sh" start "$work/rgw") || rc=$?
-[ $rc -eq 0 ] || {
-	echo "$out"
-	exit $rc
-}
-eval "$out" # endpoint= access= secret=
+start_server "$here/servers/rgw.sh" start "$work/rgw" # endpoint= access= secret=
 s3() { # curl's own SigV4 signing; radosgw refuses a signed request without this header
 	curl -sf --aws-sigv4 aws:amz:us-east-1:s3 -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" \
 		--user "$access:$secret" "$@"

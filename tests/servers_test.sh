@@ -7,6 +7,7 @@
 # this. Skips (77) only when a server cannot be installed, saying so.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/servers/common.sh"
 work=$(mktemp -d "${TMPDIR:-/tmp}/kiln-servers.XXXXXX")
 trap '"$here/servers/nginx.sh" stop "$work/nginx"; "$here/servers/rgw.sh" stop "$work/rgw"; rm -rf "$work"' EXIT
 command -v curl >/dev/null 2>&1 || {
@@ -15,13 +16,7 @@ command -v curl >/dev/null 2>&1 || {
 }
 mkdir -p "$work/root"
 head -c 100000 /dev/urandom >"$work/root/blob.bin"
-rc=0
-out=$("$here/servers/nginx.sh" start "$work/nginx" "$work/root") || rc=$?
-[ $rc -eq 0 ] || {
-	echo "$out"
-	exit $rc
-}
-eval "$out" # http= https= ca=
+start_server "$here/servers/nginx.sh" start "$work/nginx" "$work/root" # http= https= ca=
 fail=0
 check() { # what got want
 	if [ "$2" = "$3" ]; then echo "ok: $1"; else echo "FAIL: $1: got $2, want $3"; fail=1; fi
@@ -39,13 +34,7 @@ check "HTTPS without it is refused" "$code" 000
 code=$(curl -s -o /dev/null -w '%{http_code}' -r 200000-200010 "http://127.0.0.1:$http/blob.bin")
 check "a range past the end is 416" "$code" 416
 
-rc=0
-out=$("$here/servers/rgw.sh" start "$work/rgw") || rc=$?
-[ $rc -eq 0 ] || {
-	echo "$out"
-	exit $rc
-}
-eval "$out" # endpoint= access= secret=
+start_server "$here/servers/rgw.sh" start "$work/rgw" # endpoint= access= secret=
 s3() { # curl's own SigV4 signing; radosgw refuses a signed request without this header
 	curl -s --aws-sigv4 aws:amz:us-east-1:s3 -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$@"
 }

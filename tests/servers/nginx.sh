@@ -17,15 +17,10 @@ state=${2:-}
 	exit 2
 }
 
+. "$(dirname "$0")/common.sh"
+
 stop() {
-	if [ -f "$state/nginx.pid" ]; then
-		kill "$(cat "$state/nginx.pid")" 2>/dev/null || true
-		i=0
-		while [ -f "$state/nginx.pid" ] && [ $i -lt 50 ]; do
-			sleep 0.1
-			i=$((i + 1))
-		done
-	fi
+	kill_pidfile "$state/nginx.pid"
 }
 
 if [ "$cmd" = stop ]; then
@@ -47,11 +42,7 @@ nginx=$(command -v nginx 2>/dev/null || echo /usr/sbin/nginx)
 mkdir -p "$state/tmp"
 state=$(cd "$state" && pwd)
 
-# Two free ports on the loopback (the kernel's choice; a clash after this is a failed start).
-ports=$(python3 -c 'import socket
-s = [socket.socket() for _ in range(2)]
-for x in s: x.bind(("127.0.0.1", 0))
-print(" ".join(str(x.getsockname()[1]) for x in s))')
+ports=$(free_ports 2)
 http=${ports% *}
 https=${ports#* }
 

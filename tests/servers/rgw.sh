@@ -21,18 +21,7 @@ state=${2:-}
 ACCESS=KILNTESTACCESSKEY
 SECRET=kilntestsecretkey0123456789
 
-kill_pidfile() {
-	[ -f "$1" ] || return 0
-	pid=$(cat "$1")
-	kill "$pid" 2>/dev/null || true
-	i=0
-	while kill -0 "$pid" 2>/dev/null && [ $i -lt 50 ]; do
-		sleep 0.1
-		i=$((i + 1))
-	done
-	kill -9 "$pid" 2>/dev/null || true
-	rm -f "$1"
-}
+. "$(dirname "$0")/common.sh"
 
 stop() {
 	for d in client.rgw.a osd.0 mon.a; do
@@ -84,10 +73,7 @@ mkdir -p "$state"
 state=$(cd "$state" && pwd)
 rm -rf "$state/mon" "$state/osd" "$state/rgw" "$state/run"
 mkdir -p "$state/mon" "$state/osd" "$state/rgw" "$state/run"
-ports=$(python3 -c 'import socket
-s = [socket.socket() for _ in range(2)]
-for x in s: x.bind(("127.0.0.1", 0))
-print(" ".join(str(x.getsockname()[1]) for x in s))')
+ports=$(free_ports 2)
 mon_port=${ports% *}
 rgw_port=${ports#* }
 echo "$rgw_port" >"$state/rgw.port"
