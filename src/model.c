@@ -270,11 +270,13 @@ const char *kiln_format_name(unsigned format)
 	return format < sizeof(names) / sizeof(names[0]) ? names[format] : NULL;
 }
 
-/* The source for a path, from the options: the table the caller named; AUTO is the mapping,
- * which then decides per file (src/source_map.c), unless owned bytes were asked for in so many
- * words (a load buffer, O_DIRECT): io_uring, the faster owned load. */
-const struct kiln__source *kiln__source_for(const kiln_open_options *o)
+/* The source for a path: REMOTE for a URL; else from the options, the table the caller named;
+ * AUTO is the mapping, which then decides per file (src/source_map.c), unless owned bytes were
+ * asked for in so many words (a load buffer, O_DIRECT): io_uring, the faster owned load. */
+const struct kiln__source *kiln__source_for(const char *path, const kiln_open_options *o)
 {
+	if (kiln__is_url(path))
+		return &kiln__source_remote;
 	static const struct kiln__source *const by_id[] = {
 	    [KILN_SOURCE_MMAP] = &kiln__source_map,
 	    [KILN_SOURCE_READ] = &kiln__source_read,
@@ -510,8 +512,7 @@ static int open_list(char **list, uint32_t n, const kiln_open_options *opts, uns
 	for (uint32_t i = 0; i < n; i++) {
 		if (!rc) {
 			m->files[i].path = list[i];
-			m->files[i].src =
-			    kiln__is_url(list[i]) ? &kiln__source_remote : kiln__source_for(opts);
+			m->files[i].src = kiln__source_for(list[i], opts);
 		} else {
 			free(list[i]);
 		}

@@ -58,8 +58,9 @@ extern const struct kiln__source kiln__source_remote; /* URLs (src/source_remote
  * owned memory. */
 int kiln__read_takeover(struct kiln__file *f, const kiln_open_options *o, kiln_error *err);
 
-/* The local source the options ask for (MMAP unless told otherwise; AUTO decides per file). */
-const struct kiln__source *kiln__source_for(const kiln_open_options *o);
+/* The source for `path`: REMOTE for a URL, else the local source the options ask for (MMAP
+ * unless told otherwise; AUTO decides per file). */
+const struct kiln__source *kiln__source_for(const char *path, const kiln_open_options *o);
 
 /* Memory for a whole file of `size` bytes: the caller's load buffer (INVAL unless 64-byte
  * aligned and large enough; borrowed, *owned 0) or owned memory rounded up to a multiple of

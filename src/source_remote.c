@@ -81,7 +81,7 @@ static int hand_to_cache(struct kiln__file *f, const kiln_open_options *o, char 
 	remote_release(f);
 	f->url = f->path;
 	f->path = path;
-	f->src = kiln__source_for(o);
+	f->src = kiln__source_for(path, o);
 	return f->src->attach(f, o, NULL, 0, err);
 }
 
