@@ -39,6 +39,9 @@ long kmeasure_warm(const char *path);
  */
 int64_t kmeasure_read_file(const char *path, void *buf, size_t len);
 
+/* The median of v[0, n) (n > 0); sorts v. */
+double kmeasure_median(double *v, size_t n);
+
 /* The thread count the -threads rows load with: one per online CPU, 1 to 64 (the most
  * kiln_open_options.threads takes). */
 uint32_t kmeasure_threads(void);

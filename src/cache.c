@@ -4,9 +4,11 @@
  * object version, named URLHASH-VERSIONHASH.EXT, where URLHASH is XXH3-128 of the URL without its
  * query (a presigned URL's signature changes, the object does not) and VERSIONHASH XXH3-64 of its
  * ETag and size. Written whole with kiln_write_atomic (no name until complete, nothing left by a
- * crash), so whatever has a cache name is a whole object. A file's modification time is when it
- * was last used or confirmed current: eviction removes the oldest first, and an entry younger
- * than the max age is used without asking the server.
+ * crash), so whatever has a cache name is a whole object. Beside it, URLHASH.EXT is a symbolic
+ * link to the newest version: a fresh hit is one stat() of a name known from the URL, not a scan
+ * of the directory. A file's modification time is when it was last used or confirmed current:
+ * eviction removes the oldest first, and an entry younger than the max age is used without
+ * asking the server.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -112,42 +114,46 @@ static int is_entry(const char *name)
 	return name[URLHASH_LEN + 17] == '.';
 }
 
-char *kiln__cache_lookup(const struct kiln__cache *c, const char *url, int *fresh)
+/* dir/URLHASH.EXT: the link to the newest version of `url`. */
+static char *link_path(const struct kiln__cache *c, const char *url)
 {
-	*fresh = 0;
 	char uh[URLHASH_LEN + 1];
 	const char *ext;
 	url_hash(url, uh, &ext);
-	DIR *d = opendir(c->dir);
-	if (!d)
+	char *p = NULL;
+	return asprintf(&p, "%s/%s%s", c->dir, uh, ext) < 0 ? NULL : p;
+}
+
+char *kiln__cache_lookup(const struct kiln__cache *c, const char *url, int *fresh, int *fd,
+			 uint64_t *size)
+{
+	*fresh = 0;
+	*fd = -1;
+	char *p = link_path(c, url);
+	/* Opened, not stat'ed: a fresh copy's descriptor is the one the local source maps, so a
+	 * fresh hit costs no system call a local open does not make. */
+	int d = p ? open(p, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY) : -1;
+	struct stat st; /* of the version the link names */
+	if (d < 0 || fstat(d, &st) || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > SIZE_MAX) {
+		if (d >= 0)
+			close(d);
+		free(p);
 		return NULL;
-	char *best = NULL;
-	uint64_t best_t = 0, now = now_ms();
-	struct dirent *e;
-	while ((e = readdir(d))) {
-		if (!is_entry(e->d_name) || memcmp(e->d_name, uh, URLHASH_LEN) ||
-		    strcmp(e->d_name + URLHASH_LEN + 17, ext))
-			continue;
-		struct stat st;
-		if (fstatat(dirfd(d), e->d_name, &st, 0) || !S_ISREG(st.st_mode))
-			continue;
-		uint64_t t = mtime_ms(&st);
-		char *p = NULL;
-		if ((best && t < best_t) || asprintf(&p, "%s/%s", c->dir, e->d_name) < 0)
-			continue;
-		free(best);
-		best = p;
-		best_t = t;
 	}
-	closedir(d);
-	if (best && c->max_age_ms && best_t + c->max_age_ms >= now) {
-		*fresh = 1;
-		/* Used now: last to be evicted. To the minute: a metadata write per open would cost
-		 * a fresh hit a third of the local open it is. */
-		if (best_t + 60000 < now)
-			(void)utimensat(AT_FDCWD, best, NULL, 0);
+	uint64_t t = mtime_ms(&st), now = now_ms();
+	if (!c->max_age_ms || t + c->max_age_ms < now) {
+		close(d); /* to be confirmed by the server first */
+		return p;
 	}
-	return best;
+	*fresh = 1;
+	/* Used now: last to be evicted. To the minute: a metadata write per open would cost a
+	 * fresh hit a third of the local open it is. */
+	if (t + 60000 < now)
+		(void)futimens(d, NULL);
+	fcntl(d, F_SETFL, 0); /* O_NONBLOCK was for a FIFO in its place */
+	*fd = d;
+	*size = (uint64_t)st.st_size;
+	return p;
 }
 
 int kiln__cache_hit(const char *path, uint64_t size)
@@ -169,6 +175,54 @@ static int fill_file(void *ctx, int fd, kiln_error *err)
 	const struct fill *f = ctx;
 	int e = kiln__write_all(fd, f->bytes, (size_t)f->len);
 	return e ? kiln__fail_sys(err, KILN_IO, e, "cannot write: %s", strerror(e)) : 0;
+}
+
+/* The link beside the version at `path` (dir/URLHASH-VERSION.EXT): dir/URLHASH.EXT. */
+static char *link_of(const char *path)
+{
+	const char *base = strrchr(path, '/') + 1;
+	char *lnk = NULL;
+	if (asprintf(&lnk, "%.*s%.*s%s", (int)(base - path), path, URLHASH_LEN, base,
+		     base + URLHASH_LEN + 17) < 0)
+		return NULL;
+	return lnk;
+}
+
+/* Make URLHASH.EXT name the version at `path`. Between the unlink and the symlink a reader
+ * finds no link and asks the server, which names this version: a round trip, never a wrong
+ * file. */
+static int point_link(const char *path, kiln_error *err)
+{
+	char *lnk = link_of(path);
+	if (!lnk)
+		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+	int rc = 0;
+	(void)unlink(lnk);
+	if (symlink(strrchr(path, '/') + 1, lnk) && errno != EEXIST) /* EEXIST: another writer */
+		rc = kiln__fail_sys(err, KILN_IO, errno, "%s: cannot link the cache entry: %s", lnk,
+				    strerror(errno));
+	free(lnk);
+	return rc;
+}
+
+/* Remove the version `name` in d and, when it names that version, its link; 0 when removed. */
+static int remove_version(DIR *d, const char *dir, const char *name)
+{
+	char *path = NULL;
+	if (unlinkat(dirfd(d), name, 0))
+		return -1;
+	if (asprintf(&path, "%s/%s", dir, name) < 0)
+		return 0;
+	char *lnk = link_of(path), target[256];
+	ssize_t n = lnk ? readlink(lnk, target, sizeof(target) - 1) : -1;
+	if (n > 0) {
+		target[n] = '\0';
+		if (!strcmp(target, name))
+			(void)unlink(lnk);
+	}
+	free(lnk);
+	free(path);
+	return 0;
 }
 
 struct entry {
@@ -225,7 +279,7 @@ static void evict(const struct kiln__cache *c, const char *keep)
 	if (c->max_bytes && total > c->max_bytes) {
 		qsort(es, n, sizeof(*es), by_age);
 		for (size_t i = 0; i < n && total > c->max_bytes; i++)
-			if (!unlinkat(dirfd(d), es[i].name, 0))
+			if (!remove_version(d, c->dir, es[i].name))
 				total -= es[i].size;
 	}
 	for (size_t i = 0; i < n; i++)
@@ -261,6 +315,8 @@ int kiln__cache_store(const struct kiln__cache *c, const char *path, const uint8
 	rc = kiln_write_atomic(path, fill_file, &f, 0, err);
 	if (rc == KILN_UNSYNCED)
 		rc = 0; /* in place; a crash may lose it, which a cache may */
+	if (!rc)
+		rc = point_link(path, err);
 	if (!rc)
 		evict(c, path);
 	return rc;

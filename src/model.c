@@ -191,6 +191,13 @@ int kiln__open_file(const char *path, uint64_t *size, kiln_error *err)
 	return fd;
 }
 
+int kiln__file_open(struct kiln__file *f, kiln_error *err)
+{
+	if (f->fd < 0)
+		f->fd = kiln__open_file(f->path, &f->size, err);
+	return f->fd;
+}
+
 /* --- close ----------------------------------------------------------------------------------- */
 
 static void file_release(struct kiln__file *f)

@@ -529,12 +529,15 @@ struct xfer {
 	CURL *h;
 	uint64_t off, len, got; /* [off, off + len) asked for; got bytes in place */
 	uint8_t *dst;
+	kiln_fetch_fn sink; /* instead of dst: bytes handed on as they come */
+	void *sink_ctx;
+	int open_end; /* to the object's end, not yet known: asked as "off-" */
 	uint32_t attempts;
 	uint64_t due; /* when the next attempt may start (ms) */
 	int active, done;
 	/* this attempt's response */
 	long status;
-	int has_range, unsatisfied, has_length, has_etag, checked, stopped, fatal;
+	int has_range, unsatisfied, has_length, has_etag, checked, stopped, fatal, canceled;
 	uint64_t range_from, range_to, range_total, length;
 	uint32_t retry_after;
 	char etag[256];
@@ -686,9 +689,9 @@ static int check_response(struct xfer *x)
 		      r->size);
 		return -1;
 	}
-	/* The first GET (from byte 0, nothing received yet) may ask past a shorter object. */
-	if (!r->pinned && x->len > total)
-		x->len = total;
+	/* The first GET (nothing received yet) may ask past a shorter object. */
+	if (!r->pinned && x->len > total - (total < x->off ? total : x->off))
+		x->len = total > x->off ? total - x->off : 0;
 	if (x->status == 206 && (x->range_from != from || x->range_to + 1 != x->off + x->len)) {
 		fatal(x, EIO,
 		      "Content-Range bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64
@@ -697,6 +700,22 @@ static int check_response(struct xfer *x)
 		return -1;
 	}
 	return r->pinned ? 0 : pin_object(x, total);
+}
+
+/* len bytes of the body to their place; 0, or -1 with x failed. */
+static int take(struct xfer *x, const char *buf, size_t len)
+{
+	if (x->sink) {
+		if (len && x->sink(x->sink_ctx, buf, len)) {
+			x->canceled = 1;
+			fatal(x, ECANCELED, "the sink stopped the fetch");
+			return -1;
+		}
+	} else {
+		memcpy(x->dst + x->got, buf, len);
+	}
+	x->got += len;
+	return 0;
 }
 
 static size_t on_body(char *buf, size_t size, size_t n, void *arg)
@@ -716,17 +735,14 @@ static size_t on_body(char *buf, size_t size, size_t n, void *arg)
 	uint64_t room = x->len - x->got;
 	if (len > room) {
 		if (x->status == 200) { /* the whole object: the rest is not wanted */
-			memcpy(x->dst + x->got, buf, (size_t)room);
-			x->got += room;
-			x->stopped = 1;
+			if (!take(x, buf, (size_t)room))
+				x->stopped = 1;
 			return 0;
 		}
 		fatal(x, EIO, "the server sent more than the %" PRIu64 " bytes asked for", x->len);
 		return 0;
 	}
-	memcpy(x->dst + x->got, buf, len);
-	x->got += len;
-	return len;
+	return take(x, buf, len) ? 0 : len;
 }
 
 /* The error code and message of an S3 error body (<Code>..</Code>, <Message>..</Message>). */
@@ -809,8 +825,11 @@ static int start(struct xfer *x)
 	x->body[0] = '\0';
 	x->curl_err[0] = '\0';
 	char range[64];
-	snprintf(range, sizeof(range), "%" PRIu64 "-%" PRIu64, x->off + x->got,
-		 x->off + x->len - 1);
+	if (x->open_end && !r->pinned)
+		snprintf(range, sizeof(range), "%" PRIu64 "-", x->off);
+	else
+		snprintf(range, sizeof(range), "%" PRIu64 "-%" PRIu64, x->off + x->got,
+			 x->off + x->len - 1);
 	curl_easy_setopt(h, CURLOPT_URL, r->url);
 	curl_easy_setopt(h, CURLOPT_RANGE, range);
 	curl_easy_setopt(h, CURLOPT_HTTPHEADER, r->headers);
@@ -935,9 +954,7 @@ static void stop_all(struct kiln__remote *r, struct xfer *xs, size_t n)
 /* Run every transfer to the end, `connections` at a time. */
 static int run(struct kiln__remote *r, struct xfer *xs, size_t n, int progress, kiln_error *err)
 {
-	uint64_t t0 = now_ms(), total = 0, last_note = 0;
-	for (size_t i = 0; i < n; i++)
-		total += xs[i].len;
+	uint64_t t0 = now_ms(), last_note = 0;
 	size_t left = n, active = 0;
 	struct xfer *bad = NULL;
 	int canceled = 0, late = 0;
@@ -985,9 +1002,11 @@ static int run(struct kiln__remote *r, struct xfer *xs, size_t n, int progress, 
 				left--;
 		}
 		if (progress && r->progress) {
-			uint64_t got = 0, t = now_ms();
-			for (size_t i = 0; i < n; i++)
+			uint64_t got = 0, total = 0, t = now_ms();
+			for (size_t i = 0; i < n; i++) {
 				got += xs[i].got;
+				total += xs[i].open_end && !r->pinned ? 0 : xs[i].len;
+			}
 			if (!left || t - last_note >= 50) {
 				last_note = t;
 				if (r->progress(r->progress_ctx, got, total)) {
@@ -1014,6 +1033,9 @@ static int run(struct kiln__remote *r, struct xfer *xs, size_t n, int progress, 
 				      "%s: the deadline of %" PRIu64 " ms passed with %zu of %zu "
 				      "ranges to go",
 				      r->shown, r->deadline_ms, left, n);
+	if (bad && bad->canceled)
+		return kiln__fail_sys(err, KILN_CANCELED, 0, "%s (bytes %" PRIu64 "-): %s",
+				      r->shown, bad->off + bad->got, bad->why);
 	if (bad)
 		return kiln__fail_sys(err, KILN_IO, bad->why_errno,
 				      "%s (bytes %" PRIu64 "-%" PRIu64 "): %s", r->shown,
@@ -1103,4 +1125,41 @@ int kiln__remote_read_small(const char *url, const kiln_remote_options *o, size_
 	*len = (size_t)size;
 	*out = buf;
 	return 0;
+}
+
+KILN_API int kiln_remote_fetch(const char *url, const kiln_remote_options *o, uint64_t offset,
+			       uint64_t length, kiln_fetch_fn sink, void *ctx, uint64_t *size,
+			       kiln_error *err)
+{
+	kiln__clear_error(err);
+	if (size)
+		*size = 0;
+	if (!kiln__is_url(url))
+		return kiln__fail_inval(err, KILN_NO_INDEX, "url", "not a URL kiln fetches: %.200s",
+					url ? url : "(null)");
+	if (!sink)
+		return kiln__fail_inval(err, KILN_NO_INDEX, "sink", "no sink to hand the bytes to");
+	if (!length || (length != KILN_FETCH_TO_END && length > UINT64_MAX - offset))
+		return kiln__fail_inval(err, KILN_NO_INDEX, "length",
+					"%" PRIu64 " bytes at %" PRIu64 " is not a range", length,
+					offset);
+	struct kiln__remote *r;
+	int rc = kiln__remote_new(url, o, &r, err);
+	if (rc)
+		return rc;
+	struct xfer x;
+	memset(&x, 0, sizeof(x));
+	x.r = r;
+	x.off = offset;
+	x.open_end = length == KILN_FETCH_TO_END;
+	x.len = x.open_end ? UINT64_MAX - offset : length;
+	x.sink = sink;
+	x.sink_ctx = ctx;
+	pthread_mutex_lock(&r->lock);
+	rc = run(r, &x, 1, 1, err);
+	pthread_mutex_unlock(&r->lock);
+	if (!rc && size)
+		*size = r->size;
+	kiln__remote_free(r);
+	return rc;
 }

@@ -71,5 +71,8 @@ int kiln__file_memory(uint64_t size, void *buffer, size_t buffer_size, uint64_t 
 /* Open `path` read-only and check it is a regular file (for the sources that read files).
  * Returns the descriptor and *size, or -1 with IO in *err naming the path. */
 int kiln__open_file(const char *path, uint64_t *size, kiln_error *err);
+/* f->fd, opened by kiln__open_file(f->path) unless it was handed over open (a cached copy,
+ * src/cache.c, with f->size set); -1 on error. */
+int kiln__file_open(struct kiln__file *f, kiln_error *err);
 
 #endif

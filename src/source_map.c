@@ -77,10 +77,9 @@ static int map_attach(struct kiln__file *f, const kiln_open_options *o, const vo
 	f->src_state = s;
 	s->auto_pending = o && o->source == KILN_SOURCE_AUTO;
 	f->load.source = KILN_SOURCE_MMAP;
-	int fd = kiln__open_file(f->path, &f->size, err);
+	int fd = kiln__file_open(f, err);
 	if (fd < 0)
 		return err ? err->code : KILN_IO;
-	f->fd = fd;
 	/* The kernel's read-ahead would pull payload pages in behind the directory reads. A
 	 * header page already in the page cache (the warm open) needs no hint to stop it: one
 	 * cachestat here instead of fadvise calls took about 3 us off a warm 300-tensor open. */

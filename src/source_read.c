@@ -72,10 +72,9 @@ static int read_attach(struct kiln__file *f, const kiln_open_options *o, const v
 	int rc = new_state(f, o, err);
 	if (rc)
 		return rc;
-	int fd = kiln__open_file(f->path, &f->size, err);
+	int fd = kiln__file_open(f, err);
 	if (fd < 0)
 		return err ? err->code : KILN_IO;
-	f->fd = fd;
 	return 0;
 }
 

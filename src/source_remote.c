@@ -73,14 +73,19 @@ static uint8_t *new_head(struct remote_state *s, uint64_t len)
 
 static void remote_release(struct kiln__file *f);
 
-/* The file is in the cache at `path` (taken over): it becomes a local file of the source the
- * options ask for, its URL kept for messages and kiln_file_info. */
-static int hand_to_cache(struct kiln__file *f, const kiln_open_options *o, char *path,
-			 kiln_error *err)
+/* The file is in the cache at `path` (taken over; with its descriptor fd and size when
+ * fd >= 0): it becomes a local file of the source the options ask for, its URL kept for
+ * messages and kiln_file_info. */
+static int hand_to_cache(struct kiln__file *f, const kiln_open_options *o, char *path, int fd,
+			 uint64_t size, kiln_error *err)
 {
 	remote_release(f);
 	f->url = f->path;
 	f->path = path;
+	if (fd >= 0) {
+		f->fd = fd;
+		f->size = size;
+	}
 	f->src = kiln__source_for(path, o);
 	return f->src->attach(f, o, NULL, 0, err);
 }
@@ -90,16 +95,21 @@ static int remote_attach(struct kiln__file *f, const kiln_open_options *o, const
 {
 	(void)buf, (void)len;
 	f->load.source = KILN_SOURCE_REMOTE;
-	struct remote_state *s = calloc(1, sizeof(*s));
-	if (!s)
-		return nomem(err, sizeof(*s), "the file's state");
-	f->src_state = s;
-	pthread_mutex_init(&s->window_lock, NULL);
-	/* A copy confirmed lately needs no server, and no HTTP client set up. */
-	int cached = kiln__cache_settings(o ? o->remote : NULL, &s->cache), fresh = 0;
-	char *known = cached ? kiln__cache_lookup(&s->cache, f->path, &fresh) : NULL;
+	/* A copy confirmed lately needs no server, no HTTP client and no state. */
+	struct kiln__cache cache;
+	int cached = kiln__cache_settings(o ? o->remote : NULL, &cache), fresh = 0, fd;
+	uint64_t size = 0;
+	char *known = cached ? kiln__cache_lookup(&cache, f->path, &fresh, &fd, &size) : NULL;
 	if (fresh)
-		return hand_to_cache(f, o, known, err);
+		return hand_to_cache(f, o, known, fd, size, err);
+	struct remote_state *s = calloc(1, sizeof(*s));
+	if (!s) {
+		free(known);
+		return nomem(err, sizeof(*s), "the file's state");
+	}
+	f->src_state = s;
+	s->cache = cache;
+	pthread_mutex_init(&s->window_lock, NULL);
 	/* A copy to confirm: its ETag and size are all the first GET need bring (one byte), and an
 	 * object that changed costs one more round trip. */
 	uint64_t first = known ? 1 : FIRST_GET;
@@ -120,7 +130,7 @@ static int remote_attach(struct kiln__file *f, const kiln_open_options *o, const
 	if (cached && etag[0]) {
 		char *p = kiln__cache_path(&s->cache, f->path, etag, f->size);
 		if (p && kiln__cache_hit(p, f->size))
-			return hand_to_cache(f, o, p, err);
+			return hand_to_cache(f, o, p, -1, 0, err);
 		s->cache_path = p;
 	}
 	return 0;

@@ -133,4 +133,21 @@ case $last in
 *"403 SignatureDoesNotMatch"*) check "a wrong secret: the last line" yes yes ;;
 *) check "a wrong secret: the last line ($last)" no yes ;;
 esac
+
+# klnt bench on URLs: every remote row, a series as one set, and the errors a file's have.
+out=$("$klnt" bench s3://models/m.klnt --repeat 1 --connections 4) || check "klnt bench s3://: exit" $? 0
+rows=$(echo "$out" | awk '$1 == "remote" { print $2 }' | sort | tr '\n' ' ')
+check "klnt bench s3://: the rows" "$rows" "curl first-byte load load-1 open "
+ratio=$(echo "$out" | awk '$1 == "remote" && $2 == "load" { print $NF }')
+case $ratio in [0-9]*.[0-9][0-9]x) check "klnt bench s3://: load's ratio" yes yes ;;
+*) check "klnt bench s3://: load's ratio ($ratio)" no yes ;; esac
+head=$("$klnt" bench "http://127.0.0.1:$http/series-00001-of-00003.klnt" --repeat 1 | head -n 1)
+case $head in "set of 3 urls"*) check "klnt bench a series URL" yes yes ;;
+*) check "klnt bench a series URL ($head)" no yes ;; esac
+rc=0
+AWS_SECRET_ACCESS_KEY=wrong "$klnt" bench s3://models/m.klnt -r 1 >/dev/null 2>&1 || rc=$?
+check "klnt bench with a wrong secret: exit status" "$rc" 3
+rc=0
+"$klnt" bench s3://models/m.klnt --cold >/dev/null 2>&1 || rc=$?
+check "klnt bench --cold on a URL: usage" "$rc" 2
 exit $fail

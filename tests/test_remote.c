@@ -8,10 +8,12 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -413,6 +415,87 @@ Test(remote, hostile_answers_are_errors)
 	cr_assert_eq(via_proxy("norange", "tiny-llama.gguf", &r, 0, &err), 0, "%s", err.message);
 }
 
+/* The headers of the last request the proxy saw for FAULT/PATH, "name: value" lines. */
+static char *proxy_headers(const char *fault, const char *path)
+{
+	char *cmd = NULL;
+	cr_assert_geq(
+	    asprintf(&cmd, "curl -s %s/_headers/%s/%s", need("KILN_TEST_PROXY"), fault, path), 0);
+	FILE *p = popen(cmd, "r");
+	cr_assert_not_null(p);
+	char *h = calloc(1, 16384);
+	size_t n = fread(h, 1, 16383, p);
+	h[n] = '\0';
+	pclose(p);
+	free(cmd);
+	return h;
+}
+
+Test(remote, redirects_are_followed_within_bounds)
+{
+	kiln_error err;
+	cr_assert_eq(via_proxy("redirect", "m.klnt", NULL, 0, &err), 0, "%s", err.message);
+	cr_assert_geq(proxy_count("ok:redirected", "m.klnt"), 1);
+	/* Only to http(s), and not forever. */
+	cr_assert_eq(via_proxy("redirect-ftp", "m.klnt", NULL, 0, &err), KILN_IO);
+	cr_assert(strstr(err.message, "/redirect-ftp/m.klnt") && strstr(err.message, "ftp"), "%s",
+		  err.message);
+	cr_assert_eq(via_proxy("redirect-loop", "m.klnt", NULL, 0, &err), KILN_IO);
+	cr_assert(strstr(err.message, "redirect"), "%s", err.message);
+}
+
+Test(remote, hf_token_goes_to_hugging_face_only)
+{
+	setenv("HF_TOKEN", "hf_test_token", 1);
+	kiln_error err;
+	cr_assert_eq(via_proxy("ok:hf-other", "m.klnt", NULL, KILN_OPEN_DIRECTORY_ONLY, &err), 0,
+		     "%s", err.message);
+	char *h = proxy_headers("ok:hf-other", "m.klnt");
+	cr_assert(h[0] && !strstr(h, "authorization"), "%s", h);
+	free(h);
+	/* The proxy in the place of huggingface.co (an HTTP proxy sees the request's headers). */
+	setenv("http_proxy", need("KILN_TEST_PROXY"), 1);
+	unsetenv("no_proxy");
+	unsetenv("NO_PROXY");
+	kiln_open_options o = {.size = sizeof(o), .flags = KILN_OPEN_DIRECTORY_ONLY};
+	kiln_model_close(open_ok("http://huggingface.co/ok:hf/m.klnt", &o));
+	kiln_model_close(open_ok("http://cdn.hf.co/ok:hf-cdn/m.klnt", &o));
+	kiln_model_close(open_ok("http://nothuggingface.co/ok:hf-not/m.klnt", &o));
+	const char *sent[][2] = {{"ok:hf", "yes"}, {"ok:hf-cdn", "yes"}, {"ok:hf-not", "no"}};
+	for (size_t i = 0; i < 3; i++) {
+		h = proxy_headers(sent[i][0], "m.klnt");
+		int has = strstr(h, "authorization: Bearer hf_test_token\n") != NULL;
+		cr_assert_eq(has, !strcmp(sent[i][1], "yes"), "%s: %s", sent[i][0], h);
+		free(h);
+	}
+}
+
+Test(remote, session_token_is_sent_and_signed)
+{
+	s3_env();
+	setenv("AWS_SESSION_TOKEN", "session-token-123", 1);
+	char *ep = url(need("KILN_TEST_PROXY"), "ok:sts");
+	setenv("AWS_ENDPOINT_URL", ep, 1);
+	kiln_model *m;
+	kiln_error err;
+	/* The proxy forwards to nginx, which has no bucket "models": 404, the headers recorded. */
+	cr_assert_eq(kiln_model_open("s3://models/m.klnt", NULL, &m, &err), KILN_IO);
+	char *h = proxy_headers("ok:sts", "models/m.klnt"), *want = NULL;
+	cr_assert(strstr(h, "x-amz-security-token: session-token-123\n"), "%s", h);
+	cr_assert_geq(asprintf(&want, "authorization: AWS4-HMAC-SHA256 Credential=%s/",
+			       need("KILN_TEST_S3_ACCESS")),
+		      0);
+	const char *auth = strstr(h, want);
+	cr_assert(auth, "%s", h);
+	const char *signed_h = strstr(auth, "SignedHeaders=");
+	cr_assert(signed_h && strstr(signed_h, "x-amz-security-token") &&
+		      strstr(signed_h, "x-amz-security-token") < strchr(signed_h, ','),
+		  "the token is not signed: %s", h);
+	free(want);
+	free(h);
+	free(ep);
+}
+
 Test(remote, deadline)
 {
 	kiln_remote_options r = {.size = sizeof(r), .deadline_ms = 1500, .stall_ms = 20000};
@@ -519,9 +602,122 @@ Test(remote, local_directory_only)
 	free(p);
 }
 
+/* --- one object's bytes to a sink ---------------------------------------------------------- */
+
+struct sink {
+	uint8_t *buf;
+	size_t len, cap, calls, stop_after; /* stop_after: calls before refusing, 0: never */
+};
+
+static int to_sink(void *ctx, const void *data, size_t len)
+{
+	struct sink *s = ctx;
+	if (s->stop_after && s->calls >= s->stop_after)
+		return 1;
+	s->calls++;
+	cr_assert_leq(len, s->cap - s->len, "more bytes than the range holds");
+	memcpy(s->buf + s->len, data, len);
+	s->len += len;
+	return 0;
+}
+
+static uint8_t *slurp_local(const char *path, size_t *len)
+{
+	char *lp = local(path);
+	FILE *f = fopen(lp, "rb");
+	cr_assert_not_null(f, "%s", lp);
+	fseek(f, 0, SEEK_END);
+	*len = (size_t)ftell(f);
+	rewind(f);
+	uint8_t *b = malloc(*len);
+	cr_assert_eq(fread(b, 1, *len, f), *len);
+	fclose(f);
+	free(lp);
+	return b;
+}
+
+/* Fetch [off, off + len) of PATH at BASE and compare it with the local file's bytes. */
+static void fetch_same(const char *base, const char *path, const kiln_remote_options *r,
+		       uint64_t off, uint64_t len)
+{
+	size_t n;
+	uint8_t *want = slurp_local(path, &n);
+	uint64_t end = len == KILN_FETCH_TO_END || off + len > n ? n : off + len;
+	struct sink s = {.cap = (size_t)(end - off)};
+	s.buf = malloc(s.cap + 1);
+	char *u = url(base, path);
+	uint64_t size = 0;
+	kiln_error err;
+	cr_assert_eq(kiln_remote_fetch(u, r, off, len, to_sink, &s, &size, &err), 0, "%s: %s", u,
+		     err.message);
+	cr_assert_eq(size, n);
+	cr_assert_eq(s.len, end - off, "%s: %zu bytes", u, s.len);
+	cr_assert_eq(memcmp(s.buf, want + off, s.len), 0, "%s: other bytes", u);
+	free(u);
+	free(s.buf);
+	free(want);
+}
+
+Test(remote, fetch_ranges_to_a_sink)
+{
+	s3_env();
+	const char *http = need("KILN_TEST_HTTP");
+	fetch_same(http, "m.klnt", NULL, 0, KILN_FETCH_TO_END);
+	fetch_same(http, "m.klnt", NULL, 12345, 1u << 20);
+	fetch_same(http, "m.klnt", NULL, 1000, KILN_FETCH_TO_END);
+	fetch_same("s3://models", "tiny-llama.gguf", NULL, 0, KILN_FETCH_TO_END);
+	fetch_same("s3://models", "m.klnt", NULL, 7, 64);
+	/* Cut and reset mid-body: the next attempt resumes where the sink was left. */
+	char *base = url(need("KILN_TEST_PROXY"), "cut:2"),
+	     *reset = url(need("KILN_TEST_PROXY"), "reset:2");
+	fetch_same(base, "m.klnt", NULL, 0, KILN_FETCH_TO_END);
+	fetch_same(reset, "m.klnt", NULL, 4096, 3u << 20);
+	free(base);
+	free(reset);
+	/* A range past the end asks past a shorter object: what there is comes. */
+	size_t n;
+	free(slurp_local("m.klnt", &n));
+	fetch_same(http, "m.klnt", NULL, n - 10, 1000);
+}
+
+Test(remote, fetch_errors)
+{
+	const char *http = need("KILN_TEST_HTTP");
+	char *u = url(http, "m.klnt"), *missing = url(http, "no-such-file");
+	struct sink s = {.cap = 64u << 20};
+	s.buf = malloc(s.cap);
+	kiln_error err;
+	uint64_t size = 1;
+	cr_assert_eq(kiln_remote_fetch("/local/path", NULL, 0, 1, to_sink, &s, &size, &err),
+		     KILN_INVAL);
+	cr_assert_eq(size, 0);
+	cr_assert_eq(kiln_remote_fetch(u, NULL, 0, 1, NULL, &s, NULL, &err), KILN_INVAL);
+	cr_assert_eq(kiln_remote_fetch(u, NULL, 0, 0, to_sink, &s, NULL, &err), KILN_INVAL);
+	cr_assert_eq(kiln_remote_fetch(u, NULL, 2, UINT64_MAX - 1, to_sink, &s, NULL, &err),
+		     KILN_INVAL);
+	cr_assert_eq(s.calls, 0);
+	/* 404 and 416 name the URL and the status. */
+	cr_assert_eq(
+	    kiln_remote_fetch(missing, NULL, 0, KILN_FETCH_TO_END, to_sink, &s, NULL, &err),
+	    KILN_IO);
+	cr_assert(strstr(err.message, missing) && strstr(err.message, "404"), "%s", err.message);
+	cr_assert_eq(kiln_remote_fetch(u, NULL, 1ull << 40, 10, to_sink, &s, NULL, &err), KILN_IO);
+	cr_assert(strstr(err.message, "416"), "%s", err.message);
+	cr_assert_eq(s.calls, 0);
+	/* A sink that stops: CANCELED, nothing more handed to it. */
+	s.stop_after = 2;
+	cr_assert_eq(kiln_remote_fetch(u, NULL, 0, KILN_FETCH_TO_END, to_sink, &s, NULL, &err),
+		     KILN_CANCELED, "%s", err.message);
+	cr_assert_eq(s.calls, 2);
+	free(s.buf);
+	free(u);
+	free(missing);
+}
+
 /* --- the local cache ------------------------------------------------------------------------ */
 
-/* Files in `dir`: cache entries and anything else (a temporary left behind counts too). */
+/* Names in `dir`: cache entries, their links and anything else (a temporary left behind counts
+ * too). */
 static int count_files(const char *dir)
 {
 	DIR *d = opendir(dir);
@@ -531,6 +727,17 @@ static int count_files(const char *dir)
 	if (d)
 		closedir(d);
 	return n;
+}
+
+static void remove_regular_files(const char *dir)
+{
+	DIR *d = opendir(dir);
+	cr_assert_not_null(d);
+	struct stat st;
+	for (struct dirent *e; (e = readdir(d));)
+		if (!fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) && S_ISREG(st.st_mode))
+			cr_assert_eq(unlinkat(dirfd(d), e->d_name, 0), 0);
+	closedir(d);
 }
 
 static char *cache_dir(const char *name)
@@ -547,7 +754,7 @@ Test(remote, cache_write_through_then_local)
 	kiln_remote_options r = {.size = sizeof(r), .cache_dir = dir};
 	kiln_open_options o = {.size = sizeof(o), .remote = &r};
 	same_as_local("s3://models/m.klnt", "m.klnt", &o); /* fetched, and written through */
-	cr_assert_eq(count_files(dir), 1);
+	cr_assert_eq(count_files(dir), 2);                 /* the copy and its link */
 	/* The second open maps the cached copy; the model still names the URL. */
 	kiln_model *m = open_ok("s3://models/m.klnt", &o);
 	kiln_model_info info;
@@ -603,7 +810,7 @@ Test(remote, cache_follows_a_changed_object_and_evicts)
 	/* A new version under the same key: fetched again, the old copy removed. */
 	s3_put("big-dir.klnt", key);
 	same_as_local(u, "big-dir.klnt", &o);
-	cr_assert_eq(count_files(dir), 1);
+	cr_assert_eq(count_files(dir), 2);
 	kiln_model *m = open_ok(u, &o);
 	kiln_model_info info;
 	kiln_model_get_info(m, &info);
@@ -612,7 +819,13 @@ Test(remote, cache_follows_a_changed_object_and_evicts)
 	/* A cap below the two: the least recently used goes. */
 	r.cache_max_bytes = 26u << 20; /* m.klnt is 24 MiB, big-dir.klnt 4 */
 	same_as_local("s3://models/m.klnt", "m.klnt", &o);
-	cr_assert_eq(count_files(dir), 1, "the older entry should be gone");
+	cr_assert_eq(count_files(dir), 2, "the older entry and its link should be gone");
+	/* The copy removed by hand leaves its link dangling: the next open fetches it again, even
+	 * when a fresh copy would be used without asking. */
+	remove_regular_files(dir);
+	r.cache_max_age_ms = 60000;
+	same_as_local("s3://models/m.klnt", "m.klnt", &o);
+	cr_assert_eq(count_files(dir), 2);
 	free(u);
 	free(dir);
 }

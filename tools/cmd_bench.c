@@ -16,6 +16,7 @@
 
 static const char usage[] =
     "usage: klnt bench FILE... [--cold | --warm] [--source NAME]... [--repeat N]\n"
+    "       klnt bench URL... [--connections N] [--repeat N]\n"
     "\n"
     "Time loading FILE in each way kiln offers, warm (file in the page cache) and cold (its\n"
     "pages dropped with posix_fadvise(POSIX_FADV_DONTNEED) before every run, checked with\n"
@@ -51,6 +52,14 @@ static const char usage[] =
     "  memcpy        memcpy of the files' size between two warm buffers (warm only)\n"
     "  floor         open + fstat + mmap + munmap + close of each file, no format at all: what\n"
     "                any loader of a mapped file pays (timed like open)\n"
+    "\n"
+    "URLs (s3://, http://, https://; see `klnt --help` for credentials), rows in mode remote:\n"
+    "  curl          one libcurl GET of each whole object to a null sink (kiln_remote_fetch: one\n"
+    "                connection, no ranges, as curl -o /dev/null): the ratio's base\n"
+    "  first-byte    one GET of one byte of each object: a round trip\n"
+    "  open          KILN_OPEN_DIRECTORY_ONLY open + close: header and directory alone\n"
+    "  load          open with every payload byte fetched into memory (ranged GETs in flight)\n"
+    "  load-1        the same over one connection\n"
     "\n"
     "Options:\n"
     "  -c, --cold        cold runs only\n"
@@ -340,18 +349,6 @@ static double run_row(struct bench *b, enum src s)
 	return sum / OPEN_REPS;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-static double median(double *v, uint64_t n)
-{
-	qsort(v, n, sizeof(double), cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 struct result {
 	double med, min, max, ratio; /* ratio: median over rounds of plain's time / this time */
 	double above;                /* open: median over rounds of its time minus floor's */
@@ -370,13 +367,20 @@ static uint64_t next_random(uint64_t *x)
 static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 {
 	static const struct option longopts[] = {
-	    {"cold", no_argument, NULL, 'c'},         {"warm", no_argument, NULL, 'w'},
-	    {"source", required_argument, NULL, 's'}, {"repeat", required_argument, NULL, 'r'},
-	    {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+	    {"cold", no_argument, NULL, 'c'},
+	    {"warm", no_argument, NULL, 'w'},
+	    {"source", required_argument, NULL, 's'},
+	    {"repeat", required_argument, NULL, 'r'},
+	    {"help", no_argument, NULL, 'h'},
+	    {"connections", required_argument, NULL, 'n'},
+	    {NULL, 0, NULL, 0},
 	};
 	int want[NSRC] = {0}, any = 0, cold = 1, warm = 1, c;
-	uint64_t repeat = 5;
-	while ((c = getopt_long(argc, argv, ":cws:r:h", longopts, NULL)) != -1) {
+	uint64_t repeat = 5, connections = 0;
+	int local_only = 0;
+	while ((c = getopt_long(argc, argv, ":cws:r:n:h", longopts, NULL)) != -1) {
+		if (c == 'c' || c == 'w' || c == 's')
+			local_only = c;
 		switch (c) {
 		case 'c':
 			warm = 0;
@@ -400,6 +404,11 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 				return klnt_usage_error(cmd, "--repeat wants 1 to 1000, not '%s'",
 							optarg);
 			break;
+		case 'n':
+			if (klnt_parse_u64(optarg, 64, &connections) || connections == 0)
+				return klnt_usage_error(
+				    cmd, "--connections wants 1 to 64, not '%s'", optarg);
+			break;
 		case 'h':
 			return klnt_help(cmd);
 		default:
@@ -408,6 +417,15 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 	}
 	if (argc == optind)
 		return klnt_usage_error(cmd, "no file given");
+	if (kiln_path_is_url(argv[optind])) {
+		if (local_only)
+			return klnt_usage_error(cmd, "-%c is for files; a URL has the remote rows",
+						local_only);
+		return klnt_bench_remote((const char *const *)argv + optind,
+					 (uint32_t)(argc - optind), repeat, (uint32_t)connections);
+	}
+	if (connections)
+		return klnt_usage_error(cmd, "--connections is for URLs");
 	struct bench b = {.paths = (const char *const *)argv + optind,
 			  .npaths = (uint32_t)(argc - optind)};
 	b.threads = kmeasure_threads();
@@ -501,24 +519,25 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 					t[s][round - 1] = dt;
 			}
 		}
-		/* Ratios first, while t[][i] are still the rounds' times (median() sorts). */
+		/* Ratios first, while t[][i] are still the rounds' times (kmeasure_median() sorts).
+		 */
 		for (int s = 0; s < NSRC; s++)
 			if (live[s] && live[S_PLAIN]) {
 				for (uint64_t i = 0; i < repeat; i++)
 					ratio[s][i] = t[S_PLAIN][i] / t[s][i];
-				res[mode][s].ratio = median(ratio[s], repeat);
+				res[mode][s].ratio = kmeasure_median(ratio[s], repeat);
 			}
 		if (live[S_OPEN] && live[S_FLOOR]) {
 			for (uint64_t i = 0; i < repeat; i++)
 				ratio[S_OPEN][i] = t[S_OPEN][i] - t[S_FLOOR][i];
-			res[mode][S_OPEN].above = median(ratio[S_OPEN], repeat);
+			res[mode][S_OPEN].above = kmeasure_median(ratio[S_OPEN], repeat);
 		}
 		for (int s = 0; s < NSRC; s++) {
 			struct result *r = &res[mode][s];
 			if (!live[s])
 				continue;
 			r->ok = 1;
-			r->med = median(t[s], repeat);
+			r->med = kmeasure_median(t[s], repeat);
 			r->min = t[s][0];
 			r->max = t[s][repeat - 1];
 		}

@@ -162,6 +162,9 @@ void klnt_shape_text(struct klnt_buf *b, const uint64_t *shape, unsigned rank);
 
 /* Exit with a message when memory runs out. */
 void *klnt_xmalloc(size_t size);
+
+/* klnt bench on URLs (cmd_bench_remote.c): the remote rows, printed; an exit status. */
+int klnt_bench_remote(const char *const *urls, uint32_t n, uint64_t repeat, uint32_t connections);
 void *klnt_xrealloc(void *p, size_t size);
 
 #endif

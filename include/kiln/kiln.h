@@ -32,9 +32,9 @@ extern "C" {
 #endif
 
 #define KILN_VERSION_MAJOR  0
-#define KILN_VERSION_MINOR  4
+#define KILN_VERSION_MINOR  5
 #define KILN_VERSION_PATCH  0
-#define KILN_VERSION_STRING "0.4.0"
+#define KILN_VERSION_STRING "0.5.0"
 /* One number that compares in release order: 0.2.0 is 200. */
 #define KILN_VERSION_NUMBER \
 	(KILN_VERSION_MAJOR * 10000 + KILN_VERSION_MINOR * 100 + KILN_VERSION_PATCH)
@@ -508,6 +508,22 @@ typedef struct kiln_remote_options {
 
 /* Nonzero when `path` is a URL kiln fetches (s3://, http://, https://), 0 for a local path. */
 KILN_API int kiln_path_is_url(const char *path);
+
+/* Takes `len` bytes of a fetch as they arrive; nonzero stops it (CANCELED). */
+typedef int (*kiln_fetch_fn)(void *ctx, const void *data, size_t len);
+#define KILN_FETCH_TO_END UINT64_MAX
+/*
+ * Bytes [offset, offset + length) of the object at `url` (length KILN_FETCH_TO_END: to its end)
+ * handed to `sink` in order, with one GET over one connection, the credentials, endpoints,
+ * retries (resumed from the last byte received, If-Match the ETag of the first answer),
+ * deadline, bandwidth cap and progress of `o` (NULL: defaults). For the files that travel with
+ * weights (config.json, a tokenizer), and klnt bench's plain baseline. *size, when not NULL, is
+ * the object's size. INVAL (not a URL, no sink, an empty or overflowing range), IO naming the
+ * URL, range and HTTP status (an offset past the end is HTTP 416), CANCELED.
+ */
+KILN_API int kiln_remote_fetch(const char *url, const kiln_remote_options *o, uint64_t offset,
+			       uint64_t length, kiln_fetch_fn sink, void *ctx, uint64_t *size,
+			       kiln_error *err);
 
 /*
  * Open options. A zeroed struct means every default; `size` may be 0 or sizeof(kiln_open_options)

@@ -7,7 +7,10 @@ GET /FAULT/PATH forwards GET /PATH (with its Range and If-Match) to 127.0.0.1:UP
 answers with the upstream's response, except as FAULT says. FAULT is NAME or NAME:N; with N, the
 first N requests for that FAULT and PATH misbehave and later ones pass through (counters reset
 with GET /_reset; GET /_count/FAULT/PATH says how many requests it has seen). /ok/PATH and
-/ok:N/PATH pass through (N only keeps counts apart).
+/ok:N/PATH pass through (N only keeps counts apart). GET /_headers/FAULT/PATH gives the headers
+of the last request for FAULT and PATH, one "name: value" line each (names lowercased). A request
+in absolute form (GET http://HOST/FAULT/PATH, as to an HTTP proxy) is served like /FAULT/PATH, so
+the proxy stands in for any host through http_proxy.
 
   503, 429     answer that status (with an S3 error body; 429 with Retry-After: 0)
   reset        close the connection without an answer
@@ -19,6 +22,9 @@ with GET /_reset; GET /_count/FAULT/PATH says how many requests it has seen). /o
   norange      200 and the whole object, Range ignored
   endless      200 with no length and a body that never ends
   hugelen      206 claiming a total size of 2^50 bytes
+  redirect     302 to /ok:redirected/PATH
+  redirect-ftp 302 to ftp://127.0.0.1/PATH
+  redirect-loop 302 to this same URL
 """
 import http.client
 import http.server
@@ -31,6 +37,7 @@ import time
 UP = int(sys.argv[1])
 STATE = sys.argv[2]
 counts = {}
+heads = {}
 lock = threading.Lock()
 
 
@@ -58,6 +65,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self):
+        if self.path.startswith("http://"):  # absolute form: we are someone's proxy
+            self.path = "/" + self.path.split("/", 3)[3]
+        if self.path.startswith("/_headers/"):
+            fault, _, path = self.path[len("/_headers/"):].partition("/")
+            with lock:
+                h = heads.get((fault, "/" + path), [])
+            b = "".join("%s: %s\n" % (k.lower(), v) for k, v in h).encode()
+            self.send(200, [("Content-Length", str(len(b)))], b)
+            return
         if self.path == "/_reset":
             with lock:
                 counts.clear()
@@ -78,6 +94,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         with lock:
             seen = counts.get((fault, path), 0)
             counts[(fault, path)] = seen + 1
+            heads[(fault, path)] = list(self.headers.items())
         active = name != "ok" and (not n or seen < int(n))
         if not active:
             status, headers, body = self.upstream(path)
@@ -91,6 +108,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if name == "429":
                 hdrs.append(("Retry-After", "0"))
             self.send(int(name), hdrs, body)
+            return
+        if name.startswith("redirect"):
+            to = {"redirect": "/ok:redirected" + path, "redirect-ftp": "ftp://127.0.0.1" + path,
+                  "redirect-loop": self.path}[name]
+            self.send(302, [("Location", to), ("Content-Length", "0")], b"")
             return
         if name == "reset":
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
