@@ -8,7 +8,7 @@
 #   open        KILN_OPEN_DIRECTORY_ONLY against one HEAD request;
 #   cache       the second open of the URL through KILN_CACHE_DIR (confirmed with one GET, and
 #               within its max age with none) against opening the cached file by its path, in
-#               a new process and in one that has opened it before (remote_load map-warm);
+#               a new process each, and alternating in one process (remote_load map-pair);
 #   klnt bench  the same object through `klnt bench URL`: its rows, the same rounds.
 #
 #   bench/remote.sh BUILD_DIR [SIZE_MIB [ROUNDS]]      (defaults: 1024 MiB, 5 rounds)
@@ -80,12 +80,12 @@ for r in $(seq 1 $((rounds * 4))); do
 	echo "cache_fresh $(KILN_CACHE_DIR=$cache KILN_CACHE_MAX_AGE_MS=600000 \
 		"$build/bench/remote_load" map "$url")" >>"$work/times"
 	echo "cached_file $("$build/bench/remote_load" map "$cached")" >>"$work/times"
-	echo "cache_fresh_warm $(KILN_CACHE_DIR=$cache KILN_CACHE_MAX_AGE_MS=600000 \
-		"$build/bench/remote_load" map-warm "$url")" >>"$work/times"
-	echo "cached_file_warm $("$build/bench/remote_load" map-warm "$cached")" >>"$work/times"
 done
+# In one process, alternating: fresh hit, cached file, 100 rounds (medians and the ratio's).
+pair=$(KILN_CACHE_DIR=$cache KILN_CACHE_MAX_AGE_MS=600000 "$build/bench/remote_load" map-pair \
+	"$url" "$cached")
 
-/usr/bin/python3 - "$work/times" "$size" <<'EOF'
+/usr/bin/python3 - "$work/times" "$size" "$pair" <<'EOF'
 import statistics, sys
 t = {}
 for line in open(sys.argv[1]):
@@ -104,9 +104,9 @@ print("open (directory only) %.2f ms, one HEAD %.2f ms: %.2fx a HEAD"
 print("cache: confirmed %.3f ms, fresh %.3f ms, the cached file %.3f ms: fresh %.2fx, confirmed %.2fx"
       % (med["cache_confirmed"] * 1e3, med["cache_fresh"] * 1e3, med["cached_file"] * 1e3,
          med["cache_fresh"] / med["cached_file"], med["cache_confirmed"] / med["cached_file"]))
-print("cache, a process that has opened before: fresh %.1f us, the cached file %.1f us: %.3fx"
-      % (med["cache_fresh_warm"] * 1e6, med["cached_file_warm"] * 1e6,
-         med["cache_fresh_warm"] / med["cached_file_warm"]))
+fresh, local, ratio = (float(x) for x in sys.argv[3].split())
+print("cache, one process alternating 100 rounds: fresh %.1f us, the cached file %.1f us, "
+      "median ratio %.3fx" % (fresh * 1e6, local * 1e6, ratio))
 EOF
 
 "$build/klnt" bench "$url" --repeat "$rounds"

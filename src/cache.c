@@ -4,11 +4,11 @@
  * object version, named URLHASH-VERSIONHASH.EXT, where URLHASH is XXH3-128 of the URL without its
  * query (a presigned URL's signature changes, the object does not) and VERSIONHASH XXH3-64 of its
  * ETag and size. Written whole with kiln_write_atomic (no name until complete, nothing left by a
- * crash), so whatever has a cache name is a whole object. Beside it, URLHASH.EXT is a symbolic
- * link to the newest version: a fresh hit is one stat() of a name known from the URL, not a scan
- * of the directory. A file's modification time is when it was last used or confirmed current:
- * eviction removes the oldest first, and an entry younger than the max age is used without
- * asking the server.
+ * crash), so whatever has a cache name is a whole object. Beside it, URLHASH.EXT is a second
+ * (hard) link to the newest version: a fresh hit opens a name known from the URL, no scan of the
+ * directory and no symbolic link to follow. A file's modification time is when it was last used or
+ * confirmed current: eviction removes the oldest first, and an entry younger than the max age is
+ * used without asking the server.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -188,9 +188,8 @@ static char *link_of(const char *path)
 	return lnk;
 }
 
-/* Make URLHASH.EXT name the version at `path`. Between the unlink and the symlink a reader
- * finds no link and asks the server, which names this version: a round trip, never a wrong
- * file. */
+/* Make URLHASH.EXT name the version at `path`. Between the unlink and the link a reader finds
+ * no name and asks the server, which names this version: a round trip, never a wrong file. */
 static int point_link(const char *path, kiln_error *err)
 {
 	char *lnk = link_of(path);
@@ -198,28 +197,24 @@ static int point_link(const char *path, kiln_error *err)
 		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
 	int rc = 0;
 	(void)unlink(lnk);
-	if (symlink(strrchr(path, '/') + 1, lnk) && errno != EEXIST) /* EEXIST: another writer */
+	if (link(path, lnk) && errno != EEXIST) /* EEXIST: another writer */
 		rc = kiln__fail_sys(err, KILN_IO, errno, "%s: cannot link the cache entry: %s", lnk,
 				    strerror(errno));
 	free(lnk);
 	return rc;
 }
 
-/* Remove the version `name` in d and, when it names that version, its link; 0 when removed. */
+/* Remove the version `name` in d and, when it is that version, the URL's link; 0 when removed. */
 static int remove_version(DIR *d, const char *dir, const char *name)
 {
-	char *path = NULL;
+	struct stat v, l;
+	char *path = NULL, *lnk = NULL;
+	int have = !fstatat(dirfd(d), name, &v, AT_SYMLINK_NOFOLLOW);
 	if (unlinkat(dirfd(d), name, 0))
 		return -1;
-	if (asprintf(&path, "%s/%s", dir, name) < 0)
-		return 0;
-	char *lnk = link_of(path), target[256];
-	ssize_t n = lnk ? readlink(lnk, target, sizeof(target) - 1) : -1;
-	if (n > 0) {
-		target[n] = '\0';
-		if (!strcmp(target, name))
-			(void)unlink(lnk);
-	}
+	if (have && asprintf(&path, "%s/%s", dir, name) >= 0 && (lnk = link_of(path)) &&
+	    !lstat(lnk, &l) && l.st_ino == v.st_ino && l.st_dev == v.st_dev)
+		(void)unlink(lnk);
 	free(lnk);
 	free(path);
 	return 0;

@@ -15,9 +15,9 @@ int kiln__cache_settings(const kiln_remote_options *o, struct kiln__cache *c);
 /* Where the version (etag, size) of `url` is cached (malloc'ed; NULL: no memory). */
 char *kiln__cache_path(const struct kiln__cache *c, const char *url, const char *etag,
 		       uint64_t size);
-/* The newest cached version of `url` (malloc'ed: the path of its link), or NULL. *fresh when it
- * was used or confirmed within max_age_ms: then it may be opened without asking the server, it
- * is marked used (to the minute), and *fd is its open descriptor and *size its size (for the
+/* The newest cached version of `url` (malloc'ed: the path of the URL's link to it), or NULL. *fresh
+ * when it was used or confirmed within max_age_ms: then it may be opened without asking the server,
+ * it is marked used (to the minute), and *fd is its open descriptor and *size its size (for the
  * local source to take over; else *fd is -1). */
 char *kiln__cache_lookup(const struct kiln__cache *c, const char *url, int *fresh, int *fd,
 			 uint64_t *size);

@@ -1016,6 +1016,15 @@ static int run(struct kiln__remote *r, struct xfer *xs, size_t n, int progress, 
 			}
 		}
 		if (left && !bad) {
+			/* A connection just freed and a range ready for it: start it now, not after
+			 * a poll that has nothing to wake it (100 ms per range over one
+			 * connection). */
+			int ready = 0;
+			for (size_t k = 0; k < n && active < r->connections && !ready; k++)
+				ready = !xs[k].done && !xs[k].active && !xs[k].fatal &&
+					xs[k].due <= now_ms();
+			if (ready)
+				continue;
 			int wait = 100;
 			if (!active && next_due != UINT64_MAX) {
 				uint64_t d = next_due > now_ms() ? next_due - now_ms() : 0;

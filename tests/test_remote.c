@@ -820,8 +820,8 @@ Test(remote, cache_follows_a_changed_object_and_evicts)
 	r.cache_max_bytes = 26u << 20; /* m.klnt is 24 MiB, big-dir.klnt 4 */
 	same_as_local("s3://models/m.klnt", "m.klnt", &o);
 	cr_assert_eq(count_files(dir), 2, "the older entry and its link should be gone");
-	/* The copy removed by hand leaves its link dangling: the next open fetches it again, even
-	 * when a fresh copy would be used without asking. */
+	/* The copies removed by hand (both names): the next open fetches again, even when a fresh
+	 * copy would be used without asking. */
 	remove_regular_files(dir);
 	r.cache_max_age_ms = 60000;
 	same_as_local("s3://models/m.klnt", "m.klnt", &o);
