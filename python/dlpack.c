@@ -75,6 +75,29 @@ static int dl_type(unsigned code, DLDataType *dt)
 	return 0;
 }
 
+PyObject *kp_bytes_capsule(void *data, uint64_t len, PyObject *owner)
+{
+	if (len > (uint64_t)INT64_MAX)
+		return PyErr_Format(PyExc_OverflowError, "%llu bytes are too many",
+				    (unsigned long long)len);
+	kiln_dlpack *d = calloc(1, sizeof(*d));
+	if (!d)
+		return PyErr_NoMemory();
+	d->shape[0] = (int64_t)len;
+	d->m.dl_tensor.data = len ? data : (void *)empty_payload;
+	d->m.dl_tensor.device.device_type = 1;
+	d->m.dl_tensor.ndim = 1;
+	d->m.dl_tensor.dtype = (DLDataType){1, 8, 1};
+	d->m.dl_tensor.shape = d->shape;
+	Py_INCREF(owner);
+	d->m.manager_ctx = owner;
+	d->m.deleter = dlpack_deleter;
+	PyObject *cap = PyCapsule_New(&d->m, "dltensor", dlpack_capsule_destructor);
+	if (!cap)
+		dlpack_deleter(&d->m);
+	return cap;
+}
+
 /* A DLPack capsule of the payload: typed, or (raw) its bytes as a 1-D uint8 tensor. */
 static PyObject *make_capsule(TensorObject *self, int raw)
 {

@@ -64,6 +64,9 @@ extern const unsigned char empty_payload[64];
 
 /* dlpack.c: Tensor.__dlpack__, to_dlpack and __dlpack_device__. */
 PyObject *tensor_dlpack(TensorObject *self, PyObject *args, PyObject *kw);
+/* A DLPack capsule (CPU, uint8, 1-D) of len bytes at data, holding a reference to owner until
+ * the consumer is done with it. */
+PyObject *kp_bytes_capsule(void *data, uint64_t len, PyObject *owner);
 PyObject *tensor_to_dlpack(TensorObject *self, PyObject *args, PyObject *kw);
 PyObject *tensor_dlpack_device(TensorObject *self, PyObject *unused);
 

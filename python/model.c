@@ -380,6 +380,169 @@ out:
 	return ret;
 }
 
+/* kiln_load's callbacks, on the calling thread with the GIL released: each takes it back. A
+ * Python exception stops the load and is kept for load() to raise. */
+struct load_cb {
+	PyObject *progress, *on_ready, *keys;
+	int failed;
+};
+
+static int load_progress(void *ctx, const kiln_load_progress *p)
+{
+	struct load_cb *cb = ctx;
+	if (!cb->progress || cb->failed)
+		return cb->failed;
+	PyGILState_STATE g = PyGILState_Ensure();
+	PyObject *r = PyObject_CallFunction(cb->progress, "KK", (unsigned long long)p->bytes,
+					    (unsigned long long)p->bytes_total);
+	cb->failed = r == NULL;
+	Py_XDECREF(r);
+	PyGILState_Release(g);
+	return cb->failed;
+}
+
+static int load_ready(void *ctx, const kiln_ready *rd)
+{
+	struct load_cb *cb = ctx;
+	if (!cb->on_ready || cb->failed)
+		return cb->failed;
+	PyGILState_STATE g = PyGILState_Ensure();
+	PyObject *r = PyObject_CallFunctionObjArgs(
+	    cb->on_ready, PySequence_Fast_GET_ITEM(cb->keys, (Py_ssize_t)rd->position), NULL);
+	cb->failed = r == NULL;
+	Py_XDECREF(r);
+	PyGILState_Release(g);
+	return cb->failed;
+}
+
+static void free_arena_capsule(PyObject *cap)
+{
+	kiln_arena_free(PyCapsule_GetPointer(cap, "kiln.arena"));
+}
+
+/*
+ * load(pairs, *, threads=0, direct=False, drop_cache=False, inflight=0, progress=None,
+ * on_ready=None, arena=False): kiln_load into caller buffers, in the order of pairs; with
+ * arena=True, pairs are keys alone and the result's "capsules" view kiln's own block.
+ */
+static PyObject *dir_load(DirObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"pairs",    "threads",  "direct", "drop_cache", "inflight",
+				 "progress", "on_ready", "arena",  NULL};
+	PyObject *pairs, *progress = Py_None, *on_ready = Py_None;
+	unsigned int threads = 0;
+	int direct = 0, drop = 0, arena = 0;
+	unsigned long long inflight = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$IppKOOp:load", kwlist, &pairs, &threads,
+					 &direct, &drop, &inflight, &progress, &on_ready, &arena))
+		return NULL;
+	OwnerObject *o = dir_owner(self);
+	if (!o)
+		return NULL;
+	PyObject *seq = PySequence_Fast(pairs, "pairs must be a sequence of (tensor, buffer)");
+	if (!seq)
+		return NULL;
+	Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), got = 0;
+	PyObject *ret = NULL, *keys = PyList_New(n);
+	uint64_t *idx = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*idx));
+	void **dests = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*dests));
+	Py_buffer *views = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*views));
+	if (!keys || !idx || !dests || !views) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *key = PySequence_Fast_GET_ITEM(seq, i), *buf;
+		if (arena) {
+			if (resolve_index(o, key, &idx[i]) < 0)
+				goto out;
+			Py_INCREF(key);
+			PyList_SET_ITEM(keys, i, key);
+			continue;
+		}
+		if (!PyArg_ParseTuple(key, "OO:load pair", &key, &buf) ||
+		    resolve_index(o, key, &idx[i]) < 0 ||
+		    PyObject_GetBuffer(buf, &views[i], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+			goto out;
+		got = i + 1;
+		Py_INCREF(key);
+		PyList_SET_ITEM(keys, i, key);
+		const kiln_tensor *t = kiln_model_tensor(o->model, idx[i]);
+		if ((uint64_t)views[i].len < t->byte_length) {
+			PyErr_Format(PyExc_ValueError,
+				     "a buffer of %zd bytes cannot hold tensor %llu (%llu bytes)",
+				     views[i].len, (unsigned long long)local_index(o->model, t),
+				     (unsigned long long)t->byte_length);
+			goto out;
+		}
+		dests[i] = views[i].buf;
+	}
+	struct load_cb cb = {.progress = progress == Py_None ? NULL : progress,
+			     .on_ready = on_ready == Py_None ? NULL : on_ready,
+			     .keys = keys};
+	kiln_load_options lo;
+	memset(&lo, 0, sizeof(lo));
+	lo.size = sizeof(lo);
+	lo.threads = threads;
+	lo.flags = (direct ? KILN_LOAD_DIRECT : 0) | (drop ? KILN_LOAD_DROP_CACHE : 0);
+	lo.inflight_bytes = inflight;
+	lo.dests = arena ? NULL : (void *const *)dests;
+	lo.progress = load_progress;
+	lo.on_ready = load_ready;
+	lo.ctx = &cb;
+	kiln_load_result res;
+	kiln_error err;
+	kiln_arena *block = NULL;
+	int rc;
+	Py_INCREF(o);
+	const kiln_model *m = o->model;
+	Py_BEGIN_ALLOW_THREADS rc =
+	    kiln_load(m, idx, (size_t)n, &lo, dests, arena ? &block : NULL, &res, &err);
+	Py_END_ALLOW_THREADS Py_DECREF(o);
+	if (cb.failed) {
+		kiln_arena_free(block);
+		goto out; /* the callback's exception */
+	}
+	if (rc) {
+		raise_kiln(rc, &err);
+		goto out;
+	}
+	ret = Py_BuildValue("{s:K,s:K,s:I,s:d,s:K,s:O}", "bytes", (unsigned long long)res.bytes,
+			    "tensors", (unsigned long long)res.tensors, "threads", res.threads,
+			    "seconds", res.seconds, "peak_inflight",
+			    (unsigned long long)res.peak_inflight, "direct",
+			    res.direct ? Py_True : Py_False);
+	if (ret && arena) {
+		/* One capsule per tensor, each holding the arena's own capsule: the block is freed
+		 * when the last tensor made from them is gone. */
+		PyObject *owner = PyCapsule_New(block, "kiln.arena", free_arena_capsule);
+		PyObject *caps = owner ? PyList_New(n) : NULL;
+		if (!owner)
+			kiln_arena_free(block);
+		for (Py_ssize_t i = 0; caps && i < n; i++) {
+			const kiln_tensor *t = kiln_model_tensor(o->model, idx[i]);
+			PyObject *c = kp_bytes_capsule(dests[i], t->byte_length, owner);
+			if (!c)
+				Py_CLEAR(caps);
+			else
+				PyList_SET_ITEM(caps, i, c);
+		}
+		Py_XDECREF(owner);
+		if (!caps || PyDict_SetItemString(ret, "capsules", caps) < 0)
+			Py_CLEAR(ret);
+		Py_XDECREF(caps);
+	}
+out:
+	for (Py_ssize_t i = 0; i < got; i++)
+		PyBuffer_Release(&views[i]);
+	PyMem_Free(idx);
+	PyMem_Free(dests);
+	PyMem_Free(views);
+	Py_XDECREF(keys);
+	Py_DECREF(seq);
+	return ret;
+}
+
 static PyObject *dir_get_info(DirObject *self, void *c)
 {
 	(void)c;
@@ -578,6 +741,16 @@ static PyMethodDef dir_methods[] = {
      "stream(pairs, *, engine=\"auto\", direct=False, chunk_size=0, queue_depth=0) -> dict\n"
      "Read payloads from the file into caller buffers, many reads in flight, the GIL\n"
      "released; pairs: (name, index or Tensor, writable buffer of at least nbytes)."},
+    {"load", (PyCFunction)(void (*)(void))dir_load, METH_VARARGS | METH_KEYWORDS,
+     "load(pairs, *, threads=0, direct=False, drop_cache=False, inflight=0, progress=None,\n"
+     "on_ready=None) -> dict\n"
+     "The load pipeline (kiln_load): payloads into caller buffers on reader threads, the GIL\n"
+     "released; pairs: (name, index or Tensor, writable buffer), read and announced in that\n"
+     "order. progress(done, total) in bytes and on_ready(key) run on this thread; an\n"
+     "exception in either stops the load and is raised. arena=True: pairs are keys alone,\n"
+     "kiln allocates one block (huge pages where the kernel gives them), and the result's\n"
+     "\"capsules\" are DLPack capsules (uint8, 1-D) of each tensor's bytes in it, the block\n"
+     "freed when the last is gone."},
     {"close", (PyCFunction)dir_close, METH_NOARGS,
      "Drop this Dir's hold on the directory. Arrays, tensors and views made from it stay\n"
      "valid: the directory is closed when the last of them is gone."},

@@ -48,6 +48,13 @@ struct kiln__io {
 
 int kiln__io_run(struct kiln__io *io, const struct kiln__range *ranges, size_t n, kiln_error *err);
 
+/* The engine over ranges of the model's files as kiln_stream runs it (src/stream.c): direct when
+ * the ranges have destinations, else through o->staging; the model's own descriptors, memory or
+ * sources. Safe from several threads at once. For kiln_load (src/load.c). */
+int kiln__stream_ranges(const kiln_model *m, const kiln_stream_options *o,
+			const struct kiln__range *ranges, size_t n, kiln_stream_result *result,
+			kiln_error *err);
+
 /* 1 when the page cache holds every page of [off, off + len) of fd (cachestat(2); 0 when it
  * cannot tell). */
 int kiln__span_cached(int fd, uint64_t off, uint64_t len);

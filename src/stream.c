@@ -170,6 +170,13 @@ static int run_model(const kiln_model *m, const kiln_stream_options *o,
 	return rc;
 }
 
+int kiln__stream_ranges(const kiln_model *m, const kiln_stream_options *o,
+			const struct kiln__range *ranges, size_t n, kiln_stream_result *result,
+			kiln_error *err)
+{
+	return run_model(m, o, ranges, n, result, err);
+}
+
 /* The two modes of a stream: destinations given (the staging fields do not apply), or else a
  * ring of staging buffers with the callback that consumes them. */
 static int stream_mode(kiln_stream_options *o, void *const *dests, kiln_error *err)

@@ -261,6 +261,30 @@ expect 0 "$KLNT" bench "$TMP/gen.klnt" --warm --source read --repeat 2
 	bad "bench --source read: read and the six plain rows only"
 expect 1 "$KLNT" bench "$TMP/kiln-v2-opaque-no-layout.klnt"
 expect 2 "$KLNT" bench "$TMP/gen.klnt" --source tape
+# --device host: the pipeline against N-thread pread, the ratio its last field, nothing after
+expect 0 "$KLNT" bench "$TMP/gen.klnt" --warm --device host --source read --repeat 2
+grep -Eq "^warm   device .* [0-9]+\.[0-9]{2}x$" "$TMP/out" && ok || bad "bench: no device row: $(cat "$TMP/out")"
+grep -Eq "^warm   plain-threads .*x  \([0-9]+ threads\)$" "$TMP/out" && ok || bad "bench: no plain-threads row"
+expect 2 "$KLNT" bench "$TMP/gen.klnt" --device cuda:0
+expect 2 "$KLNT" bench "$TMP/gen.klnt" --source device
+
+# 8b. load: every tensor through the pipeline, in a given order, and its errors
+expect 0 "$KLNT" load "$TMP/gen.klnt" --threads 3
+grep -Eq "^loaded $TMP/gen.klnt: 40 tensors, [0-9]+ bytes to host in .* [1-3] threads, at most [0-9]+ bytes in flight$" "$TMP/out" &&
+	ok || bad "load: $(cat "$TMP/out")"
+[ ! -s "$TMP/err" ] && ok || bad "load printed progress without a terminal"
+printf 'blk.4.ffn_up.weight\nblk.0.ffn_up.weight\n' >"$TMP/order"
+expect 0 "$KLNT" load "$TMP/gen.klnt" --order "$TMP/order" --direct --inflight 1M
+has "$TMP/out" ": 2 tensors,"
+expect 0 "$KLNT" load "$TMP/gen.klnt" --drop-cache --directory-only --threads 2 --inflight 1M
+grep -Eq " 2 threads, at most [0-9]+ bytes in flight$" "$TMP/out" && ok || bad "load --inflight 1M: $(cat "$TMP/out")"
+printf 'no.such.tensor\n' >"$TMP/order"
+expect 1 "$KLNT" load "$TMP/gen.klnt" --order "$TMP/order"
+has "$TMP/err" "no tensor named 'no.such.tensor'"
+expect 1 "$KLNT" load "$TMP/kiln-v2-opaque-no-layout.klnt"
+expect 2 "$KLNT" load "$TMP/gen.klnt" --device cuda:0
+expect 2 "$KLNT" load "$TMP/gen.klnt" --threads 0
+expect 3 "$KLNT" load "$TMP/no-such-file.klnt"
 
 # 9. writing: a rewrite keeps the mode and follows a symlink; SIGINT/SIGTERM leave nothing
 chmod 600 "$TMP/p-f32.klnt"

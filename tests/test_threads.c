@@ -222,6 +222,70 @@ static void threaded_load(unsigned source)
 	free(bytes);
 }
 
+/* kiln_load's reader threads, twice at once on one model, each with progress and ready
+ * callbacks: the announcing thread and the readers share the counts. */
+static int count_ready(void *ctx, const kiln_ready *r)
+{
+	(void)r;
+	__atomic_add_fetch((int *)ctx, 1, __ATOMIC_SEQ_CST);
+	return 0;
+}
+
+static int no_stop(void *ctx, const kiln_load_progress *p)
+{
+	(void)ctx;
+	return p->bytes > p->bytes_total;
+}
+
+static void *pipeline_once(void *arg)
+{
+	const kiln_model *dir = arg;
+	int ready = 0;
+	kiln_load_options o = {.size = sizeof(o),
+			       .threads = 4,
+			       .chunk_size = 256u << 10,
+			       .inflight_bytes = 4u << 20,
+			       .on_ready = count_ready,
+			       .progress = no_stop,
+			       .ctx = &ready};
+	size_t n = (size_t)kiln_model_count(dir);
+	void **ptrs = calloc(n, sizeof(*ptrs));
+	kiln_arena *a = NULL;
+	kiln_error err;
+	int rc = kiln_load(dir, NULL, 0, &o, ptrs, &a, NULL, &err);
+	if (rc || ready != (int)n) {
+		fprintf(stderr, "FAIL: kiln_load: %s (%d of %zu ready)\n", rc ? err.message : "",
+			ready, n);
+		__atomic_add_fetch(&failures, 1, __ATOMIC_SEQ_CST);
+	}
+	for (size_t k = 0; !rc && k < n; k++)
+		if (memcmp(ptrs[k], data[k], kiln_model_tensor(dir, k)->byte_length)) {
+			fprintf(stderr, "FAIL: kiln_load: tensor %zu differs\n", k);
+			__atomic_add_fetch(&failures, 1, __ATOMIC_SEQ_CST);
+		}
+	kiln_arena_free(a);
+	free(ptrs);
+	return NULL;
+}
+
+static void pipeline(unsigned source)
+{
+	kiln_model *dir = NULL;
+	kiln_open_options o = {.source = source};
+	kiln_error err;
+	if (kiln_model_open(path, &o, &dir, &err)) {
+		fprintf(stderr, "FAIL: pipeline open: %s\n", err.message);
+		failures++;
+		return;
+	}
+	pthread_t t[2];
+	for (int i = 0; i < 2; i++)
+		pthread_create(&t[i], NULL, pipeline_once, dir);
+	for (int i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	kiln_model_close(dir);
+}
+
 int main(void)
 {
 	make_file();
@@ -237,6 +301,12 @@ int main(void)
 		int before = failures;
 		threaded_load(src);
 		printf("threads: %s load on 4 threads: %s\n", kiln_source_name(src),
+		       failures > before ? "FAIL" : "ok");
+	}
+	for (size_t k = 0; k < sizeof(sources) / sizeof(sources[0]); k++, cases++) {
+		int before = failures;
+		pipeline(sources[k]);
+		printf("threads: %s kiln_load, two at once: %s\n", kiln_source_name(sources[k]),
 		       failures > before ? "FAIL" : "ok");
 	}
 	int before = failures;

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,7 @@
 #include "measure.h"
 
 static const char usage[] =
-    "usage: klnt bench FILE... [--cold | --warm] [--source NAME]... [--repeat N]\n"
+    "usage: klnt bench FILE... [--cold | --warm] [--source NAME]... [--repeat N] [--device host]\n"
     "       klnt bench URL... [--connections N] [--repeat N]\n"
     "\n"
     "Time loading FILE in each way kiln offers, warm (file in the page cache) and cold (its\n"
@@ -44,12 +45,16 @@ static const char usage[] =
     "  read-threads  read on one thread per online CPU (kiln_open_options.threads)\n"
     "  uring-threads uring on one thread per online CPU, a ring each\n"
     "  stream        kiln_stream of every tensor through 4 reused 2 MiB staging buffers\n"
+    "  device        --device host: open + kiln_load (the pipeline) into one preallocated\n"
+    "                destination; its last column: plain-threads' time over its own\n"
     "Plain programs, no kiln (always measured):\n"
     "  plain         read() into one reused, page-aligned 4 MiB buffer: the ratio's base\n"
     "  plain-fresh   read() of each file into fresh memory of its size (as an owned load)\n"
     "  plain-fresh-thp the same, the memory advised MADV_HUGEPAGE (as kiln's owned blocks)\n"
     "  cat           read() with a 128 KiB buffer, as cat(1) does\n"
     "  memcpy        memcpy of the files' size between two warm buffers (warm only)\n"
+    "  plain-threads --device host: pread() on N threads into the same destination, N the\n"
+    "                best of 1, 2, 4, ... online CPUs (found first, printed)\n"
     "  floor         open + fstat + mmap + munmap + close of each file, no format at all: what\n"
     "                any loader of a mapped file pays (timed like open)\n"
     "\n"
@@ -95,6 +100,8 @@ enum src {
 	S_READ_T,
 	S_URING_T,
 	S_STREAM,
+	S_DEVICE,
+	S_PLAIN_THREADS,
 	NSRC
 };
 #define FIRST_KILN S_OPEN
@@ -107,6 +114,7 @@ static const char *const src_name[] = {
     "read",          "uring",         "read-direct",
     "uring-direct",  "read-reuse",    "uring-reuse",
     "read-threads",  "uring-threads", "stream",
+    "device",        "plain-threads",
 };
 _Static_assert(sizeof(src_name) / sizeof(src_name[0]) == NSRC, "one name per source");
 
@@ -130,6 +138,8 @@ struct bench {
 	uint32_t threads;             /* -threads rows: one per online CPU */
 	uint8_t *copy_src, *copy_dst; /* memcpy row: `total` bytes each */
 	int cold;                     /* the mode now running */
+	uint8_t *dest;                /* device rows: the destination, `total` bytes */
+	uint32_t pt_threads;          /* plain-threads: the best thread count */
 	char auto_choice[2][64];      /* what AUTO picked last, warm and cold, for the table */
 };
 
@@ -234,6 +244,90 @@ static int run_plain(const struct bench *b, enum src s)
 	return 0;
 }
 
+/* plain-threads: thread i of n reads its contiguous share of the files' bytes, laid end to end,
+ * into the same place of b->dest. */
+struct pt_job {
+	const struct bench *b;
+	uint32_t i, n;
+	int rc;
+};
+
+static void *pt_main(void *arg)
+{
+	struct pt_job *j = arg;
+	const struct bench *b = j->b;
+	uint64_t share = (b->total + j->n - 1) / j->n, from = share * j->i, base = 0;
+	uint64_t to = from + share < b->total ? from + share : b->total;
+	for (uint32_t f = 0; f < b->npaths && !j->rc; base += b->sizes[f], f++) {
+		uint64_t a = from > base ? from - base : 0, e = to - base;
+		if (from >= base + b->sizes[f] || to <= base)
+			continue;
+		if (e > b->sizes[f])
+			e = b->sizes[f];
+		int fd = open(b->paths[f], O_RDONLY | O_CLOEXEC);
+		if (fd < 0) {
+			j->rc = -1;
+			break;
+		}
+		while (a < e) {
+			size_t want = e - a < (16u << 20) ? (size_t)(e - a) : (16u << 20);
+			ssize_t got = pread(fd, b->dest + base + a, want, (off_t)a);
+			if (got <= 0) {
+				j->rc = -1;
+				break;
+			}
+			a += (uint64_t)got;
+		}
+		close(fd);
+	}
+	return NULL;
+}
+
+static int plain_threads(const struct bench *b, uint32_t n)
+{
+	struct pt_job jobs[64];
+	pthread_t th[64];
+	int rc = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		jobs[i] = (struct pt_job){b, i, n, 0};
+		if (pthread_create(&th[i], NULL, pt_main, &jobs[i]))
+			pt_main(&jobs[i]), th[i] = 0;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		if (th[i])
+			pthread_join(th[i], NULL);
+		rc |= jobs[i].rc;
+	}
+	return rc;
+}
+
+/* device: the pipeline into b->dest, each tensor where its bytes are in its file. */
+static int run_device(const struct bench *b)
+{
+	kiln_model *m;
+	kiln_error err;
+	int rc = kiln_model_open_files(b->paths, b->npaths, NULL, &m, &err);
+	if (rc) {
+		klnt_report(stderr, b->paths[0], rc, &err);
+		return -1;
+	}
+	uint64_t n = kiln_model_count(m), base[256] = {0};
+	for (uint32_t f = 1; f < b->npaths && f < 256; f++)
+		base[f] = base[f - 1] + b->sizes[f - 1];
+	void **dests = klnt_xmalloc((n ? n : 1) * sizeof(void *));
+	for (uint64_t i = 0; i < n; i++) {
+		const kiln_tensor *t = kiln_model_tensor(m, i);
+		dests[i] = b->dest + base[t->file < 256 ? t->file : 0] + t->file_offset;
+	}
+	kiln_load_options o = {.size = sizeof(o), .dests = dests};
+	rc = kiln_load(m, NULL, 0, &o, NULL, NULL, NULL, &err);
+	if (rc)
+		klnt_report(stderr, b->paths[0], rc, &err);
+	free(dests);
+	kiln_model_close(m);
+	return rc ? -1 : 0;
+}
+
 static void touch(const kiln_file_info *info)
 {
 	if (info->source != KILN_SOURCE_MMAP)
@@ -252,6 +346,10 @@ static const char *const auto_why[] = {
 static double run_once(struct bench *b, enum src s)
 {
 	double t0 = kmeasure_now();
+	if (s == S_PLAIN_THREADS)
+		return plain_threads(b, b->pt_threads) ? -1 : kmeasure_now() - t0;
+	if (s == S_DEVICE)
+		return run_device(b) ? -1 : kmeasure_now() - t0;
 	if (s < FIRST_KILN)
 		return run_plain(b, s) ? -1 : kmeasure_now() - t0;
 	kiln_open_options o = {.size = sizeof(o)};
@@ -352,6 +450,7 @@ static double run_row(struct bench *b, enum src s)
 struct result {
 	double med, min, max, ratio; /* ratio: median over rounds of plain's time / this time */
 	double above;                /* open: median over rounds of its time minus floor's */
+	double dev_ratio;            /* device: median over rounds of plain-threads' time / its */
 	int ok;
 };
 
@@ -367,19 +466,16 @@ static uint64_t next_random(uint64_t *x)
 static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 {
 	static const struct option longopts[] = {
-	    {"cold", no_argument, NULL, 'c'},
-	    {"warm", no_argument, NULL, 'w'},
-	    {"source", required_argument, NULL, 's'},
-	    {"repeat", required_argument, NULL, 'r'},
-	    {"help", no_argument, NULL, 'h'},
-	    {"connections", required_argument, NULL, 'n'},
-	    {NULL, 0, NULL, 0},
+	    {"cold", no_argument, NULL, 'c'},         {"warm", no_argument, NULL, 'w'},
+	    {"source", required_argument, NULL, 's'}, {"repeat", required_argument, NULL, 'r'},
+	    {"help", no_argument, NULL, 'h'},         {"connections", required_argument, NULL, 'n'},
+	    {"device", required_argument, NULL, 'd'}, {NULL, 0, NULL, 0},
 	};
 	int want[NSRC] = {0}, any = 0, cold = 1, warm = 1, c;
 	uint64_t repeat = 5, connections = 0;
-	int local_only = 0;
-	while ((c = getopt_long(argc, argv, ":cws:r:n:h", longopts, NULL)) != -1) {
-		if (c == 'c' || c == 'w' || c == 's')
+	int local_only = 0, device = 0;
+	while ((c = getopt_long(argc, argv, ":cws:r:n:d:h", longopts, NULL)) != -1) {
+		if (c == 'c' || c == 'w' || c == 's' || c == 'd')
 			local_only = c;
 		switch (c) {
 		case 'c':
@@ -403,6 +499,15 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 			if (klnt_parse_u64(optarg, 1000, &repeat) || repeat == 0)
 				return klnt_usage_error(cmd, "--repeat wants 1 to 1000, not '%s'",
 							optarg);
+			break;
+		case 'd':
+			if (strcmp(optarg, "host"))
+				return klnt_usage_error(
+				    cmd,
+				    "--device '%s': klnt bench measures the host "
+				    "device; a GPU is measured by bench/bench_cuda",
+				    optarg);
+			device = 1;
 			break;
 		case 'n':
 			if (klnt_parse_u64(optarg, 64, &connections) || connections == 0)
@@ -430,8 +535,12 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 			  .npaths = (uint32_t)(argc - optind)};
 	b.threads = kmeasure_threads();
 	for (int k = 0; k < NSRC; k++)
-		if (!any || k < FIRST_KILN)
+		if ((!any || k < FIRST_KILN) && k != S_DEVICE && k != S_PLAIN_THREADS)
 			want[k] = 1;
+	if (device)
+		want[S_DEVICE] = want[S_PLAIN_THREADS] = 1;
+	else if (want[S_DEVICE] || want[S_PLAIN_THREADS])
+		return klnt_usage_error(cmd, "the device rows need --device host");
 
 	/* Validate once up front so a bad file gets one clear line, not one per run; a series
 	 * name brings its siblings, whose paths the rows then use. */
@@ -467,6 +576,26 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 	}
 	b.copy_src = page_buffer(b.total ? (size_t)b.total : 1);
 	b.copy_dst = page_buffer(b.total ? (size_t)b.total : 1);
+	if (device) {
+		b.dest = page_buffer(b.total ? (size_t)b.total : 1);
+		/* plain-threads' N: the fastest of 1, 2, 4, ... threads on the warm files. */
+		double best = 0;
+		for (uint32_t f = 0; f < b.npaths; f++)
+			kmeasure_warm(b.paths[f]);
+		for (uint32_t n = 1;; n = n * 2 > b.threads ? b.threads : n * 2) {
+			double t = 0;
+			for (int k = 0; k < 2; k++) {
+				double t0 = kmeasure_now();
+				plain_threads(&b, n);
+				double dt = kmeasure_now() - t0;
+				t = k == 0 || dt < t ? dt : t;
+			}
+			if (!best || t < best)
+				best = t, b.pt_threads = n;
+			if (n == b.threads)
+				break;
+		}
+	}
 
 	double *t[NSRC], *ratio[NSRC];
 	for (int s = 0; s < NSRC; s++) {
@@ -527,6 +656,11 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 					ratio[s][i] = t[S_PLAIN][i] / t[s][i];
 				res[mode][s].ratio = kmeasure_median(ratio[s], repeat);
 			}
+		if (live[S_DEVICE] && live[S_PLAIN_THREADS]) {
+			for (uint64_t i = 0; i < repeat; i++)
+				ratio[S_DEVICE][i] = t[S_PLAIN_THREADS][i] / t[S_DEVICE][i];
+			res[mode][S_DEVICE].dev_ratio = kmeasure_median(ratio[S_DEVICE], repeat);
+		}
 		if (live[S_OPEN] && live[S_FLOOR]) {
 			for (uint64_t i = 0; i < repeat; i++)
 				ratio[S_OPEN][i] = t[S_OPEN][i] - t[S_FLOOR][i];
@@ -569,8 +703,12 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 					printf("%8s  %+7.2fms", "-", r->above * 1e3);
 			} else if (s == S_OPEN || s == S_FLOOR)
 				printf("%8s  %9s", "-", "-");
+			else if (s == S_DEVICE && res[mode][S_PLAIN_THREADS].ok)
+				printf("%8.2f  %8.2fx", gb / r->med, r->dev_ratio);
 			else
 				printf("%8.2f  %8.2fx", gb / r->med, r->ratio);
+			if (s == S_PLAIN_THREADS)
+				printf("  (%" PRIu32 " threads)", b.pt_threads);
 			if (s == S_AUTO)
 				printf("  (%s)", b.auto_choice[mode]);
 			putchar('\n');
@@ -578,7 +716,9 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 	}
 	printf("\nvs plain: the median over rounds of plain's time over the row's, both from the "
 	       "same round;\nfor open, the median over rounds of its time minus floor's (what "
-	       "validation adds)\n");
+	       "validation adds)%s\n",
+	       device ? ";\nfor device, the median over rounds of plain-threads' time over its own"
+		      : "");
 	if (cold)
 		printf("cold runs: at most %.2f%% of the files' pages were still cached after "
 		       "eviction (mincore)\n",
@@ -595,6 +735,7 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 	free(b.plain_buf);
 	free(b.copy_src);
 	free(b.copy_dst);
+	free(b.dest);
 	for (int i = 0; i < RING_N; i++)
 		free(b.ring[i]);
 	int e = klnt_flush_stdout();

@@ -19,8 +19,8 @@
 #include "klnt.h"
 
 static const struct klnt_cmd *const commands[] = {
-    &klnt_cmd_check, &klnt_cmd_inspect, &klnt_cmd_cat,    &klnt_cmd_pack,
-    &klnt_cmd_gen,   &klnt_cmd_import,  &klnt_cmd_export, &klnt_cmd_bench,
+    &klnt_cmd_check,  &klnt_cmd_inspect, &klnt_cmd_cat,   &klnt_cmd_pack, &klnt_cmd_gen,
+    &klnt_cmd_import, &klnt_cmd_export,  &klnt_cmd_bench, &klnt_cmd_load,
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))

@@ -39,6 +39,7 @@ extern const struct klnt_cmd klnt_cmd_gen;
 extern const struct klnt_cmd klnt_cmd_bench;
 extern const struct klnt_cmd klnt_cmd_import;
 extern const struct klnt_cmd klnt_cmd_export;
+extern const struct klnt_cmd klnt_cmd_load;
 
 /* --- command-line handling (klnt.c) ------------------------------------------------------ */
 

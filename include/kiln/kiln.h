@@ -942,6 +942,132 @@ KILN_API int kiln_model_read_all(const kiln_model *model, const kiln_stream_opti
 				 kiln_stream_result *result, kiln_error *err);
 
 /*
+ * The load pipeline: tensors into device memory (or host memory) at the speed of the storage,
+ * with several reader threads, a bounded amount in flight, and each tensor announced once its
+ * bytes are in place, in the order asked for.
+ *
+ * A device is a table of operations (kiln_device). NULL means host memory: the reads land in
+ * the destinations directly. A device with `copy` set is staged: reads land in pinned host
+ * buffers (host_alloc; at most kiln_load_options.pinned_bytes in all), which copy() moves to the
+ * device asynchronously on a lane (one per staging buffer, e.g. a CUDA stream); wait() is called
+ * before a buffer is refilled and before a tensor is announced. The CUDA adapter gives one for
+ * every visible GPU (kiln_cuda_device); tests use a staged device over host memory.
+ */
+typedef struct kiln_device {
+	uint32_t size;    /* 0 or sizeof(kiln_device) */
+	uint32_t count;   /* devices, numbered 0..count-1; 0 means 1 */
+	const char *name; /* for messages: "host", "cuda", ... */
+	void *ctx;        /* passed to every operation */
+	/* Device memory for the arena kiln allocates when the caller gives no destinations; NULL:
+	 * aligned host memory. */
+	int (*alloc)(void *ctx, uint32_t device, size_t len, void **ptr, kiln_error *err);
+	void (*release)(void *ctx, uint32_t device, void *ptr);
+	/* Staged devices: pinned host memory (NULL: aligned host memory), and the asynchronous copy
+	 * of len bytes from src (pinned) to dst on `device`, on `lane`, and the wait for every copy
+	 * queued on a lane to that device to complete. NULL copy: not staged. */
+	int (*host_alloc)(void *ctx, size_t len, void **ptr, kiln_error *err);
+	void (*host_release)(void *ctx, void *ptr);
+	int (*copy)(void *ctx, uint32_t device, uint32_t lane, void *dst, const void *src,
+		    size_t len, kiln_error *err);
+	int (*wait)(void *ctx, uint32_t device, uint32_t lane, kiln_error *err);
+	uint64_t reserved[4]; /* zero */
+} kiln_device;
+
+/* A tensor whose bytes are all on its device (kiln_load_options.on_ready). */
+typedef struct kiln_ready {
+	uint64_t
+	    position;    /* its position in the list loaded (0, 1, ... in the order of the list) */
+	uint64_t tensor; /* its model index */
+	uint32_t device;
+	uint32_t reserved;
+	void *data; /* where it is, on the device */
+} kiln_ready;
+
+typedef struct kiln_load_progress {
+	uint64_t bytes, bytes_total;     /* payload bytes in place, of all */
+	uint64_t tensors, tensors_total; /* tensors announced, of all */
+	double seconds;                  /* since the load began */
+} kiln_load_progress;
+
+enum kiln_load_flags {
+	/* Read with O_DIRECT (the page cache neither used nor filled), falling back to buffered
+	 * reads where refused (kiln_load_result.direct says which). */
+	KILN_LOAD_DIRECT = 1u << 0,
+	/* Buffered reads: drop each range from the page cache once it is in place
+	 * (POSIX_FADV_DONTNEED), so a load larger than memory does not push out everything else. */
+	KILN_LOAD_DROP_CACHE = 1u << 1
+};
+
+typedef struct kiln_load_options {
+	uint32_t size;    /* 0 or sizeof(kiln_load_options) */
+	uint32_t flags;   /* enum kiln_load_flags */
+	uint32_t threads; /* reader threads; 0: the online CPUs, at most 16 */
+	uint32_t engine;  /* enum kiln_stream_engine of each thread's reads */
+	/* Bytes per read request; 0: 4 MiB (staged: the staging buffer size, 0 meaning 8 MiB). */
+	uint32_t chunk_size;
+	uint32_t reserved32;
+	/* Bytes being read at once, all threads together: each thread takes a piece of at most
+	 * inflight_bytes / threads of the list at a time. 0: 64 MiB. */
+	uint64_t inflight_bytes;
+	/* Staged devices: pinned staging, all threads together (at least two chunks a thread). 0:
+	 * 256 MiB. */
+	uint64_t pinned_bytes;
+	const kiln_device *device; /* NULL: host memory */
+	/* The device of each tensor (below device->count); NULL: device 0. Called once per tensor
+	 * before any read, on the calling thread. */
+	uint32_t (*place)(void *ctx, const kiln_tensor *t);
+	/* Destinations: dests[k] on the device placed for tensors[k], byte_length bytes each. NULL:
+	 * kiln allocates one arena per device used (kiln_load's *arena), every tensor 64-byte
+	 * aligned in it. */
+	void *const *dests;
+	/* Called on the calling thread for each tensor once its bytes are in place, in the order
+	 * of the list (tensor k only after 0..k-1), so a runtime can start on the first layers
+	 * while later ones load. Nonzero stops the load (CANCELED). */
+	int (*on_ready)(void *ctx, const kiln_ready *r);
+	/* Called on the calling thread every 50 ms or so and at the end. Nonzero: CANCELED. */
+	int (*progress)(void *ctx, const kiln_load_progress *p);
+	void *ctx;
+	uint64_t reserved[4]; /* zero */
+} kiln_load_options;
+
+typedef struct kiln_load_result {
+	uint64_t bytes;   /* payload bytes put in place */
+	uint64_t tensors; /* tensors announced */
+	double seconds;
+	uint32_t threads;            /* reader threads that ran */
+	uint32_t engine;             /* enum kiln_stream_engine of the reads (the last piece's) */
+	uint32_t direct;             /* 1 when O_DIRECT was used */
+	uint32_t devices;            /* devices that received tensors */
+	uint64_t peak_inflight;      /* most bytes being read at once (counted) */
+	uint64_t pinned_bytes;       /* staging allocated (0 unless staged) */
+	uint64_t arena_bytes;        /* device memory kiln allocated, all devices */
+	uint64_t extra_device_bytes; /* of it, beyond the tensors' bytes (alignment) */
+	uint64_t reserved[4];
+} kiln_load_result;
+
+/* Device memory kiln_load allocated: one block per device used. */
+typedef struct kiln_arena kiln_arena;
+
+/*
+ * Load the payloads of `count` tensors (model indices in `tensors`, in the order they are to be
+ * announced; NULL means all, in file order) onto the device of opts. ptrs (count entries, may be
+ * NULL) receives where each tensor landed; with no destinations in opts, *arena receives kiln's
+ * allocation (free it with kiln_arena_free once done with the tensors). Works for every format
+ * and source: a local file is read with pread or io_uring on each thread (O_DIRECT with
+ * KILN_LOAD_DIRECT), a loaded file is copied from memory, a URL opened directory-only is fetched
+ * with ranged GETs. On any failure or cancel every thread and copy is waited for, staging and
+ * the arena are freed, and nothing is written afterwards. Returns 0; INVAL (options, an index,
+ * a NULL destination, a device number out of range); CANCELED; NOMEM; IO (a read or a device
+ * operation, its message naming it). *result (optional) is filled either way.
+ */
+KILN_API int kiln_load(const kiln_model *model, const uint64_t *tensors, size_t count,
+		       const kiln_load_options *opts, void **ptrs, kiln_arena **arena,
+		       kiln_load_result *result, kiln_error *err);
+
+/* Free an arena of kiln_load (each device's block). NULL is accepted. */
+KILN_API void kiln_arena_free(kiln_arena *arena);
+
+/*
  * Slices: part of a tensor, for tensor parallelism. A slice keeps indices [start, stop) of one
  * axis and every index of the others; its bytes are those elements, row-major, packed like the
  * tensor (the tensor's shape with that axis cut to stop - start). Axis 0 (or any axis after

@@ -55,6 +55,15 @@ from ._kiln import (  # noqa: F401
 
 __version__ = library_version
 
+
+def __getattr__(name):
+    # kiln.torch without importing torch at `import kiln` (it takes a second, and may be absent).
+    if name == "torch":
+        import importlib
+
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module 'kiln' has no attribute {name!r}")
+
 __all__ = [
     "open", "Dir", "Tensor", "safe_open", "load_file", "save_file", "write_file",
     "Error", "FormatError", "FrameError", "FormatTypeError", "LimitError", "UTF8Error",

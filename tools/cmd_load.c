@@ -1,0 +1,242 @@
+/* SPDX-License-Identifier: MIT */
+/* klnt load: a model into device memory through the load pipeline (kiln_load), with a
+ * progress line, and what it took. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "klnt.h"
+
+static const char usage[] =
+    "usage: klnt load [--device DEV] [--threads N] [--direct] [--drop-cache] [--order FILE]\n"
+    "                 [--inflight BYTES] [--directory-only] FILE|URL...\n"
+    "\n"
+    "Load every tensor of a model (any format; a series or index brings its shards) into the\n"
+    "memory of DEV with kiln_load: reader threads, each with its own engine, fill the\n"
+    "destination in pieces taken in order, a bounded amount in flight. Progress (bytes,\n"
+    "tensors, GB/s, time left) goes to stderr when it is a terminal; at the end one line on\n"
+    "stdout:\n"
+    "  loaded FILE: T tensors, B bytes to DEV in S s (R GB/s), N threads, at most M bytes in\n"
+    "  flight[, O_DIRECT]\n"
+    "Ctrl-C stops the load and frees what it took (exit 130).\n"
+    "\n"
+    "Options:\n"
+    "  -d, --device DEV      host (default): host memory, one arena; this build has no other\n"
+    "  -t, --threads N       reader threads (default: online CPUs, at most 16)\n"
+    "      --direct          read with O_DIRECT (bypass the page cache)\n"
+    "      --drop-cache      drop what was read from the page cache as it lands\n"
+    "  -o, --order FILE      announce (and read) tensors in the order of the names in FILE,\n"
+    "                        one per line; tensors it does not name are not loaded\n"
+    "      --inflight BYTES  bytes being read at once (default 64 MiB; K, M, G suffixes)\n"
+    "      --directory-only  open with KILN_OPEN_DIRECTORY_ONLY: the pipeline reads every\n"
+    "                        payload byte itself (the default for URLs)\n"
+    "  -h, --help            show this help and exit\n"
+    "\n"
+    "Exit status: 0 loaded; 1 a file was rejected or a name in --order is not in the model;\n"
+    "2 usage error; 3 a read failed or memory ran out; 130, 143 interrupted.\n";
+
+struct show {
+	int tty, shown;
+	double eta_from;
+};
+
+static int on_progress(void *ctx, const kiln_load_progress *p)
+{
+	struct show *s = ctx;
+	if (klnt_caught_signal())
+		return 1;
+	if (!s->tty)
+		return 0;
+	double gbs = p->seconds > 0 ? (double)p->bytes / 1e9 / p->seconds : 0;
+	double left = gbs > 0 ? (double)(p->bytes_total - p->bytes) / 1e9 / gbs : 0;
+	fprintf(stderr,
+		"\rklnt load: %.1f/%.1f MiB, %" PRIu64 "/%" PRIu64 " tensors, %.2f GB/s, %.1f s "
+		"left   ",
+		(double)p->bytes / 1048576.0, (double)p->bytes_total / 1048576.0, p->tensors,
+		p->tensors_total, gbs, left);
+	s->shown = 1;
+	return 0;
+}
+
+static int parse_bytes(const char *s, uint64_t *out)
+{
+	char *end;
+	unsigned long long v = strtoull(s, &end, 10);
+	uint64_t mul = 1;
+	if (*end == 'K' || *end == 'k')
+		mul = 1u << 10, end++;
+	else if (*end == 'M' || *end == 'm')
+		mul = 1u << 20, end++;
+	else if (*end == 'G' || *end == 'g')
+		mul = 1u << 30, end++;
+	if (end == s || *end || v == 0 || v > UINT64_MAX / mul)
+		return -1;
+	*out = v * mul;
+	return 0;
+}
+
+/* The model indices of the names in `file`, one per line, in order. */
+static int read_order(const struct klnt_cmd *cmd, const kiln_model *m, const char *file,
+		      uint64_t **list, size_t *n)
+{
+	FILE *f = fopen(file, "r");
+	if (!f) {
+		klnt_errorf(cmd, "%s: cannot open: %s", file, strerror(errno));
+		return KLNT_EXIT_IO;
+	}
+	size_t cap = 0;
+	char *line = NULL;
+	size_t lcap = 0;
+	ssize_t len;
+	*list = NULL;
+	*n = 0;
+	while ((len = getline(&line, &lcap, f)) >= 0) {
+		while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+			line[--len] = '\0';
+		if (!len)
+			continue;
+		const kiln_tensor *t = kiln_model_find(m, line, (size_t)len);
+		if (!t) {
+			klnt_errorf(cmd, "%s: no tensor named '%s' in the model", file, line);
+			free(line);
+			free(*list);
+			fclose(f);
+			return KLNT_EXIT_INVALID;
+		}
+		if (*n == cap) {
+			cap = cap ? cap * 2 : 64;
+			uint64_t *nl = realloc(*list, cap * sizeof(**list));
+			if (!nl) {
+				fputs("klnt: out of memory\n", stderr);
+				exit(KLNT_EXIT_IO);
+			}
+			*list = nl;
+		}
+		(*list)[(*n)++] = t->index;
+	}
+	free(line);
+	fclose(f);
+	return KLNT_EXIT_OK;
+}
+
+static int run(const struct klnt_cmd *cmd, int argc, char **argv)
+{
+	enum { O_DIRECT_ = 1000, O_DROP, O_INFLIGHT, O_DIRONLY };
+	static const struct option longopts[] = {
+	    {"device", required_argument, NULL, 'd'},
+	    {"threads", required_argument, NULL, 't'},
+	    {"order", required_argument, NULL, 'o'},
+	    {"direct", no_argument, NULL, O_DIRECT_},
+	    {"drop-cache", no_argument, NULL, O_DROP},
+	    {"inflight", required_argument, NULL, O_INFLIGHT},
+	    {"directory-only", no_argument, NULL, O_DIRONLY},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
+	};
+	kiln_load_options lo = {.size = sizeof(lo)};
+	const char *device = "host", *order = NULL;
+	int dironly = 0, c;
+	uint64_t v;
+	while ((c = getopt_long(argc, argv, ":d:t:o:h", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'd':
+			device = optarg;
+			break;
+		case 't':
+			if (klnt_parse_u64(optarg, 16, &v) || v == 0)
+				return klnt_usage_error(cmd, "--threads wants 1 to 16, not '%s'",
+							optarg);
+			lo.threads = (uint32_t)v;
+			break;
+		case 'o':
+			order = optarg;
+			break;
+		case O_DIRECT_:
+			lo.flags |= KILN_LOAD_DIRECT;
+			break;
+		case O_DROP:
+			lo.flags |= KILN_LOAD_DROP_CACHE;
+			break;
+		case O_INFLIGHT:
+			if (parse_bytes(optarg, &lo.inflight_bytes))
+				return klnt_usage_error(
+				    cmd, "--inflight wants a byte count, not '%s'", optarg);
+			break;
+		case O_DIRONLY:
+			dironly = 1;
+			break;
+		case 'h':
+			return klnt_help(cmd);
+		default:
+			return klnt_bad_option(cmd, c, argv);
+		}
+	}
+	if (argc == optind)
+		return klnt_usage_error(cmd, "no file given");
+	if (strcmp(device, "host") != 0)
+		return klnt_usage_error(cmd,
+					"device '%s': this klnt loads to host memory only (a GPU "
+					"goes through the CUDA adapter, kiln_cuda_device)",
+					device);
+	const char *const *files = (const char *const *)argv + optind;
+	uint32_t nfiles = (uint32_t)(argc - optind);
+	kiln_open_options oo = {.size = sizeof(oo)};
+	if (dironly || kiln_path_is_url(files[0]))
+		oo.flags = KILN_OPEN_DIRECTORY_ONLY;
+	kiln_model *m;
+	kiln_error err;
+	int rc = kiln_model_open_files(files, nfiles, &oo, &m, &err);
+	if (rc) {
+		klnt_report(stderr, files[0], rc, &err);
+		return klnt_exit_for(rc);
+	}
+	uint64_t *list = NULL;
+	size_t n = 0;
+	if (order) {
+		int e = read_order(cmd, m, order, &list, &n);
+		if (e) {
+			kiln_model_close(m);
+			return e;
+		}
+	}
+	struct show s = {.tty = isatty(STDERR_FILENO)};
+	lo.progress = on_progress;
+	lo.ctx = &s;
+	klnt_catch_signals();
+	kiln_arena *arena = NULL;
+	kiln_load_result res;
+	rc = kiln_load(m, list, order ? n : 0, &lo, NULL, &arena, &res, &err);
+	if (s.shown)
+		fprintf(stderr, "\r%78s\r", "");
+	int sig = klnt_caught_signal();
+	int status = KLNT_EXIT_OK;
+	if (sig && (rc == KILN_CANCELED || !rc)) {
+		status = klnt_interrupted(cmd, files[0], sig, 0); /* nothing kept */
+	} else if (rc) {
+		klnt_report(stderr, files[0], rc, &err);
+		status = klnt_exit_for(rc);
+	} else {
+		printf("loaded %s: %" PRIu64 " tensors, %" PRIu64 " bytes to %s in %.3f s (%.2f "
+		       "GB/s), %" PRIu32 " threads, at most %" PRIu64 " bytes in flight%s\n",
+		       files[0], res.tensors, res.bytes, device, res.seconds,
+		       res.seconds > 0 ? (double)res.bytes / 1e9 / res.seconds : 0, res.threads,
+		       res.peak_inflight, res.direct ? ", O_DIRECT" : "");
+		if (klnt_flush_stdout())
+			status = KLNT_EXIT_IO;
+	}
+	kiln_arena_free(arena);
+	free(list);
+	kiln_model_close(m);
+	return status;
+}
+
+const struct klnt_cmd klnt_cmd_load = {
+    .name = "load",
+    .summary = "load a model into memory through the parallel pipeline, with progress",
+    .usage = usage,
+    .run = run,
+};
