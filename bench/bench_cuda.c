@@ -12,6 +12,8 @@
  *   pinned buffer, then one cudaMemcpy ("x_plain").
  * - load/{cold,warm}/SOURCE[/direct][/ring:NxMiB]: kiln_model_open + kiln_cuda_load of every tensor
  *   into device buffers + kiln_model_close.
+ * - pipeline/{cold,warm}/SOURCE[/direct]: the same with kiln_load onto kiln_cuda_device (reader
+ *   threads, pinned staging per thread, a stream per staging buffer; docs/pipeline.md).
  *
  * The load can at best run at the slower of its two limits; "x_limit" is the row's rate over
  * min(read, h2d) of its own pairing. Counters and pairing work as in bench_load.c. After the
@@ -178,7 +180,10 @@ struct load {
 	size_t ring_size; /* bytes each; 0: the adapter's default */
 	uint32_t engine;  /* KILN_ENGINE_*: the reads' engine */
 	int checked;
+	int pipeline; /* kiln_load onto the GPUs' device table instead of kiln_cuda_load */
 };
+
+static kiln_cuda_devices *gpus; /* the pipeline rows' device table */
 
 /* Copy three tensors back from the device and compare them with the generator. */
 static int check_device(char *why, size_t cap)
@@ -208,7 +213,11 @@ static void load_body(kb_state *st, uint64_t iters, void *arg)
 {
 	struct load *l = arg;
 	char label[160];
-	snprintf(label, sizeof(label), "%s%s%s, ring %u x %zu MiB pinned",
+	if (l->pipeline)
+		snprintf(label, sizeof(label), "kiln_load, %s%s, default threads and staging",
+			 kiln_source_name(l->source), l->direct ? " + O_DIRECT" : "");
+	else
+		snprintf(label, sizeof(label), "%s%s%s, ring %u x %zu MiB pinned",
 		 kiln_source_name(l->source), l->direct ? " + O_DIRECT" : "",
 		 l->engine == KILN_ENGINE_PREAD   ? ", pread"
 		 : l->engine == KILN_ENGINE_URING ? ", io_uring"
@@ -242,7 +251,13 @@ static void load_body(kb_state *st, uint64_t iters, void *arg)
 					     .staging_count = l->ring_n,
 					     .staging_size = l->ring_size,
 					     .engine = l->engine};
-		int rc = kiln_cuda_load(dir, NULL, 0, g.dests, &lo, NULL, &err);
+		kiln_load_options po = {.size = sizeof(po),
+					.flags = l->direct ? KILN_LOAD_DIRECT : 0,
+					.engine = l->engine,
+					.device = kiln_cuda_device(gpus),
+					.dests = g.dests};
+		int rc = l->pipeline ? kiln_load(dir, NULL, 0, &po, NULL, NULL, NULL, &err)
+				     : kiln_cuda_load(dir, NULL, 0, g.dests, &lo, NULL, &err);
 		kiln_model_close(dir);
 		double t = kmeasure_now() - t0;
 		if (rc) {
@@ -332,6 +347,11 @@ int main(int argc, char **argv)
 	if (reps < 1)
 		reps = 1;
 	setup(size_mib);
+	kiln_error gerr;
+	if (kiln_cuda_devices_open(0, &gpus, &gerr)) {
+		fprintf(stderr, "bench_cuda: %s\n", gerr.message);
+		return 1;
+	}
 
 	static struct base bases[] = {
 	    {P_H2D, 0}, {P_READ, 1}, {P_READ, 0}, {P_PLAIN, 1}, {P_PLAIN, 0}};
@@ -342,18 +362,22 @@ int main(int argc, char **argv)
 	kb_register_fixed("base/warm/read_then_h2d", base_body, &bases[4], 2, reps);
 
 	/* source, cold, direct, ring buffers, ring buffer size, engine */
-	static struct load loads[] = {{KILN_SOURCE_MMAP, 1, 0, 0, 0, 0, 0},
-				      {KILN_SOURCE_MMAP, 1, 1, 0, 0, 0, 0},
-				      {KILN_SOURCE_MMAP, 1, 0, 0, 0, KILN_ENGINE_URING, 0},
-				      {KILN_SOURCE_MMAP, 0, 0, 0, 0, 0, 0},
-				      {KILN_SOURCE_MMAP, 0, 0, 0, 0, KILN_ENGINE_URING, 0},
-				      {KILN_SOURCE_MMAP, 0, 0, 4, 8 * MiB, 0, 0},
-				      {KILN_SOURCE_READ, 0, 0, 0, 0, 0, 0}};
+	static struct load loads[] = {{KILN_SOURCE_MMAP, 1, 0, 0, 0, 0, 0, 0},
+				      {KILN_SOURCE_MMAP, 1, 1, 0, 0, 0, 0, 0},
+				      {KILN_SOURCE_MMAP, 1, 0, 0, 0, KILN_ENGINE_URING, 0, 0},
+				      {KILN_SOURCE_MMAP, 0, 0, 0, 0, 0, 0, 0},
+				      {KILN_SOURCE_MMAP, 0, 0, 0, 0, KILN_ENGINE_URING, 0, 0},
+				      {KILN_SOURCE_MMAP, 0, 0, 4, 8 * MiB, 0, 0, 0},
+				      {KILN_SOURCE_READ, 0, 0, 0, 0, 0, 0, 0},
+				      {KILN_SOURCE_MMAP, 1, 0, 0, 0, 0, 0, 1},
+				      {KILN_SOURCE_MMAP, 1, 1, 0, 0, 0, 0, 1},
+				      {KILN_SOURCE_MMAP, 0, 0, 0, 0, 0, 0, 1}};
 	static char names[sizeof(loads) / sizeof(loads[0])][80];
 	for (size_t i = 0; i < sizeof(loads) / sizeof(loads[0]); i++) {
 		struct load *l = &loads[i];
-		int k = snprintf(names[i], sizeof(names[i]), "load/%s/%s%s%s",
-				 l->cold ? "cold" : "warm", kiln_source_name(l->source),
+		int k = snprintf(names[i], sizeof(names[i]), "%s/%s/%s%s%s",
+				 l->pipeline ? "pipeline" : "load", l->cold ? "cold" : "warm",
+				 kiln_source_name(l->source),
 				 l->direct ? "/direct" : "",
 				 l->engine == KILN_ENGINE_PREAD   ? "/pread"
 				 : l->engine == KILN_ENGINE_URING ? "/uring_engine"
@@ -364,6 +388,7 @@ int main(int argc, char **argv)
 		kb_register_fixed(names[i], load_body, l, l->cold ? 1 : 2, reps);
 	}
 	int rc = kb_main(argc, argv);
+	kiln_cuda_devices_close(gpus);
 	cudaFreeHost(g.pinned);
 	cudaFree(g.dev);
 	free(g.readbuf);

@@ -154,3 +154,67 @@ Test(cuda, pin_hooks_register_read_only)
 	unlink(p);
 	free(p);
 }
+
+Test(cuda, no_device_pipeline_is_unsupported)
+{
+	int n = 0;
+	if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0)
+		cr_skip_test("a CUDA device is present; this test is for machines without one");
+	kiln_cuda_devices *g = (kiln_cuda_devices *)&n;
+	kiln_error err;
+	cr_assert_eq(kiln_cuda_devices_open(0, &g, &err), KILN_UNSUPPORTED);
+	cr_assert_null(g);
+	cr_assert_not_null(strstr(err.message, "no usable CUDA device"), "%s", err.message);
+	cr_assert_null(kiln_cuda_device(NULL));
+	kiln_cuda_devices_close(NULL);
+}
+
+/* The pipeline onto every GPU, tensors spread over them, each thread count: the bytes copied
+ * back are the file's, and the pinned staging stays within its budget. */
+static uint32_t spread(void *ctx, const kiln_tensor *t)
+{
+	return (uint32_t)(t->index % *(const uint32_t *)ctx);
+}
+
+Test(cuda, pipeline_to_every_gpu_matches_the_file)
+{
+	need_device();
+	uint64_t *sizes;
+	uint8_t **data;
+	char *p = model(&sizes, &data);
+	kiln_model *m;
+	kiln_error err;
+	cr_assert_eq(kiln_model_open(p, NULL, &m, &err), 0);
+	kiln_cuda_devices *g;
+	cr_assert_eq(kiln_cuda_devices_open(0, &g, &err), 0, "%s", err.message);
+	uint32_t ngpu = kiln_cuda_device(g)->count;
+	for (uint32_t threads = 1; threads <= 4; threads += 3) {
+		kiln_load_options o = {.size = sizeof(o),
+				       .threads = threads,
+				       .chunk_size = 256u << 10,
+				       .pinned_bytes = 4u << 20,
+				       .device = kiln_cuda_device(g),
+				       .place = spread,
+				       .ctx = &ngpu};
+		void *ptrs[4];
+		kiln_arena *a;
+		kiln_load_result res;
+		cr_assert_eq(kiln_load(m, NULL, 0, &o, ptrs, &a, &res, &err), 0, "%s", err.message);
+		cr_assert_leq(res.pinned_bytes, o.pinned_bytes < 2 * threads * o.chunk_size
+						     ? 2 * threads * o.chunk_size
+						     : o.pinned_bytes);
+		for (int i = 0; i < 4; i++) {
+			uint8_t *back = malloc(sizes[i] + 1);
+			cudaSetDevice((int)(i % (int)ngpu));
+			cr_assert_eq(cudaMemcpy(back, ptrs[i], sizes[i], cudaMemcpyDeviceToHost),
+				     cudaSuccess);
+			cr_assert_eq(memcmp(back, data[i], sizes[i]), 0, "tensor %d", i);
+			free(back);
+		}
+		kiln_arena_free(a);
+	}
+	kiln_cuda_devices_close(g);
+	kiln_model_close(m);
+	unlink(p);
+	free(p);
+}

@@ -5,6 +5,8 @@
  * and copies overlap. Public kiln API only.
  */
 #include <cuda_runtime_api.h>
+#include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -172,4 +174,150 @@ out:
 	free(events);
 	free(pos_of);
 	return rc;
+}
+
+/* --- the device table of kiln_load --------------------------------------------------------- */
+
+/* One stream per (device, lane), made on first use; a lane's copies and waits come from one
+ * reader thread at a time, but lanes of different threads meet in the table. */
+struct kiln_cuda_devices {
+	int count;
+	uint32_t lanes;
+	cudaStream_t *streams; /* count * lanes, NULL until used */
+	pthread_mutex_t lock;
+	kiln_device dev;
+};
+
+static int cuda_fail(kiln_error *err, const char *call, int device, cudaError_t e)
+{
+	return kiln_error_set(err, e == cudaErrorMemoryAllocation ? KILN_NOMEM : KILN_IO, 0,
+			      "cuda device %d: %s failed: %s (%d)", device, call,
+			      cudaGetErrorString(e), (int)e);
+}
+
+static int d_alloc(void *ctx, uint32_t device, size_t len, void **ptr, kiln_error *err)
+{
+	(void)ctx;
+	cudaError_t e = cudaSetDevice((int)device);
+	if (e == cudaSuccess)
+		e = cudaMalloc(ptr, len ? len : 1);
+	return e == cudaSuccess ? 0 : cuda_fail(err, "cudaMalloc", (int)device, e);
+}
+
+static void d_release(void *ctx, uint32_t device, void *ptr)
+{
+	(void)ctx;
+	cudaSetDevice((int)device);
+	cudaFree(ptr);
+}
+
+static int d_host_alloc(void *ctx, size_t len, void **ptr, kiln_error *err)
+{
+	(void)ctx;
+	cudaError_t e = cudaHostAlloc(ptr, len, cudaHostAllocPortable);
+	return e == cudaSuccess ? 0 : cuda_fail(err, "cudaHostAlloc", -1, e);
+}
+
+static void d_host_release(void *ctx, void *ptr)
+{
+	(void)ctx;
+	cudaFreeHost(ptr);
+}
+
+static cudaStream_t *lane_stream(struct kiln_cuda_devices *d, uint32_t device, uint32_t lane,
+				 kiln_error *err)
+{
+	if ((int)device >= d->count || lane >= d->lanes) {
+		kiln_error_set(err, KILN_INVAL, 0, "cuda: device %u lane %u out of range", device,
+			       lane);
+		return NULL;
+	}
+	cudaStream_t *s = &d->streams[device * d->lanes + lane];
+	pthread_mutex_lock(&d->lock);
+	cudaError_t e = cudaSuccess;
+	if (!*s && (e = cudaSetDevice((int)device)) == cudaSuccess)
+		e = cudaStreamCreateWithFlags(s, cudaStreamNonBlocking);
+	pthread_mutex_unlock(&d->lock);
+	if (e != cudaSuccess) {
+		cuda_fail(err, "cudaStreamCreate", (int)device, e);
+		return NULL;
+	}
+	return s;
+}
+
+static int d_copy(void *ctx, uint32_t device, uint32_t lane, void *dst, const void *src,
+		  size_t len, kiln_error *err)
+{
+	struct kiln_cuda_devices *d = ctx;
+	cudaStream_t *s = lane_stream(d, device, lane, err);
+	if (!s)
+		return err ? err->code : KILN_IO;
+	cudaError_t e = cudaSetDevice((int)device);
+	if (e == cudaSuccess)
+		e = cudaMemcpyAsync(dst, src, len, cudaMemcpyHostToDevice, *s);
+	return e == cudaSuccess ? 0 : cuda_fail(err, "cudaMemcpyAsync", (int)device, e);
+}
+
+static int d_wait(void *ctx, uint32_t device, uint32_t lane, kiln_error *err)
+{
+	struct kiln_cuda_devices *d = ctx;
+	cudaStream_t *s = lane_stream(d, device, lane, err);
+	if (!s)
+		return err ? err->code : KILN_IO;
+	cudaError_t e = cudaStreamSynchronize(*s);
+	return e == cudaSuccess ? 0 : cuda_fail(err, "cudaStreamSynchronize", (int)device, e);
+}
+
+int kiln_cuda_devices_open(uint32_t lanes, kiln_cuda_devices **out, kiln_error *err)
+{
+	*out = NULL;
+	int n = 0;
+	cudaError_t e = cudaGetDeviceCount(&n);
+	if (e != cudaSuccess || n <= 0)
+		return kiln_error_set(err, KILN_UNSUPPORTED, 0, "no usable CUDA device: %s (%d)",
+				      e == cudaSuccess ? "none visible" : cudaGetErrorString(e),
+				      (int)e);
+	if (!lanes)
+		lanes = 1024; /* 16 threads x 64 buffers, kiln_load's most */
+	struct kiln_cuda_devices *d = calloc(1, sizeof(*d));
+	if (d)
+		d->streams = calloc((size_t)n * lanes, sizeof(*d->streams));
+	if (!d || !d->streams) {
+		free(d);
+		return kiln_error_set(err, KILN_NOMEM, ENOMEM, "out of memory");
+	}
+	d->count = n;
+	d->lanes = lanes;
+	pthread_mutex_init(&d->lock, NULL);
+	d->dev = (kiln_device){.size = sizeof(kiln_device),
+			       .count = (uint32_t)n,
+			       .name = "cuda",
+			       .ctx = d,
+			       .alloc = d_alloc,
+			       .release = d_release,
+			       .host_alloc = d_host_alloc,
+			       .host_release = d_host_release,
+			       .copy = d_copy,
+			       .wait = d_wait};
+	*out = d;
+	return 0;
+}
+
+const kiln_device *kiln_cuda_device(const kiln_cuda_devices *d)
+{
+	return d ? &d->dev : NULL;
+}
+
+void kiln_cuda_devices_close(kiln_cuda_devices *d)
+{
+	if (!d)
+		return;
+	for (size_t i = 0; i < (size_t)d->count * d->lanes; i++)
+		if (d->streams[i]) {
+			cudaSetDevice((int)(i / d->lanes));
+			cudaStreamDestroy(d->streams[i]);
+		}
+	pthread_mutex_destroy(&d->lock);
+	free(d->streams);
+	free(d);
 }

@@ -50,6 +50,28 @@ KILN_API int kiln_cuda_load(kiln_model *model, const uint64_t *tensors, size_t c
 			    void *const *device_dests, const kiln_cuda_load_options *opts,
 			    kiln_stream_result *result, kiln_error *err);
 
+/*
+ * Every visible GPU as a kiln_load device (kiln_device): arenas with cudaMalloc, pinned
+ * staging with cudaHostAlloc, each staging buffer's copies on a stream of its own per GPU
+ * (cudaMemcpyAsync, waited for with cudaStreamSynchronize), so as many copies are in flight as
+ * there are buffers, overlapped with the reads. Devices are numbered as the CUDA runtime numbers
+ * them (CUDA_VISIBLE_DEVICES applies); kiln_load_options.place chooses each tensor's.
+ *
+ *   kiln_cuda_devices *gpus;
+ *   kiln_cuda_devices_open(0, &gpus, &err);
+ *   kiln_load_options lo = {.size = sizeof(lo), .device = kiln_cuda_device(gpus)};
+ *   kiln_load(model, NULL, 0, &lo, ptrs, &arena, &res, &err);  (ptrs: device pointers)
+ *   ... kiln_arena_free(arena) before kiln_cuda_devices_close(gpus) ...
+ *
+ * lanes: streams per GPU (0: 1024, kiln_load's most staging buffers). Returns 0, UNSUPPORTED
+ * when no GPU is usable (the message has the CUDA error), NOMEM.
+ */
+typedef struct kiln_cuda_devices kiln_cuda_devices;
+KILN_API int kiln_cuda_devices_open(uint32_t lanes, kiln_cuda_devices **out, kiln_error *err);
+KILN_API const kiln_device *kiln_cuda_device(const kiln_cuda_devices *gpus);
+/* Destroy the streams (after every kiln_load using them has returned). NULL is accepted. */
+KILN_API void kiln_cuda_devices_close(kiln_cuda_devices *gpus);
+
 #ifdef __cplusplus
 }
 #endif
