@@ -218,15 +218,15 @@ static void load_body(kb_state *st, uint64_t iters, void *arg)
 			 kiln_source_name(l->source), l->direct ? " + O_DIRECT" : "");
 	else
 		snprintf(label, sizeof(label), "%s%s%s, ring %u x %zu MiB pinned",
-		 kiln_source_name(l->source), l->direct ? " + O_DIRECT" : "",
-		 l->engine == KILN_ENGINE_PREAD   ? ", pread"
-		 : l->engine == KILN_ENGINE_URING ? ", io_uring"
-						  : "",
-		 l->ring_n ? l->ring_n : 4,
-		 (l->ring_size ? l->ring_size
-		  : l->direct  ? 8 * MiB
-			       : 2 * MiB) /
-		     MiB);
+			 kiln_source_name(l->source), l->direct ? " + O_DIRECT" : "",
+			 l->engine == KILN_ENGINE_PREAD   ? ", pread"
+			 : l->engine == KILN_ENGINE_URING ? ", io_uring"
+							  : "",
+			 l->ring_n ? l->ring_n : 4,
+			 (l->ring_size ? l->ring_size
+			  : l->direct  ? 8 * MiB
+				       : 2 * MiB) /
+			     MiB);
 	kb_label(st, label);
 	kb_set_bytes_per_iter(st, g.size);
 	for (uint64_t i = 0; i < iters; i++) {
@@ -377,8 +377,7 @@ int main(int argc, char **argv)
 		struct load *l = &loads[i];
 		int k = snprintf(names[i], sizeof(names[i]), "%s/%s/%s%s%s",
 				 l->pipeline ? "pipeline" : "load", l->cold ? "cold" : "warm",
-				 kiln_source_name(l->source),
-				 l->direct ? "/direct" : "",
+				 kiln_source_name(l->source), l->direct ? "/direct" : "",
 				 l->engine == KILN_ENGINE_PREAD   ? "/pread"
 				 : l->engine == KILN_ENGINE_URING ? "/uring_engine"
 								  : "");

@@ -201,8 +201,8 @@ Test(cuda, pipeline_to_every_gpu_matches_the_file)
 		kiln_load_result res;
 		cr_assert_eq(kiln_load(m, NULL, 0, &o, ptrs, &a, &res, &err), 0, "%s", err.message);
 		cr_assert_leq(res.pinned_bytes, o.pinned_bytes < 2 * threads * o.chunk_size
-						     ? 2 * threads * o.chunk_size
-						     : o.pinned_bytes);
+						    ? 2 * threads * o.chunk_size
+						    : o.pinned_bytes);
 		for (int i = 0; i < 4; i++) {
 			uint8_t *back = malloc(sizes[i] + 1);
 			cudaSetDevice((int)(i % (int)ngpu));

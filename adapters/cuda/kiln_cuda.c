@@ -245,8 +245,8 @@ static cudaStream_t *lane_stream(struct kiln_cuda_devices *d, uint32_t device, u
 	return s;
 }
 
-static int d_copy(void *ctx, uint32_t device, uint32_t lane, void *dst, const void *src,
-		  size_t len, kiln_error *err)
+static int d_copy(void *ctx, uint32_t device, uint32_t lane, void *dst, const void *src, size_t len,
+		  kiln_error *err)
 {
 	struct kiln_cuda_devices *d = ctx;
 	cudaStream_t *s = lane_stream(d, device, lane, err);
