@@ -543,6 +543,141 @@ out:
 	return ret;
 }
 
+/* The collective of group_load: the Python all_gather(mine, all) with the GIL taken back; its
+ * exception is kept for group_load to raise, and the load sees an IO failure. */
+struct group_cb {
+	PyObject *all_gather;
+	Py_ssize_t world;
+	PyObject *exc_type, *exc_value, *exc_tb;
+};
+
+static int group_all_gather(void *ctx, const void *mine, void *all, size_t len, kiln_error *err)
+{
+	struct group_cb *cb = ctx;
+	if (cb->exc_type)
+		return kiln_error_set(err, KILN_IO, 0, "all_gather raised before");
+	PyGILState_STATE g = PyGILState_Ensure();
+	PyObject *a = PyMemoryView_FromMemory((char *)mine, (Py_ssize_t)len, PyBUF_READ);
+	PyObject *b =
+	    a ? PyMemoryView_FromMemory((char *)all, (Py_ssize_t)len * cb->world, PyBUF_WRITE)
+	      : NULL;
+	PyObject *r = b ? PyObject_CallFunctionObjArgs(cb->all_gather, a, b, NULL) : NULL;
+	int rc = 0;
+	if (!r) {
+		PyErr_Fetch(&cb->exc_type, &cb->exc_value, &cb->exc_tb);
+		PyObject *s = cb->exc_value ? PyObject_Str(cb->exc_value) : NULL;
+		const char *msg = s ? PyUnicode_AsUTF8(s) : NULL;
+		if (!msg)
+			PyErr_Clear();
+		rc = kiln_error_set(err, KILN_IO, 0, "all_gather raised: %.400s",
+				    msg ? msg : "an exception");
+		Py_XDECREF(s);
+	}
+	Py_XDECREF(r);
+	/* The views must not outlive the buffers: release them now. */
+	if (b)
+		PyObject_CallMethod(b, "release", NULL) ? (void)0 : PyErr_Clear();
+	if (a)
+		PyObject_CallMethod(a, "release", NULL) ? (void)0 : PyErr_Clear();
+	Py_XDECREF(b);
+	Py_XDECREF(a);
+	PyGILState_Release(g);
+	return rc;
+}
+
+/*
+ * group_load(pairs, rank, world, all_gather, *, chunk_size=0, direct=False): kiln_group_load
+ * into caller buffers; all_gather(mine, all) gets a read-only memoryview of this rank's bytes
+ * and a writable one of world times as many, to fill with every rank's in rank order.
+ */
+static PyObject *dir_group_load(DirObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"pairs",      "rank",   "world", "all_gather",
+				 "chunk_size", "direct", NULL};
+	PyObject *pairs, *fn;
+	unsigned int rank, world, chunk = 0;
+	int direct = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OIIO|$Ip:group_load", kwlist, &pairs, &rank,
+					 &world, &fn, &chunk, &direct))
+		return NULL;
+	if (!PyCallable_Check(fn))
+		return PyErr_Format(PyExc_TypeError, "all_gather must be callable");
+	OwnerObject *o = dir_owner(self);
+	if (!o)
+		return NULL;
+	PyObject *seq = PySequence_Fast(pairs, "pairs must be a sequence of (tensor, buffer)");
+	if (!seq)
+		return NULL;
+	Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), got = 0;
+	PyObject *ret = NULL;
+	uint64_t *idx = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*idx));
+	void **dests = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*dests));
+	Py_buffer *views = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*views));
+	if (!idx || !dests || !views) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *key, *buf;
+		if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "OO:group_load pair", &key,
+				      &buf) ||
+		    resolve_index(o, key, &idx[i]) < 0 ||
+		    PyObject_GetBuffer(buf, &views[i], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+			goto out;
+		got = i + 1;
+		const kiln_tensor *t = kiln_model_tensor(o->model, idx[i]);
+		if ((uint64_t)views[i].len < t->byte_length) {
+			PyErr_Format(PyExc_ValueError,
+				     "a buffer of %zd bytes cannot hold tensor %llu (%llu bytes)",
+				     views[i].len, (unsigned long long)local_index(o->model, t),
+				     (unsigned long long)t->byte_length);
+			goto out;
+		}
+		dests[i] = views[i].buf;
+	}
+	struct group_cb cb = {.all_gather = fn, .world = (Py_ssize_t)world};
+	kiln_collective c;
+	memset(&c, 0, sizeof(c));
+	c.size = sizeof(c);
+	c.rank = rank;
+	c.world = world;
+	c.ctx = &cb;
+	c.all_gather = group_all_gather;
+	kiln_group_options go;
+	memset(&go, 0, sizeof(go));
+	go.size = sizeof(go);
+	go.chunk_size = chunk;
+	go.flags = direct ? KILN_LOAD_DIRECT : 0;
+	kiln_group_result res;
+	kiln_error err;
+	int rc;
+	Py_INCREF(o);
+	const kiln_model *m = o->model;
+	Py_BEGIN_ALLOW_THREADS rc =
+	    kiln_group_load(m, idx, (size_t)n, (void *const *)dests, &c, &go, &res, &err);
+	Py_END_ALLOW_THREADS Py_DECREF(o);
+	if (cb.exc_type) {
+		PyErr_Restore(cb.exc_type, cb.exc_value, cb.exc_tb); /* the collective's own */
+		goto out;
+	}
+	if (rc) {
+		raise_kiln(rc, &err);
+		goto out;
+	}
+	ret = Py_BuildValue("{s:K,s:K,s:K,s:K}", "bytes_read", (unsigned long long)res.bytes_read,
+			    "bytes_received", (unsigned long long)res.bytes_received, "rounds",
+			    (unsigned long long)res.rounds, "staging_bytes",
+			    (unsigned long long)res.staging_bytes);
+out:
+	for (Py_ssize_t i = 0; i < got; i++)
+		PyBuffer_Release(&views[i]);
+	PyMem_Free(idx);
+	PyMem_Free(dests);
+	PyMem_Free(views);
+	Py_DECREF(seq);
+	return ret;
+}
+
 static PyObject *dir_get_info(DirObject *self, void *c)
 {
 	(void)c;
@@ -751,6 +886,12 @@ static PyMethodDef dir_methods[] = {
      "kiln allocates one block (huge pages where the kernel gives them), and the result's\n"
      "\"capsules\" are DLPack capsules (uint8, 1-D) of each tensor's bytes in it, the block\n"
      "freed when the last is gone."},
+    {"group_load", (PyCFunction)(void (*)(void))dir_group_load, METH_VARARGS | METH_KEYWORDS,
+     "group_load(pairs, rank, world, all_gather, *, chunk_size=0, direct=False) -> dict\n"
+     "Read once per group (kiln_group_load): this rank reads its chunks, all_gather(mine,\n"
+     "all) fills `all` (writable, world x len(mine) bytes) with every rank's in rank order;\n"
+     "every rank ends with every tensor. Before any chunk, the ranks compare what they opened\n"
+     "(an error names the difference)."},
     {"close", (PyCFunction)dir_close, METH_NOARGS,
      "Drop this Dir's hold on the directory. Arrays, tensors and views made from it stay\n"
      "valid: the directory is closed when the last of them is gone."},

@@ -74,5 +74,7 @@ int kiln__open_file(const char *path, uint64_t *size, kiln_error *err);
 /* f->fd, opened by kiln__open_file(f->path) unless it was handed over open (a cached copy,
  * src/cache.c, with f->size set); -1 on error. */
 int kiln__file_open(struct kiln__file *f, kiln_error *err);
+/* What names the version of the file's bytes: a URL's pinned ETag, "" for anything else. */
+const char *kiln__file_version(const struct kiln__file *f);
 
 #endif

@@ -307,3 +307,11 @@ const struct kiln__source kiln__source_remote = {
     .read = remote_read,
     .pinnable = 1,
 };
+
+const char *kiln__file_version(const struct kiln__file *f)
+{
+	if (f->src != &kiln__source_remote)
+		return "";
+	const struct remote_state *s = f->src_state;
+	return s && s->r ? kiln__remote_etag(s->r) : "";
+}

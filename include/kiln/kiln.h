@@ -1068,6 +1068,55 @@ KILN_API int kiln_load(const kiln_model *model, const uint64_t *tensors, size_t 
 KILN_API void kiln_arena_free(kiln_arena *arena);
 
 /*
+ * Read once per group: ranks that each opened the same model (their own copy, or one shared
+ * file system) load it with each byte read by one rank only, exchanging the rest through the
+ * caller's collective (MPI, NCCL, torch.distributed, or threads). The payload bytes of the list,
+ * laid end to end, are cut into chunks of chunk_size; chunk c is read by rank c % world, and
+ * each round of world chunks is all-gathered, so every rank ends with every byte.
+ */
+typedef struct kiln_collective {
+	uint32_t size;        /* 0 or sizeof(kiln_collective) */
+	uint32_t rank, world; /* this rank, of world */
+	void *ctx;
+	/* Every rank calls it with the same len, in the same order; afterwards
+	 * all[r * len, (r + 1) * len) holds the `mine` of rank r (all holds world * len bytes).
+	 * Nonzero: the exchange failed (set err to say how; else it is IO). It must not wait
+	 * forever for a rank that died: a timeout is the collective's to set. */
+	int (*all_gather)(void *ctx, const void *mine, void *all, size_t len, kiln_error *err);
+	uint64_t reserved[4]; /* zero */
+} kiln_collective;
+
+typedef struct kiln_group_options {
+	uint32_t size;       /* 0 or sizeof(kiln_group_options) */
+	uint32_t chunk_size; /* bytes a rank reads per round; 0: 8 MiB */
+	uint32_t flags;      /* KILN_LOAD_DIRECT */
+	uint32_t reserved32;
+	uint64_t reserved[4]; /* zero */
+} kiln_group_options;
+
+typedef struct kiln_group_result {
+	uint64_t bytes_read;     /* payload bytes this rank read from its source */
+	uint64_t bytes_received; /* payload bytes the other ranks read for it */
+	uint64_t rounds;         /* exchanges of chunks */
+	uint64_t staging_bytes;  /* memory held for the exchange: (world + 1) slots of a chunk */
+	uint64_t reserved[4];
+} kiln_group_result;
+
+/*
+ * Load the payloads of `count` tensors (model indices; NULL: all) into dests[k] on every rank
+ * of the collective. Before any chunk moves, the ranks exchange fingerprints of what they
+ * opened (the number of files, their sizes, the bytes of their headers and directories, URLs'
+ * ETags, the list, the chunk size, the world) and all fail with INVAL naming the first field
+ * that differs. A rank whose read fails tells the others in the next exchange: every rank
+ * returns an error naming it. Memory: (world + 1) chunks. Returns 0, INVAL, NOMEM, IO, or the
+ * collective's error.
+ */
+KILN_API int kiln_group_load(const kiln_model *model, const uint64_t *tensors, size_t count,
+			     void *const *dests, const kiln_collective *collective,
+			     const kiln_group_options *opts, kiln_group_result *result,
+			     kiln_error *err);
+
+/*
  * Slices: part of a tensor, for tensor parallelism. A slice keeps indices [start, stop) of one
  * axis and every index of the others; its bytes are those elements, row-major, packed like the
  * tensor (the tensor's shape with that axis cut to stop - start). Axis 0 (or any axis after

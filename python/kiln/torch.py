@@ -73,7 +73,80 @@ def _placement(device):
     return (lambda name: dev), {dev}
 
 
-def load(path, device="cpu", *, threads=None, order=None, progress=None, group=None, tp=None):
+def _split_bounds(n, world, rank):
+    """[start, stop) of rank's part of n, as torch.tensor_split(x, world) cuts it: the first
+    n % world parts one longer."""
+    q, rem = divmod(n, world)
+    start = rank * q + min(rank, rem)
+    return start, start + q + (1 if rank < rem else 0)
+
+
+def _share(t, axis, world, rank):
+    """Rank's share of kiln Tensor t along axis (a copy of those bytes only), as a torch
+    tensor."""
+    dt = _dtype(t)
+    if dt is None or t.count == 0 and t.nbytes:
+        raise ValueError(f"tp: tensor {t.name!r} has dtype {t.dtype}, which cannot be split "
+                         f"into shares")
+    if not -len(t.shape) <= axis < len(t.shape):
+        raise ValueError(f"tp: tensor {t.name!r} has {len(t.shape)} axes: there is no axis "
+                         f"{axis}")
+    axis %= len(t.shape)
+    item = t.nbytes // t.count if t.count else 1
+    start, stop = _split_bounds(t.shape[axis], world, rank)
+    raw = t.numpy(raw=True).reshape(tuple(t.shape) + (item,))
+    part = _np.ascontiguousarray(raw[(slice(None),) * axis + (slice(start, stop),)])
+    shape = tuple(t.shape[:axis]) + (stop - start,) + tuple(t.shape[axis + 1:])
+    out = torch.from_numpy(part.reshape(-1))
+    return out.view(dt).reshape(shape), part.nbytes
+
+
+def _group_load(d, views, keys, sequence, group, tp, stats):
+    """Read once per group: tensors matching no tp pattern through kiln_group_load (each byte read
+    by one rank, the rest all-gathered), tp shares read by each rank for itself."""
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    rules = list((tp or {}).items())
+
+    def axis_of(name):
+        for pattern, axis in rules:
+            if name is not None and fnmatch.fnmatchcase(name, pattern):
+                return int(axis)
+        return None
+
+    final, pairs, raw = {}, [], {}
+    tp_bytes = 0
+    for i in sequence:
+        t = views[i]
+        axis = axis_of(t.name)
+        if axis is not None:
+            final[i], n = _share(t, axis, world, rank)
+            tp_bytes += n
+            continue
+        raw[i] = _host_buffer(t.nbytes, False)
+        pairs.append((t, raw[i].numpy() if t.nbytes else _np.empty(0, _np.uint8)))
+
+    def all_gather(mine, all_):
+        with _warnings.catch_warnings():
+            _warnings.simplefilter("ignore")  # frombuffer of a read-only view
+            src = torch.frombuffer(mine, dtype=torch.uint8)
+            dst = torch.frombuffer(all_, dtype=torch.uint8)
+        # Raw bytes: gloo in torch 1.13 refuses some dtypes, uint8 goes through.
+        dist.all_gather(list(dst.chunk(world)), src, group=group)
+
+    r = d.group_load(pairs, rank, world, all_gather)
+    for i, buf in raw.items():
+        t = views[i]
+        dt = _dtype(t)
+        final[i] = buf if dt is None else buf.view(dt).reshape(t.shape)
+    if stats is not None:
+        stats.update(r, tp_bytes_read=tp_bytes, rank=rank, world=world)
+    return final
+
+
+def load(path, device="cpu", *, threads=None, order=None, progress=None, group=None, tp=None,
+         stats=None):
     """Every tensor of the model at ``path`` as a dict name -> torch.Tensor, in file order.
 
     ``device``: "cpu", "cuda:N", or {fnmatch pattern: device} (the first pattern that matches a
@@ -87,12 +160,21 @@ def load(path, device="cpu", *, threads=None, order=None, progress=None, group=N
     (nbytes,). For a CUDA device the bytes land in pinned host memory and each tensor is copied
     to its GPU as soon as it is ready (non-blocking), so the copies overlap the reads.
 
-    ``group`` and ``tp`` (reading each byte once per group of ranks, tensor-parallel shares) are
-    not built yet: passing either raises NotImplementedError.
+    ``group`` (a torch.distributed process group, or True for the default one): every rank of the
+    group calls load with the path of its own copy of the same model (one node's disk, or the
+    same path on a shared file system), and the group reads it once between them: each byte is
+    read by one rank and all-gathered to the others (raw bytes, so gloo's dtype limits do not
+    apply), every rank ending with every tensor, bit for bit what a one-process load gives.
+    Copies that differ (sizes, directory bytes, a URL's ETag) raise before any exchange. A rank
+    that dies is noticed by the process group (its timeout: set one in init_process_group).
+    ``tp`` ({fnmatch pattern: axis}): a matching tensor comes as this rank's share,
+    ``torch.tensor_split(t, world, dim=axis)[rank]``, read by this rank alone; others whole.
+    ``stats`` (a dict): filled with bytes_read, bytes_received, tp_bytes_read, rank and world.
+    With a group, tensors are on the CPU (move them after) and threads/order/progress do not
+    apply.
     """
-    if group is not None or tp is not None:
-        raise NotImplementedError("kiln.torch.load: group= and tp= (read-once loading over "
-                                  "torch.distributed) are not built yet")
+    if tp is not None and group is None:
+        raise ValueError("tp= needs group=: the shares are of the group's ranks")
     if threads is not None and (not isinstance(threads, int) or not 1 <= threads <= 16):
         raise ValueError(f"threads must be 1 to 16, not {threads!r}")
     place, devices = _placement(device)
@@ -123,6 +205,14 @@ def load(path, device="cpu", *, threads=None, order=None, progress=None, group=N
             dt = _dtype(t)
             return buf if dt is None else buf.view(dt).reshape(t.shape)
 
+        if group is not None:
+            import torch.distributed as dist
+
+            pg = dist.group.WORLD if group is True else group
+            if any(dev.type != "cpu" for dev in devices):
+                raise ValueError("group=: tensors are loaded on the CPU (move them after)")
+            final = _group_load(d, views, keys, sequence, pg, tp, stats)
+            return {keys[i]: final[i] for i in range(len(views))}
         final = {}
         targets = {i: place(views[i].name if views[i].name is not None else str(i))
                    for i in sequence}

@@ -145,8 +145,8 @@ def test_placement_and_refusals(path):
             kiln.torch.load(path, device="cuda:0")
     with pytest.raises(ValueError, match="threads"):
         kiln.torch.load(path, threads=0)
-    with pytest.raises(NotImplementedError):
-        kiln.torch.load(path, group=object())
+    with pytest.raises(ValueError, match="tp= needs group="):
+        kiln.torch.load(path, tp={"*": 0})
     with pytest.raises(kiln.FileError):
         kiln.torch.load(path + ".missing")
 

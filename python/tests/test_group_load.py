@@ -1,0 +1,197 @@
+# SPDX-License-Identifier: MIT
+"""kiln.torch.load(group=...) over torch.distributed with gloo on 127.0.0.1: world 2 and 4 in
+separate processes, each rank with its own cold copy of the model. The same tensors as a
+one-process load for KLNT, a sharded safetensors checkpoint and GGUF; tp shares equal to
+torch.tensor_split; the bytes the ranks read from storage add up to the file once (kiln's
+counters and /proc/self/io); different copies and a rank that dies give errors, not a hang."""
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import kiln
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (python3-torch)")
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available() or not dist.is_gloo_available():
+    pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
+
+SAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests",
+                       "samples")
+
+WORKER = textwrap.dedent("""
+    import datetime, hashlib, json, os, sys
+    import torch, torch.distributed as dist
+    import kiln
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    path, out = sys.argv[1], sys.argv[2]
+    tp = json.loads(os.environ.get("KILN_TEST_TP", "null"))
+    die_at = int(os.environ.get("KILN_TEST_DIE_AT", "0"))
+    if die_at and rank == 1:
+        real, calls = dist.all_gather, [0]
+        def dying(*a, **k):
+            calls[0] += 1
+            if calls[0] == die_at:
+                os._exit(9)  # a rank that dies mid-load, sockets and all
+            return real(*a, **k)
+        dist.all_gather = dying
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=30))
+    # A cold copy: nothing of it in the page cache, as on a node of its own.
+    for root, _, files in os.walk(os.path.dirname(path)):
+        for f in files:
+            fd = os.open(os.path.join(root, f), os.O_RDONLY)
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            os.close(fd)
+    def io():
+        for line in open("/proc/self/io"):
+            if line.startswith("read_bytes:"):
+                return int(line.split()[1])
+    before, stats = io(), {}
+    try:
+        sd = kiln.torch.load(path, group=dist.group.WORLD, tp=tp, stats=stats)
+    except Exception as e:
+        with open(out, "w") as f:
+            json.dump({"error": type(e).__name__ + ": " + str(e)}, f)
+        os._exit(3)  # no teardown of a group whose peer may be gone (gloo aborts in it)
+    read = io() - before
+    digest = {str(k): [hashlib.sha256(v.contiguous().view(-1).view(torch.uint8).numpy()
+                                      .tobytes() if v.dtype != torch.uint8 else
+                                      v.contiguous().view(-1).numpy().tobytes()).hexdigest(),
+                       list(v.shape), str(v.dtype)] for k, v in sd.items()}
+    json.dump({"tensors": digest, "stats": stats, "read_bytes": read}, open(out, "w"))
+    dist.destroy_process_group()
+""")
+
+
+def _digest(sd):
+    out = {}
+    for k, v in sd.items():
+        flat = v.contiguous().view(-1)
+        b = (flat if v.dtype == torch.uint8 else flat.view(torch.uint8)).numpy().tobytes()
+        out[str(k)] = [hashlib.sha256(b).hexdigest(), list(v.shape), str(v.dtype)]
+    return out
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run(tmp_path, source, world, *, name, tp=None, die_at=0, other=None):
+    """Each rank on its own copy of `source` (a file, or the directory holding it); returns the
+    ranks' (exit status, result)."""
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    port = _free_port()
+    procs = []
+    for r in range(world):
+        d = tmp_path / f"{name}-rank{r}"
+        src = other if (other and r == 1) else source
+        if os.path.isdir(os.path.dirname(src)) and src.endswith(".json"):
+            shutil.copytree(os.path.dirname(src), d)
+            path = str(d / os.path.basename(src))
+        else:
+            d.mkdir()
+            path = str(d / os.path.basename(source))
+            shutil.copy(src, path)
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port), KILN_TEST_TP=json.dumps(tp),
+                   KILN_TEST_DIE_AT=str(die_at))
+        out = tmp_path / f"{name}-{r}.json"
+        procs.append((subprocess.Popen([sys.executable, str(script), path, str(out)], env=env,
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT), out))
+    results = []
+    for p, out in procs:
+        try:
+            text, _ = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            for q, _ in procs:
+                q.kill()
+            pytest.fail("a rank hung")
+        res = json.loads(out.read_text()) if out.exists() else {"output": text.decode()}
+        results.append((p.returncode, res))
+    return results
+
+
+@pytest.fixture(scope="module")
+def klnt(tmp_path_factory):
+    p = str(tmp_path_factory.mktemp("g") / "m.klnt")
+    g = torch.Generator().manual_seed(7)
+    t = {f"blk.{i}.w": torch.randn(256, 1024 + 8 * i, generator=g) for i in range(24)}
+    t["emb"] = torch.randn(4099, 512, generator=g).to(torch.bfloat16)
+    t["odd"] = torch.arange(0, 1001, dtype=torch.int16)  # gloo refuses int16; bytes go through
+    t["empty"] = torch.zeros(0, 3)
+    kiln.save_file(t, p)
+    return p
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_klnt_same_as_one_process_read_once(tmp_path, klnt, world):
+    want = _digest(kiln.torch.load(klnt))
+    results = _run(tmp_path, klnt, world, name="k")
+    size = os.path.getsize(klnt)
+    payload = sum(v.numel() * v.element_size() for v in kiln.torch.load(klnt).values())
+    read = [res["stats"]["bytes_read"] for rc, res in results]
+    for rc, res in results:
+        assert rc == 0, res
+        assert res["tensors"] == want
+        assert res["stats"]["bytes_read"] + res["stats"]["bytes_received"] == payload
+    assert sum(read) == payload  # kiln's counters: each byte once
+    storage = sum(res["read_bytes"] for _, res in results)
+    # Once, not world times; 2 MiB of slack for what else the processes read in the meantime
+    # (a lazily imported module's pages).
+    assert 0.9 * size <= storage <= 1.1 * size + (2 << 20), (storage, size)
+
+
+@pytest.mark.parametrize("source", ["tiny-sharded/model.safetensors.index.json",
+                                    "tiny-llama.gguf"])
+def test_stock_formats(tmp_path, source):
+    path = os.path.join(SAMPLES, source)
+    want = _digest(kiln.torch.load(path))
+    for rc, res in _run(tmp_path, path, 2, name="s"):
+        assert rc == 0, res
+        assert res["tensors"] == want
+
+
+def test_tp_shares_are_tensor_split(tmp_path, klnt):
+    tp = {"blk.*": 1, "emb": 0}
+    full = kiln.torch.load(klnt)
+    world = 4
+    results = _run(tmp_path, klnt, world, name="tp", tp=tp)
+    for r, (rc, res) in enumerate(results):
+        assert rc == 0, res
+        for k, v in full.items():
+            axis = 1 if k.startswith("blk.") else 0 if k == "emb" else None
+            want = v if axis is None else torch.tensor_split(v, world, dim=axis)[r]
+            assert res["tensors"][k] == _digest({k: want})[k], (r, k)
+        shares = sum(torch.tensor_split(v, world, dim=1 if k.startswith("blk.") else 0)[r]
+                     .numel() * v.element_size() for k, v in full.items()
+                     if k.startswith("blk.") or k == "emb")
+        assert res["stats"]["tp_bytes_read"] == shares  # only its shares
+
+
+def test_different_copies_are_found(tmp_path, klnt):
+    other = str(tmp_path / "other.klnt")
+    sd = kiln.torch.load(klnt)
+    sd["odd"] = sd["odd"][:-1]
+    kiln.save_file(sd, other)
+    results = _run(tmp_path, klnt, 2, name="diff", other=other)
+    for rc, res in results:
+        assert rc == 3, res
+        assert "rank 1 opened a different model from rank 0" in res["error"], res
+
+
+def test_a_dead_rank_is_an_error_not_a_hang(tmp_path, klnt):
+    results = _run(tmp_path, klnt, 2, name="dead", die_at=3)
+    rc0, res0 = results[0]
+    assert rc0 == 3 and "error" in res0, res0
+    assert results[1][0] == 9

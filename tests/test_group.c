@@ -1,0 +1,287 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Read once per group (kiln_group_load) with an in-process collective: one thread per rank,
+ * each with its own copy of the file and its own model, exchanging through a barrier. Every rank
+ * ends with every byte; the ranks' reads add up to the payload once; different files are found
+ * before any exchange; a rank whose read fails, or a collective that fails, ends every rank
+ * with an error.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "helpers.h"
+
+#define NT    30
+#define WMAX  4
+#define CHUNK (64u << 10)
+
+static uint8_t *data[NT];
+static kiln_tensor_spec spec[NT];
+static blob file;
+
+static uint64_t size_of(int i)
+{
+	static const uint64_t s[] = {0, 5, 70001, 200000, 3, (1u << 20) + 9};
+	return s[i % 6];
+}
+
+static void make_data(void)
+{
+	uint64_t x = 5;
+	for (int i = 0; i < NT; i++) {
+		uint64_t n = size_of(i);
+		data[i] = malloc(n ? n : 1);
+		for (uint64_t k = 0; k < n; k++) {
+			x = x * 6364136223846793005ull + 1442695040888963407ull;
+			data[i][k] = (uint8_t)(x >> 56);
+		}
+		spec[i] = (kiln_tensor_spec){
+		    .dtype = KILN_DT_U8, .rank = 1, .shape = {n}, .data = data[i]};
+	}
+	file = build(spec, NT);
+}
+
+static void drop_data(void)
+{
+	blob_free(&file);
+	for (int i = 0; i < NT; i++)
+		free(data[i]);
+}
+
+TestSuite(group, .init = make_data, .fini = drop_data);
+
+/* --- the collective: a barrier and a shared board -------------------------------------------- */
+
+struct board {
+	pthread_barrier_t bar;
+	uint8_t *slots;
+	size_t cap;
+	uint32_t world;
+	int fail_call; /* the call (1, 2, ...) at which every rank's all_gather fails; 0: never */
+};
+
+struct rank {
+	struct board *b;
+	uint32_t rank;
+	int calls;
+	const char *path;        /* its own copy */
+	int truncate_after_open; /* this rank's copy loses its payload once opened */
+	const uint64_t *list;
+	size_t count;
+	int rc;
+	kiln_error err;
+	kiln_group_result res;
+	void *dests[NT];
+};
+
+static int all_gather(void *ctx, const void *mine, void *all, size_t len, kiln_error *err)
+{
+	struct rank *r = ctx;
+	struct board *b = r->b;
+	if (++r->calls == b->fail_call)
+		return kiln_error_set(err, KILN_IO, ECONNRESET, "test collective: call %d fails",
+				      r->calls);
+	cr_assert_leq(len * b->world, b->cap);
+	memcpy(b->slots + r->rank * len, mine, len);
+	pthread_barrier_wait(&b->bar);
+	memcpy(all, b->slots, len * b->world);
+	pthread_barrier_wait(&b->bar);
+	return 0;
+}
+
+static void *rank_main(void *arg)
+{
+	struct rank *r = arg;
+	kiln_model *m;
+	kiln_open_options o = {.size = sizeof(o), .flags = KILN_OPEN_DIRECTORY_ONLY};
+	if (kiln_model_open(r->path, &o, &m, &r->err)) {
+		r->rc = -1;
+		return NULL;
+	}
+	if (r->truncate_after_open)
+		cr_assert_eq(truncate(r->path, 4096), 0);
+	size_t n = r->list ? r->count : NT;
+	for (size_t k = 0; k < n; k++) {
+		uint64_t i = r->list ? r->list[k] : k;
+		r->dests[k] = calloc(1, size_of((int)i) + 1);
+	}
+	kiln_collective c = {.size = sizeof(c),
+			     .rank = r->rank,
+			     .world = r->b->world,
+			     .ctx = r,
+			     .all_gather = all_gather};
+	kiln_group_options go = {.size = sizeof(go), .chunk_size = CHUNK};
+	r->rc = kiln_group_load(m, r->list, r->count, r->dests, &c, &go, &r->res, &r->err);
+	kiln_model_close(m);
+	return NULL;
+}
+
+/* Run `world` ranks, each on its own copy of `bytes` (rank `odd` gets `other` when set). */
+static void run(struct rank *rs, uint32_t world, const uint64_t *list, size_t count,
+		const blob *other, uint32_t odd, int fail_call)
+{
+	struct board b = {.world = world, .fail_call = fail_call};
+	b.cap = (size_t)world * (CHUNK + 4096);
+	b.slots = malloc(b.cap);
+	pthread_barrier_init(&b.bar, NULL, world);
+	pthread_t th[WMAX];
+	for (uint32_t q = 0; q < world; q++) {
+		const blob *f = other && q == odd ? other : &file;
+		rs[q] = (struct rank){.b = &b, .rank = q, .list = list, .count = count};
+		rs[q].path = write_temp(f->p, f->len);
+	}
+	for (uint32_t q = 0; q < world; q++)
+		pthread_create(&th[q], NULL, rank_main, &rs[q]);
+	for (uint32_t q = 0; q < world; q++)
+		pthread_join(th[q], NULL);
+	for (uint32_t q = 0; q < world; q++) {
+		unlink(rs[q].path);
+		free((void *)rs[q].path);
+	}
+	pthread_barrier_destroy(&b.bar);
+	free(b.slots);
+}
+
+static void free_dests(struct rank *rs, uint32_t world, size_t n)
+{
+	for (uint32_t q = 0; q < world; q++)
+		for (size_t k = 0; k < n; k++)
+			free(rs[q].dests[k]);
+}
+
+Test(group, every_rank_gets_every_byte_read_once)
+{
+	uint64_t total = 0;
+	for (int i = 0; i < NT; i++)
+		total += size_of(i);
+	for (uint32_t world = 1; world <= WMAX; world++) {
+		struct rank rs[WMAX];
+		run(rs, world, NULL, 0, NULL, 0, 0);
+		uint64_t read = 0;
+		for (uint32_t q = 0; q < world; q++) {
+			cr_assert_eq(rs[q].rc, 0, "world %u rank %u: %s", world, q,
+				     rs[q].err.message);
+			for (int i = 0; i < NT; i++)
+				cr_assert_eq(memcmp(rs[q].dests[i], data[i], size_of(i)), 0,
+					     "world %u rank %u tensor %d", world, q, i);
+			cr_assert_eq(rs[q].res.bytes_read + rs[q].res.bytes_received, total);
+			cr_assert_leq(rs[q].res.staging_bytes,
+				      (uint64_t)(world + 1) * (CHUNK + 128));
+			read += rs[q].res.bytes_read;
+		}
+		cr_assert_eq(read, total, "world %u: the group read %llu of %llu bytes", world,
+			     (unsigned long long)read, (unsigned long long)total);
+		/* Balanced by bytes: no rank reads more than its share plus a chunk. */
+		for (uint32_t q = 0; q < world; q++)
+			cr_assert_leq(rs[q].res.bytes_read, total / world + CHUNK);
+		free_dests(rs, world, NT);
+	}
+}
+
+Test(group, a_list_in_its_own_order)
+{
+	const uint64_t list[] = {29, 5, 11, 0, 17, 5};
+	struct rank rs[3];
+	run(rs, 3, list, 6, NULL, 0, 0);
+	for (uint32_t q = 0; q < 3; q++) {
+		cr_assert_eq(rs[q].rc, 0, "%s", rs[q].err.message);
+		for (size_t k = 0; k < 6; k++)
+			cr_assert_eq(memcmp(rs[q].dests[k], data[list[k]], size_of((int)list[k])),
+				     0);
+	}
+	free_dests(rs, 3, 6);
+}
+
+Test(group, different_files_are_found_before_any_exchange)
+{
+	/* Rank 2's copy has one tensor one byte longer: its sizes and directory differ. */
+	uint64_t keep = spec[3].shape[0];
+	spec[3].shape[0] = keep - 1;
+	blob other = build(spec, NT);
+	spec[3].shape[0] = keep;
+	struct rank rs[3];
+	run(rs, 3, NULL, 0, &other, 2, 0);
+	for (uint32_t q = 0; q < 3; q++) {
+		cr_assert_eq(rs[q].rc, KILN_INVAL, "rank %u: %s", q, rs[q].err.message);
+		cr_assert(strstr(rs[q].err.message, "rank 2 opened a different model from rank 0"),
+			  "%s", rs[q].err.message);
+		cr_assert_eq(rs[q].res.bytes_read, 0, "nothing read before the check");
+	}
+	free_dests(rs, 3, NT);
+	/* The same bytes, a different list on one rank: the list differs. */
+	blob_free(&other);
+}
+
+Test(group, a_failing_rank_fails_every_rank)
+{
+	struct board b;
+	(void)b;
+	struct rank rs[3];
+	/* Rank 1's copy is cut after it opened: its first read fails with EIO. */
+	struct board bd = {.world = 3};
+	bd.cap = 3 * (CHUNK + 4096);
+	bd.slots = malloc(bd.cap);
+	pthread_barrier_init(&bd.bar, NULL, 3);
+	pthread_t th[3];
+	for (uint32_t q = 0; q < 3; q++) {
+		rs[q] = (struct rank){.b = &bd, .rank = q, .truncate_after_open = q == 1};
+		rs[q].path = write_temp(file.p, file.len);
+	}
+	for (uint32_t q = 0; q < 3; q++)
+		pthread_create(&th[q], NULL, rank_main, &rs[q]);
+	for (uint32_t q = 0; q < 3; q++)
+		pthread_join(th[q], NULL);
+	cr_assert_eq(rs[1].rc, KILN_IO, "%s", rs[1].err.message);
+	for (uint32_t q = 0; q < 3; q++) {
+		cr_assert_neq(rs[q].rc, 0);
+		if (q != 1)
+			cr_assert(strstr(rs[q].err.message, "rank 1 failed"), "rank %u: %s", q,
+				  rs[q].err.message);
+		unlink(rs[q].path);
+		free((void *)rs[q].path);
+	}
+	pthread_barrier_destroy(&bd.bar);
+	free(bd.slots);
+	free_dests(rs, 3, NT);
+}
+
+Test(group, a_failing_collective_is_the_error)
+{
+	struct rank rs[2];
+	run(rs, 2, NULL, 0, NULL, 0, 3);
+	for (uint32_t q = 0; q < 2; q++) {
+		cr_assert_eq(rs[q].rc, KILN_IO);
+		cr_assert(strstr(rs[q].err.message, "call 3 fails"), "%s", rs[q].err.message);
+		cr_assert_eq(rs[q].err.sys_errno, ECONNRESET);
+	}
+	free_dests(rs, 2, NT);
+}
+
+Test(group, arguments_checked)
+{
+	char *p = write_temp(file.p, file.len);
+	kiln_model *m;
+	cr_assert_eq(kiln_model_open(p, NULL, &m, NULL), 0);
+	void *dests[NT] = {0};
+	kiln_error err;
+	kiln_collective c = {.size = sizeof(c), .rank = 2, .world = 2, .all_gather = all_gather};
+	cr_assert_eq(kiln_group_load(m, NULL, 0, dests, &c, NULL, NULL, &err), KILN_INVAL);
+	c.rank = 0;
+	c.all_gather = NULL;
+	cr_assert_eq(kiln_group_load(m, NULL, 0, dests, &c, NULL, NULL, &err), KILN_INVAL);
+	c.all_gather = all_gather;
+	kiln_group_options o = {.size = sizeof(o), .flags = 8};
+	cr_assert_eq(kiln_group_load(m, NULL, 0, dests, &c, &o, NULL, &err), KILN_INVAL);
+	/* A NULL destination for a tensor with bytes. */
+	c.world = 1;
+	cr_assert_eq(kiln_group_load(m, NULL, 0, dests, &c, NULL, NULL, &err), KILN_INVAL);
+	cr_assert_eq(err.tensor, 1);
+	kiln_model_close(m);
+	unlink(p);
+	free(p);
+}
