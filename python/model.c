@@ -288,6 +288,73 @@ static PyObject *dir_hint(DirObject *self, PyObject *args, PyObject *kw)
 	Py_RETURN_NONE;
 }
 
+/* The (tensor, buffer) pairs of stream, load and group_load, checked: each key resolved, each
+ * buffer writable and large enough; keys_only: keys alone, no buffers (kiln allocates). */
+struct pairs {
+	PyObject *seq, *keys; /* keys: each pair's key, in order */
+	Py_ssize_t n, got;    /* got: buffers held */
+	uint64_t *idx;
+	void **dests;
+	Py_buffer *views;
+};
+
+static void pairs_release(struct pairs *p)
+{
+	for (Py_ssize_t i = 0; i < p->got; i++)
+		PyBuffer_Release(&p->views[i]);
+	PyMem_Free(p->idx);
+	PyMem_Free(p->dests);
+	PyMem_Free(p->views);
+	Py_XDECREF(p->keys);
+	Py_XDECREF(p->seq);
+}
+
+static int pairs_take(OwnerObject *o, PyObject *pairs, int keys_only, const char *what,
+		      struct pairs *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->seq = PySequence_Fast(pairs, keys_only ? "expected a sequence of tensors"
+						  : "pairs must be a sequence of (tensor, buffer)");
+	if (!p->seq)
+		return -1;
+	Py_ssize_t n = p->n = PySequence_Fast_GET_SIZE(p->seq);
+	p->keys = PyList_New(n);
+	p->idx = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*p->idx));
+	p->dests = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*p->dests));
+	p->views = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*p->views));
+	if (!p->keys || !p->idx || !p->dests || !p->views) {
+		PyErr_NoMemory();
+		return -1;
+	}
+	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *key = PySequence_Fast_GET_ITEM(p->seq, i), *buf = NULL;
+		if (!keys_only && !PyArg_ParseTuple(key, "OO", &key, &buf)) {
+			PyErr_Format(PyExc_TypeError, "%s: item %zd is not a (tensor, buffer) pair",
+				     what, i);
+			return -1;
+		}
+		if (resolve_index(o, key, &p->idx[i]) < 0)
+			return -1;
+		Py_INCREF(key);
+		PyList_SET_ITEM(p->keys, i, key);
+		if (keys_only)
+			continue;
+		if (PyObject_GetBuffer(buf, &p->views[i], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+			return -1;
+		p->got = i + 1;
+		const kiln_tensor *t = kiln_model_tensor(o->model, p->idx[i]);
+		if ((uint64_t)p->views[i].len < t->byte_length) {
+			PyErr_Format(PyExc_ValueError,
+				     "a buffer of %zd bytes cannot hold tensor %llu (%llu bytes)",
+				     p->views[i].len, (unsigned long long)local_index(o->model, t),
+				     (unsigned long long)t->byte_length);
+			return -1;
+		}
+		p->dests[i] = p->views[i].buf;
+	}
+	return 0;
+}
+
 /*
  * stream(pairs, *, engine="auto", direct=False, chunk_size=0, queue_depth=0): read payloads
  * from the file into caller buffers; pairs is a sequence of (key, writable buffer).
@@ -320,36 +387,13 @@ static PyObject *dir_stream(DirObject *self, PyObject *args, PyObject *kw)
 	OwnerObject *o = dir_owner(self);
 	if (!o)
 		return NULL;
-	PyObject *seq = PySequence_Fast(pairs, "pairs must be a sequence of (tensor, buffer)");
-	if (!seq)
-		return NULL;
-	Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), got = 0;
+	struct pairs pp;
 	PyObject *ret = NULL;
-	uint64_t *idx = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*idx));
-	void **dests = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*dests));
-	Py_buffer *views = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*views));
-	if (!idx || !dests || !views) {
-		PyErr_NoMemory();
+	if (pairs_take(o, pairs, 0, "stream", &pp) < 0)
 		goto out;
-	}
-	for (Py_ssize_t i = 0; i < n; i++) {
-		PyObject *key, *buf;
-		if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "OO:stream pair", &key,
-				      &buf) ||
-		    resolve_index(o, key, &idx[i]) < 0 ||
-		    PyObject_GetBuffer(buf, &views[i], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
-			goto out;
-		got = i + 1;
-		const kiln_tensor *t = kiln_model_tensor(o->model, idx[i]);
-		if ((uint64_t)views[i].len < t->byte_length) {
-			PyErr_Format(PyExc_ValueError,
-				     "a buffer of %zd bytes cannot hold tensor %llu (%llu bytes)",
-				     views[i].len, (unsigned long long)local_index(o->model, t),
-				     (unsigned long long)t->byte_length);
-			goto out;
-		}
-		dests[i] = views[i].buf;
-	}
+	Py_ssize_t n = pp.n;
+	uint64_t *idx = pp.idx;
+	void **dests = pp.dests;
 	kiln_stream_result res;
 	kiln_error err;
 	int rc;
@@ -371,12 +415,7 @@ static PyObject *dir_stream(DirObject *self, PyObject *args, PyObject *kw)
 			    res.direct ? Py_True : Py_False, "uring_fallback", res.uring_fallback,
 			    "direct_fallback", res.direct_fallback);
 out:
-	for (Py_ssize_t i = 0; i < got; i++)
-		PyBuffer_Release(&views[i]);
-	PyMem_Free(idx);
-	PyMem_Free(dests);
-	PyMem_Free(views);
-	Py_DECREF(seq);
+	pairs_release(&pp);
 	return ret;
 }
 
@@ -439,44 +478,14 @@ static PyObject *dir_load(DirObject *self, PyObject *args, PyObject *kw)
 	OwnerObject *o = dir_owner(self);
 	if (!o)
 		return NULL;
-	PyObject *seq = PySequence_Fast(pairs, "pairs must be a sequence of (tensor, buffer)");
-	if (!seq)
-		return NULL;
-	Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), got = 0;
-	PyObject *ret = NULL, *keys = PyList_New(n);
-	uint64_t *idx = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*idx));
-	void **dests = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*dests));
-	Py_buffer *views = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*views));
-	if (!keys || !idx || !dests || !views) {
-		PyErr_NoMemory();
+	struct pairs pp;
+	PyObject *ret = NULL;
+	if (pairs_take(o, pairs, arena, "load", &pp) < 0)
 		goto out;
-	}
-	for (Py_ssize_t i = 0; i < n; i++) {
-		PyObject *key = PySequence_Fast_GET_ITEM(seq, i), *buf;
-		if (arena) {
-			if (resolve_index(o, key, &idx[i]) < 0)
-				goto out;
-			Py_INCREF(key);
-			PyList_SET_ITEM(keys, i, key);
-			continue;
-		}
-		if (!PyArg_ParseTuple(key, "OO:load pair", &key, &buf) ||
-		    resolve_index(o, key, &idx[i]) < 0 ||
-		    PyObject_GetBuffer(buf, &views[i], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
-			goto out;
-		got = i + 1;
-		Py_INCREF(key);
-		PyList_SET_ITEM(keys, i, key);
-		const kiln_tensor *t = kiln_model_tensor(o->model, idx[i]);
-		if ((uint64_t)views[i].len < t->byte_length) {
-			PyErr_Format(PyExc_ValueError,
-				     "a buffer of %zd bytes cannot hold tensor %llu (%llu bytes)",
-				     views[i].len, (unsigned long long)local_index(o->model, t),
-				     (unsigned long long)t->byte_length);
-			goto out;
-		}
-		dests[i] = views[i].buf;
-	}
+	Py_ssize_t n = pp.n;
+	uint64_t *idx = pp.idx;
+	void **dests = pp.dests;
+	PyObject *keys = pp.keys;
 	struct load_cb cb = {.progress = progress == Py_None ? NULL : progress,
 			     .on_ready = on_ready == Py_None ? NULL : on_ready,
 			     .keys = keys};
@@ -533,13 +542,7 @@ static PyObject *dir_load(DirObject *self, PyObject *args, PyObject *kw)
 		Py_XDECREF(caps);
 	}
 out:
-	for (Py_ssize_t i = 0; i < got; i++)
-		PyBuffer_Release(&views[i]);
-	PyMem_Free(idx);
-	PyMem_Free(dests);
-	PyMem_Free(views);
-	Py_XDECREF(keys);
-	Py_DECREF(seq);
+	pairs_release(&pp);
 	return ret;
 }
 
@@ -605,36 +608,13 @@ static PyObject *dir_group_load(DirObject *self, PyObject *args, PyObject *kw)
 	OwnerObject *o = dir_owner(self);
 	if (!o)
 		return NULL;
-	PyObject *seq = PySequence_Fast(pairs, "pairs must be a sequence of (tensor, buffer)");
-	if (!seq)
-		return NULL;
-	Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), got = 0;
+	struct pairs pp;
 	PyObject *ret = NULL;
-	uint64_t *idx = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*idx));
-	void **dests = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*dests));
-	Py_buffer *views = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*views));
-	if (!idx || !dests || !views) {
-		PyErr_NoMemory();
+	if (pairs_take(o, pairs, 0, "group_load", &pp) < 0)
 		goto out;
-	}
-	for (Py_ssize_t i = 0; i < n; i++) {
-		PyObject *key, *buf;
-		if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "OO:group_load pair", &key,
-				      &buf) ||
-		    resolve_index(o, key, &idx[i]) < 0 ||
-		    PyObject_GetBuffer(buf, &views[i], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
-			goto out;
-		got = i + 1;
-		const kiln_tensor *t = kiln_model_tensor(o->model, idx[i]);
-		if ((uint64_t)views[i].len < t->byte_length) {
-			PyErr_Format(PyExc_ValueError,
-				     "a buffer of %zd bytes cannot hold tensor %llu (%llu bytes)",
-				     views[i].len, (unsigned long long)local_index(o->model, t),
-				     (unsigned long long)t->byte_length);
-			goto out;
-		}
-		dests[i] = views[i].buf;
-	}
+	Py_ssize_t n = pp.n;
+	uint64_t *idx = pp.idx;
+	void **dests = pp.dests;
 	struct group_cb cb = {.all_gather = fn, .world = (Py_ssize_t)world};
 	kiln_collective c;
 	memset(&c, 0, sizeof(c));
@@ -669,12 +649,7 @@ static PyObject *dir_group_load(DirObject *self, PyObject *args, PyObject *kw)
 			    (unsigned long long)res.rounds, "staging_bytes",
 			    (unsigned long long)res.staging_bytes);
 out:
-	for (Py_ssize_t i = 0; i < got; i++)
-		PyBuffer_Release(&views[i]);
-	PyMem_Free(idx);
-	PyMem_Free(dests);
-	PyMem_Free(views);
-	Py_DECREF(seq);
+	pairs_release(&pp);
 	return ret;
 }
 

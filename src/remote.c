@@ -583,6 +583,22 @@ static void parse_range(struct xfer *x, const char *v)
 	x->has_range = x->range_from <= x->range_to && x->range_to < x->range_total;
 }
 
+/* The status of a status line, "HTTP/1.1 206 Partial Content" (versions 1.0, 1.1, 2, 3); 0 for
+ * anything else, which no check accepts. */
+static long status_of(const char *line)
+{
+	static const char *const versions[] = {"HTTP/1.0 ", "HTTP/1.1 ", "HTTP/2 ", "HTTP/3 "};
+	for (size_t i = 0; i < sizeof(versions) / sizeof(versions[0]); i++) {
+		size_t n = strlen(versions[i]);
+		const char *c = line + n;
+		if (!strncmp(line, versions[i], n) && isdigit((unsigned char)c[0]) &&
+		    isdigit((unsigned char)c[1]) && isdigit((unsigned char)c[2]) &&
+		    (c[3] == '\0' || c[3] == ' '))
+			return (c[0] - '0') * 100 + (c[1] - '0') * 10 + (c[2] - '0');
+	}
+	return 0;
+}
+
 static size_t on_header(char *buf, size_t size, size_t n, void *arg)
 {
 	struct xfer *x = arg;
@@ -594,8 +610,7 @@ static size_t on_header(char *buf, size_t size, size_t n, void *arg)
 		k--;
 	line[k] = '\0';
 	if (!strncmp(line, "HTTP/", 5)) { /* a new response (after a redirect or 100) */
-		const char *sp = strchr(line, ' ');
-		x->status = sp ? strtol(sp + 1, NULL, 10) : 0;
+		x->status = status_of(line);
 		x->has_range = x->unsatisfied = x->has_length = x->has_etag = 0;
 		x->retry_after = 0;
 		return len;

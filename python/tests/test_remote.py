@@ -58,3 +58,17 @@ def test_a_server_error_is_the_exception():
     with pytest.raises(kiln.FileError) as e:
         kiln.open("s3://models/none.klnt")
     assert "HTTP 404 NoSuchKey" in str(e.value) and "s3://models/none.klnt" in str(e.value)
+
+
+def test_torch_load_of_urls():
+    torch = pytest.importorskip("torch")
+    for f in ("m.klnt", "tiny-sharded/model.safetensors.index.json"):
+        a = kiln.torch.load("s3://models/" + f, threads=2)
+        b = kiln.torch.load(os.path.join(ROOT, f))
+        assert list(a) == list(b)
+        for k in a:
+            assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape
+            assert torch.equal(a[k].reshape(-1).view(torch.uint8) if a[k].dtype != torch.uint8
+                               else a[k].reshape(-1),
+                               b[k].reshape(-1).view(torch.uint8) if b[k].dtype != torch.uint8
+                               else b[k].reshape(-1)), k
