@@ -6,6 +6,7 @@
  * is also built with ThreadSanitizer by scripts/test.sh, which is what finds a data race (a
  * plain read of a field another thread writes) that a normal build would never notice.
  */
+#define _GNU_SOURCE /* pthread_barrier_t */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -286,6 +287,81 @@ static void pipeline(unsigned source)
 	kiln_model_close(dir);
 }
 
+/* kiln_group_load with two threads as ranks on one shared model (a shared file system), a
+ * barrier as the collective: the exchange and the readers under ThreadSanitizer. */
+struct gboard {
+	pthread_barrier_t bar;
+	uint8_t *slots;
+	size_t cap;
+};
+
+struct grank {
+	struct gboard *b;
+	const kiln_model *dir;
+	uint32_t rank;
+	int rc;
+};
+
+static int board_gather(void *ctx, const void *mine, void *all, size_t len, kiln_error *err)
+{
+	struct grank *r = ctx;
+	(void)err;
+	if (len * 2 > r->b->cap)
+		return 1;
+	memcpy(r->b->slots + r->rank * len, mine, len);
+	pthread_barrier_wait(&r->b->bar);
+	memcpy(all, r->b->slots, len * 2);
+	pthread_barrier_wait(&r->b->bar);
+	return 0;
+}
+
+static void *group_rank(void *arg)
+{
+	struct grank *r = arg;
+	size_t n = (size_t)kiln_model_count(r->dir);
+	void **dests = calloc(n, sizeof(*dests));
+	for (size_t k = 0; k < n; k++)
+		dests[k] = malloc(kiln_model_tensor(r->dir, k)->byte_length + 1);
+	kiln_collective c = {
+	    .size = sizeof(c), .rank = r->rank, .world = 2, .ctx = r, .all_gather = board_gather};
+	kiln_group_options go = {.size = sizeof(go), .chunk_size = 64u << 10};
+	kiln_error err;
+	r->rc = kiln_group_load(r->dir, NULL, 0, dests, &c, &go, NULL, &err);
+	if (r->rc)
+		fprintf(stderr, "FAIL: group rank %u: %s\n", r->rank, err.message);
+	for (size_t k = 0; !r->rc && k < n; k++)
+		if (memcmp(dests[k], data[k], kiln_model_tensor(r->dir, k)->byte_length))
+			r->rc = -1, fprintf(stderr, "FAIL: group: tensor %zu differs\n", k);
+	for (size_t k = 0; k < n; k++)
+		free(dests[k]);
+	free(dests);
+	return NULL;
+}
+
+static void group(void)
+{
+	kiln_model *dir = NULL;
+	kiln_error err;
+	if (kiln_model_open(path, NULL, &dir, &err)) {
+		fprintf(stderr, "FAIL: group open: %s\n", err.message);
+		failures++;
+		return;
+	}
+	struct gboard b = {.cap = 2 * ((64u << 10) + 4096)};
+	b.slots = malloc(b.cap);
+	pthread_barrier_init(&b.bar, NULL, 2);
+	struct grank rs[2] = {{&b, dir, 0, 0}, {&b, dir, 1, 0}};
+	pthread_t t[2];
+	for (int i = 0; i < 2; i++)
+		pthread_create(&t[i], NULL, group_rank, &rs[i]);
+	for (int i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	failures += (rs[0].rc != 0) + (rs[1].rc != 0);
+	pthread_barrier_destroy(&b.bar);
+	free(b.slots);
+	kiln_model_close(dir);
+}
+
 int main(void)
 {
 	make_file();
@@ -310,6 +386,11 @@ int main(void)
 		       failures > before ? "FAIL" : "ok");
 	}
 	int before = failures;
+	group();
+	cases++;
+	printf("threads: kiln_group_load, two ranks on one model: %s\n",
+	       failures > before ? "FAIL" : "ok");
+	before = failures;
 	borrowed_buffer();
 	cases++;
 	printf("threads: buffer source: %s\n", failures > before ? "FAIL" : "ok");
