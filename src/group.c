@@ -265,21 +265,18 @@ KILN_API int kiln_group_load(const kiln_model *m, const uint64_t *tensors, size_
 	free(pown);
 	free(pall);
 
-	/* A chunk touches at most every position it spans, plus one. */
+	/* The most ranges a chunk makes: the positions [a, b] it touches, the most of any. */
+	struct walk w = {.m = m, .list = tensors, .ends = ends, .count = count, .dests = dests};
 	uint64_t nchunks = total ? (total + chunk - 1) / chunk : 0, rounds = (nchunks + W - 1) / W;
 	size_t most = 0;
 	for (uint64_t ch = 0; !rc && ch < nchunks; ch++) {
-		/* positions [a, b] touched by the chunk */
-		struct walk tmp = {.ends = ends, .count = count};
-		size_t a = position_of(&tmp, ch * chunk),
-		       b = position_of(&tmp,
-				       (ch + 1) * chunk < total ? (ch + 1) * chunk - 1 : total - 1);
+		uint64_t last = (ch + 1) * chunk < total ? (ch + 1) * chunk - 1 : total - 1;
+		size_t a = position_of(&w, ch * chunk), b = position_of(&w, last);
 		if (b - a + 1 > most)
 			most = b - a + 1;
 	}
 	uint8_t *own = NULL, *got = NULL;
 	size_t slot = HEAD + (size_t)chunk;
-	struct walk w = {.m = m, .list = tensors, .ends = ends, .count = count, .dests = dests};
 	if (!rc && nchunks) {
 		own = kiln__owned_alloc(slot);
 		got = kiln__owned_alloc(slot * W);

@@ -98,10 +98,10 @@ static uint64_t model_index(const struct load *L, size_t k)
 	return L->list ? L->list[k] : (uint64_t)k;
 }
 
-/* The first failure wins; a thread stopped by it (CANCELED) does not replace it. */
-static void fail(struct load *L, int rc, const kiln_error *e)
+/* The first failure wins; a thread stopped by it (CANCELED) does not replace it. Under
+ * L->lock. */
+static void fail_locked(struct load *L, int rc, const kiln_error *e)
 {
-	pthread_mutex_lock(&L->lock);
 	if (!L->rc) {
 		L->rc = rc;
 		if (e)
@@ -109,7 +109,24 @@ static void fail(struct load *L, int rc, const kiln_error *e)
 	}
 	atomic_store(&L->stop, 1);
 	pthread_cond_broadcast(&L->cond);
+}
+
+static void fail(struct load *L, int rc, const kiln_error *e)
+{
+	pthread_mutex_lock(&L->lock);
+	fail_locked(L, rc, e);
 	pthread_mutex_unlock(&L->lock);
+}
+
+static const char *dev_name(const struct load *L)
+{
+	return L->dev && L->dev->name ? L->dev->name : "device";
+}
+
+/* Bytes a tensor takes in an arena: rounded up to its alignment. */
+static uint64_t arena_len(uint64_t len)
+{
+	return (len + ARENA_ALIGN - 1) & ~(uint64_t)(ARENA_ALIGN - 1);
 }
 
 static int direct_chunk(void *ctx, const kiln_chunk *c)
@@ -133,7 +150,7 @@ static int staged_chunk(void *ctx, const kiln_chunk *c)
 	if (rc) {
 		if (!w->cb_err.code)
 			kiln__fail_sys(&w->cb_err, KILN_IO, 0, "%s: the copy to device %u failed",
-				       L->dev->name ? L->dev->name : "device", d);
+				       dev_name(L), d);
 		return -1;
 	}
 	w->stage_dev[c->buffer] = d;
@@ -150,8 +167,7 @@ static int wait_lane(struct worker *w, uint32_t b)
 	int rc = L->dev->wait(L->dev->ctx, d, w->id * w->nstage + b, &w->cb_err);
 	if (rc && !w->cb_err.code)
 		kiln__fail_sys(&w->cb_err, KILN_IO, 0,
-			       "%s: waiting for the copies to device %u failed",
-			       L->dev->name ? L->dev->name : "device", d);
+			       "%s: waiting for the copies to device %u failed", dev_name(L), d);
 	return rc ? w->cb_err.code : 0;
 }
 
@@ -352,7 +368,7 @@ static int plan(struct load *L, void **ptrs, kiln_arena **arena, kiln_load_resul
 		L->devno[k] = d;
 		L->remaining[k] = t->byte_length;
 		L->total += t->byte_length;
-		need[d] += (t->byte_length + ARENA_ALIGN - 1) & ~(uint64_t)(ARENA_ALIGN - 1);
+		need[d] += arena_len(t->byte_length);
 	}
 	uint32_t threads = L->o.threads ? L->o.threads : online_cpus();
 	uint64_t inflight = L->o.inflight_bytes ? L->o.inflight_bytes : INFLIGHT_DEFAULT;
@@ -394,10 +410,10 @@ static int plan(struct load *L, void **ptrs, kiln_arena **arena, kiln_load_resul
 				if (!rc && !a->block[d].p)
 					rc = KILN_NOMEM;
 				if (rc && (!err || !err->code))
-					kiln__fail_sys(
-					    err, rc, ENOMEM,
-					    "%s: cannot allocate %" PRIu64 " bytes on device %u",
-					    L->dev->name ? L->dev->name : "device", need[d], d);
+					kiln__fail_sys(err, rc, ENOMEM,
+						       "%s: cannot allocate %" PRIu64
+						       " bytes on device %u",
+						       dev_name(L), need[d], d);
 			} else if (!(a->block[d].p = kiln__owned_alloc((size_t)need[d]))) {
 				rc = kiln__fail_sys(
 				    err, KILN_NOMEM, ENOMEM,
@@ -419,7 +435,7 @@ static int plan(struct load *L, void **ptrs, kiln_arena **arena, kiln_load_resul
 		for (size_t k = 0; k < count; k++) {
 			uint32_t d = L->devno[k];
 			L->dst[k] = (uint8_t *)a->block[d].p + at[d];
-			at[d] += (L->remaining[k] + ARENA_ALIGN - 1) & ~(uint64_t)(ARENA_ALIGN - 1);
+			at[d] += arena_len(L->remaining[k]);
 		}
 		free(at);
 		res->extra_device_bytes = res->arena_bytes - L->total;
@@ -488,8 +504,7 @@ static int stage(struct load *L, kiln_load_result *res, kiln_error *err)
 					kiln__fail_sys(err, rc, ENOMEM,
 						       "%s: cannot allocate %u bytes of pinned "
 						       "staging",
-						       L->dev->name ? L->dev->name : "device",
-						       L->chunk);
+						       dev_name(L), L->chunk);
 			} else if (!(w->stage[b] = kiln__owned_alloc(L->chunk))) {
 				rc = kiln__fail_sys(err, KILN_NOMEM, ENOMEM,
 						    "cannot allocate staging");
@@ -542,11 +557,11 @@ static void announce(struct load *L, double t0, kiln_load_result *res)
 			}
 			pthread_mutex_lock(&L->lock);
 			if (stop && !L->rc) {
-				L->rc = KILN_CANCELED;
-				kiln__fail_sys(&L->err, KILN_CANCELED, 0,
+				kiln_error e;
+				kiln__fail_sys(&e, KILN_CANCELED, 0,
 					       "on_ready stopped the load at tensor %" PRIu64,
 					       model_index(L, next));
-				atomic_store(&L->stop, 1);
+				fail_locked(L, KILN_CANCELED, &e);
 				break;
 			}
 			next++;
@@ -566,10 +581,10 @@ static void announce(struct load *L, double t0, kiln_load_result *res)
 			int stop = L->o.progress(L->o.ctx, &p);
 			pthread_mutex_lock(&L->lock);
 			if (stop && !L->rc) {
-				L->rc = KILN_CANCELED;
-				kiln__fail_sys(&L->err, KILN_CANCELED, 0,
+				kiln_error e;
+				kiln__fail_sys(&e, KILN_CANCELED, 0,
 					       "the progress callback stopped the load");
-				atomic_store(&L->stop, 1);
+				fail_locked(L, KILN_CANCELED, &e);
 			}
 		}
 		if (L->finished == L->nworkers && (next == L->count || L->rc))
@@ -638,13 +653,11 @@ KILN_API int kiln_load(const kiln_model *m, const uint64_t *tensors, size_t coun
 		uint32_t started = 0;
 		for (uint32_t i = 0; i < L.nworkers; i++)
 			started += L.w[i].started;
-		if (L.nworkers && !started) { /* no thread at all: read here */
-			L.finished = 0;
-			L.nworkers = 1;
-			L.w[0].L = &L;
+		if (L.nworkers && !started) { /* no thread at all: worker 0 reads here */
+			L.finished = L.nworkers - 1;
 			worker_main(&L.w[0]);
 		}
-		res.threads = started ? started : L.nworkers;
+		res.threads = started ? started : L.nworkers ? 1 : 0;
 		announce(&L, t0, &res);
 		for (uint32_t i = 0; i < L.nworkers; i++)
 			if (L.w[i].started)

@@ -996,7 +996,7 @@ static int run(struct kiln__remote *r, struct xfer *xs, size_t n, int progress, 
 			}
 			active++;
 		}
-		int running = 0;
+		int running = 0, freed = 0;
 		curl_multi_perform(r->multi, &running);
 		CURLMsg *m;
 		int q;
@@ -1010,6 +1010,7 @@ static int run(struct kiln__remote *r, struct xfer *xs, size_t n, int progress, 
 			give_handle(r, x->h);
 			x->active = 0;
 			active--;
+			freed = 1;
 			finished(x, res);
 			if (x->fatal && !bad)
 				bad = x;
@@ -1031,14 +1032,10 @@ static int run(struct kiln__remote *r, struct xfer *xs, size_t n, int progress, 
 			}
 		}
 		if (left && !bad) {
-			/* A connection just freed and a range ready for it: start it now, not after
-			 * a poll that has nothing to wake it (100 ms per range over one
-			 * connection). */
-			int ready = 0;
-			for (size_t k = 0; k < n && active < r->connections && !ready; k++)
-				ready = !xs[k].done && !xs[k].active && !xs[k].fatal &&
-					xs[k].due <= now_ms();
-			if (ready)
+			/* A connection freed with ranges still waiting: back to the top, which
+			 * starts what is due, rather than a poll that has nothing to wake it (100
+			 * ms per range over one connection). */
+			if (freed && left > active)
 				continue;
 			int wait = 100;
 			if (!active && next_due != UINT64_MAX) {
