@@ -311,14 +311,16 @@ static int run_device(const struct bench *b)
 		klnt_report(stderr, b->paths[0], rc, &err);
 		return -1;
 	}
-	uint64_t n = kiln_model_count(m), base[256] = {0};
-	for (uint32_t f = 1; f < b->npaths && f < 256; f++)
-		base[f] = base[f - 1] + b->sizes[f - 1];
+	/* The files end to end in dest, as plain-threads reads them. */
+	uint64_t n = kiln_model_count(m), *base = klnt_xmalloc(b->npaths * sizeof(*base));
+	for (uint32_t f = 0; f < b->npaths; f++)
+		base[f] = f ? base[f - 1] + b->sizes[f - 1] : 0;
 	void **dests = klnt_xmalloc((n ? n : 1) * sizeof(void *));
 	for (uint64_t i = 0; i < n; i++) {
 		const kiln_tensor *t = kiln_model_tensor(m, i);
-		dests[i] = b->dest + base[t->file < 256 ? t->file : 0] + t->file_offset;
+		dests[i] = b->dest + base[t->file] + t->file_offset;
 	}
+	free(base);
 	kiln_load_options o = {.size = sizeof(o), .dests = dests};
 	rc = kiln_load(m, NULL, 0, &o, NULL, NULL, NULL, &err);
 	if (rc)

@@ -73,6 +73,13 @@ def _placement(device):
     return (lambda name: dev), {dev}
 
 
+def _shaped(t, buf):
+    """A uint8 buffer of kiln Tensor t's bytes as a tensor of t's dtype and shape (the bytes
+    themselves where torch has no such dtype)."""
+    dt = _dtype(t)
+    return buf if dt is None else buf.view(dt).reshape(t.shape)
+
+
 def _split_bounds(n, world, rank):
     """[start, stop) of rank's part of n, as torch.tensor_split(x, world) cuts it: the first
     n % world parts one longer."""
@@ -101,7 +108,7 @@ def _share(t, axis, world, rank):
     return out.view(dt).reshape(shape), part.nbytes
 
 
-def _group_load(d, views, keys, sequence, group, tp, stats):
+def _group_load(d, views, sequence, group, tp, stats):
     """Read once per group: tensors matching no tp pattern through kiln_group_load (each byte read
     by one rank, the rest all-gathered), tp shares read by each rank for itself."""
     import torch.distributed as dist
@@ -125,7 +132,7 @@ def _group_load(d, views, keys, sequence, group, tp, stats):
             tp_bytes += n
             continue
         raw[i] = _host_buffer(t.nbytes, False)
-        pairs.append((t, raw[i].numpy() if t.nbytes else _np.empty(0, _np.uint8)))
+        pairs.append((t, raw[i].numpy()))
 
     def all_gather(mine, all_):
         with _warnings.catch_warnings():
@@ -137,9 +144,7 @@ def _group_load(d, views, keys, sequence, group, tp, stats):
 
     r = d.group_load(pairs, rank, world, all_gather)
     for i, buf in raw.items():
-        t = views[i]
-        dt = _dtype(t)
-        final[i] = buf if dt is None else buf.view(dt).reshape(t.shape)
+        final[i] = _shaped(views[i], buf)
     if stats is not None:
         stats.update(r, tp_bytes_read=tp_bytes, rank=rank, world=world)
     return final
@@ -201,17 +206,13 @@ def load(path, device="cpu", *, threads=None, order=None, progress=None, group=N
         rest = set(first)
         sequence = first + [i for i in range(len(views)) if i not in rest]
 
-        def shaped(t, buf):
-            dt = _dtype(t)
-            return buf if dt is None else buf.view(dt).reshape(t.shape)
-
         if group is not None:
             import torch.distributed as dist
 
             pg = dist.group.WORLD if group is True else group
             if any(dev.type != "cpu" for dev in devices):
                 raise ValueError("group=: tensors are loaded on the CPU (move them after)")
-            final = _group_load(d, views, keys, sequence, pg, tp, stats)
+            final = _group_load(d, views, sequence, pg, tp, stats)
             return {keys[i]: final[i] for i in range(len(views))}
         final = {}
         targets = {i: place(views[i].name if views[i].name is not None else str(i))
@@ -223,21 +224,21 @@ def load(path, device="cpu", *, threads=None, order=None, progress=None, group=N
             r = d.load([views[i] for i in sequence], threads=threads or 0, progress=progress,
                        arena=True)
             for i, cap in zip(sequence, r["capsules"]):
-                final[i] = shaped(views[i], torch.utils.dlpack.from_dlpack(cap))
+                final[i] = _shaped(views[i], torch.utils.dlpack.from_dlpack(cap))
         else:
             raw, pairs = {}, []
             for i in sequence:
                 t = views[i]
                 buf = _host_buffer(t.nbytes, targets[i].type == "cuda")
                 raw[i] = buf
-                pairs.append((t, buf.numpy() if t.nbytes else _np.empty(0, _np.uint8)))
+                pairs.append((t, buf.numpy()))
             position = {id(views[i]): i for i in sequence}
 
             def on_ready(key):
                 # Each tensor to its GPU as soon as it is in pinned memory: copies overlap
                 # the reads of the next ones.
                 i = position[id(key)]
-                out = shaped(views[i], raw[i])
+                out = _shaped(views[i], raw[i])
                 final[i] = out.to(targets[i], non_blocking=True) if targets[i].type == "cuda" else out
 
             d.load(pairs, threads=threads or 0, progress=progress, on_ready=on_ready)
