@@ -281,3 +281,13 @@ void sha256(const uint8_t *msg, uint64_t len, char hex[65])
 	for (int i = 0; i < 8; i++)
 		snprintf(hex + 8 * i, 9, "%08x", h[i]);
 }
+
+void fill_random(uint8_t *p, uint64_t n, uint64_t *state)
+{
+	uint64_t x = *state;
+	for (uint64_t k = 0; k < n; k++) {
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+		p[k] = (uint8_t)(x >> 56);
+	}
+	*state = x;
+}

@@ -51,6 +51,9 @@ void put32(blob *b, size_t off, uint32_t v);
 void put64(blob *b, size_t off, uint64_t v);
 uint64_t get64(const blob *b, size_t off);
 
+/* n pseudo-random bytes into p from the 64-bit LCG at *state (advanced): the same seed gives
+ * the same bytes in every suite. */
+void fill_random(uint8_t *p, uint64_t n, uint64_t *state);
 /* Write bytes to a fresh file under the test scratch directory; returns a malloc'd path. */
 char *write_temp(const void *p, size_t len);
 /* A fresh scratch directory path (malloc'd), created. */

@@ -36,10 +36,7 @@ static void make_data(void)
 	for (int i = 0; i < NT; i++) {
 		uint64_t n = size_of(i);
 		data[i] = malloc(n ? n : 1);
-		for (uint64_t k = 0; k < n; k++) {
-			x = x * 6364136223846793005ull + 1442695040888963407ull;
-			data[i][k] = (uint8_t)(x >> 56);
-		}
+		fill_random(data[i], n, &x);
 		spec[i] = (kiln_tensor_spec){
 		    .dtype = KILN_DT_U8, .rank = 1, .shape = {n}, .data = data[i]};
 	}

@@ -32,10 +32,7 @@ static void make_file(void)
 	uint64_t x = 42;
 	for (int i = 0; i < NT; i++) {
 		data[i] = malloc(sizes[i] ? sizes[i] : 1);
-		for (uint64_t k = 0; k < sizes[i]; k++) {
-			x = x * 6364136223846793005ull + 1442695040888963407ull;
-			data[i][k] = (uint8_t)(x >> 56);
-		}
+		fill_random(data[i], sizes[i], &x);
 		static char names[NT][8];
 		snprintf(names[i], sizeof(names[i]), "t%d", i);
 		spec[i] = (kiln_tensor_spec){.name = names[i],
@@ -1263,10 +1260,7 @@ static char *threads_file(uint8_t **bytes, uint64_t *lens, kiln_tensor_spec *t)
 	for (int i = 0; i < 4; i++) {
 		lens[i] = n[i];
 		bytes[i] = malloc(n[i]);
-		for (uint64_t k = 0; k < n[i]; k++) {
-			x = x * 6364136223846793005ull + 1442695040888963407ull;
-			bytes[i][k] = (uint8_t)(x >> 56);
-		}
+		fill_random(bytes[i], n[i], &x);
 		t[i] = (kiln_tensor_spec){.name = names[i],
 					  .name_len = 1,
 					  .dtype = KILN_DT_U8,

@@ -38,10 +38,7 @@ static void make_file(void)
 	for (int i = 0; i < NT; i++) {
 		uint64_t n = size_of(i);
 		data[i] = malloc(n ? n : 1);
-		for (uint64_t k = 0; k < n; k++) {
-			x = x * 6364136223846793005ull + 1442695040888963407ull;
-			data[i][k] = (uint8_t)(x >> 56);
-		}
+		fill_random(data[i], n, &x);
 		snprintf(names[i], sizeof(names[i]), "blk.%d.%s", i / 2, i % 2 ? "up" : "down");
 		spec[i] = (kiln_tensor_spec){.name = names[i],
 					     .name_len = strlen(names[i]),

@@ -304,18 +304,29 @@ Test(remote, profiles_from_the_shared_files)
 
 /* --- round trips ---------------------------------------------------------------------------- */
 
-/* Requests the fault proxy has seen for FAULT/PATH. */
-static long proxy_count(const char *fault, const char *path)
+/* What the fault proxy says at /_WHAT/FAULT/PATH (at most 16 KiB, malloc'ed). */
+static char *proxy_get(const char *what, const char *fault, const char *path)
 {
 	char *cmd = NULL;
 	cr_assert_geq(
-	    asprintf(&cmd, "curl -s %s/_count/%s/%s", need("KILN_TEST_PROXY"), fault, path), 0);
+	    asprintf(&cmd, "curl -s %s/_%s/%s/%s", need("KILN_TEST_PROXY"), what, fault, path), 0);
 	FILE *p = popen(cmd, "r");
-	long n = -1;
 	cr_assert_not_null(p);
-	cr_assert_eq(fscanf(p, "%ld", &n), 1);
+	char *text = calloc(1, 16384);
+	size_t n = fread(text, 1, 16383, p);
+	text[n] = '\0';
 	pclose(p);
 	free(cmd);
+	return text;
+}
+
+/* Requests the fault proxy has seen for FAULT/PATH. */
+static long proxy_count(const char *fault, const char *path)
+{
+	char *text = proxy_get("count", fault, path), *end;
+	long n = strtol(text, &end, 10);
+	cr_assert(end != text, "no count: '%s'", text);
+	free(text);
 	return n;
 }
 
@@ -418,17 +429,7 @@ Test(remote, hostile_answers_are_errors)
 /* The headers of the last request the proxy saw for FAULT/PATH, "name: value" lines. */
 static char *proxy_headers(const char *fault, const char *path)
 {
-	char *cmd = NULL;
-	cr_assert_geq(
-	    asprintf(&cmd, "curl -s %s/_headers/%s/%s", need("KILN_TEST_PROXY"), fault, path), 0);
-	FILE *p = popen(cmd, "r");
-	cr_assert_not_null(p);
-	char *h = calloc(1, 16384);
-	size_t n = fread(h, 1, 16383, p);
-	h[n] = '\0';
-	pclose(p);
-	free(cmd);
-	return h;
+	return proxy_get("headers", fault, path);
 }
 
 Test(remote, redirects_are_followed_within_bounds)

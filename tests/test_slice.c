@@ -46,10 +46,7 @@ static void make_file(void)
 		uint64_t len = opaque ? count / BLOCK_ELEMS * BLOCK_BYTES
 				      : (count * kiln_dtype_bits(t[i].dtype) + 7) / 8;
 		data[i] = malloc(len);
-		for (uint64_t k = 0; k < len; k++) {
-			x = x * 6364136223846793005ull + 1442695040888963407ull;
-			data[i][k] = (uint8_t)(x >> 56);
-		}
+		fill_random(data[i], len, &x);
 		if (t[i].dtype == KILN_DT_U4 && (count & 1))
 			data[i][len - 1] &= 0x0F;
 		spec[i] = (kiln_tensor_spec){.name = t[i].name,

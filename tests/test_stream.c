@@ -30,10 +30,7 @@ static void make_file(void)
 	uint64_t x = 7;
 	for (int i = 0; i < NT; i++) {
 		data[i] = malloc(sizes[i] ? sizes[i] : 1);
-		for (uint64_t k = 0; k < sizes[i]; k++) {
-			x = x * 6364136223846793005ull + 1442695040888963407ull;
-			data[i][k] = (uint8_t)(x >> 56);
-		}
+		fill_random(data[i], sizes[i], &x);
 		spec[i] = (kiln_tensor_spec){
 		    .dtype = KILN_DT_U8, .rank = 1, .shape = {sizes[i]}, .data = data[i]};
 	}
