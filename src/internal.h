@@ -280,6 +280,12 @@ struct kiln__load {
 	uint32_t dio_align;
 };
 
+/* Bytes [off, off + len) of a file, landing at dst. */
+struct kiln__span {
+	uint64_t off, len;
+	uint8_t *dst;
+};
+
 /* One file of a model. Its bytes come through its source (src/source.h); its format's reader
  * (src/format.h) validates them and adds its tensors to the model's index. */
 struct kiln__file {

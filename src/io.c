@@ -330,19 +330,35 @@ static void run_memory(struct run *r)
 	}
 }
 
-static void run_reader(struct run *r)
+/* Through the source: fill every slot with a chunk, read each file's run of them in one call,
+ * land them in order; again until the chunks are done. */
+#define READER_BATCH 1024u
+
+static void run_reader(struct run *r, struct kiln__span *spans)
 {
-	struct slot *s = &r->slots[0];
-	while (start(r, s)) {
-		int rc = r->io->read_at(r->io->read_ctx, s->file, s->roff, s->rbuf, (size_t)s->rlen,
-					r->err);
-		if (rc) {
-			kiln__error_file(r->err, s->file);
-			stop_with(r, rc);
-			complete(r, s, 0);
-			continue;
+	for (;;) {
+		uint32_t k = 0;
+		while (k < r->nslots && start(r, &r->slots[k]))
+			k++;
+		if (!k)
+			return;
+		for (uint32_t i = 0; i < k; i++)
+			spans[i] = (struct kiln__span){.off = r->slots[i].roff,
+						       .len = r->slots[i].rlen,
+						       .dst = r->slots[i].rbuf};
+		int rc = 0;
+		for (uint32_t a = 0, b; a < k && !rc; a = b) {
+			for (b = a + 1; b < k && r->slots[b].file == r->slots[a].file; b++)
+				;
+			rc = r->io->read_spans(r->io->read_ctx, r->slots[a].file, spans + a, b - a,
+					       r->err);
+			if (rc) {
+				kiln__error_file(r->err, r->slots[a].file);
+				stop_with(r, rc);
+			}
 		}
-		complete(r, s, (ssize_t)s->rlen);
+		for (uint32_t i = 0; i < k; i++)
+			complete(r, &r->slots[i], rc ? 0 : (ssize_t)r->slots[i].rlen);
 	}
 }
 
@@ -574,13 +590,17 @@ int kiln__io_run(struct kiln__io *io, const struct kiln__range *ranges, size_t n
 	memset(&io->res, 0, sizeof(io->res));
 	struct run r = {.io = io, .ranges = ranges, .n = n, .err = err};
 	int rc = 0;
-	int in_memory = io->mem || io->mems || io->read_at;
+	int in_memory = io->mem || io->mems || io->read_spans;
 	if (io->direct && !in_memory)
 		open_direct(&r);
 	int engine = in_memory ? KILN_ENGINE_PREAD : io->engine;
 	if (engine == KILN_ENGINE_AUTO && !io->direct && all_cached(io, ranges, n))
 		engine = KILN_ENGINE_PREAD;
-	r.nslots = engine == KILN_ENGINE_PREAD ? 1 : io->qd;
+	/* Through a source, one batch is one round of its requests: as many chunks as go together
+	 * (they land in their destinations; nothing is held per slot). */
+	r.nslots = io->read_spans                ? (io->qd > READER_BATCH ? io->qd : READER_BATCH)
+		   : engine == KILN_ENGINE_PREAD ? 1
+						 : io->qd;
 	if (io->staging && r.nslots > io->nstaging)
 		r.nslots = io->nstaging;
 	r.slots = calloc(r.nslots, sizeof(*r.slots));
@@ -588,7 +608,9 @@ int kiln__io_run(struct kiln__io *io, const struct kiln__range *ranges, size_t n
 		r.buffer_used = calloc(io->nstaging, 1);
 		r.buffer_busy = calloc(io->nstaging, 1);
 	}
-	int nomem = !r.slots || (io->staging && (!r.buffer_used || !r.buffer_busy));
+	struct kiln__span *spans = io->read_spans ? calloc(r.nslots, sizeof(*spans)) : NULL;
+	int nomem = !r.slots || (io->staging && (!r.buffer_used || !r.buffer_busy)) ||
+		    (io->read_spans && !spans);
 	/* A bounce buffer holds one chunk: no more than the longest range needs (many small
 	 * ranges, as a slice has, would otherwise each get a whole chunk's worth). */
 	uint64_t chunk = io->staging ? io->staging_size : io->chunk, longest = 0;
@@ -601,8 +623,8 @@ int kiln__io_run(struct kiln__io *io, const struct kiln__range *ranges, size_t n
 		goto out;
 	}
 
-	if (io->read_at) {
-		run_reader(&r);
+	if (io->read_spans) {
+		run_reader(&r, spans);
 	} else if (in_memory) {
 		run_memory(&r);
 	} else if (engine == KILN_ENGINE_PREAD) {
@@ -622,6 +644,7 @@ out:
 		if (r.slots[i].bounce)
 			kiln__owned_free(r.slots[i].bounce, r.bounce_size);
 	free(r.slots);
+	free(spans);
 	free(r.buffer_used);
 	free(r.buffer_busy);
 	close_direct(&r);

@@ -30,10 +30,10 @@ struct kiln__io {
 	int engine;         /* KILN_ENGINE_* */
 	const uint8_t *mem; /* memory engine: read from here instead of fd (the file in memory) */
 	/* The reader engine, for files with neither a descriptor nor memory (a URL opened with
-	 * KILN_OPEN_DIRECTORY_ONLY): bytes of file `file` through its source, one chunk at a
-	 * time. Used when set. */
-	int (*read_at)(void *ctx, uint32_t file, uint64_t off, void *dst, size_t len,
-		       kiln_error *err);
+	 * KILN_OPEN_DIRECTORY_ONLY): spans of file `file` through its source, up to qd chunks in
+	 * one call (a URL's GETs in flight together). Used when set. */
+	int (*read_spans)(void *ctx, uint32_t file, const struct kiln__span *spans, size_t n,
+			  kiln_error *err);
 	void *read_ctx;
 	/* staging mode */
 	void *const *staging;

@@ -529,7 +529,11 @@ struct xfer {
 	CURL *h;
 	uint64_t off, len, got; /* [off, off + len) asked for; got bytes in place */
 	uint8_t *dst;
-	kiln_fetch_fn sink; /* instead of dst: bytes handed on as they come */
+	/* instead of dst: spans within [off, off + len), ascending, landing each at its own dst;
+	 * the bytes between them are dropped */
+	const struct kiln__span *pieces;
+	size_t npieces, piece; /* piece: the first that may still take bytes */
+	kiln_fetch_fn sink;    /* instead of dst: bytes handed on as they come */
 	void *sink_ctx;
 	int open_end; /* to the object's end, not yet known: asked as "off-" */
 	uint32_t attempts;
@@ -718,9 +722,28 @@ static int check_response(struct xfer *x)
 }
 
 /* len bytes of the body to their place; 0, or -1 with x failed. */
+/* Bytes [pos, pos + len) of the object into the pieces they fall in. */
+static void scatter(struct xfer *x, uint64_t pos, const char *buf, size_t len)
+{
+	uint64_t end = pos + len;
+	if (!x->got)
+		x->piece = 0; /* a fresh start */
+	while (x->piece < x->npieces && x->pieces[x->piece].off + x->pieces[x->piece].len <= pos)
+		x->piece++;
+	for (size_t i = x->piece; i < x->npieces && x->pieces[i].off < end; i++) {
+		const struct kiln__span *p = &x->pieces[i];
+		uint64_t a = p->off > pos ? p->off : pos;
+		uint64_t b = p->off + p->len < end ? p->off + p->len : end;
+		if (a < b)
+			memcpy(p->dst + (a - p->off), buf + (a - pos), (size_t)(b - a));
+	}
+}
+
 static int take(struct xfer *x, const char *buf, size_t len)
 {
-	if (x->sink) {
+	if (x->pieces) {
+		scatter(x, x->off + x->got, buf, len);
+	} else if (x->sink) {
 		if (len && x->sink(x->sink_ctx, buf, len)) {
 			x->canceled = 1;
 			fatal(x, ECANCELED, "the sink stopped the fetch");
@@ -1080,19 +1103,50 @@ int kiln__remote_pin(struct kiln__remote *r, uint64_t want, uint8_t *dst, uint64
 	return rc;
 }
 
+/* Spans [i, j) go in one GET when each starts at most this far past the one before's end and
+ * all of them fit in a chunk: a request costs more than this many bytes on any link. */
+#define GAP_MAX ((uint64_t)64 << 10)
+
+/* The end of the run of spans from i that one GET can fetch together. */
+static size_t run_end(const struct kiln__remote *r, const struct kiln__span *spans, size_t n,
+		      size_t i)
+{
+	size_t j = i + 1;
+	uint64_t end = spans[i].off + spans[i].len;
+	while (j < n && spans[i].len && spans[j].len && spans[j].off >= end &&
+	       spans[j].off - end <= GAP_MAX &&
+	       spans[j].off + spans[j].len - spans[i].off <= r->chunk) {
+		end = spans[j].off + spans[j].len;
+		j++;
+	}
+	return j;
+}
+
 int kiln__remote_get(struct kiln__remote *r, const struct kiln__span *spans, size_t n, int progress,
 		     kiln_error *err)
 {
 	size_t count = 0;
-	for (size_t i = 0; i < n; i++)
-		count += (size_t)((spans[i].len + r->chunk - 1) / r->chunk);
+	for (size_t i = 0, j; i < n; i = j) {
+		j = run_end(r, spans, n, i);
+		count += j - i > 1 ? 1 : (size_t)((spans[i].len + r->chunk - 1) / r->chunk);
+	}
 	if (!count)
 		return 0;
 	struct xfer *xs = calloc(count, sizeof(*xs));
 	if (!xs)
 		return nomem(err);
 	size_t k = 0;
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0, j; i < n; i = j) {
+		j = run_end(r, spans, n, i);
+		if (j - i > 1) { /* neighbours: one GET from the first's start to the last's end */
+			xs[k].r = r;
+			xs[k].off = spans[i].off;
+			xs[k].len = spans[j - 1].off + spans[j - 1].len - spans[i].off;
+			xs[k].pieces = &spans[i];
+			xs[k].npieces = j - i;
+			k++;
+			continue;
+		}
 		for (uint64_t at = 0; at < spans[i].len; at += r->chunk, k++) {
 			uint64_t len = spans[i].len - at < r->chunk ? spans[i].len - at : r->chunk;
 			xs[k].r = r;
@@ -1100,6 +1154,7 @@ int kiln__remote_get(struct kiln__remote *r, const struct kiln__span *spans, siz
 			xs[k].len = len;
 			xs[k].dst = spans[i].dst + at;
 		}
+	}
 	pthread_mutex_lock(&r->lock);
 	int rc = r->pinned ? run(r, xs, count, progress, err)
 			   : kiln__fail_inval(err, KILN_NO_INDEX, NULL, "%s: not pinned", r->shown);

@@ -33,12 +33,10 @@ uint64_t kiln__remote_size(const struct kiln__remote *r);
 const char *kiln__remote_etag(const struct kiln__remote *r);
 
 /* Bytes [off, off + len) of each span into its dst, many GETs in flight, each span cut into
- * chunks; `progress` says whether the options' progress callback hears of it. Safe from
- * several threads at once (calls are serialized per object). */
-struct kiln__span {
-	uint64_t off, len;
-	uint8_t *dst;
-};
+ * chunks, and spans in ascending order a small gap apart fetched together in one GET (the
+ * rows of a slice, small tensors one after another); `progress` says whether the options'
+ * progress callback hears of it. Safe from several threads at once (calls are serialized per
+ * object). */
 int kiln__remote_get(struct kiln__remote *r, const struct kiln__span *spans, size_t n, int progress,
 		     kiln_error *err);
 

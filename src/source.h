@@ -40,6 +40,10 @@ struct kiln__source {
 	 * after open gives IO, not SIGBUS). */
 	int (*read)(const struct kiln__file *f, uint64_t off, void *dst, size_t len,
 		    kiln_error *err);
+	/* Many reads at once, each as read() does (spans within the file): a source whose reads
+	 * cost a round trip (a URL) runs them together. NULL: one read() each. */
+	int (*read_spans)(const struct kiln__file *f, const struct kiln__span *spans, size_t n,
+			  kiln_error *err);
 	/* madvise-style hint on [p, p + len) of the file's memory (page aligned); NULL when the
 	 * source's memory is not the page cache's (UNSUPPORTED). Returns 0 or an errno. */
 	int (*hint)(const struct kiln__file *f, void *p, size_t len, unsigned hint);

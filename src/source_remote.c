@@ -296,6 +296,30 @@ static int remote_read(const struct kiln__file *f, uint64_t off, void *dst, size
 	return rc;
 }
 
+/* Spans the memory already holds are copied; the rest go in one batch of GETs, many in flight,
+ * neighbours fetched together. */
+static int remote_read_spans(const struct kiln__file *f, const struct kiln__span *spans, size_t n,
+			     kiln_error *err)
+{
+	struct remote_state *s = state(f);
+	struct kiln__span *rest = malloc((n ? n : 1) * sizeof(*rest));
+	if (!rest)
+		return nomem(err, n * sizeof(*rest), "the spans of a read");
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		const struct kiln__span *p = &spans[i];
+		if (s->block && p->off + p->len <= s->block_end)
+			memcpy(p->dst, s->block + p->off, (size_t)p->len);
+		else if (p->off + p->len <= s->head_len)
+			memcpy(p->dst, s->head + p->off, (size_t)p->len);
+		else if (p->len)
+			rest[k++] = *p;
+	}
+	int rc = k ? kiln__remote_get(s->r, rest, k, 0, err) : 0;
+	free(rest);
+	return rc;
+}
+
 const struct kiln__source kiln__source_remote = {
     .id = KILN_SOURCE_REMOTE,
     .attach = remote_attach,
@@ -305,6 +329,7 @@ const struct kiln__source kiln__source_remote = {
     .finish = remote_finish,
     .release = remote_release,
     .read = remote_read,
+    .read_spans = remote_read_spans,
     .pinnable = 1,
 };
 

@@ -110,11 +110,16 @@ static void files_put(struct files *fs)
 	free(fs->mems);
 }
 
-static int read_through_source(void *ctx, uint32_t file, uint64_t off, void *dst, size_t len,
+static int read_through_source(void *ctx, uint32_t file, const struct kiln__span *spans, size_t n,
 			       kiln_error *err)
 {
 	const struct kiln__file *f = &((const kiln_model *)ctx)->files[file];
-	return f->src->read(f, off, dst, len, err);
+	if (f->src->read_spans)
+		return f->src->read_spans(f, spans, n, err);
+	int rc = 0;
+	for (size_t i = 0; i < n && !rc; i++)
+		rc = f->src->read(f, spans[i].off, spans[i].dst, (size_t)spans[i].len, err);
+	return rc;
 }
 
 /* Run the engine over `ranges` of the files (one queue for all of them), staging through
@@ -133,7 +138,7 @@ static int run(const struct files *fs, const kiln_stream_options *o,
 	    .qd = o->queue_depth ? o->queue_depth : KILN__QD_DEFAULT,
 	    .engine = (int)o->engine,
 	    .mem = fs->one_mem,
-	    .read_at = fs->reader ? read_through_source : NULL,
+	    .read_spans = fs->reader ? read_through_source : NULL,
 	    .read_ctx = (void *)fs->reader,
 	    .staging = o->staging,
 	    .nstaging = o->staging_count,

@@ -6,7 +6,8 @@
 GET /FAULT/PATH forwards GET /PATH (with its Range and If-Match) to 127.0.0.1:UPSTREAM_PORT and
 answers with the upstream's response, except as FAULT says. FAULT is NAME or NAME:N; with N, the
 first N requests for that FAULT and PATH misbehave and later ones pass through (counters reset
-with GET /_reset; GET /_count/FAULT/PATH says how many requests it has seen). /ok/PATH and
+with GET /_reset; GET /_count/FAULT/PATH says how many requests it has seen, GET
+/_bytes/FAULT/PATH how many body bytes it passed through for them). /ok/PATH and
 /ok:N/PATH pass through (N only keeps counts apart). GET /_headers/FAULT/PATH gives the headers
 of the last request for FAULT and PATH, one "name: value" line each (names lowercased). A request
 in absolute form (GET http://HOST/FAULT/PATH, as to an HTTP proxy) is served like /FAULT/PATH, so
@@ -15,6 +16,7 @@ the proxy stands in for any host through http_proxy.
   503, 429     answer that status (with an S3 error body; 429 with Retry-After: 0)
   reset        close the connection without an answer
   cut          send the headers and half the body, then close
+  cutnth:N     the Nth request only (counting from 1) as cut, the others passed through
   stall        send the headers and a few bytes, then wait 30 s
   badrange     a Content-Range one byte off
   morebody     a body longer than its Content-Range (Content-Length says so)
@@ -37,6 +39,7 @@ import time
 UP = int(sys.argv[1])
 STATE = sys.argv[2]
 counts = {}
+sent = {}
 heads = {}
 lock = threading.Lock()
 
@@ -77,12 +80,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if self.path == "/_reset":
             with lock:
                 counts.clear()
+                sent.clear()
             self.send(200, [("Content-Length", "0")], b"")
             return
-        if self.path.startswith("/_count/"):
+        if self.path.startswith(("/_count/", "/_bytes/")):
             fault, _, path = self.path[len("/_count/"):].partition("/")
+            table = counts if self.path.startswith("/_count/") else sent
             with lock:
-                n = str(counts.get((fault, "/" + path), 0)).encode()
+                n = str(table.get((fault, "/" + path), 0)).encode()
             self.send(200, [("Content-Length", str(len(n)))], n)
             return
         parts = self.path.split("/", 2)
@@ -95,9 +100,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
             seen = counts.get((fault, path), 0)
             counts[(fault, path)] = seen + 1
             heads[(fault, path)] = list(self.headers.items())
-        active = name != "ok" and (not n or seen < int(n))
+        if name == "cutnth":
+            active, name = seen == int(n) - 1, "cut"
+        else:
+            active = name != "ok" and (not n or seen < int(n))
         if not active:
             status, headers, body = self.upstream(path)
+            with lock:
+                sent[(fault, path)] = sent.get((fault, path), 0) + len(body)
             self.send(status, headers, body)
             return
         if name in ("503", "429"):
