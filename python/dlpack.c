@@ -102,6 +102,8 @@ PyObject *kp_bytes_capsule(void *data, uint64_t len, PyObject *owner)
 static PyObject *make_capsule(TensorObject *self, int raw)
 {
 	const kiln_tensor *t = self->t;
+	if (!t->data && t->byte_length)
+		return no_data(t, self->index, "DLPack");
 	DLDataType dt = {1, 8, 1};
 	if (!raw && dl_type(t->dtype, &dt) < 0)
 		return no_type(t, self->index, "DLPack",

@@ -59,6 +59,8 @@ PyObject *tensor_new(OwnerObject *owner, const kiln_tensor *t);
 PyObject *name_of(const char *p, size_t len);
 /* TypeError: tensor `index` has a dtype `what` (numpy, DLPack) has no type for. */
 PyObject *no_type(const kiln_tensor *t, uint64_t index, const char *what, const char *hint);
+/* ValueError for a view with no bytes in memory (a directory-only open): `what` cannot view it. */
+PyObject *no_data(const kiln_tensor *t, uint64_t index, const char *what);
 /* A data pointer for empty payloads, so numpy and DLPack consumers never get NULL. */
 extern const unsigned char empty_payload[64];
 

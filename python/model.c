@@ -419,6 +419,98 @@ out:
 	return ret;
 }
 
+/*
+ * read_slices(items, *, direct=False): kiln_read_slices, one queue of reads for many slices;
+ * items is a sequence of (key, axis, start, stop, buffer), the slice's bytes landing in the
+ * buffer (at least kiln_slice_size() bytes). Works on every open, directory-only included.
+ */
+static PyObject *dir_read_slices(DirObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"items", "direct", NULL};
+	PyObject *items;
+	int direct = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$p:read_slices", kwlist, &items, &direct))
+		return NULL;
+	OwnerObject *o = dir_owner(self);
+	if (!o)
+		return NULL;
+	PyObject *seq = PySequence_Fast(items, "items must be a sequence of "
+					       "(tensor, axis, start, stop, buffer)");
+	if (!seq)
+		return NULL;
+	Py_ssize_t n = PySequence_Fast_GET_SIZE(seq), got = 0;
+	uint64_t *idx = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*idx));
+	kiln_slice *sl = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*sl));
+	void **dests = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*dests));
+	Py_buffer *views = PyMem_Calloc(n ? (size_t)n : 1, sizeof(*views));
+	PyObject *ret = NULL;
+	if (!idx || !sl || !dests || !views) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *key, *buf;
+		unsigned int axis;
+		unsigned long long start, stop;
+		if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "OIKKO", &key, &axis,
+				      &start, &stop, &buf)) {
+			PyErr_Format(PyExc_TypeError,
+				     "read_slices: item %zd is not (tensor, axis, start, stop, "
+				     "buffer)",
+				     i);
+			goto out;
+		}
+		if (resolve_index(o, key, &idx[i]) < 0)
+			goto out;
+		sl[i] = (kiln_slice){.axis = axis, .start = start, .stop = stop};
+		const kiln_tensor *t = kiln_model_tensor(o->model, idx[i]);
+		uint64_t need;
+		kiln_error err;
+		int rc = kiln_slice_size(t, &sl[i], &need, &err);
+		if (rc) {
+			raise_kiln(rc, &err);
+			goto out;
+		}
+		if (PyObject_GetBuffer(buf, &views[i], PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+			goto out;
+		got = i + 1;
+		if ((uint64_t)views[i].len < need) {
+			PyErr_Format(PyExc_ValueError,
+				     "a buffer of %zd bytes cannot hold the slice of tensor %llu "
+				     "(%llu bytes)",
+				     views[i].len, (unsigned long long)local_index(o->model, t),
+				     (unsigned long long)need);
+			goto out;
+		}
+		dests[i] = views[i].buf;
+	}
+	kiln_stream_options so;
+	memset(&so, 0, sizeof(so));
+	so.size = sizeof(so);
+	so.flags = direct ? KILN_STREAM_DIRECT : 0;
+	kiln_stream_result res;
+	memset(&res, 0, sizeof(res));
+	kiln_error err;
+	int rc;
+	Py_INCREF(o);
+	const kiln_model *m = o->model;
+	Py_BEGIN_ALLOW_THREADS rc =
+	    kiln_read_slices(m, idx, sl, (size_t)n, (void *const *)dests, &so, &res, &err);
+	Py_END_ALLOW_THREADS Py_DECREF(o);
+	if (rc)
+		raise_kiln(rc, &err);
+	else
+		ret = PyLong_FromUnsignedLongLong(res.bytes);
+out:
+	for (Py_ssize_t i = 0; i < got; i++)
+		PyBuffer_Release(&views[i]);
+	PyMem_Free(idx);
+	PyMem_Free(sl);
+	PyMem_Free(dests);
+	PyMem_Free(views);
+	Py_DECREF(seq);
+	return ret;
+}
 /* kiln_load's callbacks, on the calling thread with the GIL released: each takes it back. A
  * Python exception stops the load and is kept for load() to raise. */
 struct load_cb {
@@ -867,6 +959,12 @@ static PyMethodDef dir_methods[] = {
      "all) fills `all` (writable, world x len(mine) bytes) with every rank's in rank order;\n"
      "every rank ends with every tensor. Before any chunk, the ranks compare what they opened\n"
      "(an error names the difference)."},
+    {"read_slices", (PyCFunction)(void (*)(void))dir_read_slices, METH_VARARGS | METH_KEYWORDS,
+     "read_slices(items, *, direct=False) -> int\n"
+     "Read slices of tensors into buffers (kiln_read_slices): items is a sequence of\n"
+     "(tensor, axis, start, stop, buffer), each slice [start, stop) of one axis landing in its\n"
+     "buffer as a C-contiguous array of the slice's shape. Only the slice's bytes are read, all\n"
+     "in one queue, the GIL released; works on a directory-only open. Returns the bytes read."},
     {"close", (PyCFunction)dir_close, METH_NOARGS,
      "Drop this Dir's hold on the directory. Arrays, tensors and views made from it stay\n"
      "valid: the directory is closed when the last of them is gone."},
@@ -940,16 +1038,16 @@ static DirObject *new_dir(void)
 PyObject *mod_open(PyObject *mod, PyObject *args, PyObject *kw)
 {
 	(void)mod;
-	static char *kwlist[] = {"path",   "source",        "direct",  "populate",
-				 "verify", "copy_on_write", "threads", "format",
-				 "align",  "one_file",      NULL};
+	static char *kwlist[] = {"path",   "source",        "direct",         "populate",
+				 "verify", "copy_on_write", "threads",        "format",
+				 "align",  "one_file",      "directory_only", NULL};
 	PyObject *path = NULL;
 	const char *source = "mmap", *format = "auto";
-	int direct = 0, populate = 0, verify = 0, cow = 1, align = 0, one_file = 0;
+	int direct = 0, populate = 0, verify = 0, cow = 1, align = 0, one_file = 0, dironly = 0;
 	unsigned int threads = 0;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|$sppppIspp:open", kwlist,
-					 PyUnicode_FSConverter, &path, &source, &direct, &populate,
-					 &verify, &cow, &threads, &format, &align, &one_file))
+	if (!PyArg_ParseTupleAndKeywords(
+		args, kw, "O&|$sppppIsppp:open", kwlist, PyUnicode_FSConverter, &path, &source,
+		&direct, &populate, &verify, &cow, &threads, &format, &align, &one_file, &dironly))
 		return NULL;
 	kiln_open_options opts;
 	memset(&opts, 0, sizeof(opts));
@@ -979,7 +1077,7 @@ PyObject *mod_open(PyObject *mod, PyObject *args, PyObject *kw)
 	/* Any DLPack consumer may write (torch has no read-only tensors): a copy-on-write mapping
 	 * turns such a write into a private copy of the page instead of SIGSEGV. Reading costs
 	 * the same; numpy arrays stay read-only regardless. */
-	if (cow && opts.source == KILN_SOURCE_MMAP)
+	if (cow && opts.source == KILN_SOURCE_MMAP && !dironly)
 		opts.flags |= KILN_OPEN_PRIVATE;
 
 	/* Any format (KLNT, safetensors, GGUF) unless the caller names one: a file of another
@@ -999,6 +1097,10 @@ PyObject *mod_open(PyObject *mod, PyObject *args, PyObject *kw)
 		opts.flags |= KILN_OPEN_ALIGN;
 	if (one_file)
 		opts.flags |= KILN_OPEN_ONE_FILE;
+	/* Nothing of the payload in memory: numpy() and DLPack refuse, copy(), read_into(),
+	 * load() and read_slices() read through the source. */
+	if (dironly)
+		opts.flags |= KILN_OPEN_DIRECTORY_ONLY;
 
 	DirObject *d = new_dir();
 	if (!d) {
@@ -1018,8 +1120,9 @@ PyObject *mod_open(PyObject *mod, PyObject *args, PyObject *kw)
 		return raise_kiln(rc, &err);
 	}
 	owner->model = model;
-	owner->writable = (cow && opts.source == KILN_SOURCE_MMAP) ||
-			  opts.source == KILN_SOURCE_READ || opts.source == KILN_SOURCE_URING;
+	owner->writable =
+	    !dironly && ((cow && opts.source == KILN_SOURCE_MMAP) ||
+			 opts.source == KILN_SOURCE_READ || opts.source == KILN_SOURCE_URING);
 	return (PyObject *)d;
 }
 

@@ -357,10 +357,22 @@ static PyObject *mod_dtype_bits(PyObject *mod, PyObject *arg)
 	return PyLong_FromUnsignedLong(kiln_dtype_bits(code));
 }
 
+static PyObject *mod_is_url(PyObject *mod, PyObject *arg)
+{
+	(void)mod;
+	PyObject *b = NULL;
+	if (!PyUnicode_FSConverter(arg, &b))
+		return NULL;
+	int r = kiln_path_is_url(PyBytes_AS_STRING(b));
+	Py_DECREF(b);
+	return PyBool_FromLong(r);
+}
+
 static PyMethodDef module_methods[] = {
     {"open", (PyCFunction)(void (*)(void))mod_open, METH_VARARGS | METH_KEYWORDS,
      "open(path, *, source=\"mmap\", direct=False, populate=False, verify=False,\n"
-     "     copy_on_write=True, threads=0, format=\"auto\", align=False, one_file=False) -> Dir\n\n"
+     "     copy_on_write=True, threads=0, format=\"auto\", align=False, one_file=False,\n"
+     "     directory_only=False) -> Dir\n\n"
      "Open and validate a model: a KLNT file or any shard of a KLNT series\n"
      "(STEM-NNNNN-of-MMMMM.klnt), a .safetensors file, any shard of a sharded checkpoint or\n"
      "its model.safetensors.index.json, or a .gguf file or any part of a split one: every\n"
@@ -372,7 +384,10 @@ static PyMethodDef module_methods[] = {
      "threads > 1 reads on that many threads, the GIL released), \"auto\". copy_on_write\n"
      "(mmap): map copy-on-write, so a consumer that writes through DLPack (torch) changes a\n"
      "private copy, never the file; False maps read-only shared, where such a write is a\n"
-     "segmentation fault. Raises a kiln.Error subclass."},
+     "segmentation fault. directory_only: read the header and directory only (for a URL,\n"
+     "one request): tensors have no bytes in memory, so numpy() and DLPack raise, while\n"
+     "copy(), read_into(), Dir.load() and Dir.read_slices() read them through the source\n"
+     "(ranged GETs for a URL). Raises a kiln.Error subclass."},
     {"write_file", (PyCFunction)(void (*)(void))mod_write_file, METH_VARARGS | METH_KEYWORDS,
      "write_file(path, tensors, *, sync=True, max_shard_size=0, metadata=None) -> str\n\n"
      "Write canonical KLNT: one file, or a series STEM-0000k-of-0000N.klnt beside path when\n"
@@ -384,6 +399,8 @@ static PyMethodDef module_methods[] = {
      "file (kiln_write_file: a shard written by hand, its name not checked). Returns the path\n"
      "of the (first) file."},
     {"dtype_bits", (PyCFunction)mod_dtype_bits, METH_O, "Bits per element of a dtype name."},
+    {"is_url", (PyCFunction)mod_is_url, METH_O,
+     "is_url(path) -> bool: whether kiln fetches path as a URL (s3://, http://, https://)."},
     {"parse", (PyCFunction)mod_parse, METH_O,
      "parse(data) -> Dir\n\nValidate and index one file held in memory (bytes or any buffer): "
      "every check of open(); the tensors view `data`, which the Dir keeps alive."},

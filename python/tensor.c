@@ -238,6 +238,20 @@ PyObject *no_type(const kiln_tensor *t, uint64_t index, const char *what, const 
 	return NULL;
 }
 
+PyObject *no_data(const kiln_tensor *t, uint64_t index, const char *what)
+{
+	PyObject *name = name_of(t->name, t->name_len);
+	if (!name)
+		return NULL;
+	PyErr_Format(PyExc_ValueError,
+		     "tensor %llu (%R) was opened directory-only: its bytes are not in memory, so "
+		     "%s cannot view them; copy(), read_into(), Dir.load() or Dir.read_slices() "
+		     "read them",
+		     (unsigned long long)index, name, what);
+	Py_DECREF(name);
+	return NULL;
+}
+
 /* A data pointer for empty payloads, so numpy never allocates memory of its own. */
 _Alignas(64) const unsigned char empty_payload[64];
 
@@ -290,6 +304,8 @@ static PyObject *tensor_numpy(TensorObject *self, PyObject *args, PyObject *kw)
 				    "(open with copy_on_write=True or an owned source)",
 				    (unsigned long long)self->index);
 	const kiln_tensor *t = self->t;
+	if (!t->data && t->byte_length)
+		return no_data(t, self->index, "numpy()");
 	npy_intp dims[KILN_MAX_RANK];
 	int nd, type;
 	if (array_shape(t, self->index, raw, &type, &nd, dims) < 0)

@@ -48,6 +48,7 @@ from ._kiln import (  # noqa: F401
     LimitError,
     Tensor,
     UTF8Error,
+    is_url,
     library_version,
     open,
     write_file,
