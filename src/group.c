@@ -3,12 +3,14 @@
  * Read once per group (kiln_group_load): the payload bytes of the list, laid end to end, are cut
  * into chunks; chunk c is read by rank c % world alone, and each round of `world` chunks is
  * exchanged with the caller's all-gather, so every rank ends with every byte and the group reads
- * the model once. Before any exchange the ranks compare fingerprints of what they opened.
+ * the model once. Round k + 1 is read while round k is exchanged. Before any exchange the ranks
+ * compare fingerprints of what they opened.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -202,6 +204,59 @@ static int exchange(const kiln_collective *c, uint8_t *own, uint8_t *all, size_t
 	return 0;
 }
 
+/* The bytes rank `rank` reads in round k: [*from, *from + return) of the concatenation. */
+static uint64_t mine_of(uint32_t rank, uint32_t W, uint32_t chunk, uint64_t nchunks, uint64_t total,
+			uint64_t k, uint64_t *from)
+{
+	uint64_t mc = k * W + rank;
+	*from = mc * chunk;
+	return mc < nchunks ? (total - *from < chunk ? total - *from : chunk) : 0;
+}
+
+/* This rank's read of one round, on a thread of its own while the round before is exchanged:
+ * the exchange (the network's time) and the read (the storage's) overlap. */
+struct reader {
+	const kiln_model *m;
+	const kiln_stream_options *so;
+	struct walk w; /* ranges of its own: the scatter of the round before uses the others */
+	uint64_t from, len;
+	uint8_t *dst;
+	int rc;
+	kiln_error err;
+	pthread_t th;
+	int threaded;
+};
+
+static void *read_round(void *arg)
+{
+	struct reader *r = arg;
+	kiln__clear_error(&r->err);
+	size_t n = ranges_of(&r->w, r->from, r->len, r->dst);
+	kiln_stream_result sr;
+	r->rc = kiln__stream_ranges(r->m, r->so, r->w.ranges, n, &sr, &r->err);
+	return NULL;
+}
+
+/* Start reading [from, from + len) into dst: on a thread, or here when none can start. */
+static void read_start(struct reader *r, uint64_t from, uint64_t len, uint8_t *dst)
+{
+	r->from = from;
+	r->len = len;
+	r->dst = dst;
+	r->rc = 0;
+	r->threaded = len && pthread_create(&r->th, NULL, read_round, r) == 0;
+	if (len && !r->threaded)
+		read_round(r);
+}
+
+static int read_finish(struct reader *r)
+{
+	if (r->threaded)
+		pthread_join(r->th, NULL);
+	r->threaded = 0;
+	return r->rc;
+}
+
 KILN_API int kiln_group_load(const kiln_model *m, const uint64_t *tensors, size_t count,
 			     void *const *dests, const kiln_collective *c,
 			     const kiln_group_options *o, kiln_group_result *res, kiln_error *err)
@@ -275,17 +330,21 @@ KILN_API int kiln_group_load(const kiln_model *m, const uint64_t *tensors, size_
 		if (b - a + 1 > most)
 			most = b - a + 1;
 	}
-	uint8_t *own = NULL, *got = NULL;
+	/* Two slots of this rank's own (one read while the other is exchanged) and the world's. */
+	uint8_t *own[2] = {NULL, NULL}, *got = NULL;
 	size_t slot = HEAD + (size_t)chunk;
+	struct reader rd = {.m = m, .w = w};
 	if (!rc && nchunks) {
-		own = kiln__owned_alloc(slot);
+		own[0] = kiln__owned_alloc(slot);
+		own[1] = kiln__owned_alloc(slot);
 		got = kiln__owned_alloc(slot * W);
 		w.ranges = calloc(most, sizeof(*w.ranges));
-		if (!own || !got || !w.ranges)
+		rd.w.ranges = calloc(most, sizeof(*rd.w.ranges));
+		if (!own[0] || !own[1] || !got || !w.ranges || !rd.w.ranges)
 			rc = kiln__fail_sys(err, KILN_NOMEM, ENOMEM,
 					    "cannot allocate %u x %zu bytes for the exchange",
-					    W + 1, slot);
-		r.staging_bytes = (uint64_t)slot * (W + 1);
+					    W + 2, slot);
+		r.staging_bytes = (uint64_t)slot * (W + 2);
 	}
 	/* The kernel's read-ahead would read past a chunk into the next rank's: each byte would be
 	 * read twice between the ranks (1.36x the file for two). */
@@ -295,19 +354,25 @@ KILN_API int kiln_group_load(const kiln_model *m, const uint64_t *tensors, size_
 	kiln_stream_options so = {.size = sizeof(so),
 				  .flags =
 				      o && (o->flags & KILN_LOAD_DIRECT) ? KILN_STREAM_DIRECT : 0};
+	rd.so = &so;
+	uint64_t from, len;
+	if (!rc && rounds) {
+		len = mine_of(c->rank, W, chunk, nchunks, total, 0, &from);
+		read_start(&rd, from, len, own[0] + HEAD);
+	}
 	for (uint64_t k = 0; !rc && k < rounds; k++) {
-		uint64_t mc = k * W + c->rank, from = mc * chunk;
-		uint64_t len = mc < nchunks ? (total - from < chunk ? total - from : chunk) : 0;
-		failed = 0;
-		if (len) {
-			size_t n = ranges_of(&w, from, len, own + HEAD);
-			kiln_stream_result sr;
-			failed = kiln__stream_ranges(m, &so, w.ranges, n, &sr, err);
-			if (!failed)
-				r.bytes_read += len;
+		len = mine_of(c->rank, W, chunk, nchunks, total, k, &from);
+		failed = read_finish(&rd);
+		if (failed && err)
+			*err = rd.err;
+		else if (!failed)
+			r.bytes_read += len;
+		if (!failed && k + 1 < rounds) {
+			uint64_t nf, nl = mine_of(c->rank, W, chunk, nchunks, total, k + 1, &nf);
+			read_start(&rd, nf, nl, own[(k + 1) & 1] + HEAD);
 		}
 		/* Every rank passes a whole slot (the last ones padded): one size for all. */
-		rc = exchange(c, own, got, chunk, failed, "a chunk", err);
+		rc = exchange(c, own[k & 1], got, chunk, failed, "a chunk", err);
 		for (uint32_t q = 0; !rc && q < W; q++) {
 			uint64_t qc = k * W + q, qf = qc * chunk;
 			if (qc >= nchunks)
@@ -319,12 +384,15 @@ KILN_API int kiln_group_load(const kiln_model *m, const uint64_t *tensors, size_
 		}
 		r.rounds++;
 	}
+	read_finish(&rd); /* the read of a round whose exchange did not happen */
 	for (uint32_t i = 0; i < m->nfiles; i++)
 		if (m->files[i].fd >= 0 && !m->files[i].mem)
 			posix_fadvise(m->files[i].fd, 0, 0, POSIX_FADV_NORMAL);
-	kiln__owned_free(own, slot);
+	kiln__owned_free(own[0], slot);
+	kiln__owned_free(own[1], slot);
 	kiln__owned_free(got, slot * W);
 	free(w.ranges);
+	free(rd.w.ranges);
 	free(ends);
 	if (res)
 		*res = r;

@@ -1098,7 +1098,7 @@ typedef struct kiln_group_result {
 	uint64_t bytes_read;     /* payload bytes this rank read from its source */
 	uint64_t bytes_received; /* payload bytes the other ranks read for it */
 	uint64_t rounds;         /* exchanges of chunks */
-	uint64_t staging_bytes;  /* memory held for the exchange: (world + 1) slots of a chunk */
+	uint64_t staging_bytes;  /* memory held for the exchange: (world + 2) slots of a chunk */
 	uint64_t reserved[4];
 } kiln_group_result;
 
@@ -1108,8 +1108,9 @@ typedef struct kiln_group_result {
  * opened (the number of files, their sizes, the bytes of their headers and directories, URLs'
  * ETags, the list, the chunk size, the world) and all fail with INVAL naming the first field
  * that differs. A rank whose read fails tells the others in the next exchange: every rank
- * returns an error naming it. Memory: (world + 1) chunks. Returns 0, INVAL, NOMEM, IO, or the
- * collective's error.
+ * returns an error naming it. Each round's read runs on a thread of its own while the round
+ * before is exchanged. Memory: (world + 2) chunks, each with a 128-byte head. Returns 0, INVAL,
+ * NOMEM, IO, or the collective's error.
  */
 KILN_API int kiln_group_load(const kiln_model *model, const uint64_t *tensors, size_t count,
 			     void *const *dests, const kiln_collective *collective,

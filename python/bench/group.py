@@ -3,7 +3,8 @@
 """Read once per group against each rank reading alone (docs/benchmarks.md, "Read once"):
 world ranks (processes, gloo on 127.0.0.1), each with its own cold copy of a KLNT file, time from
 a barrier until every rank holds every tensor (the next barrier), and the bytes each read from
-storage (/proc/self/io read_bytes), rounds alternating the two modes.
+storage (/proc/self/io read_bytes), rounds rotating the modes. A third mode, exchange, runs the
+group's all-gathers of the same bytes with no reads: the interconnect's floor under the group.
 
     PYTHONPATH=build/python /usr/bin/python3 python/bench/group.py --size-mib 1024 --dir /var/tmp
 
@@ -42,15 +43,31 @@ def rank_main(path, rounds):
 
     import kiln
 
+    import torch
+
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=300))
-    rank = dist.get_rank()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    with kiln.open(path, directory_only=True) as d:
+        payload = sum(t.nbytes for t in d)
+    chunk = 8 << 20  # kiln_group_load's default, with its 128-byte head per slot
+    slots = (payload + chunk - 1) // chunk
+
+    def exchange():
+        mine = torch.zeros(chunk + 128, dtype=torch.uint8)
+        every = torch.empty(world * (chunk + 128), dtype=torch.uint8)
+        for _ in range(1 + (slots + world - 1) // world):  # the fingerprints, then the rounds
+            dist.all_gather(list(every.chunk(world)), mine)
+        return every
+
+    modes = ["group", "alone", "exchange"]
     rows = []
     for r in range(rounds):
-        for mode in (("group", "alone") if r % 2 == 0 else ("alone", "group")):
+        for mode in modes[r % 3:] + modes[:r % 3]:
             evict(path)
             dist.barrier()
             before, t0 = read_bytes(), time.perf_counter()
-            sd = kiln.torch.load(path, group=True) if mode == "group" else kiln.torch.load(path)
+            sd = (kiln.torch.load(path, group=True) if mode == "group" else
+                  kiln.torch.load(path) if mode == "alone" else exchange())
             dist.barrier()
             t = time.perf_counter() - t0
             rows.append({"mode": mode, "seconds": t, "read": read_bytes() - before})
@@ -93,7 +110,7 @@ def main():
         size = os.path.getsize(os.path.join(work, "rank0.klnt"))
         print(f"{a.size_mib} MiB KLNT file ({size} bytes), world {a.world}, gloo, cold copies, "
               f"{a.rounds} rounds")
-        for mode in ("group", "alone"):
+        for mode in ("group", "alone", "exchange"):
             times = [out[0]["rows"][i]["seconds"] for i in range(len(out[0]["rows"]))
                      if out[0]["rows"][i]["mode"] == mode]
             reads = [sum(o["rows"][i]["read"] for o in out) for i in range(len(out[0]["rows"]))
@@ -101,14 +118,14 @@ def main():
             print(f"  {mode:6s} median {statistics.median(times):7.3f} s  "
                   f"{size / 1e9 / statistics.median(times):5.2f} GB/s of the file  "
                   f"read from storage by all ranks: {statistics.median(reads) / size:.2f}x the file")
-        ratios = []
         rows = out[0]["rows"]
-        for i in range(0, len(rows), 2):
-            g = [x for x in rows[i:i + 2] if x["mode"] == "group"][0]["seconds"]
-            al = [x for x in rows[i:i + 2] if x["mode"] == "alone"][0]["seconds"]
-            ratios.append(al / g)
-        print(f"  group vs alone: {statistics.median(ratios):.2f}x (median of the rounds' "
-              f"alone time over group time)")
+        for other in ("alone", "exchange"):
+            ratios = []
+            for i in range(0, len(rows), 3):
+                one = {x["mode"]: x["seconds"] for x in rows[i:i + 3]}
+                ratios.append(one[other] / one["group"])
+            print(f"  group vs {other}: {statistics.median(ratios):.2f}x (median of the rounds' "
+                  f"{other} time over group time)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -9,6 +9,7 @@ when it is used.
 """
 
 import fnmatch
+import os as _os
 import mmap as _mmap
 import warnings as _warnings
 
@@ -89,23 +90,21 @@ def _split_bounds(n, world, rank):
 
 
 def _share(t, axis, world, rank):
-    """Rank's share of kiln Tensor t along axis (a copy of those bytes only), as a torch
-    tensor."""
-    dt = _dtype(t)
-    if dt is None or t.count == 0 and t.nbytes:
+    """Rank's share of kiln Tensor t along axis: (axis, start, stop, shape, nbytes)."""
+    if _dtype(t) is None or t.count == 0 and t.nbytes:
         raise ValueError(f"tp: tensor {t.name!r} has dtype {t.dtype}, which cannot be split "
                          f"into shares")
     if not -len(t.shape) <= axis < len(t.shape):
         raise ValueError(f"tp: tensor {t.name!r} has {len(t.shape)} axes: there is no axis "
                          f"{axis}")
     axis %= len(t.shape)
-    item = t.nbytes // t.count if t.count else 1
     start, stop = _split_bounds(t.shape[axis], world, rank)
-    raw = t.numpy(raw=True).reshape(tuple(t.shape) + (item,))
-    part = _np.ascontiguousarray(raw[(slice(None),) * axis + (slice(start, stop),)])
     shape = tuple(t.shape[:axis]) + (stop - start,) + tuple(t.shape[axis + 1:])
-    out = torch.from_numpy(part.reshape(-1))
-    return out.view(dt).reshape(shape), part.nbytes
+    item = t.nbytes // t.count if t.count else 0
+    n = item
+    for d in shape:
+        n *= d
+    return axis, start, stop, shape, n
 
 
 def _group_load(d, views, sequence, group, tp, stats):
@@ -122,26 +121,42 @@ def _group_load(d, views, sequence, group, tp, stats):
                 return int(axis)
         return None
 
-    final, pairs, raw = {}, [], {}
-    tp_bytes = 0
+    final, pairs, raw, shares, slices = {}, [], {}, [], []
     for i in sequence:
         t = views[i]
         axis = axis_of(t.name)
         if axis is not None:
-            final[i], n = _share(t, axis, world, rank)
-            tp_bytes += n
+            # Only this rank's share, read with kiln's slice reads (from any source, all in
+            # one queue): no other rank needs these bytes.
+            axis, start, stop, shape, n = _share(t, axis, world, rank)
+            buf = _host_buffer(n, False)
+            shares.append((i, shape, buf))
+            slices.append((t, axis, start, stop, buf.numpy()))
             continue
         raw[i] = _host_buffer(t.nbytes, False)
         pairs.append((t, raw[i].numpy()))
+
+    calls = [0]
 
     def all_gather(mine, all_):
         with _warnings.catch_warnings():
             _warnings.simplefilter("ignore")  # frombuffer of a read-only view
             src = torch.frombuffer(mine, dtype=torch.uint8)
             dst = torch.frombuffer(all_, dtype=torch.uint8)
-        # Raw bytes: gloo in torch 1.13 refuses some dtypes, uint8 goes through.
-        dist.all_gather(list(dst.chunk(world)), src, group=group)
+        what = "the fingerprints" if calls[0] == 0 else f"round {calls[0]} of chunks"
+        calls[0] += 1
+        try:
+            # Raw bytes: gloo in torch 1.13 refuses some dtypes, uint8 goes through.
+            dist.all_gather(list(dst.chunk(world)), src, group=group)
+        except Exception as e:
+            # A peer that died (its connection reset) or stalled past the process group's
+            # timeout: gloo's error, said where it happened.
+            raise RuntimeError(f"kiln.torch.load(group=): rank {rank} of {world}: the "
+                               f"all-gather of {what} failed: {e}") from e
 
+    tp_bytes = d.read_slices(slices) if slices else 0
+    for i, shape, buf in shares:
+        final[i] = buf.view(_dtype(views[i])).reshape(shape)
     r = d.group_load(pairs, rank, world, all_gather)
     for i, buf in raw.items():
         final[i] = _shaped(views[i], buf)
@@ -163,17 +178,23 @@ def load(path, device="cpu", *, threads=None, order=None, progress=None, group=N
     Unnamed tensors (KLNT files may have them) are keyed by their index. Tensors of a dtype torch
     lacks (GGUF's quantized blocks, 4-bit types) come as their raw bytes, uint8 of shape
     (nbytes,). For a CUDA device the bytes land in pinned host memory and each tensor is copied
-    to its GPU as soon as it is ready (non-blocking), so the copies overlap the reads.
+    to its GPU as soon as it is ready (non-blocking), so the copies overlap the reads. A URL is
+    read with ranged GETs straight into the tensors' memory; with a cache configured
+    (KILN_CACHE_DIR) it is opened through the cache instead, which keeps the object.
 
     ``group`` (a torch.distributed process group, or True for the default one): every rank of the
     group calls load with the path of its own copy of the same model (one node's disk, or the
     same path on a shared file system), and the group reads it once between them: each byte is
     read by one rank and all-gathered to the others (raw bytes, so gloo's dtype limits do not
     apply), every rank ending with every tensor, bit for bit what a one-process load gives.
-    Copies that differ (sizes, directory bytes, a URL's ETag) raise before any exchange. A rank
-    that dies is noticed by the process group (its timeout: set one in init_process_group).
+    Copies that differ (sizes, directory bytes, a URL's ETag) raise before any exchange. Every
+    rank may pass one URL: each fetches only its chunks. A rank that dies closes its
+    connections and the others raise at once; one that stalls makes them raise once the process
+    group's timeout passes (``timeout=`` of init_process_group; torch's default is 30 minutes).
     ``tp`` ({fnmatch pattern: axis}): a matching tensor comes as this rank's share,
-    ``torch.tensor_split(t, world, dim=axis)[rank]``, read by this rank alone; others whole.
+    ``torch.tensor_split(t, world, dim=axis)[rank]``, read by this rank alone (only its bytes
+    from a file; over a URL an inner axis's rows come with the gaps between them); others
+    whole.
     ``stats`` (a dict): filled with bytes_read, bytes_received, tp_bytes_read, rank and world.
     With a group, tensors are on the CPU (move them after) and threads/order/progress do not
     apply.
@@ -190,7 +211,12 @@ def load(path, device="cpu", *, threads=None, order=None, progress=None, group=N
         if dev.type not in ("cpu", "cuda"):
             raise ValueError(f"device {dev}: kiln.torch.load places tensors on cpu or cuda")
 
-    with _kiln.open(path) as d:
+    # Directory-only: the pipeline reads the payload straight into the tensors' memory, from a
+    # file or with ranged GETs, so a URL is not fetched whole into memory first. A URL with a
+    # cache configured (KILN_CACHE_DIR) is opened whole, through the cache, unless a group
+    # reads it (each rank then fetches only its chunks).
+    whole = (group is None and _kiln.is_url(path) and bool(_os.environ.get("KILN_CACHE_DIR")))
+    with _kiln.open(path, directory_only=not whole) as d:
         views = [d[i] for i in range(len(d))]
         keys = [t.name if t.name is not None else i for i, t in enumerate(views)]
         first = []

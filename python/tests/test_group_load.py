@@ -27,22 +27,27 @@ SAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "
                        "samples")
 
 WORKER = textwrap.dedent("""
-    import datetime, hashlib, json, os, sys
+    import datetime, hashlib, json, os, sys, time
     import torch, torch.distributed as dist
     import kiln
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     path, out = sys.argv[1], sys.argv[2]
     tp = json.loads(os.environ.get("KILN_TEST_TP", "null"))
     die_at = int(os.environ.get("KILN_TEST_DIE_AT", "0"))
-    if die_at and rank == 1:
+    stall_at = int(os.environ.get("KILN_TEST_STALL_AT", "0"))
+    if (die_at or stall_at) and rank == 1:
         real, calls = dist.all_gather, [0]
         def dying(*a, **k):
             calls[0] += 1
             if calls[0] == die_at:
                 os._exit(9)  # a rank that dies mid-load, sockets and all
+            if calls[0] == stall_at:
+                time.sleep(12)  # alive, connected, silent: only the timeout can tell
+                os._exit(9)
             return real(*a, **k)
         dist.all_gather = dying
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=30))
+    timeout = float(os.environ.get("KILN_TEST_PG_TIMEOUT", "30"))
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout))
     # A cold copy: nothing of it in the page cache, as on a node of its own.
     for root, _, files in os.walk(os.path.dirname(path)):
         for f in files:
@@ -55,11 +60,13 @@ WORKER = textwrap.dedent("""
             if line.startswith("read_bytes:"):
                 return int(line.split()[1])
     before, stats = io(), {}
+    start = time.monotonic()
     try:
         sd = kiln.torch.load(path, group=dist.group.WORLD, tp=tp, stats=stats)
     except Exception as e:
         with open(out, "w") as f:
-            json.dump({"error": type(e).__name__ + ": " + str(e)}, f)
+            json.dump({"error": type(e).__name__ + ": " + str(e),
+                       "seconds": time.monotonic() - start}, f)
         os._exit(3)  # no teardown of a group whose peer may be gone (gloo aborts in it)
     read = io() - before
     digest = {str(k): [hashlib.sha256(v.contiguous().view(-1).view(torch.uint8).numpy()
@@ -86,7 +93,8 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _run(tmp_path, source, world, *, name, tp=None, die_at=0, other=None):
+def _run(tmp_path, source, world, *, name, tp=None, die_at=0, stall_at=0, pg_timeout=30,
+         other=None):
     """Each rank on its own copy of `source` (a file, or the directory holding it); returns the
     ranks' (exit status, result)."""
     script = tmp_path / "worker.py"
@@ -105,7 +113,8 @@ def _run(tmp_path, source, world, *, name, tp=None, die_at=0, other=None):
             shutil.copy(src, path)
         env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=str(port), KILN_TEST_TP=json.dumps(tp),
-                   KILN_TEST_DIE_AT=str(die_at))
+                   KILN_TEST_DIE_AT=str(die_at), KILN_TEST_STALL_AT=str(stall_at),
+                   KILN_TEST_PG_TIMEOUT=str(pg_timeout))
         out = tmp_path / f"{name}-{r}.json"
         procs.append((subprocess.Popen([sys.executable, str(script), path, str(out)], env=env,
                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT), out))
@@ -191,7 +200,21 @@ def test_different_copies_are_found(tmp_path, klnt):
 
 
 def test_a_dead_rank_is_an_error_not_a_hang(tmp_path, klnt):
+    # Its sockets close with it: the others know at once, not at the timeout (30 s here).
     results = _run(tmp_path, klnt, 2, name="dead", die_at=3)
     rc0, res0 = results[0]
     assert rc0 == 3 and "error" in res0, res0
+    assert "rank 0 of 2: the all-gather of round 2 of chunks failed" in res0["error"], res0
+    assert res0["seconds"] < 10, res0
     assert results[1][0] == 9
+
+
+def test_a_stalled_rank_fails_the_others_within_the_timeout(tmp_path, klnt):
+    # A rank that stops answering without closing its sockets: the others fail once the
+    # process group's timeout (3 s here) passes, long before the stalled rank would go on.
+    results = _run(tmp_path, klnt, 2, name="stall", stall_at=3, pg_timeout=3)
+    rc0, res0 = results[0]
+    assert rc0 == 3 and "error" in res0, res0
+    assert "rank 0 of 2: the all-gather of round 2 of chunks failed" in res0["error"], res0
+    assert "Timed out" in res0["error"], res0
+    assert res0["seconds"] < 10, res0
