@@ -456,3 +456,21 @@ def test_gguf_and_one_shard_open_as_one_file():
     with kiln.open(shard) as d:
         both = set(d.keys())
     assert one and one < both
+
+
+def test_load_file_onto_a_gpu_goes_through_kiln_torch_load(tmp_path, monkeypatch):
+    p = str(tmp_path / "m.safetensors")
+    stpt.save_file({"a": torch.ones(3)}, p)
+    import kiln.torch as kt
+
+    seen = []
+    monkeypatch.setattr(kt, "load", lambda path, device="cpu", **kw: seen.append(
+        (path, str(device), kw)) or {"a": torch.ones(3)})
+    for dev in ("cuda", "cuda:1", 0, torch.device("cuda", 2)):
+        assert list(stpt.load_file(p, device=dev)) == ["a"]
+    assert seen == [(p, "cuda", {}), (p, "cuda:1", {}), (p, "cuda:0", {}), (p, "cuda:2", {})]
+    assert stpt.load_file(p)["a"].device.type == "cpu" and len(seen) == 4  # cpu: the mapping
+    monkeypatch.undo()
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="no CUDA device"):
+            stpt.load_file(p, device="cuda")

@@ -226,7 +226,14 @@ def save_file(tensors: Dict[str, torch.Tensor], filename: Union[str, os.PathLike
 def load_file(filename: Union[str, os.PathLike], device: Union[str, int] = "cpu", *,
               backend: str = "mmap") -> Dict[str, torch.Tensor]:
     """The tensors of a safetensors (or KLNT, GGUF) file, in file order: zero-copy views of a
-    private mapping on the CPU."""
+    private mapping on the CPU. Any other device ("cuda", "cuda:N", N, a torch.device) goes
+    through kiln.torch.load: reader threads into pinned memory, each tensor copied to its GPU
+    as soon as it is read."""
+    dev = torch.device(f"cuda:{device}" if isinstance(device, int) else device)
+    if dev.type != "cpu":
+        from .. import torch as _kiln_torch
+
+        return _kiln_torch.load(os.fspath(filename), device=dev)
     with safe_open(filename, framework="pt", device=device, backend=backend) as f:
         return f.get_tensors()
 
