@@ -218,3 +218,31 @@ def test_a_stalled_rank_fails_the_others_within_the_timeout(tmp_path, klnt):
     assert "rank 0 of 2: the all-gather of round 2 of chunks failed" in res0["error"], res0
     assert "Timed out" in res0["error"], res0
     assert res0["seconds"] < 10, res0
+
+
+def test_the_readme_launch(tmp_path, klnt):
+    # The README's example, launched as it says (torch.distributed.run, two ranks here).
+    script = tmp_path / "serve.py"
+    out = tmp_path / "out"
+    script.write_text(textwrap.dedent(f"""
+        import datetime, hashlib, json, sys
+        import torch, torch.distributed as dist, kiln
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+        sd = kiln.torch.load({klnt!r}, group=dist.group.WORLD, tp={{"blk.*": 0}})
+        rank = dist.get_rank()
+        json.dump({{k: list(v.shape) for k, v in sd.items()}},
+                  open({str(out)!r} + str(rank), "w"))
+        dist.destroy_process_group()
+    """))
+    port = _free_port()
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                        "--redirects", "1", "--tee", "1", "--master_port", str(port),
+                        "--log_dir", str(tmp_path / "logs"), str(script)],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    assert p.returncode == 0, p.stdout.decode()[-2000:]
+    full = kiln.torch.load(klnt)
+    for r in range(2):
+        shapes = json.loads((tmp_path / f"out{r}").read_text())
+        for k, v in full.items():
+            want = torch.tensor_split(v, 2, dim=0)[r] if k.startswith("blk.") else v
+            assert shapes[k] == list(want.shape), (r, k)
