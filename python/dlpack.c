@@ -75,20 +75,28 @@ static int dl_type(unsigned code, DLDataType *dt)
 	return 0;
 }
 
-PyObject *kp_bytes_capsule(void *data, uint64_t len, PyObject *owner)
+/* A capsule of `rank` dims over data on `dev`, holding a reference to owner until consumed and
+ * done with; raw: shape is the byte count and the type uint8. */
+static PyObject *new_capsule(void *data, DLDevice dev, DLDataType dt, unsigned rank,
+			     const uint64_t *shape, PyObject *owner)
 {
-	if (len > (uint64_t)INT64_MAX)
-		return PyErr_Format(PyExc_OverflowError, "%llu bytes are too many",
-				    (unsigned long long)len);
 	kiln_dlpack *d = calloc(1, sizeof(*d));
 	if (!d)
 		return PyErr_NoMemory();
-	d->shape[0] = (int64_t)len;
-	d->m.dl_tensor.data = len ? data : (void *)empty_payload;
-	d->m.dl_tensor.device.device_type = 1;
-	d->m.dl_tensor.ndim = 1;
-	d->m.dl_tensor.dtype = (DLDataType){1, 8, 1};
+	for (unsigned i = 0; i < rank; i++) {
+		if (shape[i] > (uint64_t)INT64_MAX) {
+			free(d);
+			return PyErr_Format(PyExc_OverflowError, "dimension %u is too large", i);
+		}
+		d->shape[i] = (int64_t)shape[i];
+	}
+	d->m.dl_tensor.data = data ? data : (void *)empty_payload;
+	d->m.dl_tensor.device = dev;
+	d->m.dl_tensor.ndim = (int32_t)rank;
+	d->m.dl_tensor.dtype = dt;
 	d->m.dl_tensor.shape = d->shape;
+	d->m.dl_tensor.strides = NULL;
+	d->m.dl_tensor.byte_offset = 0;
 	Py_INCREF(owner);
 	d->m.manager_ctx = owner;
 	d->m.deleter = dlpack_deleter;
@@ -98,43 +106,31 @@ PyObject *kp_bytes_capsule(void *data, uint64_t len, PyObject *owner)
 	return cap;
 }
 
+/* The capsule of tensor t's bytes at data (typed, or raw: 1-D uint8). */
+static PyObject *tensor_capsule(const kiln_tensor *t, uint64_t index, void *data, DLDevice dev,
+				int raw, PyObject *owner)
+{
+	DLDataType dt = {1, 8, 1};
+	if (!raw && dl_type(t->dtype, &dt) < 0)
+		return no_type(t, index, "DLPack", "to_dlpack(raw=True) gives its bytes as uint8");
+	uint64_t bytes = t->byte_length;
+	return new_capsule(data, dev, dt, raw ? 1 : t->rank, raw ? &bytes : t->shape, owner);
+}
+
+PyObject *kp_bytes_capsule(void *data, uint64_t len, PyObject *owner)
+{
+	return new_capsule(len ? data : NULL, (DLDevice){1, 0}, (DLDataType){1, 8, 1}, 1, &len,
+			   owner);
+}
+
 /* A DLPack capsule of the payload: typed, or (raw) its bytes as a 1-D uint8 tensor. */
 static PyObject *make_capsule(TensorObject *self, int raw)
 {
 	const kiln_tensor *t = self->t;
 	if (!t->data && t->byte_length)
 		return no_data(t, self->index, "DLPack");
-	DLDataType dt = {1, 8, 1};
-	if (!raw && dl_type(t->dtype, &dt) < 0)
-		return no_type(t, self->index, "DLPack",
-			       "to_dlpack(raw=True) gives its bytes as uint8");
-	kiln_dlpack *d = calloc(1, sizeof(*d));
-	if (!d)
-		return PyErr_NoMemory();
-	unsigned rank = raw ? 1 : t->rank;
-	for (unsigned i = 0; i < rank; i++) {
-		uint64_t v = raw ? t->byte_length : t->shape[i];
-		if (v > (uint64_t)INT64_MAX) {
-			free(d);
-			return PyErr_Format(PyExc_OverflowError, "tensor %llu is too large",
-					    (unsigned long long)self->index);
-		}
-		d->shape[i] = (int64_t)v;
-	}
-	d->m.dl_tensor.data = t->data ? (void *)t->data : (void *)empty_payload;
-	d->m.dl_tensor.device.device_type = 1;
-	d->m.dl_tensor.ndim = (int32_t)rank;
-	d->m.dl_tensor.dtype = dt;
-	d->m.dl_tensor.shape = d->shape;
-	d->m.dl_tensor.strides = NULL;
-	d->m.dl_tensor.byte_offset = 0;
-	Py_INCREF(self->owner);
-	d->m.manager_ctx = self->owner;
-	d->m.deleter = dlpack_deleter;
-	PyObject *cap = PyCapsule_New(&d->m, "dltensor", dlpack_capsule_destructor);
-	if (!cap)
-		dlpack_deleter(&d->m);
-	return cap;
+	return tensor_capsule(t, self->index, (void *)t->data, (DLDevice){1, 0}, raw,
+			      (PyObject *)self->owner);
 }
 
 PyObject *tensor_dlpack(TensorObject *self, PyObject *args, PyObject *kw)
@@ -180,3 +176,139 @@ PyObject *tensor_dlpack_device(TensorObject *self, PyObject *unused)
 	(void)unused;
 	return Py_BuildValue("(ii)", 1, 0);
 }
+
+/* --- DeviceView: a loaded tensor in device memory (kiln_load into a device's arena) ---------- */
+
+typedef struct {
+	PyObject_HEAD PyObject *arena; /* the arena's capsule, which holds the device open */
+	TensorObject *tensor;          /* what the bytes are (dtype, shape, name) */
+	void *data;
+	DLDevice dev;
+} DeviceViewObject;
+
+static void view_dealloc(DeviceViewObject *self)
+{
+	Py_XDECREF(self->arena);
+	Py_XDECREF(self->tensor);
+	Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+PyObject *kp_device_view(PyObject *arena, TensorObject *tensor, void *data, int32_t device_type,
+			 int32_t device_id)
+{
+	DeviceViewObject *v = PyObject_New(DeviceViewObject, &DeviceViewType);
+	if (!v)
+		return NULL;
+	Py_INCREF(arena);
+	Py_INCREF(tensor);
+	v->arena = arena;
+	v->tensor = tensor;
+	v->data = data;
+	v->dev = (DLDevice){device_type, device_id};
+	return (PyObject *)v;
+}
+
+int kp_device_view_get(PyObject *view, void **data, uint64_t *len, int32_t *device_type,
+		       int32_t *device_id)
+{
+	if (!PyObject_TypeCheck(view, &DeviceViewType)) {
+		PyErr_SetString(PyExc_TypeError, "expected a kiln.DeviceView");
+		return -1;
+	}
+	DeviceViewObject *v = (DeviceViewObject *)view;
+	*data = v->data;
+	*len = v->tensor->t->byte_length;
+	*device_type = v->dev.device_type;
+	*device_id = v->dev.device_id;
+	return 0;
+}
+
+static PyObject *view_dlpack(DeviceViewObject *self, PyObject *args, PyObject *kw)
+{
+	/* As Tensor.__dlpack__: the stream is the consumer's to order against (the load has
+	 * finished every copy before it returned); no copies, no other device. */
+	static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
+	PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$OOO:__dlpack__", kwlist, &stream,
+					 &max_version, &dl_device, &copy))
+		return NULL;
+	if (copy == Py_True) {
+		PyErr_SetString(PyExc_BufferError, "kiln device views export views only");
+		return NULL;
+	}
+	if (dl_device != Py_None) {
+		int type = 0, id = -1;
+		if (!PyArg_ParseTuple(dl_device, "ii:dl_device", &type, &id))
+			return NULL;
+		if (type != self->dev.device_type || id != self->dev.device_id) {
+			PyErr_Format(PyExc_BufferError, "this view is on (%d, %d), not (%d, %d)",
+				     self->dev.device_type, self->dev.device_id, type, id);
+			return NULL;
+		}
+	}
+	return tensor_capsule(self->tensor->t, self->tensor->index, self->data, self->dev, 0,
+			      self->arena);
+}
+
+static PyObject *view_to_dlpack(DeviceViewObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"raw", NULL};
+	int raw = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|p:to_dlpack", kwlist, &raw))
+		return NULL;
+	return tensor_capsule(self->tensor->t, self->tensor->index, self->data, self->dev, raw,
+			      self->arena);
+}
+
+static PyObject *view_dlpack_device(DeviceViewObject *self, PyObject *unused)
+{
+	(void)unused;
+	return Py_BuildValue("(ii)", self->dev.device_type, self->dev.device_id);
+}
+
+static PyObject *view_get_address(DeviceViewObject *self, void *c)
+{
+	(void)c;
+	return PyLong_FromVoidPtr(self->data);
+}
+
+static PyObject *view_get_tensor(DeviceViewObject *self, void *c)
+{
+	(void)c;
+	Py_INCREF(self->tensor);
+	return (PyObject *)self->tensor;
+}
+
+static PyObject *view_get_nbytes(DeviceViewObject *self, void *c)
+{
+	(void)c;
+	return PyLong_FromUnsignedLongLong(self->tensor->t->byte_length);
+}
+
+static PyGetSetDef view_getset[] = {
+    {"address", (getter)view_get_address, NULL, "The bytes' device address (an int).", NULL},
+    {"nbytes", (getter)view_get_nbytes, NULL, "Payload bytes.", NULL},
+    {"tensor", (getter)view_get_tensor, NULL,
+     "The kiln.Tensor these bytes are of (name, dtype, shape).", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyMethodDef view_methods[] = {
+    {"__dlpack__", (PyCFunction)(void (*)(void))view_dlpack, METH_VARARGS | METH_KEYWORDS,
+     "A DLPack capsule of the tensor on its device (typed; TypeError for a dtype DLPack has no\n"
+     "type for: to_dlpack(raw=True) gives its bytes). The device memory lives while any\n"
+     "capsule or view of the load does."},
+    {"to_dlpack", (PyCFunction)(void (*)(void))view_to_dlpack, METH_VARARGS | METH_KEYWORDS,
+     "to_dlpack(raw=False): a capsule as __dlpack__ gives; raw=True: the bytes as 1-D uint8."},
+    {"__dlpack_device__", (PyCFunction)view_dlpack_device, METH_NOARGS,
+     "(device type, device id): (2, N) for CUDA device N."},
+    {NULL, NULL, 0, NULL}};
+
+PyTypeObject DeviceViewType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kiln.DeviceView",
+    .tp_basicsize = sizeof(DeviceViewObject),
+    .tp_dealloc = (destructor)view_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One tensor loaded into a device's memory by Dir.load(device=...): DLPack only.",
+    .tp_methods = view_methods,
+    .tp_getset = view_getset,
+};

@@ -70,6 +70,32 @@ PyObject *tensor_dlpack(TensorObject *self, PyObject *args, PyObject *kw);
  * the consumer is done with it. */
 PyObject *kp_bytes_capsule(void *data, uint64_t len, PyObject *owner);
 PyObject *tensor_to_dlpack(TensorObject *self, PyObject *args, PyObject *kw);
+/* dlpack.c: DeviceView, a tensor kiln_load placed in a device's arena; `arena` is the arena's
+ * capsule (held). */
+extern PyTypeObject DeviceViewType;
+PyObject *kp_device_view(PyObject *arena, TensorObject *tensor, void *data, int32_t device_type,
+			 int32_t device_id);
+
+/* The parts of a DeviceView (-1 with TypeError for anything else). */
+int kp_device_view_get(PyObject *view, void **data, uint64_t *len, int32_t *device_type,
+		       int32_t *device_id);
+
+#ifdef KILN_PY_CUDA
+/* cuda.c, where the CUDA adapter is built: cuda_devices(), cuda_to_host(), cuda_pointer(). */
+PyObject *mod_cuda_devices(PyObject *mod, PyObject *args, PyObject *kw);
+PyObject *mod_cuda_device_count(PyObject *mod, PyObject *cap);
+PyObject *mod_cuda_to_host(PyObject *mod, PyObject *view);
+PyObject *mod_cuda_pointer(PyObject *mod, PyObject *arg);
+#endif
+
+/* A "kiln.device" capsule's pointer (made by kiln._cuda.devices(), python/cuda.c): a
+ * kiln_load device table, the DLPack device type its memory has, and how many devices. */
+struct kp_device {
+	const kiln_device *device;
+	int32_t dl_type; /* kDLCUDA = 2 */
+	uint32_t count;
+	void *state; /* the provider's (closed by the capsule's destructor) */
+};
 PyObject *tensor_dlpack_device(TensorObject *self, PyObject *unused);
 
 #endif

@@ -516,7 +516,14 @@ out:
 struct load_cb {
 	PyObject *progress, *on_ready, *keys;
 	int failed;
+	const uint32_t *device_of; /* by model index: the device of each tensor loaded */
 };
+
+static uint32_t load_place(void *ctx, const kiln_tensor *t)
+{
+	const struct load_cb *cb = ctx;
+	return cb->device_of ? cb->device_of[t->index] : 0;
+}
 
 static int load_progress(void *ctx, const kiln_load_progress *p)
 {
@@ -546,9 +553,69 @@ static int load_ready(void *ctx, const kiln_ready *rd)
 	return cb->failed;
 }
 
+/* The arena, then the device it is on (its capsule, the context: kept open until here). */
 static void free_arena_capsule(PyObject *cap)
 {
+	PyObject *device = PyCapsule_GetContext(cap);
 	kiln_arena_free(PyCapsule_GetPointer(cap, "kiln.arena"));
+	Py_XDECREF(device);
+}
+
+/* device= and place= of load(): the device table of a "kiln.device" capsule, and each tensor's
+ * device by model index (*out, PyMem; NULL when every tensor goes to device 0). */
+static int load_device(OwnerObject *o, PyObject *device, PyObject *place, const struct pairs *pp,
+		       const struct kp_device **dev, uint32_t **out)
+{
+	*dev = NULL;
+	*out = NULL;
+	if (device == Py_None) {
+		if (place != Py_None) {
+			PyErr_SetString(PyExc_ValueError, "place= needs device=");
+			return -1;
+		}
+		return 0;
+	}
+	*dev = PyCapsule_GetPointer(device, "kiln.device");
+	if (!*dev)
+		return -1;
+	if (place == Py_None)
+		return 0;
+	uint64_t count = kiln_model_count(o->model);
+	uint32_t *d = PyMem_Calloc(count ? (size_t)count : 1, sizeof(*d));
+	if (!d) {
+		PyErr_NoMemory();
+		return -1;
+	}
+	PyObject *seq = PyLong_Check(place) ? NULL
+					    : PySequence_Fast(place, "place must be an int or "
+								     "one int per tensor");
+	if (!PyLong_Check(place) && !seq) {
+		PyMem_Free(d);
+		return -1;
+	}
+	if (seq && PySequence_Fast_GET_SIZE(seq) != pp->n) {
+		PyErr_Format(PyExc_ValueError, "place has %zd devices for %zd tensors",
+			     PySequence_Fast_GET_SIZE(seq), pp->n);
+		goto fail;
+	}
+	for (Py_ssize_t i = 0; i < pp->n; i++) {
+		long v = PyLong_AsLong(seq ? PySequence_Fast_GET_ITEM(seq, i) : place);
+		if (v == -1 && PyErr_Occurred())
+			goto fail;
+		if (v < 0 || (uint64_t)v >= ((*dev)->count ? (*dev)->count : 1)) {
+			PyErr_Format(PyExc_ValueError, "device %ld: there are %u", v,
+				     (*dev)->count ? (*dev)->count : 1);
+			goto fail;
+		}
+		d[pp->idx[i]] = (uint32_t)v;
+	}
+	Py_XDECREF(seq);
+	*out = d;
+	return 0;
+fail:
+	Py_XDECREF(seq);
+	PyMem_Free(d);
+	return -1;
 }
 
 /*
@@ -558,21 +625,30 @@ static void free_arena_capsule(PyObject *cap)
  */
 static PyObject *dir_load(DirObject *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = {"pairs",    "threads",  "direct", "drop_cache", "inflight",
-				 "progress", "on_ready", "arena",  NULL};
-	PyObject *pairs, *progress = Py_None, *on_ready = Py_None;
+	static char *kwlist[] = {"pairs",    "threads",  "direct",   "drop_cache",
+				 "inflight", "progress", "on_ready", "arena",
+				 "device",   "place",    NULL};
+	PyObject *pairs, *progress = Py_None, *on_ready = Py_None, *device = Py_None,
+			 *place = Py_None;
 	unsigned int threads = 0;
 	int direct = 0, drop = 0, arena = 0;
 	unsigned long long inflight = 0;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$IppKOOp:load", kwlist, &pairs, &threads,
-					 &direct, &drop, &inflight, &progress, &on_ready, &arena))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$IppKOOpOO:load", kwlist, &pairs, &threads,
+					 &direct, &drop, &inflight, &progress, &on_ready, &arena,
+					 &device, &place))
 		return NULL;
+	if (device != Py_None && !arena)
+		return PyErr_Format(PyExc_ValueError,
+				    "device= loads into kiln's arena: arena=True");
 	OwnerObject *o = dir_owner(self);
 	if (!o)
 		return NULL;
 	struct pairs pp;
 	PyObject *ret = NULL;
-	if (pairs_take(o, pairs, arena, "load", &pp) < 0)
+	const struct kp_device *dev = NULL;
+	uint32_t *device_of = NULL;
+	if (pairs_take(o, pairs, arena, "load", &pp) < 0 ||
+	    load_device(o, device, place, &pp, &dev, &device_of) < 0)
 		goto out;
 	Py_ssize_t n = pp.n;
 	uint64_t *idx = pp.idx;
@@ -580,7 +656,8 @@ static PyObject *dir_load(DirObject *self, PyObject *args, PyObject *kw)
 	PyObject *keys = pp.keys;
 	struct load_cb cb = {.progress = progress == Py_None ? NULL : progress,
 			     .on_ready = on_ready == Py_None ? NULL : on_ready,
-			     .keys = keys};
+			     .keys = keys,
+			     .device_of = device_of};
 	kiln_load_options lo;
 	memset(&lo, 0, sizeof(lo));
 	lo.size = sizeof(lo);
@@ -591,6 +668,8 @@ static PyObject *dir_load(DirObject *self, PyObject *args, PyObject *kw)
 	lo.progress = load_progress;
 	lo.on_ready = load_ready;
 	lo.ctx = &cb;
+	lo.device = dev ? dev->device : NULL;
+	lo.place = device_of ? load_place : NULL;
 	kiln_load_result res;
 	kiln_error err;
 	kiln_arena *block = NULL;
@@ -614,26 +693,42 @@ static PyObject *dir_load(DirObject *self, PyObject *args, PyObject *kw)
 			    (unsigned long long)res.peak_inflight, "direct",
 			    res.direct ? Py_True : Py_False);
 	if (ret && arena) {
-		/* One capsule per tensor, each holding the arena's own capsule: the block is freed
-		 * when the last tensor made from them is gone. */
+		/* One capsule (host) or view (a device) per tensor, each holding the arena's own
+		 * capsule, which holds the device: the block is freed when the last tensor made
+		 * from them is gone, and the device closed after it. */
 		PyObject *owner = PyCapsule_New(block, "kiln.arena", free_arena_capsule);
+		if (owner && dev) {
+			Py_INCREF(device);
+			PyCapsule_SetContext(owner, device);
+		}
 		PyObject *caps = owner ? PyList_New(n) : NULL;
 		if (!owner)
 			kiln_arena_free(block);
 		for (Py_ssize_t i = 0; caps && i < n; i++) {
 			const kiln_tensor *t = kiln_model_tensor(o->model, idx[i]);
-			PyObject *c = kp_bytes_capsule(dests[i], t->byte_length, owner);
+			PyObject *c = NULL;
+			if (dev) {
+				PyObject *tv = tensor_new(o, t);
+				c = tv ? kp_device_view(
+					     owner, (TensorObject *)tv, dests[i], dev->dl_type,
+					     (int32_t)(device_of ? device_of[t->index] : 0))
+				       : NULL;
+				Py_XDECREF(tv);
+			} else {
+				c = kp_bytes_capsule(dests[i], t->byte_length, owner);
+			}
 			if (!c)
 				Py_CLEAR(caps);
 			else
 				PyList_SET_ITEM(caps, i, c);
 		}
 		Py_XDECREF(owner);
-		if (!caps || PyDict_SetItemString(ret, "capsules", caps) < 0)
+		if (!caps || PyDict_SetItemString(ret, dev ? "views" : "capsules", caps) < 0)
 			Py_CLEAR(ret);
 		Py_XDECREF(caps);
 	}
 out:
+	PyMem_Free(device_of);
 	pairs_release(&pp);
 	return ret;
 }
@@ -945,14 +1040,16 @@ static PyMethodDef dir_methods[] = {
      "released; pairs: (name, index or Tensor, writable buffer of at least nbytes)."},
     {"load", (PyCFunction)(void (*)(void))dir_load, METH_VARARGS | METH_KEYWORDS,
      "load(pairs, *, threads=0, direct=False, drop_cache=False, inflight=0, progress=None,\n"
-     "on_ready=None) -> dict\n"
+     "on_ready=None, arena=False, device=None, place=None) -> dict\n"
      "The load pipeline (kiln_load): payloads into caller buffers on reader threads, the GIL\n"
      "released; pairs: (name, index or Tensor, writable buffer), read and announced in that\n"
      "order. progress(done, total) in bytes and on_ready(key) run on this thread; an\n"
      "exception in either stops the load and is raised. arena=True: pairs are keys alone,\n"
      "kiln allocates one block (huge pages where the kernel gives them), and the result's\n"
      "\"capsules\" are DLPack capsules (uint8, 1-D) of each tensor's bytes in it, the block\n"
-     "freed when the last is gone."},
+     "freed when the last is gone. device (a kiln._cuda.devices() handle, arena=True): the\n"
+     "arena is in that device's memory, placed per tensor by place (an int, or one per pair),\n"
+     "and the result's \"views\" are kiln.DeviceView objects (DLPack on the device)."},
     {"group_load", (PyCFunction)(void (*)(void))dir_group_load, METH_VARARGS | METH_KEYWORDS,
      "group_load(pairs, rank, world, all_gather, *, chunk_size=0, direct=False) -> dict\n"
      "Read once per group (kiln_group_load): this rank reads its chunks, all_gather(mine,\n"

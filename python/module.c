@@ -399,6 +399,17 @@ static PyMethodDef module_methods[] = {
      "file (kiln_write_file: a shard written by hand, its name not checked). Returns the path\n"
      "of the (first) file."},
     {"dtype_bits", (PyCFunction)mod_dtype_bits, METH_O, "Bits per element of a dtype name."},
+#ifdef KILN_PY_CUDA
+    {"cuda_devices", (PyCFunction)(void (*)(void))mod_cuda_devices, METH_VARARGS | METH_KEYWORDS,
+     "cuda_devices(lanes=0): every visible GPU as a load device for Dir.load(device=...)\n"
+     "(kiln_cuda_devices_open); kiln.Error (UNSUPPORTED) when none is usable."},
+    {"cuda_device_count", (PyCFunction)mod_cuda_device_count, METH_O,
+     "cuda_device_count(devices) -> int: the GPUs of a cuda_devices() handle."},
+    {"cuda_to_host", (PyCFunction)mod_cuda_to_host, METH_O,
+     "cuda_to_host(view) -> bytes: a DeviceView's bytes copied back to the host."},
+    {"cuda_pointer", (PyCFunction)mod_cuda_pointer, METH_O,
+     "cuda_pointer(address) -> (memory type, device), as cudaPointerGetAttributes says."},
+#endif
     {"is_url", (PyCFunction)mod_is_url, METH_O,
      "is_url(path) -> bool: whether kiln fetches path as a URL (s3://, http://, https://)."},
     {"parse", (PyCFunction)mod_parse, METH_O,
@@ -426,7 +437,7 @@ PyMODINIT_FUNC PyInit__kiln(void)
 {
 	import_array();
 	if (PyType_Ready(&OwnerType) < 0 || PyType_Ready(&TensorType) < 0 ||
-	    PyType_Ready(&DirType) < 0)
+	    PyType_Ready(&DirType) < 0 || PyType_Ready(&DeviceViewType) < 0)
 		return NULL;
 	PyObject *m = PyModule_Create(&kiln_module);
 	if (!m)
@@ -435,6 +446,7 @@ PyMODINIT_FUNC PyInit__kiln(void)
 		goto fail;
 	if (PyModule_AddObject(m, "Dir", Py_NewRef((PyObject *)&DirType)) < 0 ||
 	    PyModule_AddObject(m, "Tensor", Py_NewRef((PyObject *)&TensorType)) < 0 ||
+	    PyModule_AddObject(m, "DeviceView", Py_NewRef((PyObject *)&DeviceViewType)) < 0 ||
 	    PyModule_AddStringConstant(m, "library_version", kiln_version()) < 0)
 		goto fail;
 	return m;

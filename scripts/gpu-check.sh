@@ -1,5 +1,6 @@
 #!/bin/sh
-# The device check: build kiln with the CUDA adapter, run the adapter's tests, and benchmark
+# The device check: build kiln with the CUDA adapter, run the adapter's tests (and kiln.cuda's,
+# where the Python module is built and the machine's python3 has numpy and pytest), and benchmark
 # loading a file into GPU memory through the pinned staging ring (bench/bench_cuda.c: cold and
 # warm, every source, against cudaMemcpy from pinned memory and against a plain read of the same
 # file, GB/s and ratios). Takes under 2 minutes with a GPU (80 s on an H200 host, results in
@@ -45,7 +46,7 @@ start=$(date +%s)
 
 if [ "$do_build" = 1 ]; then
 	mkdir -p "$build"
-	cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON -DKILN_PYTHON=OFF \
+	cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON \
 		>"$build/gpu-check-configure.log" 2>&1 || { cat "$build/gpu-check-configure.log"; exit 1; }
 	if ! grep -q "building kiln_cuda" "$build/gpu-check-configure.log"; then
 		echo "gpu-check: the CUDA toolkit was not found (nvcc, libcudart): nothing to check"
@@ -53,6 +54,9 @@ if [ "$do_build" = 1 ]; then
 		exit 0
 	fi
 	cmake --build "$build" -j"$(nproc)" --target test_cuda bench_cuda
+	# The Python module with its CUDA views, where Python's headers are here.
+	cmake --build "$build" -j"$(nproc)" --target kiln_python >/dev/null 2>&1 ||
+		echo "gpu-check: the Python module was not built (no Python headers): its check is skipped"
 fi
 test_bin=$build/tests/test_cuda
 bench_bin=$build/bench/bench_cuda
@@ -63,7 +67,8 @@ done
 if [ "$bundle" = 1 ]; then
 	mkdir -p "$build/lib"
 	# Everything the programs load but glibc itself and the driver, which belong to the machine.
-	ldd "$test_bin" "$bench_bin" | awk '/=> \// {print $3}' | sort -u |
+	# shellcheck disable=SC2046 # the module's path, when there is one
+	ldd "$test_bin" "$bench_bin" $(ls "$build"/python/kiln/_kiln*.so 2>/dev/null) | awk '/=> \// {print $3}' | sort -u |
 		grep -Ev '/(libc|libm|libdl|libpthread|librt|libresolv|ld-linux[^/]*|libcuda)\.so' |
 		while read -r lib; do cp -L "$lib" "$build/lib/"; done
 	echo "gpu-check: bundled $(ls "$build/lib" | wc -l) libraries into $build/lib"
@@ -83,6 +88,16 @@ set -e
 cat "$build/test_cuda.log"
 [ -n "$out" ] && cp "$build/test_cuda.log" "$out/"
 [ "$trc" = 0 ] || { echo "gpu-check: the CUDA adapter tests failed" >&2; exit 1; }
+
+py=$build/python
+if ls "$py"/kiln/_kiln*.so >/dev/null 2>&1 && /usr/bin/python3 -c 'import numpy, pytest' 2>/dev/null
+then
+	echo "== kiln.cuda: DLPack views on the GPU (python/tests/test_cuda.py)"
+	PYTHONPATH="$py" /usr/bin/python3 -m pytest -q -p no:cacheprovider -rs \
+		"$src/python/tests/test_cuda.py" || { echo "gpu-check: kiln.cuda failed" >&2; exit 1; }
+else
+	echo "== kiln.cuda: skipped (no module built, or this python3 lacks numpy or pytest)"
+fi
 
 echo "== host-to-device loading, ${size} MiB, $reps repetitions per row"
 mkdir -p "$build/bench-files"

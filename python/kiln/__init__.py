@@ -39,6 +39,7 @@ import numpy as _np
 
 from . import _kiln
 from ._kiln import (  # noqa: F401
+    DeviceView,
     Dir,
     Error,
     FileError,
@@ -58,12 +59,30 @@ __version__ = library_version
 
 
 def __getattr__(name):
-    # kiln.torch without importing torch at `import kiln` (it takes a second, and may be absent).
-    if name == "torch":
+    # kiln.torch without importing torch at `import kiln` (it takes a second, and may be absent);
+    # kiln.cuda the same way.
+    if name in ("torch", "cuda"):
         import importlib
 
-        return importlib.import_module(".torch", __name__)
+        return importlib.import_module("." + name, __name__)
     raise AttributeError(f"module 'kiln' has no attribute {name!r}")
+
+
+def _sequence(keys, order, path):
+    """Positions in load order: the names of ``order`` first (once each, as given), then the
+    rest in file order (kiln.torch.load and kiln.cuda.load)."""
+    first = []
+    if order is not None:
+        by_name = {k: i for i, k in enumerate(keys)}
+        seen = set()
+        for name in order:
+            if name not in by_name:
+                raise KeyError(f"order names {name!r}, which is not in {path}")
+            if name not in seen:
+                seen.add(name)
+                first.append(by_name[name])
+    taken = set(first)
+    return first + [i for i in range(len(keys)) if i not in taken]
 
 __all__ = [
     "open", "Dir", "Tensor", "safe_open", "load_file", "save_file", "write_file",

@@ -17,7 +17,8 @@ import numpy as _np
 import torch
 import torch.utils.dlpack
 
-from . import _TORCH_ONLY, _kiln
+from . import _TORCH_ONLY, _kiln, _sequence
+from . import cuda as _cuda
 
 __all__ = ["load"]
 
@@ -219,18 +220,7 @@ def load(path, device="cpu", *, threads=None, order=None, progress=None, group=N
     with _kiln.open(path, directory_only=not whole) as d:
         views = [d[i] for i in range(len(d))]
         keys = [t.name if t.name is not None else i for i, t in enumerate(views)]
-        first = []
-        if order is not None:
-            by_name = {k: i for i, k in enumerate(keys)}
-            seen = set()
-            for name in order:
-                if name not in by_name:
-                    raise KeyError(f"order names {name!r}, which is not in {path}")
-                if name not in seen:
-                    seen.add(name)
-                    first.append(by_name[name])
-        rest = set(first)
-        sequence = first + [i for i in range(len(views)) if i not in rest]
+        sequence = _sequence(keys, order, path)
 
         if group is not None:
             import torch.distributed as dist
@@ -251,6 +241,16 @@ def load(path, device="cpu", *, threads=None, order=None, progress=None, group=N
                        arena=True)
             for i, cap in zip(sequence, r["capsules"]):
                 final[i] = _shaped(views[i], torch.utils.dlpack.from_dlpack(cap))
+        elif _cuda.available() and all(dev.type == "cuda" for dev in targets.values()):
+            # kiln's pipeline into GPU memory: pinned staging, a stream per buffer, one arena
+            # per GPU; each tensor a DLPack view of its bytes there.
+            where = [targets[i].index if targets[i].index is not None
+                     else torch.cuda.current_device() for i in sequence]
+            r = d.load([views[i] for i in sequence], threads=threads or 0, progress=progress,
+                       arena=True, device=_cuda._handle(), place=where)
+            for i, v in zip(sequence, r["views"]):
+                final[i] = _shaped(views[i], torch.utils.dlpack.from_dlpack(
+                    v.to_dlpack(raw=True)))
         else:
             raw, pairs = {}, []
             for i in sequence:
@@ -269,5 +269,5 @@ def load(path, device="cpu", *, threads=None, order=None, progress=None, group=N
 
             d.load(pairs, threads=threads or 0, progress=progress, on_ready=on_ready)
     if any(dev.type == "cuda" for dev in targets.values()):
-        torch.cuda.synchronize()
+        torch.cuda.synchronize()  # the pinned path's copies (kiln's own are done)
     return {keys[i]: final[i] for i in range(len(views))}
