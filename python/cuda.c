@@ -64,6 +64,7 @@ PyObject *mod_cuda_to_host(PyObject *mod, PyObject *view)
 	void *data;
 	uint64_t len;
 	int32_t type, id;
+	(void)id;
 	if (kp_device_view_get(view, &data, &len, &type, &id) < 0)
 		return NULL;
 	if (type != 2)
@@ -74,10 +75,11 @@ PyObject *mod_cuda_to_host(PyObject *mod, PyObject *view)
 	PyObject *b = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)len);
 	if (!b || !len)
 		return b;
+	/* Unified addressing knows the device from the pointer: the caller's current device is
+	 * left as it is. */
 	cudaError_t e;
-	Py_BEGIN_ALLOW_THREADS e = cudaSetDevice(id);
-	if (e == cudaSuccess)
-		e = cudaMemcpy(PyBytes_AS_STRING(b), data, (size_t)len, cudaMemcpyDeviceToHost);
+	Py_BEGIN_ALLOW_THREADS e =
+	    cudaMemcpy(PyBytes_AS_STRING(b), data, (size_t)len, cudaMemcpyDefault);
 	Py_END_ALLOW_THREADS if (e != cudaSuccess)
 	{
 		Py_DECREF(b);
@@ -98,6 +100,8 @@ PyObject *mod_cuda_pointer(PyObject *mod, PyObject *arg)
 	struct cudaPointerAttributes a;
 	memset(&a, 0, sizeof(a));
 	cudaError_t e = cudaPointerGetAttributes(&a, p);
+	if (e != cudaSuccess)
+		cudaGetLastError(); /* not left for the next caller (torch) to find */
 	if (e != cudaSuccess)
 		return PyErr_Format(PyExc_RuntimeError, "cudaPointerGetAttributes failed: %s (%d)",
 				    cudaGetErrorString(e), (int)e);

@@ -90,7 +90,8 @@ static PyObject *new_capsule(void *data, DLDevice dev, DLDataType dt, unsigned r
 		}
 		d->shape[i] = (int64_t)shape[i];
 	}
-	d->m.dl_tensor.data = data ? data : (void *)empty_payload;
+	/* Host memory is never NULL for a consumer; a device's empty tensor keeps its own. */
+	d->m.dl_tensor.data = data || dev.device_type != 1 ? data : (void *)empty_payload;
 	d->m.dl_tensor.device = dev;
 	d->m.dl_tensor.ndim = (int32_t)rank;
 	d->m.dl_tensor.dtype = dt;
@@ -133,6 +134,21 @@ static PyObject *make_capsule(TensorObject *self, int raw)
 			      (PyObject *)self->owner);
 }
 
+/* The array API's dl_device: a (type, id) pair, as a tuple or any sequence. */
+static int parse_device(PyObject *o, int *type, int *id)
+{
+	PyObject *t = PySequence_Check(o) ? PySequence_Tuple(o) : NULL;
+	if (!t) {
+		PyErr_Clear();
+		PyErr_SetString(PyExc_TypeError,
+				"dl_device must be a (device type, device id) pair");
+		return -1;
+	}
+	int ok = PyArg_ParseTuple(t, "ii:dl_device", type, id);
+	Py_DECREF(t);
+	return ok ? 0 : -1;
+}
+
 PyObject *tensor_dlpack(TensorObject *self, PyObject *args, PyObject *kw)
 {
 	/* The array API's keywords: stream is meaningless for host memory; max_version is met
@@ -150,7 +166,7 @@ PyObject *tensor_dlpack(TensorObject *self, PyObject *args, PyObject *kw)
 	}
 	if (dl_device != Py_None) {
 		int type = 0, id = -1;
-		if (!PyArg_ParseTuple(dl_device, "ii:dl_device", &type, &id))
+		if (parse_device(dl_device, &type, &id) < 0)
 			return NULL;
 		if (type != 1 || id != 0) {
 			PyErr_Format(PyExc_BufferError,
@@ -238,7 +254,7 @@ static PyObject *view_dlpack(DeviceViewObject *self, PyObject *args, PyObject *k
 	}
 	if (dl_device != Py_None) {
 		int type = 0, id = -1;
-		if (!PyArg_ParseTuple(dl_device, "ii:dl_device", &type, &id))
+		if (parse_device(dl_device, &type, &id) < 0)
 			return NULL;
 		if (type != self->dev.device_type || id != self->dev.device_id) {
 			PyErr_Format(PyExc_BufferError, "this view is on (%d, %d), not (%d, %d)",

@@ -1048,7 +1048,8 @@ static PyMethodDef dir_methods[] = {
      "kiln allocates one block (huge pages where the kernel gives them), and the result's\n"
      "\"capsules\" are DLPack capsules (uint8, 1-D) of each tensor's bytes in it, the block\n"
      "freed when the last is gone. device (a kiln._cuda.devices() handle, arena=True): the\n"
-     "arena is in that device's memory, placed per tensor by place (an int, or one per pair),\n"
+     "arena is in that device's memory, placed per tensor by place (an int, or one per pair;\n"
+     "a tensor listed twice goes where its last place says),\n"
      "and the result's \"views\" are kiln.DeviceView objects (DLPack on the device)."},
     {"group_load", (PyCFunction)(void (*)(void))dir_group_load, METH_VARARGS | METH_KEYWORDS,
      "group_load(pairs, rank, world, all_gather, *, chunk_size=0, direct=False) -> dict\n"

@@ -298,14 +298,14 @@ static PyObject *tensor_numpy(TensorObject *self, PyObject *args, PyObject *kw)
 	int raw = 0, writable = 0;
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "|p$p:numpy", kwlist, &raw, &writable))
 		return NULL;
+	if (!self->t->data && self->t->byte_length)
+		return no_data(self->t, self->index, "numpy()");
 	if (writable && !self->owner->writable)
 		return PyErr_Format(PyExc_ValueError,
 				    "tensor %llu: writable=True needs memory of this process's own "
 				    "(open with copy_on_write=True or an owned source)",
 				    (unsigned long long)self->index);
 	const kiln_tensor *t = self->t;
-	if (!t->data && t->byte_length)
-		return no_data(t, self->index, "numpy()");
 	npy_intp dims[KILN_MAX_RANK];
 	int nd, type;
 	if (array_shape(t, self->index, raw, &type, &nd, dims) < 0)

@@ -30,25 +30,19 @@
 
 #define URLHASH_LEN 32
 
-static const char *env(const char *name)
-{
-	const char *v = getenv(name);
-	return v && *v ? v : NULL;
-}
-
 int kiln__cache_settings(const kiln_remote_options *o, struct kiln__cache *c)
 {
 	memset(c, 0, sizeof(*c));
-	c->dir = o && o->cache_dir ? o->cache_dir : env("KILN_CACHE_DIR");
+	c->dir = o && o->cache_dir ? o->cache_dir : kiln__env("KILN_CACHE_DIR");
 	if (c->dir && !*c->dir)
 		c->dir = NULL;
 	const char *v;
-	c->max_bytes = o && o->cache_max_bytes             ? o->cache_max_bytes
-		       : (v = env("KILN_CACHE_MAX_BYTES")) ? strtoull(v, NULL, 10)
-							   : 0;
-	c->max_age_ms = o && o->cache_max_age_ms             ? o->cache_max_age_ms
-			: (v = env("KILN_CACHE_MAX_AGE_MS")) ? strtoull(v, NULL, 10)
-							     : 0;
+	c->max_bytes = o && o->cache_max_bytes                   ? o->cache_max_bytes
+		       : (v = kiln__env("KILN_CACHE_MAX_BYTES")) ? strtoull(v, NULL, 10)
+								 : 0;
+	c->max_age_ms = o && o->cache_max_age_ms                   ? o->cache_max_age_ms
+			: (v = kiln__env("KILN_CACHE_MAX_AGE_MS")) ? strtoull(v, NULL, 10)
+								   : 0;
 	return c->dir != NULL;
 }
 

@@ -361,12 +361,11 @@ KILN_API int kiln_group_load(const kiln_model *m, const uint64_t *tensors, size_
 		read_start(&rd, from, len, own[0] + HEAD);
 	}
 	for (uint64_t k = 0; !rc && k < rounds; k++) {
-		len = mine_of(c->rank, W, chunk, nchunks, total, k, &from);
 		failed = read_finish(&rd);
 		if (failed && err)
 			*err = rd.err;
 		else if (!failed)
-			r.bytes_read += len;
+			r.bytes_read += rd.len;
 		if (!failed && k + 1 < rounds) {
 			uint64_t nf, nl = mine_of(c->rank, W, chunk, nchunks, total, k + 1, &nf);
 			read_start(&rd, nf, nl, own[(k + 1) & 1] + HEAD);

@@ -330,6 +330,89 @@ static uint32_t online_cpus(void)
 	return n < 1 ? 1 : n > (long)THREADS_MAX ? THREADS_MAX : (uint32_t)n;
 }
 
+/* Each position's device and bytes; need[d]: the arena bytes device d takes. */
+static int check_list(struct load *L, uint32_t ndev, uint64_t *need, kiln_error *err)
+{
+	for (size_t k = 0; k < L->count; k++) {
+		uint64_t i = model_index(L, k);
+		const kiln_tensor *t = kiln_model_tensor(L->m, i);
+		if (!t)
+			return kiln__fail_inval(err, i, NULL,
+						"tensor index %" PRIu64 " is out of range", i);
+		uint32_t d = L->o.place ? L->o.place(L->o.ctx, t) : 0;
+		if (d >= ndev)
+			return kiln__fail_inval(err, i, "device",
+						"tensor %" PRIu64 " placed on device %u of %u", i,
+						d, ndev);
+		if (L->o.dests && !L->o.dests[k] && t->byte_length)
+			return kiln__fail_inval(err, i, NULL, "destination %zu is NULL", k);
+		L->devno[k] = d;
+		L->remaining[k] = t->byte_length;
+		L->total += t->byte_length;
+		need[d] += arena_len(t->byte_length);
+	}
+	return 0;
+}
+
+/* The destinations: the caller's, or an arena per device used (*arena). */
+static int destinations(struct load *L, uint32_t ndev, const uint64_t *need, kiln_arena **arena,
+			kiln_load_result *res, kiln_error *err)
+{
+	size_t count = L->count;
+	if (L->o.dests) {
+		for (size_t k = 0; k < count; k++)
+			L->dst[k] = L->o.dests[k];
+		for (uint32_t d = 0; d < ndev; d++)
+			res->devices += need[d] != 0;
+		return 0;
+	}
+	kiln_arena *a = calloc(1, sizeof(*a) + ndev * sizeof(a->block[0]));
+	if (!a)
+		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+	a->n = ndev;
+	a->dev = L->dev && L->dev->alloc ? L->dev : NULL;
+	*arena = a;
+	for (uint32_t d = 0; d < ndev; d++) {
+		if (!need[d])
+			continue;
+		if (need[d] > SIZE_MAX)
+			return kiln__fail_sys(err, KILN_NOMEM, ENOMEM,
+					      "%" PRIu64 " bytes do not fit in memory", need[d]);
+		a->block[d].len = (size_t)need[d];
+		int rc = 0;
+		if (a->dev) {
+			rc = L->dev->alloc(L->dev->ctx, d, (size_t)need[d], &a->block[d].p, err);
+			if (!rc && !a->block[d].p)
+				rc = KILN_NOMEM;
+			if (rc && (!err || !err->code))
+				kiln__fail_sys(err, rc, ENOMEM,
+					       "%s: cannot allocate %" PRIu64 " bytes on device %u",
+					       dev_name(L), need[d], d);
+		} else if (!(a->block[d].p = kiln__owned_alloc((size_t)need[d]))) {
+			rc = kiln__fail_sys(err, KILN_NOMEM, ENOMEM,
+					    "cannot allocate %" PRIu64 " bytes for the tensors",
+					    need[d]);
+		}
+		if (rc) {
+			a->block[d].p = NULL;
+			return rc;
+		}
+		res->arena_bytes += need[d];
+		res->devices++;
+	}
+	uint64_t *at = calloc(ndev, sizeof(*at));
+	if (!at)
+		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+	for (size_t k = 0; k < count; k++) {
+		uint32_t d = L->devno[k];
+		L->dst[k] = (uint8_t *)a->block[d].p + at[d];
+		at[d] += arena_len(L->remaining[k]);
+	}
+	free(at);
+	res->extra_device_bytes = res->arena_bytes - L->total;
+	return 0;
+}
+
 /* Where each position goes, the arena when kiln allocates, the pieces. */
 static int plan(struct load *L, void **ptrs, kiln_arena **arena, kiln_load_result *res,
 		kiln_error *err)
@@ -341,35 +424,14 @@ static int plan(struct load *L, void **ptrs, kiln_arena **arena, kiln_load_resul
 	L->devno = calloc(count ? count : 1, sizeof(*L->devno));
 	L->remaining = calloc(count ? count : 1, sizeof(*L->remaining));
 	uint64_t *need = calloc(ndev, sizeof(*need));
-	if (!L->dst || !L->devno || !L->remaining || !need) {
-		free(need);
-		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
-	}
-	size_t nranges = 0;
-	for (size_t k = 0; k < count; k++) {
-		uint64_t i = model_index(L, k);
-		const kiln_tensor *t = kiln_model_tensor(m, i);
-		if (!t) {
-			free(need);
-			return kiln__fail_inval(err, i, NULL,
-						"tensor index %" PRIu64 " is out of range", i);
-		}
-		uint32_t d = L->o.place ? L->o.place(L->o.ctx, t) : 0;
-		if (d >= ndev) {
-			free(need);
-			return kiln__fail_inval(err, i, "device",
-						"tensor %" PRIu64 " placed on device %u of %u", i,
-						d, ndev);
-		}
-		if (L->o.dests && !L->o.dests[k] && t->byte_length) {
-			free(need);
-			return kiln__fail_inval(err, i, NULL, "destination %zu is NULL", k);
-		}
-		L->devno[k] = d;
-		L->remaining[k] = t->byte_length;
-		L->total += t->byte_length;
-		need[d] += arena_len(t->byte_length);
-	}
+	int rc = !L->dst || !L->devno || !L->remaining || !need
+		     ? kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory")
+		     : check_list(L, ndev, need, err);
+	if (!rc)
+		rc = destinations(L, ndev, need, arena, res, err);
+	free(need);
+	if (rc)
+		return rc;
 	uint32_t threads = L->o.threads ? L->o.threads : online_cpus();
 	uint64_t inflight = L->o.inflight_bytes ? L->o.inflight_bytes : INFLIGHT_DEFAULT;
 	uint64_t piece = inflight / threads;
@@ -378,74 +440,11 @@ static int plan(struct load *L, void **ptrs, kiln_arena **arena, kiln_load_resul
 	L->chunk = L->o.chunk_size ? L->o.chunk_size : L->staged ? STAGE_DEFAULT : HOST_CHUNK;
 	if (L->staged && piece < L->chunk)
 		piece = L->chunk;
+	size_t nranges = 0;
 	for (size_t k = 0; k < count; k++) {
 		uint64_t len = L->remaining[k];
 		nranges += len ? (size_t)((len + piece - 1) / piece) : 0;
 	}
-
-	/* The destinations: the caller's, or an arena per device used. */
-	if (!L->o.dests) {
-		kiln_arena *a = calloc(1, sizeof(*a) + ndev * sizeof(a->block[0]));
-		if (!a) {
-			free(need);
-			return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
-		}
-		a->n = ndev;
-		a->dev = L->dev && L->dev->alloc ? L->dev : NULL;
-		*arena = a;
-		for (uint32_t d = 0; d < ndev; d++) {
-			if (!need[d])
-				continue;
-			if (need[d] > SIZE_MAX) {
-				free(need);
-				return kiln__fail_sys(err, KILN_NOMEM, ENOMEM,
-						      "%" PRIu64 " bytes do not fit in memory",
-						      need[d]);
-			}
-			a->block[d].len = (size_t)need[d];
-			int rc = 0;
-			if (a->dev) {
-				rc = L->dev->alloc(L->dev->ctx, d, (size_t)need[d], &a->block[d].p,
-						   err);
-				if (!rc && !a->block[d].p)
-					rc = KILN_NOMEM;
-				if (rc && (!err || !err->code))
-					kiln__fail_sys(err, rc, ENOMEM,
-						       "%s: cannot allocate %" PRIu64
-						       " bytes on device %u",
-						       dev_name(L), need[d], d);
-			} else if (!(a->block[d].p = kiln__owned_alloc((size_t)need[d]))) {
-				rc = kiln__fail_sys(
-				    err, KILN_NOMEM, ENOMEM,
-				    "cannot allocate %" PRIu64 " bytes for the tensors", need[d]);
-			}
-			if (rc) {
-				a->block[d].p = NULL;
-				free(need);
-				return rc;
-			}
-			res->arena_bytes += need[d];
-			res->devices++;
-		}
-		uint64_t *at = calloc(ndev, sizeof(*at));
-		if (!at) {
-			free(need);
-			return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
-		}
-		for (size_t k = 0; k < count; k++) {
-			uint32_t d = L->devno[k];
-			L->dst[k] = (uint8_t *)a->block[d].p + at[d];
-			at[d] += arena_len(L->remaining[k]);
-		}
-		free(at);
-		res->extra_device_bytes = res->arena_bytes - L->total;
-	} else {
-		for (size_t k = 0; k < count; k++)
-			L->dst[k] = L->o.dests[k];
-		for (uint32_t d = 0; d < ndev; d++)
-			res->devices += need[d] != 0;
-	}
-	free(need);
 	if (ptrs)
 		for (size_t k = 0; k < count; k++)
 			ptrs[k] = L->dst[k];

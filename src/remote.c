@@ -119,10 +119,10 @@ int kiln__remote_check_options(const kiln_remote_options *o, kiln_error *err)
 
 /* --- the AWS shared files ----------------------------------------------------------------- */
 
-static char *env(const char *name)
+const char *kiln__env(const char *name)
 {
 	const char *v = getenv(name);
-	return v && *v ? (char *)v : NULL;
+	return v && *v ? v : NULL;
 }
 
 /* The value of `key` in section `section` of an INI file of the AWS tools (at most 1 MiB;
@@ -186,10 +186,10 @@ static char *slurp(const char *path)
 
 static char *home_file(const char *var, const char *rel)
 {
-	const char *v = env(var);
+	const char *v = kiln__env(var);
 	if (v)
 		return strdup(v);
-	const char *home = env("HOME");
+	const char *home = kiln__env("HOME");
 	char *p = NULL;
 	if (home && asprintf(&p, "%s/%s", home, rel) < 0)
 		p = NULL;
@@ -240,7 +240,7 @@ static void keys_from(struct aws *a, const char *text, const char *section)
 static int aws_settings(const kiln_remote_options *o, struct aws *a, kiln_error *err)
 {
 	memset(a, 0, sizeof(*a));
-	const char *profile = o && o->profile ? o->profile : env("AWS_PROFILE");
+	const char *profile = o && o->profile ? o->profile : kiln__env("AWS_PROFILE");
 	int named = profile != NULL;
 	if (!profile)
 		profile = "default";
@@ -258,10 +258,10 @@ static int aws_settings(const kiln_remote_options *o, struct aws *a, kiln_error 
 		rc = nomem(err);
 		goto out;
 	}
-	if (env("AWS_ACCESS_KEY_ID") && env("AWS_SECRET_ACCESS_KEY")) {
-		a->access = strdup(env("AWS_ACCESS_KEY_ID"));
-		a->secret = strdup(env("AWS_SECRET_ACCESS_KEY"));
-		a->token = dup_opt(env("AWS_SESSION_TOKEN"));
+	if (kiln__env("AWS_ACCESS_KEY_ID") && kiln__env("AWS_SECRET_ACCESS_KEY")) {
+		a->access = strdup(kiln__env("AWS_ACCESS_KEY_ID"));
+		a->secret = strdup(kiln__env("AWS_SECRET_ACCESS_KEY"));
+		a->token = dup_opt(kiln__env("AWS_SESSION_TOKEN"));
 	}
 	keys_from(a, creds, profile);
 	keys_from(a, conf, csect);
@@ -272,18 +272,18 @@ static int aws_settings(const kiln_remote_options *o, struct aws *a, kiln_error 
 				      profile);
 		goto out;
 	}
-	a->region = dup_opt(o && o->region ? o->region : env("AWS_REGION"));
+	a->region = dup_opt(o && o->region ? o->region : kiln__env("AWS_REGION"));
 	if (!a->region)
-		a->region = dup_opt(env("AWS_DEFAULT_REGION"));
+		a->region = dup_opt(kiln__env("AWS_DEFAULT_REGION"));
 	if (!a->region && conf)
 		a->region = ini_value(conf, csect, "region", NULL);
-	a->endpoint = dup_opt(o && o->endpoint ? o->endpoint : env("AWS_ENDPOINT_URL_S3"));
+	a->endpoint = dup_opt(o && o->endpoint ? o->endpoint : kiln__env("AWS_ENDPOINT_URL_S3"));
 	if (!a->endpoint)
-		a->endpoint = dup_opt(env("AWS_ENDPOINT_URL"));
+		a->endpoint = dup_opt(kiln__env("AWS_ENDPOINT_URL"));
 	if (!a->endpoint && conf)
 		a->endpoint = ini_value(conf, csect, "endpoint_url", NULL);
-	if (named && !a->access && !env("AWS_ACCESS_KEY_ID") && !has_section(creds, profile) &&
-	    !has_section(conf, csect)) {
+	if (named && !a->access && !kiln__env("AWS_ACCESS_KEY_ID") &&
+	    !has_section(creds, profile) && !has_section(conf, csect)) {
 		rc = kiln__fail_inval(
 		    err, KILN_NO_INDEX, "profile", "the AWS profile %s is in neither %s nor %s",
 		    profile, cpath ? cpath : "~/.aws/credentials", fpath ? fpath : "~/.aws/config");
@@ -454,7 +454,7 @@ int kiln__remote_new(const char *url, const kiln_remote_options *o, struct kiln_
 		int bad = !r->url || (a.access && !r->userpwd) || !r->headers ||
 			  (a.token && add_header(r, "x-amz-security-token", a.token));
 		if (!ca)
-			ca = env("AWS_CA_BUNDLE");
+			ca = kiln__env("AWS_CA_BUNDLE");
 		aws_free(&a);
 		if (bad) {
 			kiln__remote_free(r);
@@ -469,7 +469,7 @@ int kiln__remote_new(const char *url, const kiln_remote_options *o, struct kiln_
 			kiln__remote_free(r);
 			return KILN_INVAL;
 		}
-		const char *tok = env("HF_TOKEN");
+		const char *tok = kiln__env("HF_TOKEN");
 		int hf = tok && (host_is(host, "huggingface.co") || host_is(host, "hf.co"));
 		if (hf)
 			r->bearer = strdup(tok);
@@ -479,7 +479,7 @@ int kiln__remote_new(const char *url, const kiln_remote_options *o, struct kiln_
 		}
 	}
 	if (!ca)
-		ca = env("CURL_CA_BUNDLE");
+		ca = kiln__env("CURL_CA_BUNDLE");
 	if (ca && !(r->ca_bundle = strdup(ca))) {
 		kiln__remote_free(r);
 		return nomem(err);

@@ -12,6 +12,9 @@
 
 struct kiln__remote;
 
+/* An environment variable's value; NULL when it is unset or empty (as the AWS tools read them). */
+const char *kiln__env(const char *name);
+
 /* Nonzero when `path` is a URL kiln fetches (s3://, http://, https://). */
 int kiln__is_url(const char *path);
 /* Bytes of `path` before a URL's query or fragment (what names the object: a presigned URL's

@@ -195,20 +195,30 @@ static int cuda_fail(kiln_error *err, const char *call, int device, cudaError_t 
 			      cudaGetErrorString(e), (int)e);
 }
 
+/* Arenas are allocated and freed on the caller's thread: its current device is put back, so a
+ * runtime's own "current GPU" is what it was. */
 static int d_alloc(void *ctx, uint32_t device, size_t len, void **ptr, kiln_error *err)
 {
 	(void)ctx;
+	int prev = -1;
+	cudaGetDevice(&prev);
 	cudaError_t e = cudaSetDevice((int)device);
 	if (e == cudaSuccess)
 		e = cudaMalloc(ptr, len ? len : 1);
+	if (prev >= 0)
+		cudaSetDevice(prev);
 	return e == cudaSuccess ? 0 : cuda_fail(err, "cudaMalloc", (int)device, e);
 }
 
 static void d_release(void *ctx, uint32_t device, void *ptr)
 {
 	(void)ctx;
+	int prev = -1;
+	cudaGetDevice(&prev);
 	cudaSetDevice((int)device);
 	cudaFree(ptr);
+	if (prev >= 0)
+		cudaSetDevice(prev);
 }
 
 static int d_host_alloc(void *ctx, size_t len, void **ptr, kiln_error *err)

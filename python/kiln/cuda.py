@@ -59,8 +59,8 @@ def load(path, device=0, *, threads=None, order=None, progress=None):
     """Every tensor of the model at ``path`` (any model kiln opens, a URL too) as a dict name ->
     kiln.DeviceView, in file order, the bytes in GPU memory.
 
-    ``device``: N, "cuda:N", or {fnmatch pattern: device} (the first pattern matching a name
-    wins). One arena per GPU used holds the tensors; it is freed when the last view (and every
+    ``device``: N, "cuda:N" ("cuda" is device 0), or {fnmatch pattern: device} (the first
+    pattern matching a name wins). One arena per GPU used holds the tensors; it is freed when the last view (and every
     DLPack capsule made from one) is gone. ``threads``, ``order`` and ``progress`` are as in
     kiln.torch.load. Each view's ``__dlpack__()`` is typed (``to_dlpack(raw=True)`` gives any
     dtype's bytes as uint8), ``__dlpack_device__()`` is (2, N); every copy has completed when
@@ -68,6 +68,8 @@ def load(path, device=0, *, threads=None, order=None, progress=None):
     """
     if isinstance(device, dict):
         rules = [(str(p), _index(d)) for p, d in device.items()]
+        if not rules:
+            raise ValueError("device={} maps no tensor anywhere")
 
         def place(name):
             for pattern, dev in rules:

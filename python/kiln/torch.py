@@ -155,15 +155,28 @@ def _group_load(d, views, sequence, group, tp, stats):
             raise RuntimeError(f"kiln.torch.load(group=): rank {rank} of {world}: the "
                                f"all-gather of {what} failed: {e}") from e
 
-    tp_bytes = d.read_slices(slices) if slices else 0
-    for i, shape, buf in shares:
-        final[i] = buf.view(_dtype(views[i])).reshape(shape)
     r = d.group_load(pairs, rank, world, all_gather)
     for i, buf in raw.items():
         final[i] = _shaped(views[i], buf)
+    # After every exchange: a rank whose share cannot be read fails alone, while the others,
+    # done with the group, are not left waiting for it.
+    tp_bytes = d.read_slices(slices) if slices else 0
+    for i, shape, buf in shares:
+        final[i] = buf.view(_dtype(views[i])).reshape(shape)
     if stats is not None:
         stats.update(r, tp_bytes_read=tp_bytes, rank=rank, world=world)
     return final
+
+
+def _gpus():
+    """kiln's CUDA devices, or None where this build has no adapter or it cannot open the GPUs
+    torch sees (the pinned path is then taken)."""
+    if not _cuda.available():
+        return None
+    try:
+        return _cuda._handle()
+    except (RuntimeError, _kiln.Error):
+        return None
 
 
 def load(path, device="cpu", *, threads=None, order=None, progress=None, group=None, tp=None,
@@ -241,13 +254,13 @@ def load(path, device="cpu", *, threads=None, order=None, progress=None, group=N
                        arena=True)
             for i, cap in zip(sequence, r["capsules"]):
                 final[i] = _shaped(views[i], torch.utils.dlpack.from_dlpack(cap))
-        elif _cuda.available() and all(dev.type == "cuda" for dev in targets.values()):
+        elif all(dev.type == "cuda" for dev in targets.values()) and _gpus() is not None:
             # kiln's pipeline into GPU memory: pinned staging, a stream per buffer, one arena
             # per GPU; each tensor a DLPack view of its bytes there.
             where = [targets[i].index if targets[i].index is not None
                      else torch.cuda.current_device() for i in sequence]
             r = d.load([views[i] for i in sequence], threads=threads or 0, progress=progress,
-                       arena=True, device=_cuda._handle(), place=where)
+                       arena=True, device=_gpus(), place=where)
             for i, v in zip(sequence, r["views"]):
                 final[i] = _shaped(views[i], torch.utils.dlpack.from_dlpack(
                     v.to_dlpack(raw=True)))

@@ -464,13 +464,20 @@ def test_load_file_onto_a_gpu_goes_through_kiln_torch_load(tmp_path, monkeypatch
     import kiln.torch as kt
 
     seen = []
+    cuda = torch.cuda.is_available()
     monkeypatch.setattr(kt, "load", lambda path, device="cpu", **kw: seen.append(
         (path, str(device), kw)) or {"a": torch.ones(3)})
-    for dev in ("cuda", "cuda:1", 0, torch.device("cuda", 2)):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    for dev in ("cuda", "cuda:1", 0, 3):
         assert list(stpt.load_file(p, device=dev)) == ["a"]
-    assert seen == [(p, "cuda", {}), (p, "cuda:1", {}), (p, "cuda:0", {}), (p, "cuda:2", {})]
+    assert seen == [(p, "cuda:0", {}), (p, "cuda:1", {}), (p, "cuda:0", {}), (p, "cuda:3", {})]
     assert stpt.load_file(p)["a"].device.type == "cpu" and len(seen) == 4  # cpu: the mapping
+    assert stpt.load_file(p, device=None)["a"].device.type == "cpu"
+    with pytest.raises(st.SafetensorError, match="invalid"):
+        stpt.load_file(p, device="cuda:1:2")  # safetensors' own refusal, before any load
+    assert len(seen) == 4
     monkeypatch.undo()
-    if not torch.cuda.is_available():
-        with pytest.raises(RuntimeError, match="no CUDA device"):
+    if not cuda:
+        # Without CUDA in torch: safe_open's error, as the drop-in gives it.
+        with pytest.raises(st.SafetensorError, match="not usable"):
             stpt.load_file(p, device="cuda")

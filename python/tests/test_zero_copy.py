@@ -105,7 +105,7 @@ def test_dlpack_protocol_keywords(path):
         t = d["a"]
         assert t.__dlpack_device__() == (1, 0)
         for kw in ({}, {"stream": None}, {"max_version": (1, 0)}, {"dl_device": (1, 0)},
-                   {"copy": False}, {"copy": None}):
+                   {"dl_device": [1, 0]}, {"copy": False}, {"copy": None}):
             np.testing.assert_array_equal(np.from_dlpack(_Exporter(t, kw)), t.numpy())
         with pytest.raises(BufferError, match="copy"):
             t.__dlpack__(copy=True)
@@ -113,6 +113,8 @@ def test_dlpack_protocol_keywords(path):
             t.__dlpack__(dl_device=(2, 0))
         with pytest.raises(TypeError):
             t.__dlpack__(colour=1)
+        with pytest.raises(TypeError, match="pair"):
+            t.__dlpack__(dl_device=1)
 
 
 class _Exporter:

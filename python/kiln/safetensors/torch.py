@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple, Union  # noqa: F401
 import torch
 
 from . import TensorSpec, deserialize, safe_open, serialize, serialize_file  # noqa: F401
+from ._open import _device
 
 # The float8/float4 dtypes of newer torch (None where this torch has none).
 _float8_e4m3fn = getattr(torch, "float8_e4m3fn", None)
@@ -226,14 +227,15 @@ def save_file(tensors: Dict[str, torch.Tensor], filename: Union[str, os.PathLike
 def load_file(filename: Union[str, os.PathLike], device: Union[str, int] = "cpu", *,
               backend: str = "mmap") -> Dict[str, torch.Tensor]:
     """The tensors of a safetensors (or KLNT, GGUF) file, in file order: zero-copy views of a
-    private mapping on the CPU. Any other device ("cuda", "cuda:N", N, a torch.device) goes
-    through kiln.torch.load: reader threads into pinned memory, each tensor copied to its GPU
-    as soon as it is read."""
-    dev = torch.device(f"cuda:{device}" if isinstance(device, int) else device)
-    if dev.type != "cpu":
+    private mapping on the CPU. A CUDA device ("cuda", "cuda:N", N) goes through kiln.torch.load
+    where torch has CUDA: reader threads into pinned memory or the GPU's own, each tensor on its
+    GPU as soon as it is read. Other devices (mps, xpu, ...) are safe_open's, moved with .to()."""
+    _, target = _device(device)  # safetensors' rules: an int N is cuda:N
+    target = f"cuda:{target}" if isinstance(target, int) else target
+    if target.startswith("cuda:") and torch.cuda.is_available():
         from .. import torch as _kiln_torch
 
-        return _kiln_torch.load(os.fspath(filename), device=dev)
+        return _kiln_torch.load(os.fspath(filename), device=target)
     with safe_open(filename, framework="pt", device=device, backend=backend) as f:
         return f.get_tensors()
 
