@@ -149,31 +149,42 @@ static int parse_device(PyObject *o, int *type, int *id)
 	return ok ? 0 : -1;
 }
 
-PyObject *tensor_dlpack(TensorObject *self, PyObject *args, PyObject *kw)
+/*
+ * The array API's keywords of __dlpack__: stream is the consumer's (host memory needs none; a
+ * device load has finished every copy before it returned); max_version is met with the legacy
+ * (v0.x) "dltensor" capsule, which every consumer reads; a copy or another device than `have`
+ * cannot be given, and the protocol says to raise BufferError then. 0, or -1 with it raised.
+ */
+static int dlpack_request(PyObject *args, PyObject *kw, DLDevice have, const char *where,
+			  const char *no_copy)
 {
-	/* The array API's keywords: stream is meaningless for host memory; max_version is met
-	 * with the legacy (v0.x) "dltensor" capsule, which every consumer reads; a copy or another
-	 * device cannot be given, and the protocol says to raise BufferError then. */
 	static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
 	PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$OOO:__dlpack__", kwlist, &stream,
 					 &max_version, &dl_device, &copy))
-		return NULL;
+		return -1;
 	if (copy == Py_True) {
-		PyErr_SetString(PyExc_BufferError,
-				"kiln tensors export views only; Tensor.copy() gives a copy");
-		return NULL;
+		PyErr_SetString(PyExc_BufferError, no_copy);
+		return -1;
 	}
 	if (dl_device != Py_None) {
 		int type = 0, id = -1;
 		if (parse_device(dl_device, &type, &id) < 0)
-			return NULL;
-		if (type != 1 || id != 0) {
-			PyErr_Format(PyExc_BufferError,
-				     "kiln tensors are on the CPU (1, 0), not (%d, %d)", type, id);
-			return NULL;
+			return -1;
+		if (type != have.device_type || id != have.device_id) {
+			PyErr_Format(PyExc_BufferError, "%s (%d, %d), not (%d, %d)", where,
+				     have.device_type, have.device_id, type, id);
+			return -1;
 		}
 	}
+	return 0;
+}
+
+PyObject *tensor_dlpack(TensorObject *self, PyObject *args, PyObject *kw)
+{
+	if (dlpack_request(args, kw, (DLDevice){1, 0}, "kiln tensors are on the CPU",
+			   "kiln tensors export views only; Tensor.copy() gives a copy") < 0)
+		return NULL;
 	return make_capsule(self, 0);
 }
 
@@ -241,27 +252,9 @@ int kp_device_view_get(PyObject *view, void **data, uint64_t *len, int32_t *devi
 
 static PyObject *view_dlpack(DeviceViewObject *self, PyObject *args, PyObject *kw)
 {
-	/* As Tensor.__dlpack__: the stream is the consumer's to order against (the load has
-	 * finished every copy before it returned); no copies, no other device. */
-	static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
-	PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$OOO:__dlpack__", kwlist, &stream,
-					 &max_version, &dl_device, &copy))
+	if (dlpack_request(args, kw, self->dev, "this view is on",
+			   "kiln device views export views only") < 0)
 		return NULL;
-	if (copy == Py_True) {
-		PyErr_SetString(PyExc_BufferError, "kiln device views export views only");
-		return NULL;
-	}
-	if (dl_device != Py_None) {
-		int type = 0, id = -1;
-		if (parse_device(dl_device, &type, &id) < 0)
-			return NULL;
-		if (type != self->dev.device_type || id != self->dev.device_id) {
-			PyErr_Format(PyExc_BufferError, "this view is on (%d, %d), not (%d, %d)",
-				     self->dev.device_type, self->dev.device_id, type, id);
-			return NULL;
-		}
-	}
 	return tensor_capsule(self->tensor->t, self->tensor->index, self->data, self->dev, 0,
 			      self->arena);
 }
