@@ -47,7 +47,10 @@ WORKER = textwrap.dedent("""
             return real(*a, **k)
         dist.all_gather = dying
     timeout = float(os.environ.get("KILN_TEST_PG_TIMEOUT", "30"))
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout))
+    # A file store for the rendezvous: no port to pick, so none another process can take first.
+    dist.init_process_group("gloo", init_method="file://" + os.environ["KILN_TEST_RDV"],
+                            rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=timeout))
     # A cold copy: nothing of it in the page cache, as on a node of its own.
     for root, _, files in os.walk(os.path.dirname(path)):
         for f in files:
@@ -99,7 +102,6 @@ def _run(tmp_path, source, world, *, name, tp=None, die_at=0, stall_at=0, pg_tim
     ranks' (exit status, result)."""
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    port = _free_port()
     procs = []
     for r in range(world):
         d = tmp_path / f"{name}-rank{r}"
@@ -111,8 +113,8 @@ def _run(tmp_path, source, world, *, name, tp=None, die_at=0, stall_at=0, pg_tim
             d.mkdir()
             path = str(d / os.path.basename(source))
             shutil.copy(src, path)
-        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), KILN_TEST_TP=json.dumps(tp),
+        env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world),
+                   KILN_TEST_RDV=str(tmp_path / f"rdv-{name}"), KILN_TEST_TP=json.dumps(tp),
                    KILN_TEST_DIE_AT=str(die_at), KILN_TEST_STALL_AT=str(stall_at),
                    KILN_TEST_PG_TIMEOUT=str(pg_timeout))
         out = tmp_path / f"{name}-{r}.json"

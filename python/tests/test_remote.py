@@ -78,7 +78,10 @@ GROUP_WORKER = """
 import hashlib, json, os, sys, datetime
 import torch, torch.distributed as dist
 import kiln
-dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+# A file store for the rendezvous: no port to pick, so none another process can take first.
+dist.init_process_group("gloo", init_method="file://" + os.environ["KILN_TEST_RDV"],
+                        rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]),
+                        timeout=datetime.timedelta(seconds=60))
 url, out, tp = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 stats = {}
 sd = kiln.torch.load(url, group=True, tp=tp, stats=stats)
@@ -95,7 +98,6 @@ def test_group_load_of_a_url_reads_it_once(tmp_path):
     torch = pytest.importorskip("torch")
     import hashlib
     import json
-    import socket
     import subprocess
     import sys
     import urllib.request
@@ -110,14 +112,11 @@ def test_group_load_of_a_url_reads_it_once(tmp_path):
     urllib.request.urlopen(proxy + "/_reset").read()
     script = tmp_path / "w.py"
     script.write_text(GROUP_WORKER)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     for url, name in ((proxy + "/ok:group/m.klnt", "http"), ("s3://models/m.klnt", "s3")):
         procs = []
         for r in range(2):
-            env = dict(os.environ, RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
-                       MASTER_PORT=str(port + (name == "s3")))
+            env = dict(os.environ, RANK=str(r), WORLD_SIZE="2",
+                       KILN_TEST_RDV=str(tmp_path / f"rdv-{name}"))
             out = tmp_path / f"{name}-{r}.json"
             procs.append((subprocess.Popen([sys.executable, str(script), url, str(out),
                                             json.dumps(tp)], env=env), out))
