@@ -450,9 +450,8 @@ static PyObject *dir_read_slices(DirObject *self, PyObject *args, PyObject *kw)
 	}
 	for (Py_ssize_t i = 0; i < n; i++) {
 		PyObject *key, *buf;
-		unsigned int axis;
-		unsigned long long start, stop;
-		if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "OIKKO", &key, &axis,
+		Py_ssize_t axis, start, stop;
+		if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "OnnnO", &key, &axis,
 				      &start, &stop, &buf)) {
 			PyErr_Format(PyExc_TypeError,
 				     "read_slices: item %zd is not (tensor, axis, start, stop, "
@@ -460,9 +459,20 @@ static PyObject *dir_read_slices(DirObject *self, PyObject *args, PyObject *kw)
 				     i);
 			goto out;
 		}
+		/* Checked here: unsigned conversions would wrap -1 into a huge bound. */
+		if (axis < 0 || start < 0 || stop < 0) {
+			PyErr_Format(
+			    PyExc_ValueError,
+			    "read_slices: item %zd: axis, start and stop must be 0 or more "
+			    "(got %zd, %zd, %zd)",
+			    i, axis, start, stop);
+			goto out;
+		}
 		if (resolve_index(o, key, &idx[i]) < 0)
 			goto out;
-		sl[i] = (kiln_slice){.axis = axis, .start = start, .stop = stop};
+		sl[i] = (kiln_slice){.axis = (uint32_t)(axis > UINT32_MAX ? UINT32_MAX : axis),
+				     .start = (uint64_t)start,
+				     .stop = (uint64_t)stop};
 		const kiln_tensor *t = kiln_model_tensor(o->model, idx[i]);
 		uint64_t need;
 		kiln_error err;

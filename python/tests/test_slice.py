@@ -67,6 +67,9 @@ def test_read_slices(path, directory_only):
             d.read_slices([("x", 1, 0, 6, bufs[0])])
         with pytest.raises(TypeError, match="item 0"):
             d.read_slices([("x", 1, 3)])
+        for item in (("x", 0, -1, 2), ("x", -1, 0, 2), ("x", 0, 0, -1)):
+            with pytest.raises(ValueError, match="item 0: axis, start and stop must be 0"):
+                d.read_slices([item + (bufs[1],)])
         with pytest.raises(KeyError):
             d.read_slices([("nope", 0, 0, 1, bufs[0])])
 
