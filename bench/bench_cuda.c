@@ -14,6 +14,9 @@
  *   into device buffers + kiln_model_close.
  * - pipeline/{cold,warm}/SOURCE[/direct]: the same with kiln_load onto kiln_cuda_device (reader
  *   threads, pinned staging per thread, a stream per staging buffer; docs/pipeline.md).
+ * - pipeline/{cold,warm}/SOURCE/register: kiln_load with KILN_LOAD_REGISTER: no staging, the
+ *   mapping's pages registered (cudaHostRegister, read only) a window at a time and copied
+ *   from; the registrations are inside the timed load.
  *
  * The load can at best run at the slower of its two limits; "x_limit" is the row's rate over
  * min(read, h2d) of its own pairing. Counters and pairing work as in bench_load.c. After the
@@ -180,7 +183,8 @@ struct load {
 	size_t ring_size; /* bytes each; 0: the adapter's default */
 	uint32_t engine;  /* KILN_ENGINE_*: the reads' engine */
 	int checked;
-	int pipeline; /* kiln_load onto the GPUs' device table instead of kiln_cuda_load */
+	int pipeline; /* kiln_load onto the GPUs' device table instead of kiln_cuda_load; 2: with
+			 KILN_LOAD_REGISTER */
 };
 
 static kiln_cuda_devices *gpus; /* the pipeline rows' device table */
@@ -214,8 +218,9 @@ static void load_body(kb_state *st, uint64_t iters, void *arg)
 	struct load *l = arg;
 	char label[160];
 	if (l->pipeline)
-		snprintf(label, sizeof(label), "kiln_load, %s%s, default threads and staging",
-			 kiln_source_name(l->source), l->direct ? " + O_DIRECT" : "");
+		snprintf(label, sizeof(label), "kiln_load, %s%s, default threads and %s",
+			 kiln_source_name(l->source), l->direct ? " + O_DIRECT" : "",
+			 l->pipeline == 2 ? "registered windows" : "staging");
 	else
 		snprintf(label, sizeof(label), "%s%s%s, ring %u x %zu MiB pinned",
 			 kiln_source_name(l->source), l->direct ? " + O_DIRECT" : "",
@@ -252,7 +257,8 @@ static void load_body(kb_state *st, uint64_t iters, void *arg)
 					     .staging_size = l->ring_size,
 					     .engine = l->engine};
 		kiln_load_options po = {.size = sizeof(po),
-					.flags = l->direct ? KILN_LOAD_DIRECT : 0,
+					.flags = (l->direct ? KILN_LOAD_DIRECT : 0) |
+						 (l->pipeline == 2 ? KILN_LOAD_REGISTER : 0),
 					.engine = l->engine,
 					.device = kiln_cuda_device(gpus),
 					.dests = g.dests};
@@ -371,16 +377,19 @@ int main(int argc, char **argv)
 				      {KILN_SOURCE_READ, 0, 0, 0, 0, 0, 0, 0},
 				      {KILN_SOURCE_MMAP, 1, 0, 0, 0, 0, 0, 1},
 				      {KILN_SOURCE_MMAP, 1, 1, 0, 0, 0, 0, 1},
-				      {KILN_SOURCE_MMAP, 0, 0, 0, 0, 0, 0, 1}};
+				      {KILN_SOURCE_MMAP, 0, 0, 0, 0, 0, 0, 1},
+				      {KILN_SOURCE_MMAP, 1, 0, 0, 0, 0, 0, 2},
+				      {KILN_SOURCE_MMAP, 0, 0, 0, 0, 0, 0, 2}};
 	static char names[sizeof(loads) / sizeof(loads[0])][80];
 	for (size_t i = 0; i < sizeof(loads) / sizeof(loads[0]); i++) {
 		struct load *l = &loads[i];
-		int k = snprintf(names[i], sizeof(names[i]), "%s/%s/%s%s%s",
+		int k = snprintf(names[i], sizeof(names[i]), "%s/%s/%s%s%s%s",
 				 l->pipeline ? "pipeline" : "load", l->cold ? "cold" : "warm",
 				 kiln_source_name(l->source), l->direct ? "/direct" : "",
 				 l->engine == KILN_ENGINE_PREAD   ? "/pread"
 				 : l->engine == KILN_ENGINE_URING ? "/uring_engine"
-								  : "");
+								  : "",
+				 l->pipeline == 2 ? "/register" : "");
 		if (l->ring_n)
 			snprintf(names[i] + k, sizeof(names[i]) - (size_t)k, "/ring:%ux%zuMiB",
 				 l->ring_n, l->ring_size / MiB);

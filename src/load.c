@@ -4,8 +4,9 @@
  * inflight_bytes / threads, taken in list order by reader threads, each reading its piece with
  * the chunk engine (src/io.c, through kiln__stream_ranges) straight into the destinations, or,
  * for a staged device, into its own pinned buffers that device->copy moves on one lane per
- * buffer. The calling thread announces tensors in list order as their bytes are credited, and
- * reports progress; it never reads.
+ * buffer; with KILN_LOAD_REGISTER, copy() reads the file's bytes in memory, registered with the
+ * device a window at a time, and nothing is staged. The calling thread announces tensors in list
+ * order as their bytes are credited, and reports progress; it never reads.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -31,6 +32,8 @@
 #define HOST_CHUNK       (16u << 20)
 #define PIECE_MIN        ((uint64_t)1 << 20)
 #define ARENA_ALIGN      64u
+/* KILN_LOAD_REGISTER: lanes a thread spreads a window's copies over. */
+#define REGISTER_LANES   4u
 
 struct kiln_arena {
 	uint32_t n;
@@ -82,6 +85,9 @@ struct load {
 	int rc;              /* the first failure, under lock */
 	kiln_error err;      /* its error */
 	uint32_t engine, direct;
+	int reg;         /* KILN_LOAD_REGISTER */
+	uint64_t window; /* its bytes registered at once per thread */
+	_Atomic uint64_t reg_bytes, reg_peak;
 	struct worker *w;
 	uint32_t nworkers;
 };
@@ -215,6 +221,91 @@ static int run_piece(struct worker *w, const struct kiln__range *r, size_t n)
 	return rc;
 }
 
+static int wait_lanes(struct worker *w)
+{
+	int first = 0;
+	for (uint32_t b = 0; b < w->nstage; b++) {
+		int rc = wait_lane(w, b);
+		if (rc && !first)
+			first = rc;
+	}
+	return first;
+}
+
+/* One window of a range under KILN_LOAD_REGISTER: its whole pages registered (so concurrent
+ * windows, which may share a page at their ends, never register one page twice), the copies
+ * spread over the thread's lanes, every one waited for before the pages are unregistered. */
+static int copy_window(struct worker *w, const struct kiln__range *r, uint64_t at, uint64_t len)
+{
+	struct load *L = w->L;
+	const kiln_device *D = L->dev;
+	const uint8_t *src = L->m->files[r->file].base + r->off + at;
+	uint8_t *dst = L->dst[r->tensor] + r->tensor_off + at;
+	uint32_t d = L->devno[r->tensor];
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t a = ((uintptr_t)src + page - 1) & ~(page - 1),
+		  e = ((uintptr_t)src + len) & ~(page - 1);
+	size_t reg = e > a ? (size_t)(e - a) : 0;
+	int rc = 0;
+	if (reg) {
+		rc = D->host_register(D->ctx, (const void *)a, reg, &w->err);
+		if (rc) {
+			if (!w->err.code)
+				kiln__fail_sys(&w->err, KILN_IO, 0,
+					       "%s: registering %zu bytes of tensor %" PRIu64
+					       " (file offset %" PRIu64 ") failed",
+					       dev_name(L), reg, model_index(L, r->tensor),
+					       r->off + at);
+			return w->err.code;
+		}
+		uint64_t now = atomic_fetch_add(&L->reg_bytes, reg) + reg,
+			 peak = atomic_load(&L->reg_peak);
+		while (now > peak && !atomic_compare_exchange_weak(&L->reg_peak, &peak, now))
+			;
+	}
+	for (uint64_t o = 0, k = 0; o < len && !rc; o += L->chunk, k++) {
+		if (atomic_load(&L->stop)) {
+			rc = KILN_CANCELED;
+			break;
+		}
+		uint32_t b = (uint32_t)(k % w->nstage);
+		if (w->stage_dev[b] != d && (rc = wait_lane(w, b)) != 0)
+			break; /* a lane's record names one device: empty it before another */
+		size_t n = len - o < L->chunk ? (size_t)(len - o) : L->chunk;
+		rc = D->copy(D->ctx, d, w->id * w->nstage + b, dst + o, src + o, n, &w->cb_err);
+		if (rc && !w->cb_err.code)
+			kiln__fail_sys(&w->cb_err, KILN_IO, 0, "%s: the copy to device %u failed",
+				       dev_name(L), d);
+		if (!rc)
+			w->stage_dev[b] = d;
+	}
+	int wrc = wait_lanes(w);
+	if (!rc)
+		rc = wrc;
+	if (reg) {
+		D->host_unregister(D->ctx, (const void *)a);
+		atomic_fetch_sub(&L->reg_bytes, reg);
+	}
+	return rc;
+}
+
+static int run_registered(struct worker *w, const struct kiln__range *r, size_t n)
+{
+	struct load *L = w->L;
+	memset(&w->err, 0, sizeof(w->err));
+	memset(&w->cb_err, 0, sizeof(w->cb_err));
+	int rc = 0;
+	for (size_t i = 0; i < n && !rc; i++)
+		for (uint64_t at = 0; at < r[i].len && !rc; at += L->window)
+			rc = copy_window(w, &r[i], at,
+					 r[i].len - at < L->window ? r[i].len - at : L->window);
+	if (w->cb_err.code) { /* a device operation failed: that is the error, not the stop */
+		rc = w->cb_err.code;
+		w->err = w->cb_err;
+	}
+	return rc;
+}
+
 /* Drop what a piece read from the page cache (a hint: failure costs nothing). */
 static void drop_cache(const struct load *L, const struct kiln__range *r, size_t n)
 {
@@ -244,7 +335,7 @@ static void *worker_main(void *arg)
 			 peak = atomic_load(&L->peak);
 		while (now > peak && !atomic_compare_exchange_weak(&L->peak, &peak, now))
 			;
-		int rc = run_piece(w, r, n);
+		int rc = L->reg ? run_registered(w, r, n) : run_piece(w, r, n);
 		atomic_fetch_sub(&L->inflight, bytes);
 		if (rc) {
 			/* stopped by another's failure or a cancel: that one is the error */
@@ -291,9 +382,14 @@ static int check_options(const kiln_load_options *in, kiln_load_options *o, kiln
 						"kiln_load_options.size %u is too small", in->size);
 		*o = *in;
 	}
-	if (o->flags & ~(uint32_t)(KILN_LOAD_DIRECT | KILN_LOAD_DROP_CACHE))
+	if (o->flags & ~(uint32_t)(KILN_LOAD_DIRECT | KILN_LOAD_DROP_CACHE | KILN_LOAD_REGISTER))
 		return kiln__fail_inval(err, KILN_NO_INDEX, "flags", "unknown load flags 0x%x",
 					o->flags);
+	if ((o->flags & KILN_LOAD_REGISTER) && (o->flags & KILN_LOAD_DIRECT))
+		return kiln__fail_inval(
+		    err, KILN_NO_INDEX, "flags",
+		    "KILN_LOAD_REGISTER copies from memory: it does not go with "
+		    "KILN_LOAD_DIRECT");
 	if (o->engine > KILN_ENGINE_PREAD)
 		return kiln__fail_inval(err, KILN_NO_INDEX, "engine", "unknown engine %u",
 					o->engine);
@@ -313,14 +409,23 @@ static int check_options(const kiln_load_options *in, kiln_load_options *o, kiln
 						"kiln_device.size %u is too small", d->size);
 		if ((d->copy != NULL) != (d->wait != NULL) ||
 		    (d->alloc != NULL) != (d->release != NULL) ||
-		    (d->host_alloc != NULL) != (d->host_release != NULL))
+		    (d->host_alloc != NULL) != (d->host_release != NULL) ||
+		    (d->host_register != NULL) != (d->host_unregister != NULL))
 			return kiln__fail_inval(err, KILN_NO_INDEX, "device",
 						"a kiln_device needs copy with wait, alloc with "
-						"release, host_alloc with host_release");
-		if (d->reserved[0] || d->reserved[1] || d->reserved[2] || d->reserved[3])
+						"release, host_alloc with host_release, "
+						"host_register with host_unregister");
+		if (d->reserved[0] || d->reserved[1])
 			return kiln__fail_inval(err, KILN_NO_INDEX, "device",
 						"kiln_device's reserved fields are not 0");
 	}
+	if ((o->flags & KILN_LOAD_REGISTER) && (!d || !d->copy || !d->host_register))
+		return kiln__fail_inval(err, KILN_NO_INDEX, "device",
+					"KILN_LOAD_REGISTER needs a staged device with "
+					"host_register (%s)",
+					!d        ? "host memory has nothing to register"
+					: d->name ? d->name
+						  : "?");
 	return 0;
 }
 
@@ -346,6 +451,12 @@ static int check_list(struct load *L, uint32_t ndev, uint64_t *need, kiln_error 
 						d, ndev);
 		if (L->o.dests && !L->o.dests[k] && t->byte_length)
 			return kiln__fail_inval(err, i, NULL, "destination %zu is NULL", k);
+		if (L->reg && t->byte_length && !L->m->files[t->file].base)
+			return kiln__fail_inval(err, i, "flags",
+						"KILN_LOAD_REGISTER: tensor %" PRIu64
+						"'s file is not in memory (opened directory-only, "
+						"or a URL)",
+						i);
 		L->devno[k] = d;
 		L->remaining[k] = t->byte_length;
 		L->total += t->byte_length;
@@ -484,6 +595,21 @@ static int plan(struct load *L, void **ptrs, kiln_arena **arena, kiln_load_resul
 static int stage(struct load *L, kiln_load_result *res, kiln_error *err)
 {
 	uint64_t pinned = L->o.pinned_bytes ? L->o.pinned_bytes : PINNED_DEFAULT;
+	if (L->reg) { /* lanes only; a window of the budget each, in whole pages */
+		uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+		L->window = pinned / L->nworkers / page * page;
+		if (L->window < page)
+			L->window = page;
+		for (uint32_t i = 0; i < L->nworkers; i++) {
+			struct worker *w = &L->w[i];
+			if (!(w->stage_dev = calloc(REGISTER_LANES, sizeof(*w->stage_dev))))
+				return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+			for (uint32_t b = 0; b < REGISTER_LANES; b++)
+				w->stage_dev[b] = UINT32_MAX;
+			w->nstage = REGISTER_LANES;
+		}
+		return 0;
+	}
 	uint64_t per = pinned / L->nworkers / L->chunk;
 	uint32_t nb = per < 2 ? 2 : per > 64 ? 64 : (uint32_t)per;
 	for (uint32_t i = 0; i < L->nworkers; i++) {
@@ -523,7 +649,7 @@ static void unstage(struct load *L)
 {
 	for (uint32_t i = 0; L->w && i < L->nworkers; i++) {
 		struct worker *w = &L->w[i];
-		for (uint32_t b = 0; b < w->nstage; b++) {
+		for (uint32_t b = 0; w->stage && b < w->nstage; b++) {
 			if (L->dev->host_alloc)
 				L->dev->host_release(L->dev->ctx, w->stage[b]);
 			else
@@ -627,6 +753,7 @@ KILN_API int kiln_load(const kiln_model *m, const uint64_t *tensors, size_t coun
 	L.m = m;
 	L.dev = L.o.device;
 	L.staged = L.dev && L.dev->copy;
+	L.reg = !!(L.o.flags & KILN_LOAD_REGISTER);
 	L.list = tensors;
 	L.count = tensors ? count : (size_t)m->count;
 	pthread_mutex_init(&L.lock, NULL);
@@ -676,6 +803,8 @@ KILN_API int kiln_load(const kiln_model *m, const uint64_t *tensors, size_t coun
 	pthread_mutex_destroy(&L.lock);
 	pthread_cond_destroy(&L.cond);
 	res.peak_inflight = atomic_load(&L.peak);
+	if (L.reg)
+		res.pinned_bytes = atomic_load(&L.reg_peak);
 	res.engine = L.engine;
 	res.direct = L.direct;
 	res.seconds = now_s() - t0;

@@ -298,6 +298,13 @@ struct fake {
 	long allocs, host_allocs;       /* live */
 	uint64_t host_bytes, host_peak; /* live pinned bytes */
 	long copies, fail_copy_at, fail_alloc;
+	/* KILN_LOAD_REGISTER: live registrations, their bytes, calls, and what went wrong */
+	struct reg {
+		uintptr_t a, e;
+	} regs[64];
+	long nregs, registers, fail_register_at;
+	uint64_t reg_bytes, reg_peak;
+	int reg_bad; /* an overlap, a misaligned window, a copy still pending at unregister */
 	uint32_t (*place)(void *, const kiln_tensor *);
 	int bad_device;
 };
@@ -381,6 +388,55 @@ static int f_wait(void *ctx, uint32_t dev, uint32_t lane, kiln_error *err)
 	return 0;
 }
 
+static int f_register(void *ctx, const void *ptr, size_t len, kiln_error *err)
+{
+	struct fake *f = ctx;
+	uintptr_t a = (uintptr_t)ptr, e = a + len, page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	pthread_mutex_lock(&f->lock);
+	long n = ++f->registers;
+	int rc = 0;
+	if (f->fail_register_at && n == f->fail_register_at) {
+		rc = kiln_error_set(err, KILN_IO, 0, "fake: registration %ld refused", n);
+	} else if (!len || a % page || e % page || f->nregs == 64) {
+		f->reg_bad = 1;
+		rc = kiln_error_set(err, KILN_INVAL, 0, "fake: a bad window");
+	} else {
+		for (long i = 0; i < f->nregs; i++)
+			if (a < f->regs[i].e && f->regs[i].a < e)
+				f->reg_bad = 1; /* as CUDA, which refuses a page registered twice */
+		f->regs[f->nregs++] = (struct reg){a, e};
+		f->reg_bytes += len;
+		if (f->reg_bytes > f->reg_peak)
+			f->reg_peak = f->reg_bytes;
+	}
+	pthread_mutex_unlock(&f->lock);
+	return rc;
+}
+
+static void f_unregister(void *ctx, const void *ptr)
+{
+	struct fake *f = ctx;
+	uintptr_t a = (uintptr_t)ptr;
+	pthread_mutex_lock(&f->lock);
+	long i = 0;
+	while (i < f->nregs && f->regs[i].a != a)
+		i++;
+	if (i == f->nregs) {
+		f->reg_bad = 1;
+	} else {
+		struct reg r = f->regs[i];
+		for (uint32_t d = 0; d < f->count; d++) /* every copy from it done before */
+			for (int l = 0; l < LANES; l++)
+				for (struct pending *p = f->q[d][l]; p; p = p->next)
+					if ((uintptr_t)p->src < r.e &&
+					    r.a < (uintptr_t)p->src + p->len)
+						f->reg_bad = 1;
+		f->reg_bytes -= r.e - r.a;
+		f->regs[i] = f->regs[--f->nregs];
+	}
+	pthread_mutex_unlock(&f->lock);
+}
+
 static kiln_device fake_device(struct fake *f, uint32_t count)
 {
 	memset(f, 0, sizeof(*f));
@@ -396,6 +452,14 @@ static kiln_device fake_device(struct fake *f, uint32_t count)
 			     .host_release = f_host_release,
 			     .copy = f_copy,
 			     .wait = f_wait};
+}
+
+/* Every copy waited for before kiln_load returned. */
+static void nothing_pending(const struct fake *f)
+{
+	for (int d = 0; d < 2; d++)
+		for (int l = 0; l < LANES; l++)
+			cr_assert_null(f->q[d][l], "a copy on lane %d was never waited for", l);
 }
 
 static uint32_t by_name(void *ctx, const kiln_tensor *t)
@@ -422,39 +486,119 @@ static int check_device(void *ctx, const kiln_ready *r)
 	return 0;
 }
 
+/* Staged through pinned buffers, then with KILN_LOAD_REGISTER: copies straight from the file's
+ * bytes, a window of whole pages registered at a time within the budget, none twice, none
+ * unregistered before its copies are done. */
 Test(pipeline, staged_device_two_devices_within_budget)
 {
-	const unsigned sources[] = {KILN_SOURCE_MMAP, KILN_SOURCE_READ};
-	for (size_t s = 0; s < 2; s++)
-		for (uint32_t threads = 1; threads <= 3; threads++) {
-			kiln_model *m = open_with(sources[s], 0);
-			struct fake f;
-			kiln_device dev = fake_device(&f, 2);
-			struct placed pl = {.m = m};
-			/* 64 KiB buffers, 4 a thread: each buffer reused many times per piece. */
-			kiln_load_options o = {.size = sizeof(o),
-					       .threads = threads,
-					       .chunk_size = 64u << 10,
-					       .pinned_bytes = (uint64_t)threads * (256u << 10),
-					       .inflight_bytes = (uint64_t)threads << 20,
-					       .device = &dev,
-					       .place = by_name,
-					       .on_ready = check_device,
-					       .ctx = &pl};
-			kiln_load_result res;
-			load_ok(m, NULL, 0, &o, &res);
-			cr_assert_eq(pl.bad, 0);
-			cr_assert_eq(pl.seen, NT);
-			cr_assert_eq(res.devices, 2);
-			cr_assert_leq(f.host_peak, o.pinned_bytes, "pinned %llu",
-				      (unsigned long long)f.host_peak);
-			cr_assert_eq(res.pinned_bytes, f.host_peak);
-			cr_assert_leq(res.peak_inflight, o.inflight_bytes);
-			cr_assert_eq(f.allocs, 0, "arena freed");
-			cr_assert_eq(f.host_allocs, 0, "staging freed");
-			cr_assert_gt(f.copies, NT);
-			kiln_model_close(m);
-		}
+	const unsigned sources[] = {KILN_SOURCE_MMAP, KILN_SOURCE_READ, KILN_SOURCE_BUFFER};
+	for (int reg = 0; reg < 2; reg++)
+		for (size_t s = 0; s < 3; s++)
+			for (uint32_t threads = 1; threads <= 3; threads++) {
+				kiln_model *m = open_with(sources[s], 0);
+				struct fake f;
+				kiln_device dev = fake_device(&f, 2);
+				if (reg) {
+					dev.host_register = f_register;
+					dev.host_unregister = f_unregister;
+				}
+				struct placed pl = {.m = m};
+				/* 64 KiB buffers, 4 a thread: each reused many times per piece;
+				 * registered, 256 KiB windows on 4 lanes. */
+				kiln_load_options o = {.size = sizeof(o),
+						       .flags = reg ? KILN_LOAD_REGISTER : 0,
+						       .threads = threads,
+						       .chunk_size = 64u << 10,
+						       .pinned_bytes =
+							   (uint64_t)threads * (256u << 10),
+						       .inflight_bytes = (uint64_t)threads << 20,
+						       .device = &dev,
+						       .place = by_name,
+						       .on_ready = check_device,
+						       .ctx = &pl};
+				kiln_load_result res;
+				load_ok(m, NULL, 0, &o, &res);
+				cr_assert_eq(pl.bad, 0);
+				cr_assert_eq(pl.seen, NT);
+				cr_assert_eq(res.devices, 2);
+				cr_assert_leq(res.peak_inflight, o.inflight_bytes);
+				cr_assert_eq(f.allocs, 0, "arena freed");
+				cr_assert_eq(f.host_allocs, 0, "staging freed");
+				cr_assert_gt(f.copies, NT);
+				if (!reg) {
+					cr_assert_leq(f.host_peak, o.pinned_bytes, "pinned %llu",
+						      (unsigned long long)f.host_peak);
+					cr_assert_eq(res.pinned_bytes, f.host_peak);
+				} else {
+					cr_assert_eq(f.reg_bad, 0,
+						     "a window overlapped, was "
+						     "misaligned or went early");
+					cr_assert_eq(f.nregs, 0, "every window unregistered");
+					cr_assert_gt(f.registers, NT / 2);
+					cr_assert_eq(f.host_peak, 0, "no staging");
+					cr_assert_leq(f.reg_peak, o.pinned_bytes);
+					cr_assert_leq(res.pinned_bytes, o.pinned_bytes);
+					cr_assert_geq(res.pinned_bytes, f.reg_peak / threads);
+					cr_assert_gt(res.pinned_bytes, 0);
+				}
+				kiln_model_close(m);
+			}
+}
+
+Test(pipeline, registered_refusals_and_failures)
+{
+	kiln_model *m = open_with(KILN_SOURCE_MMAP, 0);
+	struct fake f;
+	kiln_device dev = fake_device(&f, 2);
+	kiln_load_options o = {.size = sizeof(o),
+			       .flags = KILN_LOAD_REGISTER,
+			       .threads = 2,
+			       .chunk_size = 64u << 10,
+			       .device = &dev,
+			       .place = by_name};
+	void *ptrs[NT];
+	kiln_arena *a;
+	kiln_error err;
+	/* A device without host_register, host memory, O_DIRECT, half a pair of operations. */
+	cr_assert_eq(kiln_load(m, NULL, 0, &o, ptrs, &a, NULL, &err), KILN_INVAL);
+	cr_assert(strstr(err.message, "host_register (fake)"), "%s", err.message);
+	o.device = NULL;
+	cr_assert_eq(kiln_load(m, NULL, 0, &o, ptrs, &a, NULL, &err), KILN_INVAL);
+	cr_assert(strstr(err.message, "host memory"), "%s", err.message);
+	o.device = &dev;
+	dev.host_register = f_register;
+	cr_assert_eq(kiln_load(m, NULL, 0, &o, ptrs, &a, NULL, &err), KILN_INVAL);
+	cr_assert(strstr(err.message, "host_register with host_unregister"), "%s", err.message);
+	dev.host_unregister = f_unregister;
+	o.flags |= KILN_LOAD_DIRECT;
+	cr_assert_eq(kiln_load(m, NULL, 0, &o, ptrs, &a, NULL, &err), KILN_INVAL);
+	cr_assert(strstr(err.message, "KILN_LOAD_DIRECT"), "%s", err.message);
+	o.flags = KILN_LOAD_REGISTER;
+	cr_assert_eq(f.registers, 0);
+	cr_assert_eq(f.allocs, 0);
+	/* A model whose payload stayed in the file: nothing in memory to register. */
+	kiln_model *lazy = open_with(KILN_SOURCE_MMAP, KILN_OPEN_DIRECTORY_ONLY);
+	cr_assert_eq(kiln_load(lazy, NULL, 0, &o, ptrs, &a, NULL, &err), KILN_INVAL);
+	cr_assert(strstr(err.message, "tensor 1's file is not in memory"), "%s", err.message);
+	cr_assert_eq(err.tensor, 1);
+	cr_assert_eq(f.allocs, 0);
+	kiln_model_close(lazy);
+	/* A registration refused, then a copy refused: the device's error, everything undone. */
+	const long at[] = {5, 0};
+	for (int i = 0; i < 2; i++) {
+		f.fail_register_at = at[i];
+		f.fail_copy_at = at[i] ? 0 : f.copies + 20;
+		f.registers = 0;
+		cr_assert_eq(kiln_load(m, NULL, 0, &o, ptrs, &a, NULL, &err), KILN_IO);
+		cr_assert(strstr(err.message, at[i] ? "registration 5 refused" : "refused"), "%s",
+			  err.message);
+		cr_assert_null(a);
+		cr_assert_eq(f.nregs, 0, "a window left registered");
+		cr_assert_eq(f.reg_bad, 0);
+		cr_assert_eq(f.allocs, 0);
+		nothing_pending(&f);
+	}
+	kiln_model_close(m);
 }
 
 Test(pipeline, failures_release_everything)
@@ -477,9 +621,7 @@ Test(pipeline, failures_release_everything)
 	cr_assert_null(a);
 	cr_assert_eq(f.allocs, 0);
 	cr_assert_eq(f.host_allocs, 0);
-	for (int d = 0; d < 2; d++) /* every copy waited for before the call returned */
-		for (int l = 0; l < LANES; l++)
-			cr_assert_null(f.q[d][l], "a copy on lane %d was never waited for", l);
+	nothing_pending(&f);
 	/* The arena cannot be allocated: NOMEM naming the device. */
 	f.fail_copy_at = 0;
 	f.fail_alloc = 1;

@@ -238,11 +238,58 @@ static int no_stop(void *ctx, const kiln_load_progress *p)
 	return p->bytes > p->bytes_total;
 }
 
+/* With KILN_LOAD_REGISTER, onto a device whose copies are memcpy at once: the registration
+ * counts and the lanes under four readers. */
+static long live_regs;
+
+static int r_copy(void *ctx, uint32_t device, uint32_t lane, void *dst, const void *src, size_t len,
+		  kiln_error *err)
+{
+	(void)ctx, (void)device, (void)lane, (void)err;
+	memcpy(dst, src, len);
+	return 0;
+}
+
+static int r_wait(void *ctx, uint32_t device, uint32_t lane, kiln_error *err)
+{
+	(void)ctx, (void)device, (void)lane, (void)err;
+	return 0;
+}
+
+static int r_register(void *ctx, const void *ptr, size_t len, kiln_error *err)
+{
+	(void)ctx, (void)ptr, (void)len, (void)err;
+	__atomic_add_fetch(&live_regs, 1, __ATOMIC_SEQ_CST);
+	return 0;
+}
+
+static void r_unregister(void *ctx, const void *ptr)
+{
+	(void)ctx, (void)ptr;
+	__atomic_sub_fetch(&live_regs, 1, __ATOMIC_SEQ_CST);
+}
+
+static const kiln_device registering = {.size = sizeof(kiln_device),
+					.name = "registering",
+					.copy = r_copy,
+					.wait = r_wait,
+					.host_register = r_register,
+					.host_unregister = r_unregister};
+
+struct pipeline_run {
+	const kiln_model *dir;
+	int reg;
+};
+
 static void *pipeline_once(void *arg)
 {
-	const kiln_model *dir = arg;
+	const struct pipeline_run *run = arg;
+	const kiln_model *dir = run->dir;
 	int ready = 0;
 	kiln_load_options o = {.size = sizeof(o),
+			       .flags = run->reg ? KILN_LOAD_REGISTER : 0,
+			       .device = run->reg ? &registering : NULL,
+			       .pinned_bytes = 1u << 20,
 			       .threads = 4,
 			       .chunk_size = 256u << 10,
 			       .inflight_bytes = 4u << 20,
@@ -269,7 +316,7 @@ static void *pipeline_once(void *arg)
 	return NULL;
 }
 
-static void pipeline(unsigned source)
+static void pipeline(unsigned source, int reg)
 {
 	kiln_model *dir = NULL;
 	kiln_open_options o = {.source = source};
@@ -280,11 +327,16 @@ static void pipeline(unsigned source)
 		return;
 	}
 	pthread_t t[2];
+	struct pipeline_run run = {dir, reg};
 	for (int i = 0; i < 2; i++)
-		pthread_create(&t[i], NULL, pipeline_once, dir);
+		pthread_create(&t[i], NULL, pipeline_once, &run);
 	for (int i = 0; i < 2; i++)
 		pthread_join(t[i], NULL);
 	kiln_model_close(dir);
+	if (__atomic_load_n(&live_regs, __ATOMIC_SEQ_CST)) {
+		fprintf(stderr, "FAIL: kiln_load left %ld windows registered\n", live_regs);
+		failures++;
+	}
 }
 
 /* kiln_group_load with two threads as ranks on one shared model (a shared file system), a
@@ -381,9 +433,15 @@ int main(void)
 	}
 	for (size_t k = 0; k < sizeof(sources) / sizeof(sources[0]); k++, cases++) {
 		int before = failures;
-		pipeline(sources[k]);
+		pipeline(sources[k], 0);
 		printf("threads: %s kiln_load, two at once: %s\n", kiln_source_name(sources[k]),
 		       failures > before ? "FAIL" : "ok");
+	}
+	for (size_t k = 0; k < sizeof(sources) / sizeof(sources[0]); k++, cases++) {
+		int before = failures;
+		pipeline(sources[k], 1);
+		printf("threads: %s kiln_load with registered windows, two at once: %s\n",
+		       kiln_source_name(sources[k]), failures > before ? "FAIL" : "ok");
 	}
 	int before = failures;
 	group();

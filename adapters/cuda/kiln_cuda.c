@@ -234,6 +234,21 @@ static void d_host_release(void *ctx, void *ptr)
 	cudaFreeHost(ptr);
 }
 
+/* KILN_LOAD_REGISTER: file pages are mapped read only, and every GPU copies from them. */
+static int d_host_register(void *ctx, const void *ptr, size_t len, kiln_error *err)
+{
+	(void)ctx;
+	cudaError_t e =
+	    cudaHostRegister((void *)ptr, len, cudaHostRegisterPortable | cudaHostRegisterReadOnly);
+	return e == cudaSuccess ? 0 : cuda_fail(err, "cudaHostRegister(read-only)", -1, e);
+}
+
+static void d_host_unregister(void *ctx, const void *ptr)
+{
+	(void)ctx;
+	cudaHostUnregister((void *)ptr);
+}
+
 static cudaStream_t *lane_stream(struct kiln_cuda_devices *d, uint32_t device, uint32_t lane,
 				 kiln_error *err)
 {
@@ -308,7 +323,9 @@ int kiln_cuda_devices_open(uint32_t lanes, kiln_cuda_devices **out, kiln_error *
 			       .host_alloc = d_host_alloc,
 			       .host_release = d_host_release,
 			       .copy = d_copy,
-			       .wait = d_wait};
+			       .wait = d_wait,
+			       .host_register = d_host_register,
+			       .host_unregister = d_host_unregister};
 	*out = d;
 	return 0;
 }

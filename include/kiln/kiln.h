@@ -970,7 +970,14 @@ typedef struct kiln_device {
 	int (*copy)(void *ctx, uint32_t device, uint32_t lane, void *dst, const void *src,
 		    size_t len, kiln_error *err);
 	int (*wait)(void *ctx, uint32_t device, uint32_t lane, kiln_error *err);
-	uint64_t reserved[4]; /* zero */
+	/* Optional, for KILN_LOAD_REGISTER: make the whole pages [ptr, ptr + len) of host memory
+	 * (file pages: register them read only) a source copy() can read without staging, for
+	 * every device, and undo it (given the same ptr) once the copies from it are waited for.
+	 * copy() must also accept up to a page at each end of a window that is not registered
+	 * (CUDA copies such bytes through its own staging). */
+	int (*host_register)(void *ctx, const void *ptr, size_t len, kiln_error *err);
+	void (*host_unregister)(void *ctx, const void *ptr);
+	uint64_t reserved[2]; /* zero */
 } kiln_device;
 
 /* A tensor whose bytes are all on its device (kiln_load_options.on_ready). */
@@ -995,7 +1002,15 @@ enum kiln_load_flags {
 	KILN_LOAD_DIRECT = 1u << 0,
 	/* Buffered reads: drop each range from the page cache once it is in place
 	 * (POSIX_FADV_DONTNEED), so a load larger than memory does not push out everything else. */
-	KILN_LOAD_DROP_CACHE = 1u << 1
+	KILN_LOAD_DROP_CACHE = 1u << 1,
+	/* Staged devices with host_register: no staging. Each thread registers the file's own
+	 * bytes in memory (the mapping, or a file read whole at open) a window at a time, at most
+	 * pinned_bytes / threads each, copies to the device straight from it, waits, and
+	 * unregisters. kiln_load_result.pinned_bytes is then the most bytes registered at once.
+	 * INVAL with KILN_LOAD_DIRECT, on a device without host_register, or for a tensor whose
+	 * file is not in memory (a model opened directory-only, a URL). Two such loads of one
+	 * model at once can register the same pages, which CUDA refuses (IO). */
+	KILN_LOAD_REGISTER = 1u << 2
 };
 
 typedef struct kiln_load_options {
@@ -1009,8 +1024,8 @@ typedef struct kiln_load_options {
 	/* Bytes being read at once, all threads together: each thread takes a piece of at most
 	 * inflight_bytes / threads of the list at a time. 0: 64 MiB. */
 	uint64_t inflight_bytes;
-	/* Staged devices: pinned staging, all threads together (at least two chunks a thread). 0:
-	 * 256 MiB. */
+	/* Staged devices: pinned staging, all threads together (at least two chunks a thread); with
+	 * KILN_LOAD_REGISTER, bytes registered at once (at least a page a thread). 0: 256 MiB. */
 	uint64_t pinned_bytes;
 	const kiln_device *device; /* NULL: host memory */
 	/* The device of each tensor (below device->count); NULL: device 0. Called once per tensor
@@ -1034,13 +1049,14 @@ typedef struct kiln_load_result {
 	uint64_t bytes;   /* payload bytes put in place */
 	uint64_t tensors; /* tensors announced */
 	double seconds;
-	uint32_t threads;            /* reader threads that ran */
-	uint32_t engine;             /* enum kiln_stream_engine of the reads (the last piece's) */
-	uint32_t direct;             /* 1 when O_DIRECT was used */
-	uint32_t devices;            /* devices that received tensors */
-	uint64_t peak_inflight;      /* most bytes being read at once (counted) */
-	uint64_t pinned_bytes;       /* staging allocated (0 unless staged) */
-	uint64_t arena_bytes;        /* device memory kiln allocated, all devices */
+	uint32_t threads;       /* reader threads that ran */
+	uint32_t engine;        /* enum kiln_stream_engine of the reads (the last piece's) */
+	uint32_t direct;        /* 1 when O_DIRECT was used */
+	uint32_t devices;       /* devices that received tensors */
+	uint64_t peak_inflight; /* most bytes being read at once (counted) */
+	uint64_t pinned_bytes;  /* staging allocated (0 unless staged); KILN_LOAD_REGISTER: the most
+				   bytes registered at once */
+	uint64_t arena_bytes;   /* device memory kiln allocated, all devices */
 	uint64_t extra_device_bytes; /* of it, beyond the tensors' bytes (alignment) */
 	uint64_t reserved[4];
 } kiln_load_result;
