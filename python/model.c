@@ -630,22 +630,23 @@ fail:
 
 /*
  * load(pairs, *, threads=0, direct=False, drop_cache=False, inflight=0, progress=None,
- * on_ready=None, arena=False): kiln_load into caller buffers, in the order of pairs; with
- * arena=True, pairs are keys alone and the result's "capsules" view kiln's own block.
+ * on_ready=None, arena=False, device=None, place=None, register=False): kiln_load into caller
+ * buffers, in the order of pairs; with arena=True, pairs are keys alone and the result's
+ * "capsules" view kiln's own block; register: KILN_LOAD_REGISTER (a GPU device).
  */
 static PyObject *dir_load(DirObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"pairs",    "threads",  "direct",   "drop_cache",
 				 "inflight", "progress", "on_ready", "arena",
-				 "device",   "place",    NULL};
+				 "device",   "place",    "register", NULL};
 	PyObject *pairs, *progress = Py_None, *on_ready = Py_None, *device = Py_None,
 			 *place = Py_None;
 	unsigned int threads = 0;
-	int direct = 0, drop = 0, arena = 0;
+	int direct = 0, drop = 0, arena = 0, reg = 0;
 	unsigned long long inflight = 0;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$IppKOOpOO:load", kwlist, &pairs, &threads,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$IppKOOpOOp:load", kwlist, &pairs, &threads,
 					 &direct, &drop, &inflight, &progress, &on_ready, &arena,
-					 &device, &place))
+					 &device, &place, &reg))
 		return NULL;
 	if (device != Py_None && !arena)
 		return PyErr_Format(PyExc_ValueError,
@@ -672,7 +673,8 @@ static PyObject *dir_load(DirObject *self, PyObject *args, PyObject *kw)
 	memset(&lo, 0, sizeof(lo));
 	lo.size = sizeof(lo);
 	lo.threads = threads;
-	lo.flags = (direct ? KILN_LOAD_DIRECT : 0) | (drop ? KILN_LOAD_DROP_CACHE : 0);
+	lo.flags = (direct ? KILN_LOAD_DIRECT : 0) | (drop ? KILN_LOAD_DROP_CACHE : 0) |
+		   (reg ? KILN_LOAD_REGISTER : 0);
 	lo.inflight_bytes = inflight;
 	lo.dests = arena ? NULL : (void *const *)dests;
 	lo.progress = load_progress;
@@ -1050,7 +1052,7 @@ static PyMethodDef dir_methods[] = {
      "released; pairs: (name, index or Tensor, writable buffer of at least nbytes)."},
     {"load", (PyCFunction)(void (*)(void))dir_load, METH_VARARGS | METH_KEYWORDS,
      "load(pairs, *, threads=0, direct=False, drop_cache=False, inflight=0, progress=None,\n"
-     "on_ready=None, arena=False, device=None, place=None) -> dict\n"
+     "on_ready=None, arena=False, device=None, place=None, register=False) -> dict\n"
      "The load pipeline (kiln_load): payloads into caller buffers on reader threads, the GIL\n"
      "released; pairs: (name, index or Tensor, writable buffer), read and announced in that\n"
      "order. progress(done, total) in bytes and on_ready(key) run on this thread; an\n"
@@ -1060,7 +1062,9 @@ static PyMethodDef dir_methods[] = {
      "freed when the last is gone. device (a kiln._cuda.devices() handle, arena=True): the\n"
      "arena is in that device's memory, placed per tensor by place (an int, or one per pair;\n"
      "a tensor listed twice goes where its last place says),\n"
-     "and the result's \"views\" are kiln.DeviceView objects (DLPack on the device)."},
+     "and the result's \"views\" are kiln.DeviceView objects (DLPack on the device).\n"
+     "register=True (a device; a model opened whole): no staging, the file's own pages\n"
+     "registered a window at a time and copied from (KILN_LOAD_REGISTER)."},
     {"group_load", (PyCFunction)(void (*)(void))dir_group_load, METH_VARARGS | METH_KEYWORDS,
      "group_load(pairs, rank, world, all_gather, *, chunk_size=0, direct=False) -> dict\n"
      "Read once per group (kiln_group_load): this rank reads its chunks, all_gather(mine,\n"

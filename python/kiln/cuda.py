@@ -55,7 +55,7 @@ def _index(device):
     raise ValueError(f"device {device!r}: kiln.cuda loads onto \"cuda:N\" (or N)")
 
 
-def load(path, device=0, *, threads=None, order=None, progress=None):
+def load(path, device=0, *, threads=None, order=None, progress=None, register=False):
     """Every tensor of the model at ``path`` (any model kiln opens, a URL too) as a dict name ->
     kiln.DeviceView, in file order, the bytes in GPU memory.
 
@@ -65,6 +65,10 @@ def load(path, device=0, *, threads=None, order=None, progress=None):
     kiln.torch.load. Each view's ``__dlpack__()`` is typed (``to_dlpack(raw=True)`` gives any
     dtype's bytes as uint8), ``__dlpack_device__()`` is (2, N); every copy has completed when
     load returns. Unnamed tensors are keyed by their index.
+
+    ``register=True``: no pinned staging. The model is opened whole (mapped; a URL cannot be),
+    and the file's own pages are registered with CUDA a window at a time and copied from
+    (KILN_LOAD_REGISTER, docs/pipeline.md). Which of the two is faster depends on the machine.
     """
     if isinstance(device, dict):
         rules = [(str(p), _index(d)) for p, d in device.items()]
@@ -82,13 +86,13 @@ def load(path, device=0, *, threads=None, order=None, progress=None):
         def place(name):
             return one
     handle = _handle()
-    with _kiln.open(path, directory_only=True) as d:
+    with _kiln.open(path, directory_only=not register) as d:
         views = [d[i] for i in range(len(d))]
         keys = [t.name if t.name is not None else i for i, t in enumerate(views)]
         sequence = _sequence(keys, order, path)
         where = [place(str(keys[i])) for i in sequence]
         r = d.load([views[i] for i in sequence], threads=threads or 0, progress=progress,
-                   arena=True, device=handle, place=where)
+                   arena=True, device=handle, place=where, register=register)
         got = dict(zip(sequence, r["views"]))
     return {keys[i]: got[i] for i in range(len(views))}
 

@@ -58,6 +58,9 @@ def test_load_arguments_are_checked(model):
             d.load([d[0]], arena=True, place=0)
         with pytest.raises(ValueError):
             d.load([d[0]], arena=True, device=object())  # not a kiln.device capsule
+    with kiln.open(model) as d:  # registration is for a device's copies, not host memory
+        with pytest.raises(kiln.Error, match="host memory has nothing to register"):
+            d.load([d[0]], arena=True, register=True)
     with pytest.raises(ValueError, match="cuda:N"):
         kc.load(model, device="cpu")
 
@@ -79,11 +82,12 @@ def _fields(capsule):
 
 
 @needs_gpu
+@pytest.mark.parametrize("register", [False, True])
 @pytest.mark.parametrize("source", ["m", "tiny-llama.gguf",
                                     "tiny-sharded/model.safetensors.index.json"])
-def test_views_are_on_the_gpu_with_the_files_bytes(model, source):
+def test_views_are_on_the_gpu_with_the_files_bytes(model, source, register):
     path = model if source == "m" else os.path.join(SAMPLES, source)
-    views = kc.load(path)
+    views = kc.load(path, register=register)
     with kiln.open(path) as d:
         assert list(views) == [t.name for t in d]
         for t in d:
