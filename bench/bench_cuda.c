@@ -10,6 +10,8 @@
  *   4 MiB buffer: the disk's or page cache's limit ("x_read").
  * - base/{cold,warm}/read_then_h2d: what a plain program does: read() the whole file into one
  *   pinned buffer, then one cudaMemcpy ("x_plain").
+ * - base/cold/dd_direct_16MiB: what `dd if=FILE of=/dev/null iflag=direct bs=16M` does, O_DIRECT
+ *   reads of 16 MiB in turn into one aligned buffer; the cold pipeline rows pair it ("x_dd").
  * - load/{cold,warm}/SOURCE[/direct][/ring:NxMiB]: kiln_model_open + kiln_cuda_load of every tensor
  *   into device buffers + kiln_model_close.
  * - pipeline/{cold,warm}/SOURCE[/direct]: the same with kiln_load onto kiln_cuda_device (reader
@@ -24,8 +26,13 @@
  * compared with the generator (a wrong load is a skipped row, not a number).
  *
  * With no usable CUDA device the program prints "no GPU: <reason>" and exits 77 (what
- * scripts/gpu-check.sh looks for). Environment: KILN_BENCH_DIR, KILN_BENCH_SMOKE,
- * KILN_BENCH_REPS (default 5), KILN_BENCH_SIZE_MIB (default 1024, at most 4096).
+ * scripts/gpu-check.sh looks for). The pipeline rows also report what kiln_load_result counted:
+ * "pinned_MiB" (staging, or pages registered at once), "extra_dev_B" (device bytes beyond the
+ * tensors) and, for comparison, "largest_MiB" (the largest tensor). Environment: KILN_BENCH_DIR,
+ * KILN_BENCH_SMOKE, KILN_BENCH_REPS (default 5), KILN_BENCH_SIZE_MIB (default 1024, at most
+ * 16384: the GPU machines have the memory for twice that, pinned and on the device),
+ * KILN_BENCH_FORMAT (klnt, the default, or safetensors: the same tensors in a safetensors file),
+ * KILN_BENCH_PAIR (targets: the load rows pair only cudaMemcpy, and dd when cold).
  */
 #define _GNU_SOURCE
 #include <cuda_runtime_api.h>
@@ -45,6 +52,7 @@
 #define MiB          ((size_t)1 << 20)
 #define RESIDENT_MAX 8
 #define READ_BUF     (4u << 20)
+#define DD_BUF       (16u << 20)
 #define SEED         0x6b696c6e63756461ull
 
 static struct {
@@ -53,6 +61,9 @@ static struct {
 	uint32_t count;    /* tensors */
 	uint8_t *pinned;   /* `size` bytes of pinned host memory, for the baselines */
 	uint8_t *readbuf;  /* READ_BUF bytes, page aligned */
+	uint8_t *ddbuf;    /* DD_BUF bytes, page aligned */
+	uint32_t *gen;     /* the generator's index of tensor i (its N in "blk.N.w") */
+	uint64_t largest;  /* bytes of the largest tensor */
 	uint8_t *dev;      /* device memory for every payload, at the tensors' file offsets */
 	void **dests;      /* dests[i] = dev + file_offset of tensor i */
 	uint64_t *lengths; /* byte_length of tensor i */
@@ -77,6 +88,21 @@ static double time_read(void)
 	return n < 0 || (uint64_t)n != g.size ? -1 : t;
 }
 
+/* dd iflag=direct bs=16M: one O_DIRECT read after another, no copy out of the buffer. */
+static double time_dd(void)
+{
+	double t0 = kmeasure_now();
+	int fd = open(g.path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	uint64_t done = 0;
+	ssize_t r;
+	while ((r = read(fd, g.ddbuf, DD_BUF)) > 0)
+		done += (uint64_t)r;
+	close(fd);
+	return r < 0 || done != g.size ? -1 : kmeasure_now() - t0;
+}
+
 static double time_read_then_h2d(void)
 {
 	double t0 = kmeasure_now();
@@ -97,8 +123,8 @@ static double time_read_then_h2d(void)
 	return kmeasure_now() - t0;
 }
 
-enum { S_SELF, S_H2D, S_READ, S_PLAIN };
-enum { P_H2D = 1, P_READ = 2, P_PLAIN = 4 };
+enum { S_SELF, S_H2D, S_READ, S_PLAIN, S_DD };
+enum { P_H2D = 1, P_READ = 2, P_PLAIN = 4, P_DD = 8 };
 
 /* One iteration of each paired baseline, timer paused, under the row's temperature. */
 static int pair(kb_state *st, unsigned which, int cold)
@@ -126,6 +152,14 @@ static int pair(kb_state *st, unsigned which, int cold)
 		kb_resume(st);
 		kb_account(st, S_PLAIN, t, (double)g.size);
 	}
+	if (t >= 0 && (which & P_DD)) {
+		if (kbu_set_temperature(st, g.path, cold, RESIDENT_MAX))
+			return -1;
+		kb_pause(st);
+		t = time_dd();
+		kb_resume(st);
+		kb_account(st, S_DD, t, (double)g.size);
+	}
 	if (t < 0) {
 		kb_skip(st, "a paired baseline failed");
 		return -1;
@@ -136,7 +170,8 @@ static int pair(kb_state *st, unsigned which, int cold)
 static void ratio_counters(kb_state *st)
 {
 	double rate = kb_run_rate(st, S_SELF), h2d = kb_run_rate(st, S_H2D),
-	       rd = kb_run_rate(st, S_READ), plain = kb_run_rate(st, S_PLAIN);
+	       rd = kb_run_rate(st, S_READ), plain = kb_run_rate(st, S_PLAIN),
+	       dd = kb_run_rate(st, S_DD);
 	kb_counter(st, "GB/s", rate / 1e9, 0);
 	if (h2d > 0)
 		kb_counter(st, "x_h2d", rate / h2d, 0);
@@ -146,6 +181,8 @@ static void ratio_counters(kb_state *st)
 		kb_counter(st, "x_plain", rate / plain, 0);
 	if (h2d > 0 && rd > 0)
 		kb_counter(st, "x_limit", rate / (h2d < rd ? h2d : rd), 0);
+	if (dd > 0)
+		kb_counter(st, "x_dd", rate / dd, 0);
 }
 
 struct base {
@@ -162,6 +199,7 @@ static void base_body(kb_state *st, uint64_t iters, void *arg)
 			return;
 		double t = b->which == P_H2D    ? time_h2d()
 			   : b->which == P_READ ? time_read()
+			   : b->which == P_DD   ? time_dd()
 						: time_read_then_h2d();
 		if (t < 0) {
 			kb_skip(st, "the baseline failed");
@@ -188,6 +226,9 @@ struct load {
 };
 
 static kiln_cuda_devices *gpus; /* the pipeline rows' device table */
+/* KILN_BENCH_PAIR=targets: pair only what the issue's targets compare with (the link warm, dd
+ * cold), so that 8 GiB rows fit a device session. */
+static int pair_targets;
 
 /* Copy three tensors back from the device and compare them with the generator. */
 static int check_device(char *why, size_t cap)
@@ -200,7 +241,7 @@ static int check_device(char *why, size_t cap)
 			  cudaMemcpy(back, (uint8_t *)g.dests[t], g.lengths[t],
 				     cudaMemcpyDeviceToHost) != cudaSuccess;
 		if (!bad) {
-			kbu_fill(SEED, t, 0, want, g.lengths[t]);
+			kbu_fill(SEED, g.gen[t], 0, want, g.lengths[t]);
 			bad = memcmp(back, want, g.lengths[t]) != 0;
 		}
 		free(back);
@@ -235,7 +276,10 @@ static void load_body(kb_state *st, uint64_t iters, void *arg)
 	kb_label(st, label);
 	kb_set_bytes_per_iter(st, g.size);
 	for (uint64_t i = 0; i < iters; i++) {
-		if (pair(st, P_H2D | P_READ | P_PLAIN, l->cold) ||
+		unsigned pairs = pair_targets ? P_H2D : P_H2D | P_READ | P_PLAIN;
+		if (l->pipeline && l->cold)
+			pairs |= P_DD;
+		if (pair(st, pairs, l->cold) ||
 		    kbu_set_temperature(st, g.path, l->cold, RESIDENT_MAX))
 			return;
 		/* Clear the device bytes untimed, so a load that wrote nothing cannot pass the
@@ -262,7 +306,8 @@ static void load_body(kb_state *st, uint64_t iters, void *arg)
 					.engine = l->engine,
 					.device = kiln_cuda_device(gpus),
 					.dests = g.dests};
-		int rc = l->pipeline ? kiln_load(dir, NULL, 0, &po, NULL, NULL, NULL, &err)
+		kiln_load_result lr;
+		int rc = l->pipeline ? kiln_load(dir, NULL, 0, &po, NULL, NULL, &lr, &err)
 				     : kiln_cuda_load(dir, NULL, 0, g.dests, &lo, NULL, &err);
 		kiln_model_close(dir);
 		double t = kmeasure_now() - t0;
@@ -271,6 +316,11 @@ static void load_body(kb_state *st, uint64_t iters, void *arg)
 			return;
 		}
 		kb_account(st, S_SELF, t, (double)g.size);
+		if (l->pipeline) {
+			kb_counter(st, "pinned_MiB", (double)lr.pinned_bytes / (double)MiB, 0);
+			kb_counter(st, "extra_dev_B", (double)lr.extra_device_bytes, 0);
+			kb_counter(st, "largest_MiB", (double)g.largest / (double)MiB, 0);
+		}
 		if (!l->checked) {
 			char why[120];
 			kb_pause(st);
@@ -289,9 +339,9 @@ static void load_body(kb_state *st, uint64_t iters, void *arg)
 /* ---- setup -------------------------------------------------------------------------------------
  */
 
-static void setup(uint64_t size_mib)
+static void setup(uint64_t size_mib, int safetensors)
 {
-	g.path = kbu_random_file(300, size_mib * MiB, SEED);
+	g.path = kbu_random_file_as(300, size_mib * MiB, SEED, safetensors);
 	kiln_model *dir;
 	kiln_error err;
 	if (kiln_model_open(g.path, NULL, &dir, &err)) {
@@ -302,11 +352,23 @@ static void setup(uint64_t size_mib)
 	g.dests = calloc(g.count, sizeof(*g.dests));
 	g.lengths = calloc(g.count, sizeof(*g.lengths));
 	g.offsets = calloc(g.count, sizeof(*g.offsets));
+	g.gen = calloc(g.count, sizeof(*g.gen));
+	if (!g.dests || !g.lengths || !g.offsets || !g.gen) {
+		fprintf(stderr, "bench_cuda: out of memory\n");
+		exit(1);
+	}
 	uint64_t end = 0;
 	for (uint32_t i = 0; i < g.count; i++) {
 		const kiln_tensor *t = kiln_model_tensor(dir, i);
 		g.lengths[i] = t->byte_length;
 		g.offsets[i] = t->file_offset;
+		if (t->byte_length > g.largest)
+			g.largest = t->byte_length;
+		if (!t->name || sscanf(t->name, "blk.%u.w", &g.gen[i]) != 1) {
+			fprintf(stderr, "bench_cuda: tensor %u is not one the generator wrote\n",
+				i);
+			exit(1);
+		}
 		if (t->file_offset + t->byte_length > end)
 			end = t->file_offset + t->byte_length;
 	}
@@ -319,13 +381,15 @@ static void setup(uint64_t size_mib)
 	g.size = (uint64_t)sb.st_size > end ? (uint64_t)sb.st_size : end;
 	if (cudaMalloc((void **)&g.dev, g.size) != cudaSuccess ||
 	    cudaHostAlloc((void **)&g.pinned, g.size, cudaHostAllocDefault) != cudaSuccess ||
-	    posix_memalign((void **)&g.readbuf, 4096, READ_BUF)) {
+	    posix_memalign((void **)&g.readbuf, 4096, READ_BUF) ||
+	    posix_memalign((void **)&g.ddbuf, 4096, DD_BUF)) {
 		fprintf(stderr, "bench_cuda: cannot allocate %llu bytes on the device and pinned\n",
 			(unsigned long long)g.size);
 		exit(1);
 	}
 	memset(g.pinned, 1, g.size);
 	memset(g.readbuf, 1, READ_BUF);
+	memset(g.ddbuf, 1, DD_BUF);
 	for (uint32_t i = 0; i < g.count; i++)
 		g.dests[i] = g.dev + g.offsets[i];
 }
@@ -345,27 +409,37 @@ int main(int argc, char **argv)
 	int smoke = getenv("KILN_BENCH_SMOKE") != NULL;
 	const char *s = getenv("KILN_BENCH_SIZE_MIB"), *r = getenv("KILN_BENCH_REPS");
 	uint64_t size_mib = smoke ? 16 : s ? strtoull(s, NULL, 10) : 1024;
-	if (size_mib < 4 || size_mib > 4096) {
-		fprintf(stderr, "bench_cuda: KILN_BENCH_SIZE_MIB must be 4..4096\n");
+	if (size_mib < 4 || size_mib > 16384) {
+		fprintf(stderr, "bench_cuda: KILN_BENCH_SIZE_MIB must be 4..16384\n");
+		return 2;
+	}
+	const char *pr = getenv("KILN_BENCH_PAIR");
+	pair_targets = pr && !strcmp(pr, "targets");
+	const char *fmt = getenv("KILN_BENCH_FORMAT");
+	int safetensors = fmt && !strcmp(fmt, "safetensors");
+	if (fmt && !safetensors && strcmp(fmt, "klnt")) {
+		fprintf(stderr, "bench_cuda: KILN_BENCH_FORMAT is klnt or safetensors, not '%s'\n",
+			fmt);
 		return 2;
 	}
 	int reps = smoke ? 1 : r ? atoi(r) : 5;
 	if (reps < 1)
 		reps = 1;
-	setup(size_mib);
+	setup(size_mib, safetensors);
 	kiln_error gerr;
 	if (kiln_cuda_devices_open(0, &gpus, &gerr)) {
 		fprintf(stderr, "bench_cuda: %s\n", gerr.message);
 		return 1;
 	}
 
-	static struct base bases[] = {
-	    {P_H2D, 0}, {P_READ, 1}, {P_READ, 0}, {P_PLAIN, 1}, {P_PLAIN, 0}};
+	static struct base bases[] = {{P_H2D, 0},   {P_READ, 1},  {P_READ, 0},
+				      {P_PLAIN, 1}, {P_PLAIN, 0}, {P_DD, 1}};
 	kb_register_fixed("base/h2d_pinned", base_body, &bases[0], 3, reps);
 	kb_register_fixed("base/cold/read_4MiB", base_body, &bases[1], 1, reps);
 	kb_register_fixed("base/warm/read_4MiB", base_body, &bases[2], 2, reps);
 	kb_register_fixed("base/cold/read_then_h2d", base_body, &bases[3], 1, reps);
 	kb_register_fixed("base/warm/read_then_h2d", base_body, &bases[4], 2, reps);
+	kb_register_fixed("base/cold/dd_direct_16MiB", base_body, &bases[5], 1, reps);
 
 	/* source, cold, direct, ring buffers, ring buffer size, engine */
 	static struct load loads[] = {{KILN_SOURCE_MMAP, 1, 0, 0, 0, 0, 0, 0},
@@ -400,6 +474,8 @@ int main(int argc, char **argv)
 	cudaFreeHost(g.pinned);
 	cudaFree(g.dev);
 	free(g.readbuf);
+	free(g.ddbuf);
+	free(g.gen);
 	free(g.dests);
 	free(g.lengths);
 	free(g.offsets);

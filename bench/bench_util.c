@@ -377,10 +377,16 @@ static int random_fill(void *ctx, uint32_t t, uint64_t off, void *buf, size_t le
 
 char *kbu_random_file(uint32_t count, uint64_t block_max, uint64_t seed)
 {
+	return kbu_random_file_as(count, block_max, seed, 0);
+}
+
+char *kbu_random_file_as(uint32_t count, uint64_t block_max, uint64_t seed, int safetensors)
+{
 	const char *dir = bench_dir();
 	char *path;
-	if (count == 0 || asprintf(&path, "%s/load-%u-%llu-%ld.klnt", dir, count,
-				   (unsigned long long)block_max, (long)getpid()) < 0)
+	if (count == 0 ||
+	    asprintf(&path, "%s/load-%u-%llu-%ld.%s", dir, count, (unsigned long long)block_max,
+		     (long)getpid(), safetensors ? "safetensors" : "klnt") < 0)
 		die("kbu_random_file", NULL);
 	kiln_tensor_spec *t = calloc(count, sizeof(*t));
 	char *names = malloc((size_t)count * 24);
@@ -436,7 +442,10 @@ char *kbu_random_file(uint32_t count, uint64_t block_max, uint64_t seed)
 		die("kiln_write_size", &err);
 	if (block > block_max)
 		die("kbu_random_file: the directory alone exceeds the size asked for", NULL);
-	if (kiln_write_file(path, t, count, 0, &err))
+	for (uint32_t i = 0; safetensors && i < count; i++)
+		t[i].byte_length = t[i].shape[0]; /* u8: one byte an element; safetensors asks */
+	if (safetensors ? kiln_safetensors_write_file(path, t, count, NULL, 0, 0, &err)
+			: kiln_write_file(path, t, count, 0, &err))
 		die(path, &err);
 	free(weight);
 	free(names);

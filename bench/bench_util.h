@@ -38,6 +38,9 @@ char *kbu_gguf_file(uint32_t count, uint64_t vocab_bytes);
  * Returns a malloc'd path, removed at exit; exits on failure.
  */
 char *kbu_random_file(uint32_t count, uint64_t block_max, uint64_t seed);
+/* The same tensors written as a safetensors file when `safetensors` (its header orders them by
+ * name, so a tensor's generator index is the N of its name, not its index in the file). */
+char *kbu_random_file_as(uint32_t count, uint64_t block_max, uint64_t seed, int safetensors);
 /* The payload generator of kbu_random_file(): bytes [offset, offset + len) of tensor `tensor`. */
 void kbu_fill(uint64_t seed, uint32_t tensor, uint64_t offset, void *buf, size_t len);
 uint8_t kbu_byte(uint64_t seed, uint32_t tensor, uint64_t offset);

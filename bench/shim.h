@@ -44,7 +44,7 @@ void kb_label(kb_state *st, const char *label);
  * time a paired baseline next to its own work (with the timer paused) and set ratio counters
  * from both on every call; the run's final values stay.
  */
-#define KB_SLOTS 4
+#define KB_SLOTS 5
 void kb_account(kb_state *st, int slot, double seconds, double bytes);
 double kb_run_rate(const kb_state *st, int slot);
 /* Give up on this benchmark with a message (for example when a file cannot be made). */

@@ -8,7 +8,7 @@
 # tests that need no device, prints "no GPU: <reason>" and exits 0.
 #
 #   scripts/gpu-check.sh [--build-dir DIR] [--no-build] [--bundle] [--size MIB] [--reps N]
-#                        [--out DIR]
+#                        [--out DIR] [--targets] [--target-sizes "MIB ..."]
 #
 #   --build-dir DIR  where to build (default build-gpu)
 #   --no-build       use what DIR already holds (for example a bundle made elsewhere)
@@ -18,6 +18,13 @@
 #   --size MIB       size of the benchmark file (default 1024)
 #   --reps N         repetitions per benchmark row (default 5)
 #   --out DIR        also keep the benchmark's JSON (bench_cuda.json) and the test log there
+#   --targets        instead of the full table: the GPU issue's targets, for each size and for a
+#                    KLNT and a safetensors file of the same tensors: kiln_load warm against
+#                    cudaMemcpy from pinned memory (>= 0.8x), cold with O_DIRECT against
+#                    dd iflag=direct bs=16M of the same file (>= 0.9x), staged and registered,
+#                    with the pinned and extra device bytes kiln_load counted; one verdict line
+#                    each (about 3 minutes on an H200 with --reps 3)
+#   --target-sizes S file sizes in MiB for --targets (default "1024 8192")
 #
 # The benchmark file goes under DIR (it must be on a disk-backed file system: eviction is checked
 # with mincore) and is removed when the benchmark exits.
@@ -29,6 +36,8 @@ bundle=0
 size=1024
 reps=5
 out=""
+targets=0
+target_sizes="1024 8192"
 while [ $# -gt 0 ]; do
 	case $1 in
 	--build-dir) build=$2; shift 2 ;;
@@ -37,7 +46,9 @@ while [ $# -gt 0 ]; do
 	--size) size=$2; shift 2 ;;
 	--reps) reps=$2; shift 2 ;;
 	--out) out=$2; shift 2 ;;
-	-h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	--targets) targets=1; shift ;;
+	--target-sizes) target_sizes=$2; shift 2 ;;
+	-h | --help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "gpu-check: unknown argument $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -100,6 +111,56 @@ elif ls "$py"/kiln/_kiln*.so >/dev/null 2>&1 &&
 		"$src/python/tests/test_cuda.py" || { echo "gpu-check: kiln.cuda failed" >&2; exit 1; }
 else
 	echo "== kiln.cuda: skipped (no module built, or this python3 lacks numpy or pytest)"
+fi
+
+if [ "$targets" = 1 ]; then
+	# The rows the targets compare; the load rows pair only cudaMemcpy (warm) and dd (cold).
+	filter='^(base/h2d_pinned|base/cold/dd_direct_16MiB|pipeline/(warm|cold)/mmap(/direct)?(/register)?)/'
+	for mib in $target_sizes; do
+		for fmt in klnt safetensors; do
+			echo "== targets: $fmt, $mib MiB, $reps repetitions per row"
+			txt=${out:-$build}/targets-$fmt-$mib.txt
+			mkdir -p "$build/bench-files"
+			set +e
+			KILN_BENCH_DIR="$build/bench-files" KILN_BENCH_SIZE_MIB=$mib KILN_BENCH_REPS=$reps \
+				KILN_BENCH_FORMAT=$fmt KILN_BENCH_PAIR=targets \
+				"$bench_bin" --benchmark_filter="$filter" >"$txt" 2>&1
+			rc=$?
+			set -e
+			rm -rf "$build/bench-files"
+			if [ "$rc" = 77 ]; then
+				cat "$txt"
+				echo "gpu-check: CUDA adapter built and its no-device tests passed; nothing to benchmark"
+				exit 0
+			fi
+			[ "$rc" = 0 ] || { cat "$txt"; echo "gpu-check: bench_cuda failed ($rc)" >&2; exit 1; }
+			grep -E '^device:|SKIPPED|ERROR' "$txt" || true
+			# Medians over repetitions; each ratio is per repetition against its own pairing.
+			awk -v fmt="$fmt" -v mib="$mib" '
+				/_median/ {
+					name = $1
+					sub(/\/iterations:.*/, "", name)
+					delete c
+					for (i = 2; i <= NF; i++)
+						if (split($i, kv, "=") == 2)
+							c[kv[1]] = kv[2]
+					if (name ~ /^pipeline\/warm/) {
+						r = c["x_h2d"]; want = 0.8; what = "cudaMemcpy from pinned memory"
+					} else if (name ~ /^pipeline\/cold/) {
+						r = c["x_dd"]; want = 0.9; what = "dd iflag=direct bs=16M"
+					} else {
+						printf "  %s %s MiB %s: %s GB/s\n", fmt, mib, name, c["GB/s"]
+						next
+					}
+					printf "  %s %s MiB %s: %s GB/s = %sx %s (target %.1fx: %s); pinned %s MiB, extra device %s B, largest tensor %s MiB\n",
+						fmt, mib, name, c["GB/s"], r, what, want,
+						(r + 0 >= want ? "met" : "MISSED"), c["pinned_MiB"],
+						c["extra_dev_B"], c["largest_MiB"]
+				}' "$txt"
+		done
+	done
+	echo "gpu-check: done in $(($(date +%s) - start)) s"
+	exit 0
 fi
 
 echo "== host-to-device loading, ${size} MiB, $reps repetitions per row"
