@@ -113,6 +113,25 @@ else
 	echo "== kiln.cuda: skipped (no module built, or this python3 lacks numpy or pytest)"
 fi
 
+# run_bench TXT [VAR=VALUE...] PROGRAM [ARG...]: bench_cuda under env, its output in TXT, its file
+# under the build directory (removed after); exits 0 at "no GPU" and 1 when it fails.
+run_bench() {
+	txt=$1
+	shift
+	mkdir -p "$build/bench-files"
+	set +e
+	env KILN_BENCH_DIR="$build/bench-files" KILN_BENCH_REPS="$reps" "$@" >"$txt" 2>&1
+	rc=$?
+	set -e
+	rm -rf "$build/bench-files"
+	if [ "$rc" = 77 ]; then
+		cat "$txt"
+		echo "gpu-check: CUDA adapter built and its no-device tests passed; nothing to benchmark"
+		exit 0
+	fi
+	[ "$rc" = 0 ] || { cat "$txt"; echo "gpu-check: bench_cuda failed ($rc)" >&2; exit 1; }
+}
+
 if [ "$targets" = 1 ]; then
 	# The rows the targets compare; the load rows pair only cudaMemcpy (warm) and dd (cold).
 	filter='^(base/h2d_pinned|base/cold/dd_direct_16MiB|pipeline/(warm|cold)/mmap(/direct)?(/register)?)/'
@@ -120,20 +139,8 @@ if [ "$targets" = 1 ]; then
 		for fmt in klnt safetensors; do
 			echo "== targets: $fmt, $mib MiB, $reps repetitions per row"
 			txt=${out:-$build}/targets-$fmt-$mib.txt
-			mkdir -p "$build/bench-files"
-			set +e
-			KILN_BENCH_DIR="$build/bench-files" KILN_BENCH_SIZE_MIB=$mib KILN_BENCH_REPS=$reps \
-				KILN_BENCH_FORMAT=$fmt KILN_BENCH_PAIR=targets \
-				"$bench_bin" --benchmark_filter="$filter" >"$txt" 2>&1
-			rc=$?
-			set -e
-			rm -rf "$build/bench-files"
-			if [ "$rc" = 77 ]; then
-				cat "$txt"
-				echo "gpu-check: CUDA adapter built and its no-device tests passed; nothing to benchmark"
-				exit 0
-			fi
-			[ "$rc" = 0 ] || { cat "$txt"; echo "gpu-check: bench_cuda failed ($rc)" >&2; exit 1; }
+			run_bench "$txt" KILN_BENCH_SIZE_MIB="$mib" KILN_BENCH_FORMAT=$fmt \
+				KILN_BENCH_PAIR=targets "$bench_bin" --benchmark_filter="$filter"
 			grep -E '^device:|SKIPPED|ERROR' "$txt" || true
 			# Medians over repetitions; each ratio is per repetition against its own pairing.
 			awk -v fmt="$fmt" -v mib="$mib" '
@@ -164,26 +171,10 @@ if [ "$targets" = 1 ]; then
 fi
 
 echo "== host-to-device loading, ${size} MiB, $reps repetitions per row"
-mkdir -p "$build/bench-files"
 txt=${out:-$build}/bench_cuda.txt
 json=${out:+--benchmark_out=$out/bench_cuda.json --benchmark_out_format=json}
-set +e
 # shellcheck disable=SC2086 # $json is empty or two arguments
-KILN_BENCH_DIR="$build/bench-files" KILN_BENCH_SIZE_MIB=$size KILN_BENCH_REPS=$reps \
-	"$bench_bin" $json >"$txt" 2>&1
-rc=$?
-set -e
-rm -rf "$build/bench-files"
-if [ "$rc" = 77 ]; then
-	cat "$txt"
-	echo "gpu-check: CUDA adapter built and its no-device tests passed; nothing to benchmark"
-	exit 0
-fi
-if [ "$rc" != 0 ]; then
-	cat "$txt"
-	echo "gpu-check: bench_cuda failed ($rc)" >&2
-	exit 1
-fi
+run_bench "$txt" KILN_BENCH_SIZE_MIB="$size" "$bench_bin" $json
 # The medians over repetitions, one row each: GB/s and the ratios (bench/bench_cuda.c says what
 # each one compares with).
 grep -E '^device:' "$txt" || true
