@@ -87,6 +87,7 @@ struct load {
 	uint32_t engine, direct;
 	int reg;         /* KILN_LOAD_REGISTER */
 	uint64_t window; /* its bytes registered at once per thread */
+	uint64_t page;   /* windows are registered in whole pages */
 	_Atomic uint64_t reg_bytes, reg_peak;
 	struct worker *w;
 	uint32_t nworkers;
@@ -141,6 +142,30 @@ static int direct_chunk(void *ctx, const kiln_chunk *c)
 	return atomic_load(&((struct load *)ctx)->stop);
 }
 
+/* Add n to *cur, and raise *peak to the sum when it is the highest yet. */
+static void add_peak(_Atomic uint64_t *cur, _Atomic uint64_t *peak, uint64_t n)
+{
+	uint64_t now = atomic_fetch_add(cur, n) + n, p = atomic_load(peak);
+	while (now > p && !atomic_compare_exchange_weak(peak, &p, now))
+		;
+}
+
+/* Queue the copy of n bytes to device d on this worker's lane b, which then names d for
+ * wait_lane. A failure is in w->cb_err. */
+static int copy_on_lane(struct worker *w, uint32_t b, uint32_t d, void *dst, const void *src,
+			size_t n)
+{
+	struct load *L = w->L;
+	if (L->dev->copy(L->dev->ctx, d, w->id * w->nstage + b, dst, src, n, &w->cb_err)) {
+		if (!w->cb_err.code)
+			kiln__fail_sys(&w->cb_err, KILN_IO, 0, "%s: the copy to device %u failed",
+				       dev_name(L), d);
+		return w->cb_err.code;
+	}
+	w->stage_dev[b] = d;
+	return 0;
+}
+
 /* Staged: a landed chunk of position c->tensor (the ranges carry positions) goes to its
  * device, on the lane of its buffer. */
 static int staged_chunk(void *ctx, const kiln_chunk *c)
@@ -149,18 +174,10 @@ static int staged_chunk(void *ctx, const kiln_chunk *c)
 	struct load *L = w->L;
 	if (atomic_load(&L->stop))
 		return 1;
-	uint32_t d = L->devno[c->tensor];
-	int rc =
-	    L->dev->copy(L->dev->ctx, d, w->id * w->nstage + c->buffer,
-			 L->dst[c->tensor] + c->offset, c->data, (size_t)c->length, &w->cb_err);
-	if (rc) {
-		if (!w->cb_err.code)
-			kiln__fail_sys(&w->cb_err, KILN_IO, 0, "%s: the copy to device %u failed",
-				       dev_name(L), d);
-		return -1;
-	}
-	w->stage_dev[c->buffer] = d;
-	return 0;
+	return copy_on_lane(w, c->buffer, L->devno[c->tensor], L->dst[c->tensor] + c->offset,
+			    c->data, (size_t)c->length)
+		   ? -1
+		   : 0;
 }
 
 static int wait_lane(struct worker *w, uint32_t b)
@@ -175,6 +192,18 @@ static int wait_lane(struct worker *w, uint32_t b)
 		kiln__fail_sys(&w->cb_err, KILN_IO, 0,
 			       "%s: waiting for the copies to device %u failed", dev_name(L), d);
 	return rc ? w->cb_err.code : 0;
+}
+
+/* Every lane of this worker waited for; the first failure. */
+static int wait_lanes(struct worker *w)
+{
+	int first = 0;
+	for (uint32_t b = 0; b < w->nstage; b++) {
+		int rc = wait_lane(w, b);
+		if (rc && !first)
+			first = rc;
+	}
+	return first;
 }
 
 static int before_reuse(void *ctx, uint32_t buffer)
@@ -204,32 +233,14 @@ static int run_piece(struct worker *w, const struct kiln__range *r, size_t n)
 		so.ctx = L;
 	}
 	kiln_stream_result res;
-	memset(&w->err, 0, sizeof(w->err));
-	memset(&w->cb_err, 0, sizeof(w->cb_err));
 	int rc = kiln__stream_ranges(L->m, &so, r, n, &res, &w->err);
 	if (L->staged) /* every copy of the piece complete before it counts */
-		for (uint32_t b = 0; b < w->nstage; b++)
-			wait_lane(w, b);
-	if (w->cb_err.code) { /* a device operation failed: that is the error, not the stop */
-		rc = w->cb_err.code;
-		w->err = w->cb_err;
-	}
+		wait_lanes(w);
 	pthread_mutex_lock(&L->lock);
 	L->engine = res.engine;
 	L->direct |= res.direct;
 	pthread_mutex_unlock(&L->lock);
 	return rc;
-}
-
-static int wait_lanes(struct worker *w)
-{
-	int first = 0;
-	for (uint32_t b = 0; b < w->nstage; b++) {
-		int rc = wait_lane(w, b);
-		if (rc && !first)
-			first = rc;
-	}
-	return first;
 }
 
 /* One window of a range under KILN_LOAD_REGISTER: its whole pages registered (so concurrent
@@ -242,7 +253,7 @@ static int copy_window(struct worker *w, const struct kiln__range *r, uint64_t a
 	const uint8_t *src = L->m->files[r->file].base + r->off + at;
 	uint8_t *dst = L->dst[r->tensor] + r->tensor_off + at;
 	uint32_t d = L->devno[r->tensor];
-	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t page = (uintptr_t)L->page;
 	uintptr_t a = ((uintptr_t)src + page - 1) & ~(page - 1),
 		  e = ((uintptr_t)src + len) & ~(page - 1);
 	size_t reg = e > a ? (size_t)(e - a) : 0;
@@ -258,10 +269,7 @@ static int copy_window(struct worker *w, const struct kiln__range *r, uint64_t a
 					       r->off + at);
 			return w->err.code;
 		}
-		uint64_t now = atomic_fetch_add(&L->reg_bytes, reg) + reg,
-			 peak = atomic_load(&L->reg_peak);
-		while (now > peak && !atomic_compare_exchange_weak(&L->reg_peak, &peak, now))
-			;
+		add_peak(&L->reg_bytes, &L->reg_peak, reg);
 	}
 	for (uint64_t o = 0, k = 0; o < len && !rc; o += L->chunk, k++) {
 		if (atomic_load(&L->stop)) {
@@ -272,12 +280,7 @@ static int copy_window(struct worker *w, const struct kiln__range *r, uint64_t a
 		if (w->stage_dev[b] != d && (rc = wait_lane(w, b)) != 0)
 			break; /* a lane's record names one device: empty it before another */
 		size_t n = len - o < L->chunk ? (size_t)(len - o) : L->chunk;
-		rc = D->copy(D->ctx, d, w->id * w->nstage + b, dst + o, src + o, n, &w->cb_err);
-		if (rc && !w->cb_err.code)
-			kiln__fail_sys(&w->cb_err, KILN_IO, 0, "%s: the copy to device %u failed",
-				       dev_name(L), d);
-		if (!rc)
-			w->stage_dev[b] = d;
+		rc = copy_on_lane(w, b, d, dst + o, src + o, n);
 	}
 	int wrc = wait_lanes(w);
 	if (!rc)
@@ -292,17 +295,11 @@ static int copy_window(struct worker *w, const struct kiln__range *r, uint64_t a
 static int run_registered(struct worker *w, const struct kiln__range *r, size_t n)
 {
 	struct load *L = w->L;
-	memset(&w->err, 0, sizeof(w->err));
-	memset(&w->cb_err, 0, sizeof(w->cb_err));
 	int rc = 0;
 	for (size_t i = 0; i < n && !rc; i++)
 		for (uint64_t at = 0; at < r[i].len && !rc; at += L->window)
 			rc = copy_window(w, &r[i], at,
 					 r[i].len - at < L->window ? r[i].len - at : L->window);
-	if (w->cb_err.code) { /* a device operation failed: that is the error, not the stop */
-		rc = w->cb_err.code;
-		w->err = w->cb_err;
-	}
 	return rc;
 }
 
@@ -331,11 +328,15 @@ static void *worker_main(void *arg)
 		uint64_t bytes = 0;
 		for (size_t i = 0; i < n; i++)
 			bytes += r[i].len;
-		uint64_t now = atomic_fetch_add(&L->inflight, bytes) + bytes,
-			 peak = atomic_load(&L->peak);
-		while (now > peak && !atomic_compare_exchange_weak(&L->peak, &peak, now))
-			;
+		add_peak(&L->inflight, &L->peak, bytes);
+		memset(&w->err, 0, sizeof(w->err));
+		memset(&w->cb_err, 0, sizeof(w->cb_err));
 		int rc = L->reg ? run_registered(w, r, n) : run_piece(w, r, n);
+		if (w->cb_err
+			.code) { /* a device operation failed: that is the error, not the stop */
+			rc = w->cb_err.code;
+			w->err = w->cb_err;
+		}
 		atomic_fetch_sub(&L->inflight, bytes);
 		if (rc) {
 			/* stopped by another's failure or a cancel: that one is the error */
@@ -596,10 +597,10 @@ static int stage(struct load *L, kiln_load_result *res, kiln_error *err)
 {
 	uint64_t pinned = L->o.pinned_bytes ? L->o.pinned_bytes : PINNED_DEFAULT;
 	if (L->reg) { /* lanes only; a window of the budget each, in whole pages */
-		uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-		L->window = pinned / L->nworkers / page * page;
-		if (L->window < page)
-			L->window = page;
+		L->page = (uint64_t)sysconf(_SC_PAGESIZE);
+		L->window = pinned / L->nworkers / L->page * L->page;
+		if (L->window < L->page)
+			L->window = L->page;
 		for (uint32_t i = 0; i < L->nworkers; i++) {
 			struct worker *w = &L->w[i];
 			if (!(w->stage_dev = calloc(REGISTER_LANES, sizeof(*w->stage_dev))))
