@@ -126,43 +126,33 @@ static double time_read_then_h2d(void)
 enum { S_SELF, S_H2D, S_READ, S_PLAIN, S_DD };
 enum { P_H2D = 1, P_READ = 2, P_PLAIN = 4, P_DD = 8 };
 
+/* The baselines, each with its slot; all but the link's run under the row's temperature. */
+static const struct baseline {
+	unsigned flag;
+	int slot;
+	double (*time)(void);
+} baselines[] = {{P_H2D, S_H2D, time_h2d},
+		 {P_READ, S_READ, time_read},
+		 {P_PLAIN, S_PLAIN, time_read_then_h2d},
+		 {P_DD, S_DD, time_dd}};
+
 /* One iteration of each paired baseline, timer paused, under the row's temperature. */
 static int pair(kb_state *st, unsigned which, int cold)
 {
-	double t = 0;
-	if (which & P_H2D) {
-		kb_pause(st);
-		t = time_h2d();
-		kb_resume(st);
-		kb_account(st, S_H2D, t, (double)g.size);
-	}
-	if (t >= 0 && (which & P_READ)) {
-		if (kbu_set_temperature(st, g.path, cold, RESIDENT_MAX))
+	for (size_t i = 0; i < sizeof(baselines) / sizeof(baselines[0]); i++) {
+		const struct baseline *p = &baselines[i];
+		if (!(which & p->flag))
+			continue;
+		if (p->flag != P_H2D && kbu_set_temperature(st, g.path, cold, RESIDENT_MAX))
 			return -1;
 		kb_pause(st);
-		t = time_read();
+		double t = p->time();
 		kb_resume(st);
-		kb_account(st, S_READ, t, (double)g.size);
-	}
-	if (t >= 0 && (which & P_PLAIN)) {
-		if (kbu_set_temperature(st, g.path, cold, RESIDENT_MAX))
+		if (t < 0) {
+			kb_skip(st, "a paired baseline failed");
 			return -1;
-		kb_pause(st);
-		t = time_read_then_h2d();
-		kb_resume(st);
-		kb_account(st, S_PLAIN, t, (double)g.size);
-	}
-	if (t >= 0 && (which & P_DD)) {
-		if (kbu_set_temperature(st, g.path, cold, RESIDENT_MAX))
-			return -1;
-		kb_pause(st);
-		t = time_dd();
-		kb_resume(st);
-		kb_account(st, S_DD, t, (double)g.size);
-	}
-	if (t < 0) {
-		kb_skip(st, "a paired baseline failed");
-		return -1;
+		}
+		kb_account(st, p->slot, t, (double)g.size);
 	}
 	return 0;
 }
@@ -186,21 +176,21 @@ static void ratio_counters(kb_state *st)
 }
 
 struct base {
-	int which; /* P_H2D, P_READ or P_PLAIN: the row's own measurement */
+	unsigned which; /* a P_ flag: the row's own measurement */
 	int cold;
 };
 
 static void base_body(kb_state *st, uint64_t iters, void *arg)
 {
 	const struct base *b = arg;
+	const struct baseline *p = baselines;
+	while (p->flag != b->which)
+		p++;
 	kb_set_bytes_per_iter(st, g.size);
 	for (uint64_t i = 0; i < iters; i++) {
 		if (b->which != P_H2D && kbu_set_temperature(st, g.path, b->cold, RESIDENT_MAX))
 			return;
-		double t = b->which == P_H2D    ? time_h2d()
-			   : b->which == P_READ ? time_read()
-			   : b->which == P_DD   ? time_dd()
-						: time_read_then_h2d();
+		double t = p->time();
 		if (t < 0) {
 			kb_skip(st, "the baseline failed");
 			return;
