@@ -431,18 +431,14 @@ int main(void)
 		printf("threads: %s load on 4 threads: %s\n", kiln_source_name(src),
 		       failures > before ? "FAIL" : "ok");
 	}
-	for (size_t k = 0; k < sizeof(sources) / sizeof(sources[0]); k++, cases++) {
-		int before = failures;
-		pipeline(sources[k], 0);
-		printf("threads: %s kiln_load, two at once: %s\n", kiln_source_name(sources[k]),
-		       failures > before ? "FAIL" : "ok");
-	}
-	for (size_t k = 0; k < sizeof(sources) / sizeof(sources[0]); k++, cases++) {
-		int before = failures;
-		pipeline(sources[k], 1);
-		printf("threads: %s kiln_load with registered windows, two at once: %s\n",
-		       kiln_source_name(sources[k]), failures > before ? "FAIL" : "ok");
-	}
+	for (int reg = 0; reg < 2; reg++)
+		for (size_t k = 0; k < sizeof(sources) / sizeof(sources[0]); k++, cases++) {
+			int before = failures;
+			pipeline(sources[k], reg);
+			printf("threads: %s kiln_load%s, two at once: %s\n",
+			       kiln_source_name(sources[k]), reg ? " with registered windows" : "",
+			       failures > before ? "FAIL" : "ok");
+		}
 	int before = failures;
 	group();
 	cases++;
