@@ -4,7 +4,7 @@
  * built here) imported as one KLNT file or a shard series and read back through the core, the
  * metadata document, series publishing and stale removal, cancellation and failure, outputs the
  * converters must refuse, and the API's argument checks. White-box only where a unit needs it
- * (kc_copy_payload, convert/convert_int.h) and for fault injection (src/sys.h).
+ * (kc_copy_payload, convert/convert_int.h) and for fault injection (src/base/sys.h).
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -20,7 +20,7 @@
 #include "convert_util.h"
 #include "helpers.h"
 #include "kiln/convert.h"
-#include "sys.h"
+#include "base/sys.h"
 
 /* ---------------------------------------------------------------------------------------------
  * The model: n tensors named blk.I.wéight padded with 'x' to name_len bytes, a mix of dtypes (an

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
-#include "sys.h"
+#include "base/sys.h"
 
 #define NT 40
 static uint8_t *data[NT];

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
-#include "sys.h"
+#include "base/sys.h"
 
 /* Write shard `no` of `total` under dir/STEM: `n` u8 tensors named "<prefix>.<k>" holding the
  * byte (no * 16 + k), or unnamed when prefix is NULL. Returns the path (malloc'd). */

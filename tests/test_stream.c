@@ -2,7 +2,7 @@
 /*
  * The one-call stream forms: kiln_tensor_read (one tensor through the stream engine) and
  * kiln_model_read_all (every byte of the block, for finding unreadable sectors). Every source gives
- * the writer's bytes; argument errors, cancellation, and EIO injected through src/sys.h at a known
+ * the writer's bytes; argument errors, cancellation, and EIO injected through src/base/sys.h at a known
  * offset, for both engines.
  */
 #include <criterion/criterion.h>
@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
-#include "sys.h"
+#include "base/sys.h"
 
 #define NT 7
 static uint8_t *data[NT];

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
-#include "sys.h"
+#include "base/sys.h"
 
 static const uint8_t f32_2[8] = {0x00, 0x00, 0x80, 0x3f, 0x00, 0x00, 0x00, 0xc0};
 
@@ -471,7 +471,7 @@ static int tmpfile_supported(const char *dir)
 	return fd >= 0;
 }
 
-/* Fault injection through the system-call table (src/sys.h). Each test runs in its own
+/* Fault injection through the system-call table (src/base/sys.h). Each test runs in its own
  * process, so a replaced entry never leaks into another test. */
 static int refuse_tmpfile_with = EOPNOTSUPP;
 static int open_no_tmpfile(int dirfd, const char *path, int flags, mode_t mode)

@@ -1,0 +1,66 @@
+/* SPDX-License-Identifier: MIT */
+/* The chunked read engine behind the READ/URING sources and kiln_stream (src/io.c). */
+#ifndef KILN_IO_H
+#define KILN_IO_H
+
+#include "base/internal.h"
+
+/* One range of the file to land in memory. */
+struct kiln__range {
+	uint64_t off;    /* file offset */
+	uint64_t len;    /* bytes */
+	uint8_t *dst;    /* destination, NULL in staging mode */
+	uint64_t slack;  /* bytes writable past dst + len (lets O_DIRECT read a tail in place) */
+	uint64_t tensor; /* reported in chunks */
+	uint64_t tensor_off; /* offset of this range within the tensor */
+	uint32_t file;       /* index into kiln__io.fds; 0 with a single file */
+};
+
+struct kiln__io {
+	int fd; /* buffered descriptor (the single file) */
+	/* Several files (a model's shards): ranges name one by index; NULL for the single fd.
+	 * Reads of every file share one queue. */
+	const int *fds;
+	uint32_t nfds;
+	/* The memory engine over several files: each one's bytes (nfds of them), or NULL. */
+	const uint8_t *const *mems;
+	int direct;         /* try O_DIRECT (reopened through /proc/self/fd) */
+	uint32_t chunk;     /* bytes per request */
+	uint32_t qd;        /* requests in flight (uring) */
+	int engine;         /* KILN_ENGINE_* */
+	const uint8_t *mem; /* memory engine: read from here instead of fd (the file in memory) */
+	/* The reader engine, for files with neither a descriptor nor memory (a URL opened with
+	 * KILN_OPEN_DIRECTORY_ONLY): spans of file `file` through its source, up to qd chunks in
+	 * one call (a URL's GETs in flight together). Used when set. */
+	int (*read_spans)(void *ctx, uint32_t file, const struct kiln__span *spans, size_t n,
+			  kiln_error *err);
+	void *read_ctx;
+	/* staging mode */
+	void *const *staging;
+	uint32_t nstaging;
+	size_t staging_size;
+	kiln_chunk_fn on_chunk;
+	kiln_reuse_fn before_reuse;
+	void *ctx;
+	kiln_stream_result res; /* filled by kiln__io_run */
+	uint32_t dio_align;     /* alignment used for O_DIRECT */
+};
+
+int kiln__io_run(struct kiln__io *io, const struct kiln__range *ranges, size_t n, kiln_error *err);
+
+/* The engine over ranges of the model's files as kiln_stream runs it (src/stream.c): direct when
+ * the ranges have destinations, else through o->staging; the model's own descriptors, memory or
+ * sources. Safe from several threads at once. For kiln_load (src/load.c). */
+int kiln__stream_ranges(const kiln_model *m, const kiln_stream_options *o,
+			const struct kiln__range *ranges, size_t n, kiln_stream_result *result,
+			kiln_error *err);
+
+/* 1 when the page cache holds every page of [off, off + len) of fd (cachestat(2); 0 when it
+ * cannot tell). */
+int kiln__span_cached(int fd, uint64_t off, uint64_t len);
+
+/* pread the whole of [off, off + len) into dst, retrying EINTR/EAGAIN and short reads; a file
+ * that ends first is IO/EIO. */
+int kiln__pread_full(int fd, void *dst, size_t len, uint64_t off, kiln_error *err);
+
+#endif

@@ -1,0 +1,1241 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Objects behind URLs, over libcurl (Debian's libcurl 7.88 speaks HTTP/1.1 and HTTPS with
+ * connection reuse and signs S3 requests with SigV4 itself, so kiln writes neither a client
+ * nor a signer). A server is as hostile as a file: every response is checked against what was
+ * asked (status, Content-Range, the pinned ETag and size) before a byte of it lands, a body
+ * never writes past its range, and an error body is read to 1 KiB at most.
+ */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <curl/curl.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "net/net.h"
+
+#define CONN_DEFAULT   8u
+#define CONN_MAX       64u
+#define CHUNK_DEFAULT  ((uint32_t)8 << 20)
+#define CHUNK_MIN      ((uint32_t)64 << 10)
+#define CHUNK_MAX      ((uint32_t)1 << 30)
+#define RETRY_DEFAULT  6u
+#define STALL_DEFAULT  30000u
+#define CONNECT_MS     10000L
+#define BACKOFF_MS     200u
+#define BACKOFF_CAP_MS 10000u
+#define ERR_BODY       1024u
+#define AWS_FILE_CAP   ((size_t)1 << 20)
+
+struct kiln__remote {
+	char *url;       /* what is fetched */
+	char shown[128]; /* the URL for messages: the query (a signature) left out */
+	char sigv4[96];  /* "aws:amz:REGION:s3", or empty for unsigned requests */
+	char *userpwd;   /* "ACCESS:SECRET" */
+	char *bearer;
+	char *ca_bundle;
+	struct curl_slist *headers; /* every request's; If-Match joins them at the pin */
+	uint32_t connections, chunk, retries, stall_ms;
+	uint64_t deadline_ms, cap_bps;
+	int (*progress)(void *, uint64_t, uint64_t);
+	void *progress_ctx;
+	/* what the first GET pinned */
+	int pinned;
+	uint64_t size;
+	char etag[256];
+	pthread_mutex_t lock; /* one fetch at a time: the multi handle and the idle handles */
+	CURLM *multi;
+	CURL *idle[CONN_MAX];
+	uint32_t nidle;
+};
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_rc;
+
+static void init_curl(void)
+{
+	curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static int nomem(kiln_error *err)
+{
+	return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+}
+
+KILN_API int kiln_path_is_url(const char *path)
+{
+	return kiln__is_url(path);
+}
+
+size_t kiln__url_path_len(const char *path)
+{
+	return kiln__is_url(path) ? strcspn(path, "?#") : strlen(path);
+}
+
+int kiln__is_url(const char *path)
+{
+	return path && (!strncmp(path, "s3://", 5) || !strncmp(path, "http://", 7) ||
+			!strncmp(path, "https://", 8));
+}
+
+int kiln__remote_check_options(const kiln_remote_options *o, kiln_error *err)
+{
+	if (!o)
+		return 0;
+	if (o->size != 0 && o->size < sizeof(*o))
+		return kiln__fail_inval(err, KILN_NO_INDEX, "remote.size",
+					"kiln_remote_options.size %u is smaller than this "
+					"version's %zu",
+					o->size, sizeof(*o));
+	if (o->connections > CONN_MAX)
+		return kiln__fail_inval(err, KILN_NO_INDEX, "remote.connections",
+					"connections %u is above %u", o->connections, CONN_MAX);
+	if (o->chunk_size && (o->chunk_size < CHUNK_MIN || o->chunk_size > CHUNK_MAX))
+		return kiln__fail_inval(err, KILN_NO_INDEX, "remote.chunk_size",
+					"chunk_size %u is outside 64 KiB to 1 GiB", o->chunk_size);
+	if (o->reserved32)
+		return kiln__fail_inval(err, KILN_NO_INDEX, "remote.reserved32",
+					"kiln_remote_options.reserved32 is not 0");
+	for (size_t i = 0; i < sizeof(o->reserved) / sizeof(o->reserved[0]); i++)
+		if (o->reserved[i])
+			return kiln__fail_inval(err, KILN_NO_INDEX, "remote.reserved",
+						"kiln_remote_options.reserved[%zu] is not 0", i);
+	return 0;
+}
+
+/* --- the AWS shared files ----------------------------------------------------------------- */
+
+const char *kiln__env(const char *name)
+{
+	const char *v = getenv(name);
+	return v && *v ? v : NULL;
+}
+
+/* The value of `key` in section `section` of an INI file of the AWS tools (at most 1 MiB;
+ * "#" and ";" start comments; keys and values trimmed). *found_section says whether the
+ * section exists. NULL when absent; malloc'ed otherwise. */
+static char *ini_value(const char *text, const char *section, const char *key, int *found_section)
+{
+	size_t slen = strlen(section), klen = strlen(key);
+	int in = 0;
+	const char *p = text;
+	while (*p) {
+		const char *eol = strchr(p, '\n');
+		if (!eol)
+			eol = p + strlen(p);
+		const char *a = p, *b = eol;
+		while (a < b && isspace((unsigned char)*a))
+			a++;
+		while (b > a && isspace((unsigned char)b[-1]))
+			b--;
+		if (a < b && *a == '[') {
+			const char *c = memchr(a, ']', (size_t)(b - a));
+			const char *s = a + 1, *e = c ? c : b;
+			while (s < e && isspace((unsigned char)*s))
+				s++;
+			while (e > s && isspace((unsigned char)e[-1]))
+				e--;
+			in = (size_t)(e - s) == slen && !memcmp(s, section, slen);
+			if (in && found_section)
+				*found_section = 1;
+		} else if (in && a < b && *a != '#' && *a != ';') {
+			const char *eq = memchr(a, '=', (size_t)(b - a));
+			if (eq) {
+				const char *ke = eq;
+				while (ke > a && isspace((unsigned char)ke[-1]))
+					ke--;
+				const char *v = eq + 1;
+				while (v < b && isspace((unsigned char)*v))
+					v++;
+				if ((size_t)(ke - a) == klen && !strncasecmp(a, key, klen))
+					return strndup(v, (size_t)(b - v));
+			}
+		}
+		p = *eol ? eol + 1 : eol;
+	}
+	return NULL;
+}
+
+/* A whole small file, or NULL when it cannot be read (absent is not an error). */
+static char *slurp(const char *path)
+{
+	FILE *fp = fopen(path, "rb");
+	if (!fp)
+		return NULL;
+	char *buf = malloc(AWS_FILE_CAP + 1);
+	size_t n = buf ? fread(buf, 1, AWS_FILE_CAP, fp) : 0;
+	fclose(fp);
+	if (buf)
+		buf[n] = '\0';
+	return buf;
+}
+
+static char *home_file(const char *var, const char *rel)
+{
+	const char *v = kiln__env(var);
+	if (v)
+		return strdup(v);
+	const char *home = kiln__env("HOME");
+	char *p = NULL;
+	if (home && asprintf(&p, "%s/%s", home, rel) < 0)
+		p = NULL;
+	return p;
+}
+
+struct aws {
+	char *access, *secret, *token, *region, *endpoint;
+};
+
+static void aws_free(struct aws *a)
+{
+	free(a->access);
+	if (a->secret)
+		explicit_bzero(a->secret, strlen(a->secret));
+	free(a->secret);
+	free(a->token);
+	free(a->region);
+	free(a->endpoint);
+}
+
+static char *dup_opt(const char *s)
+{
+	return s ? strdup(s) : NULL;
+}
+
+/* Whether `text` (NULL: no file) has the section. */
+static int has_section(const char *text, const char *section)
+{
+	int found = 0;
+	if (text)
+		free(ini_value(text, section, "", &found));
+	return found;
+}
+
+/* The keys of `section` of one file, unless an earlier place gave any (one place gives both). */
+static void keys_from(struct aws *a, const char *text, const char *section)
+{
+	if (a->access || a->secret || !text)
+		return;
+	a->access = ini_value(text, section, "aws_access_key_id", NULL);
+	a->secret = ini_value(text, section, "aws_secret_access_key", NULL);
+	if (a->access || a->secret)
+		a->token = ini_value(text, section, "aws_session_token", NULL);
+}
+
+/* Credentials, region and endpoint as the AWS tools read them (see kiln.h). */
+static int aws_settings(const kiln_remote_options *o, struct aws *a, kiln_error *err)
+{
+	memset(a, 0, sizeof(*a));
+	const char *profile = o && o->profile ? o->profile : kiln__env("AWS_PROFILE");
+	int named = profile != NULL;
+	if (!profile)
+		profile = "default";
+	char *cpath = home_file("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials");
+	char *fpath = home_file("AWS_CONFIG_FILE", ".aws/config");
+	char *creds = cpath ? slurp(cpath) : NULL;
+	char *conf = fpath ? slurp(fpath) : NULL;
+	char *csect = NULL;
+	if (!strcmp(profile, "default"))
+		csect = strdup("default");
+	else if (asprintf(&csect, "profile %s", profile) < 0)
+		csect = NULL;
+	int rc = 0;
+	if (!csect) {
+		rc = nomem(err);
+		goto out;
+	}
+	if (kiln__env("AWS_ACCESS_KEY_ID") && kiln__env("AWS_SECRET_ACCESS_KEY")) {
+		a->access = strdup(kiln__env("AWS_ACCESS_KEY_ID"));
+		a->secret = strdup(kiln__env("AWS_SECRET_ACCESS_KEY"));
+		a->token = dup_opt(kiln__env("AWS_SESSION_TOKEN"));
+	}
+	keys_from(a, creds, profile);
+	keys_from(a, conf, csect);
+	if ((a->access != NULL) != (a->secret != NULL)) {
+		rc = kiln__fail_inval(err, KILN_NO_INDEX, "credentials",
+				      "profile %s has an access key without a secret key or the "
+				      "other way round",
+				      profile);
+		goto out;
+	}
+	a->region = dup_opt(o && o->region ? o->region : kiln__env("AWS_REGION"));
+	if (!a->region)
+		a->region = dup_opt(kiln__env("AWS_DEFAULT_REGION"));
+	if (!a->region && conf)
+		a->region = ini_value(conf, csect, "region", NULL);
+	a->endpoint = dup_opt(o && o->endpoint ? o->endpoint : kiln__env("AWS_ENDPOINT_URL_S3"));
+	if (!a->endpoint)
+		a->endpoint = dup_opt(kiln__env("AWS_ENDPOINT_URL"));
+	if (!a->endpoint && conf)
+		a->endpoint = ini_value(conf, csect, "endpoint_url", NULL);
+	if (named && !a->access && !kiln__env("AWS_ACCESS_KEY_ID") &&
+	    !has_section(creds, profile) && !has_section(conf, csect)) {
+		rc = kiln__fail_inval(
+		    err, KILN_NO_INDEX, "profile", "the AWS profile %s is in neither %s nor %s",
+		    profile, cpath ? cpath : "~/.aws/credentials", fpath ? fpath : "~/.aws/config");
+		goto out;
+	}
+	if (!a->region)
+		a->region = strdup("us-east-1");
+	if (!a->region)
+		rc = nomem(err);
+out:
+	if (creds) {
+		explicit_bzero(creds, strlen(creds));
+		free(creds);
+	}
+	if (conf) {
+		explicit_bzero(conf, strlen(conf));
+		free(conf);
+	}
+	free(cpath);
+	free(fpath);
+	free(csect);
+	if (rc)
+		aws_free(a);
+	return rc;
+}
+
+/* --- where a URL leads ------------------------------------------------------------------- */
+
+static int unreserved(unsigned char c)
+{
+	return isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~';
+}
+
+/* s3://BUCKET/KEY as an HTTP URL: ENDPOINT/BUCKET/KEY (path style) for a custom endpoint, else
+ * AWS's virtual-hosted style; the key percent-encoded, slashes kept. */
+static char *s3_url(const char *bucket, size_t blen, const char *key, const struct aws *a)
+{
+	size_t klen = strlen(key);
+	char *enc = malloc(klen * 3 + 1), *q = enc;
+	if (!enc)
+		return NULL;
+	for (size_t i = 0; i < klen; i++) {
+		unsigned char c = (unsigned char)key[i];
+		if (unreserved(c) || c == '/')
+			*q++ = (char)c;
+		else
+			q += sprintf(q, "%%%02X", c);
+	}
+	*q = '\0';
+	char *url = NULL;
+	int n;
+	if (a->endpoint) {
+		size_t el = strlen(a->endpoint);
+		while (el && a->endpoint[el - 1] == '/')
+			el--;
+		n = asprintf(&url, "%.*s/%.*s/%s", (int)el, a->endpoint, (int)blen, bucket, enc);
+	} else {
+		n = asprintf(&url, "https://%.*s.s3.%s.amazonaws.com/%s", (int)blen, bucket,
+			     a->region, enc);
+	}
+	free(enc);
+	return n < 0 ? NULL : url;
+}
+
+/* The host of an http(s) URL, lowercased into buf. */
+static void url_host(const char *url, char *buf, size_t cap)
+{
+	const char *h = strstr(url, "://");
+	h = h ? h + 3 : url;
+	const char *at = h;
+	while (*at && *at != '/' && *at != '?' && *at != '#')
+		at++;
+	const char *u = memchr(h, '@', (size_t)(at - h));
+	if (u)
+		h = u + 1;
+	size_t n = 0;
+	while (h < at && *h != ':' && n + 1 < cap)
+		buf[n++] = (char)tolower((unsigned char)*h++);
+	buf[n] = '\0';
+}
+
+static int host_is(const char *host, const char *domain)
+{
+	size_t a = strlen(host), b = strlen(domain);
+	return !strcmp(host, domain) ||
+	       (a > b && host[a - b - 1] == '.' && !strcmp(host + a - b, domain));
+}
+
+static void set_shown(struct kiln__remote *r, const char *url)
+{
+	size_t n = kiln__url_path_len(url);
+	const char *more = url[n] ? "?..." : "";
+	if (n > 100)
+		snprintf(r->shown, sizeof(r->shown), "%.40s...%s%s", url, url + n - 56, more);
+	else
+		snprintf(r->shown, sizeof(r->shown), "%.*s%s", (int)n, url, more);
+}
+
+/* "NAME: VALUE" appended to the headers every request sends; -1 when out of memory. */
+static int add_header(struct kiln__remote *r, const char *name, const char *value)
+{
+	char *h = NULL;
+	if (asprintf(&h, "%s: %s", name, value) < 0)
+		return -1;
+	struct curl_slist *l = curl_slist_append(r->headers, h);
+	free(h);
+	if (!l)
+		return -1;
+	r->headers = l;
+	return 0;
+}
+
+int kiln__remote_new(const char *url, const kiln_remote_options *o, struct kiln__remote **out,
+		     kiln_error *err)
+{
+	*out = NULL;
+	int rc = kiln__remote_check_options(o, err);
+	if (rc)
+		return rc;
+	pthread_once(&curl_once, init_curl);
+	if (curl_init_rc != CURLE_OK)
+		return kiln__fail_sys(err, KILN_IO, EIO, "libcurl did not initialize: %s",
+				      curl_easy_strerror(curl_init_rc));
+	struct kiln__remote *r = calloc(1, sizeof(*r));
+	if (!r)
+		return nomem(err);
+	pthread_mutex_init(&r->lock, NULL);
+	set_shown(r, url);
+	r->connections = o && o->connections ? o->connections : CONN_DEFAULT;
+	r->chunk = o && o->chunk_size ? o->chunk_size : CHUNK_DEFAULT;
+	r->retries = !o || !o->retries                    ? RETRY_DEFAULT
+		     : o->retries == KILN_REMOTE_NO_RETRY ? 0
+							  : o->retries;
+	r->stall_ms = o && o->stall_ms ? o->stall_ms : STALL_DEFAULT;
+	r->deadline_ms = o ? o->deadline_ms : 0;
+	r->cap_bps = o ? o->max_bytes_per_sec : 0;
+	r->progress = o ? o->progress : NULL;
+	r->progress_ctx = o ? o->progress_ctx : NULL;
+	const char *ca = o && o->ca_bundle ? o->ca_bundle : NULL;
+	if (!strncmp(url, "s3://", 5)) {
+		const char *b = url + 5, *slash = strchr(b, '/');
+		size_t blen = slash ? (size_t)(slash - b) : strlen(b);
+		int ok = blen >= 1 && blen <= 63 && slash && slash[1];
+		for (size_t i = 0; ok && i < blen; i++)
+			ok = isalnum((unsigned char)b[i]) || b[i] == '-' || b[i] == '.' ||
+			     b[i] == '_';
+		if (!ok) {
+			kiln__fail_inval(err, KILN_NO_INDEX, "path",
+					 "%s is not s3://BUCKET/KEY (a bucket of letters, digits, "
+					 "'.', '-', '_' and a key)",
+					 r->shown);
+			kiln__remote_free(r);
+			return KILN_INVAL;
+		}
+		struct aws a;
+		if ((rc = aws_settings(o, &a, err))) {
+			kiln__remote_free(r);
+			return rc;
+		}
+		r->url = s3_url(b, blen, slash + 1, &a);
+		if (a.access) {
+			snprintf(r->sigv4, sizeof(r->sigv4), "aws:amz:%s:s3", a.region);
+			if (asprintf(&r->userpwd, "%s:%s", a.access, a.secret) < 0)
+				r->userpwd = NULL;
+		}
+		/* SigV4 covers the payload's hash; a GET has none to send. */
+		r->headers = curl_slist_append(NULL, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
+		int bad = !r->url || (a.access && !r->userpwd) || !r->headers ||
+			  (a.token && add_header(r, "x-amz-security-token", a.token));
+		if (!ca)
+			ca = kiln__env("AWS_CA_BUNDLE");
+		aws_free(&a);
+		if (bad) {
+			kiln__remote_free(r);
+			return nomem(err);
+		}
+	} else {
+		r->url = strdup(url);
+		char host[256];
+		url_host(url, host, sizeof(host));
+		if (!host[0]) {
+			kiln__fail_inval(err, KILN_NO_INDEX, "path", "%s has no host", r->shown);
+			kiln__remote_free(r);
+			return KILN_INVAL;
+		}
+		const char *tok = kiln__env("HF_TOKEN");
+		int hf = tok && (host_is(host, "huggingface.co") || host_is(host, "hf.co"));
+		if (hf)
+			r->bearer = strdup(tok);
+		if (!r->url || (hf && !r->bearer)) {
+			kiln__remote_free(r);
+			return nomem(err);
+		}
+	}
+	if (!ca)
+		ca = kiln__env("CURL_CA_BUNDLE");
+	if (ca && !(r->ca_bundle = strdup(ca))) {
+		kiln__remote_free(r);
+		return nomem(err);
+	}
+	if (!(r->multi = curl_multi_init())) {
+		kiln__remote_free(r);
+		return nomem(err);
+	}
+	curl_multi_setopt(r->multi, CURLMOPT_MAX_HOST_CONNECTIONS, (long)r->connections);
+	*out = r;
+	return 0;
+}
+
+void kiln__remote_free(struct kiln__remote *r)
+{
+	if (!r)
+		return;
+	for (uint32_t i = 0; i < r->nidle; i++)
+		curl_easy_cleanup(r->idle[i]);
+	if (r->multi)
+		curl_multi_cleanup(r->multi);
+	curl_slist_free_all(r->headers);
+	free(r->url);
+	if (r->userpwd)
+		explicit_bzero(r->userpwd, strlen(r->userpwd));
+	free(r->userpwd);
+	free(r->bearer);
+	free(r->ca_bundle);
+	pthread_mutex_destroy(&r->lock);
+	free(r);
+}
+
+uint64_t kiln__remote_size(const struct kiln__remote *r)
+{
+	return r->size;
+}
+
+const char *kiln__remote_etag(const struct kiln__remote *r)
+{
+	return r->etag;
+}
+
+/* --- one range, one attempt at a time ------------------------------------------------------ */
+
+struct xfer {
+	struct kiln__remote *r;
+	CURL *h;
+	uint64_t off, len, got; /* [off, off + len) asked for; got bytes in place */
+	uint8_t *dst;
+	/* instead of dst: spans within [off, off + len), ascending, landing each at its own dst;
+	 * the bytes between them are dropped */
+	const struct kiln__span *pieces;
+	size_t npieces, piece; /* piece: the first that may still take bytes */
+	kiln_fetch_fn sink;    /* instead of dst: bytes handed on as they come */
+	void *sink_ctx;
+	int open_end; /* to the object's end, not yet known: asked as "off-" */
+	uint32_t attempts;
+	uint64_t due; /* when the next attempt may start (ms) */
+	int active, done;
+	/* this attempt's response */
+	long status;
+	int has_range, unsatisfied, has_length, has_etag, checked, stopped, fatal, canceled;
+	uint64_t range_from, range_to, range_total, length;
+	uint32_t retry_after;
+	char etag[256];
+	char body[ERR_BODY];
+	size_t body_len;
+	int why_errno;
+	char why[160];
+	char curl_err[CURL_ERROR_SIZE];
+};
+
+static int parse_u64(const char **p, uint64_t *v)
+{
+	const char *s = *p;
+	uint64_t x = 0;
+	if (!isdigit((unsigned char)*s))
+		return -1;
+	while (isdigit((unsigned char)*s)) {
+		if (x > (UINT64_MAX - 9) / 10)
+			return -1;
+		x = x * 10 + (uint64_t)(*s++ - '0');
+	}
+	*p = s;
+	*v = x;
+	return 0;
+}
+
+/* Content-Range: "bytes A-B/T", or "bytes * /T" (without the space) for a range not served. */
+static void parse_range(struct xfer *x, const char *v)
+{
+	x->has_range = 0;
+	if (strncasecmp(v, "bytes ", 6))
+		return;
+	v += 6;
+	if (*v == '*') {
+		v++;
+		if (*v++ == '/' && !parse_u64(&v, &x->range_total) && !*v)
+			x->has_range = x->unsatisfied = 1;
+		return;
+	}
+	if (parse_u64(&v, &x->range_from) || *v++ != '-' || parse_u64(&v, &x->range_to) ||
+	    *v++ != '/' || parse_u64(&v, &x->range_total) || *v)
+		return;
+	x->has_range = x->range_from <= x->range_to && x->range_to < x->range_total;
+}
+
+/* The status of a status line, "HTTP/1.1 206 Partial Content" (versions 1.0, 1.1, 2, 3); 0 for
+ * anything else, which no check accepts. */
+static long status_of(const char *line)
+{
+	static const char *const versions[] = {"HTTP/1.0 ", "HTTP/1.1 ", "HTTP/2 ", "HTTP/3 "};
+	for (size_t i = 0; i < sizeof(versions) / sizeof(versions[0]); i++) {
+		size_t n = strlen(versions[i]);
+		const char *c = line + n;
+		if (!strncmp(line, versions[i], n) && isdigit((unsigned char)c[0]) &&
+		    isdigit((unsigned char)c[1]) && isdigit((unsigned char)c[2]) &&
+		    (c[3] == '\0' || c[3] == ' '))
+			return (c[0] - '0') * 100 + (c[1] - '0') * 10 + (c[2] - '0');
+	}
+	return 0;
+}
+
+static size_t on_header(char *buf, size_t size, size_t n, void *arg)
+{
+	struct xfer *x = arg;
+	size_t len = size * n;
+	char line[512];
+	size_t k = len < sizeof(line) - 1 ? len : sizeof(line) - 1;
+	memcpy(line, buf, k);
+	while (k && (line[k - 1] == '\n' || line[k - 1] == '\r' || line[k - 1] == ' '))
+		k--;
+	line[k] = '\0';
+	if (!strncmp(line, "HTTP/", 5)) { /* a new response (after a redirect or 100) */
+		x->status = status_of(line);
+		x->has_range = x->unsatisfied = x->has_length = x->has_etag = 0;
+		x->retry_after = 0;
+		return len;
+	}
+	char *colon = strchr(line, ':');
+	if (!colon)
+		return len;
+	*colon = '\0';
+	char *v = colon + 1;
+	while (*v == ' ' || *v == '\t')
+		v++;
+	if (!strcasecmp(line, "content-range")) {
+		parse_range(x, v);
+	} else if (!strcasecmp(line, "content-length")) {
+		const char *p = v;
+		x->has_length = !parse_u64(&p, &x->length) && !*p;
+	} else if (!strcasecmp(line, "etag")) {
+		snprintf(x->etag, sizeof(x->etag), "%s", v);
+		x->has_etag = 1;
+	} else if (!strcasecmp(line, "retry-after")) {
+		const char *p = v;
+		uint64_t s;
+		if (!parse_u64(&p, &s))
+			x->retry_after = s > 60 ? 60 : (uint32_t)s;
+	}
+	return len;
+}
+
+static void fatal(struct xfer *x, int e, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void fatal(struct xfer *x, int e, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(x->why, sizeof(x->why), fmt, ap);
+	va_end(ap);
+	x->why_errno = e;
+	x->fatal = 1;
+}
+
+/* The first answer's size and ETag become the object's; every later request asks for that
+ * version (If-Match). */
+static int pin_object(struct xfer *x, uint64_t total)
+{
+	struct kiln__remote *r = x->r;
+	r->size = total;
+	if (x->has_etag)
+		snprintf(r->etag, sizeof(r->etag), "%s", x->etag);
+	r->pinned = 1;
+	if (r->etag[0] && add_header(r, "If-Match", r->etag)) {
+		fatal(x, ENOMEM, "cannot allocate the If-Match header");
+		return -1;
+	}
+	return 0;
+}
+
+/* A 2xx response, before its body is taken: is it the bytes asked for, of the object pinned? */
+static int check_response(struct xfer *x)
+{
+	struct kiln__remote *r = x->r;
+	uint64_t from = x->off + x->got, asked_end = x->off + x->len - 1, total;
+	x->checked = 1;
+	if (r->pinned && r->etag[0] && x->has_etag && strcmp(x->etag, r->etag)) {
+		fatal(x, ESTALE, "the object changed since it was opened (ETag %.60s, was %.60s)",
+		      x->etag, r->etag);
+		return -1;
+	}
+	if (x->status == 206) {
+		if (!x->has_range || x->unsatisfied) {
+			fatal(x, EIO, "HTTP 206 without a valid Content-Range");
+			return -1;
+		}
+		total = x->range_total;
+	} else if (x->status == 200) {
+		/* The whole object, Range ignored: usable only from byte 0. */
+		if (from != 0 || !x->has_length) {
+			fatal(x, EIO,
+			      "HTTP 200 (the whole object%s) to a request for bytes %" PRIu64
+			      "-%" PRIu64 ": the server does not serve ranges",
+			      x->has_length ? "" : ", no Content-Length", from, asked_end);
+			return -1;
+		}
+		total = x->length;
+	} else {
+		fatal(x, EIO, "unexpected HTTP %ld", x->status);
+		return -1;
+	}
+	if (r->pinned && total != r->size) {
+		fatal(x, ESTALE,
+		      "the object is %" PRIu64 " bytes now, %" PRIu64 " when it was opened", total,
+		      r->size);
+		return -1;
+	}
+	/* The first GET (nothing received yet) may ask past a shorter object. */
+	if (!r->pinned && x->len > total - (total < x->off ? total : x->off))
+		x->len = total > x->off ? total - x->off : 0;
+	if (x->status == 206 && (x->range_from != from || x->range_to + 1 != x->off + x->len)) {
+		fatal(x, EIO,
+		      "Content-Range bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64
+		      " answers a request for bytes %" PRIu64 "-%" PRIu64,
+		      x->range_from, x->range_to, x->range_total, from, asked_end);
+		return -1;
+	}
+	return r->pinned ? 0 : pin_object(x, total);
+}
+
+/* len bytes of the body to their place; 0, or -1 with x failed. */
+/* Bytes [pos, pos + len) of the object into the pieces they fall in. */
+static void scatter(struct xfer *x, uint64_t pos, const char *buf, size_t len)
+{
+	uint64_t end = pos + len;
+	if (!x->got)
+		x->piece = 0; /* a fresh start */
+	while (x->piece < x->npieces && x->pieces[x->piece].off + x->pieces[x->piece].len <= pos)
+		x->piece++;
+	for (size_t i = x->piece; i < x->npieces && x->pieces[i].off < end; i++) {
+		const struct kiln__span *p = &x->pieces[i];
+		uint64_t a = p->off > pos ? p->off : pos;
+		uint64_t b = p->off + p->len < end ? p->off + p->len : end;
+		if (a < b)
+			memcpy(p->dst + (a - p->off), buf + (a - pos), (size_t)(b - a));
+	}
+}
+
+static int take(struct xfer *x, const char *buf, size_t len)
+{
+	if (x->pieces) {
+		scatter(x, x->off + x->got, buf, len);
+	} else if (x->sink) {
+		if (len && x->sink(x->sink_ctx, buf, len)) {
+			x->canceled = 1;
+			fatal(x, ECANCELED, "the sink stopped the fetch");
+			return -1;
+		}
+	} else {
+		memcpy(x->dst + x->got, buf, len);
+	}
+	x->got += len;
+	return 0;
+}
+
+static size_t on_body(char *buf, size_t size, size_t n, void *arg)
+{
+	struct xfer *x = arg;
+	size_t len = size * n;
+	if (x->status < 200 || x->status >= 300) {
+		size_t room = sizeof(x->body) - 1 - x->body_len;
+		size_t k = len < room ? len : room;
+		memcpy(x->body + x->body_len, buf, k);
+		x->body_len += k;
+		x->body[x->body_len] = '\0';
+		return k == len ? len : 0; /* enough of an error body */
+	}
+	if (!x->checked && check_response(x))
+		return 0;
+	uint64_t room = x->len - x->got;
+	if (len > room) {
+		if (x->status == 200) { /* the whole object: the rest is not wanted */
+			if (!take(x, buf, (size_t)room))
+				x->stopped = 1;
+			return 0;
+		}
+		fatal(x, EIO, "the server sent more than the %" PRIu64 " bytes asked for", x->len);
+		return 0;
+	}
+	return take(x, buf, len) ? 0 : len;
+}
+
+/* The error code and message of an S3 error body (<Code>..</Code>, <Message>..</Message>). */
+static void xml_field(const char *body, const char *tag, char *out, size_t cap)
+{
+	char open[32], close[32];
+	snprintf(open, sizeof(open), "<%s>", tag);
+	snprintf(close, sizeof(close), "</%s>", tag);
+	out[0] = '\0';
+	const char *a = strstr(body, open);
+	const char *b = a ? strstr(a, close) : NULL;
+	if (!b)
+		return;
+	a += strlen(open);
+	size_t n = (size_t)(b - a), k = 0;
+	for (size_t i = 0; i < n && k + 1 < cap; i++)
+		out[k++] = isprint((unsigned char)a[i]) ? a[i] : '?';
+	out[k] = '\0';
+}
+
+static void http_failure(struct xfer *x)
+{
+	char code[64], msg[96];
+	xml_field(x->body, "Code", code, sizeof(code));
+	xml_field(x->body, "Message", msg, sizeof(msg));
+	int e = x->status == 401 || x->status == 403 ? EACCES
+		: x->status == 404                   ? ENOENT
+		: x->status == 412                   ? ESTALE
+						     : EIO;
+	if (x->status == 412)
+		fatal(x, e, "HTTP 412: the object changed since it was opened (If-Match %.60s)",
+		      x->r->etag);
+	else
+		fatal(x, e, "HTTP %ld%s%s%s%s%s", x->status, code[0] ? " " : "", code,
+		      msg[0] ? " (" : "", msg, msg[0] ? ")" : "");
+}
+
+static int retryable_curl(CURLcode c)
+{
+	switch (c) {
+	case CURLE_OPERATION_TIMEDOUT:
+	case CURLE_COULDNT_CONNECT:
+	case CURLE_RECV_ERROR:
+	case CURLE_SEND_ERROR:
+	case CURLE_GOT_NOTHING:
+	case CURLE_PARTIAL_FILE:
+	case CURLE_HTTP2:
+	case CURLE_HTTP2_STREAM:
+	case CURLE_SSL_CONNECT_ERROR:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+static CURL *take_handle(struct kiln__remote *r)
+{
+	return r->nidle ? r->idle[--r->nidle] : curl_easy_init();
+}
+
+static void give_handle(struct kiln__remote *r, CURL *h)
+{
+	if (r->nidle < CONN_MAX)
+		r->idle[r->nidle++] = h;
+	else
+		curl_easy_cleanup(h);
+}
+
+static int start(struct xfer *x)
+{
+	struct kiln__remote *r = x->r;
+	CURL *h = take_handle(r);
+	if (!h)
+		return -1;
+	curl_easy_reset(h);
+	x->status = 0;
+	x->checked = x->stopped = x->fatal = 0;
+	x->has_range = x->has_length = x->has_etag = 0;
+	x->body_len = 0;
+	x->body[0] = '\0';
+	x->curl_err[0] = '\0';
+	char range[64];
+	if (x->open_end && !r->pinned)
+		snprintf(range, sizeof(range), "%" PRIu64 "-", x->off);
+	else
+		snprintf(range, sizeof(range), "%" PRIu64 "-%" PRIu64, x->off + x->got,
+			 x->off + x->len - 1);
+	curl_easy_setopt(h, CURLOPT_URL, r->url);
+	curl_easy_setopt(h, CURLOPT_RANGE, range);
+	curl_easy_setopt(h, CURLOPT_HTTPHEADER, r->headers);
+	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
+	curl_easy_setopt(h, CURLOPT_MAXREDIRS, 8L);
+	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_MS);
+	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)((r->stall_ms + 999) / 1000));
+	curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L << 10);
+	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, x->curl_err);
+	curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(h, CURLOPT_HEADERDATA, x);
+	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(h, CURLOPT_WRITEDATA, x);
+	curl_easy_setopt(h, CURLOPT_PRIVATE, x);
+	if (r->ca_bundle)
+		curl_easy_setopt(h, CURLOPT_CAINFO, r->ca_bundle);
+	if (r->userpwd) {
+		curl_easy_setopt(h, CURLOPT_AWS_SIGV4, r->sigv4);
+		curl_easy_setopt(h, CURLOPT_USERPWD, r->userpwd);
+	}
+	if (r->bearer) {
+		curl_easy_setopt(h, CURLOPT_HTTPAUTH, (long)CURLAUTH_BEARER);
+		curl_easy_setopt(h, CURLOPT_XOAUTH2_BEARER, r->bearer);
+	}
+	if (r->cap_bps)
+		curl_easy_setopt(
+		    h, CURLOPT_MAX_RECV_SPEED_LARGE,
+		    (curl_off_t)(r->cap_bps / r->connections ? r->cap_bps / r->connections : 1));
+	if (curl_multi_add_handle(r->multi, h) != CURLM_OK) {
+		give_handle(r, h);
+		return -1;
+	}
+	x->h = h;
+	x->active = 1;
+	x->attempts++;
+	return 0;
+}
+
+static uint64_t backoff(uint32_t attempt)
+{
+	uint64_t step = BACKOFF_MS;
+	for (uint32_t i = 1; i < attempt && step < BACKOFF_CAP_MS; i++)
+		step *= 2;
+	if (step > BACKOFF_CAP_MS)
+		step = BACKOFF_CAP_MS;
+	uint64_t j = 0;
+	if (getrandom(&j, sizeof(j), GRND_NONBLOCK) != (ssize_t)sizeof(j))
+		j = now_ms() * 0x9E3779B97F4A7C15u;
+	return step / 2 + j % (step / 2 + 1);
+}
+
+/* The attempt of x finished with curl's `res`: done, to be retried, or failed (x->fatal). */
+static void finished(struct xfer *x, CURLcode res)
+{
+	struct kiln__remote *r = x->r;
+	char reason[160];
+	reason[0] = '\0';
+	if (x->fatal)
+		return;
+	if (res == CURLE_OK || (res == CURLE_WRITE_ERROR && x->stopped)) {
+		if (x->status == 206 || x->status == 200) {
+			if (!x->checked && check_response(x))
+				return;
+			if (x->got == x->len) {
+				x->done = 1;
+				return;
+			}
+			snprintf(reason, sizeof(reason),
+				 "a short body (%" PRIu64 " of %" PRIu64 " bytes)", x->got, x->len);
+		} else if (x->status == 416 && !r->pinned &&
+			   (!x->has_range || (x->unsatisfied && x->range_total == 0))) {
+			/* bytes=0-N is unsatisfiable only for an empty object (RFC 9110 14.1.1) */
+			x->len = 0;
+			x->done = !pin_object(x, 0);
+			return;
+		} else if (x->status == 429 || x->status == 500 || x->status == 502 ||
+			   x->status == 503 || x->status == 504) {
+			char code[64];
+			xml_field(x->body, "Code", code, sizeof(code));
+			snprintf(reason, sizeof(reason), "HTTP %ld%s%s", x->status,
+				 code[0] ? " " : "", code);
+		} else {
+			http_failure(x);
+			return;
+		}
+	} else if (retryable_curl(res)) {
+		snprintf(reason, sizeof(reason), "%.150s",
+			 x->curl_err[0] ? x->curl_err : curl_easy_strerror(res));
+	} else {
+		fatal(x, res == CURLE_COULDNT_RESOLVE_HOST ? EHOSTUNREACH : EIO, "%.150s",
+		      x->curl_err[0] ? x->curl_err : curl_easy_strerror(res));
+		return;
+	}
+	if (x->attempts > r->retries) {
+		fatal(x,
+		      res == CURLE_COULDNT_CONNECT      ? ECONNREFUSED
+		      : res == CURLE_OPERATION_TIMEDOUT ? ETIMEDOUT
+							: EIO,
+		      "%s, after %" PRIu32 " attempts", reason, x->attempts);
+		return;
+	}
+	uint64_t wait = backoff(x->attempts);
+	if (x->retry_after && (uint64_t)x->retry_after * 1000u > wait)
+		wait = (uint64_t)x->retry_after * 1000u;
+	x->due = now_ms() + wait;
+}
+
+static void stop_all(struct kiln__remote *r, struct xfer *xs, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (xs[i].active) {
+			curl_multi_remove_handle(r->multi, xs[i].h);
+			give_handle(r, xs[i].h);
+			xs[i].active = 0;
+		}
+}
+
+/* Run every transfer to the end, `connections` at a time. */
+static int run(struct kiln__remote *r, struct xfer *xs, size_t n, int progress, kiln_error *err)
+{
+	uint64_t t0 = now_ms(), last_note = 0;
+	size_t left = n, active = 0;
+	struct xfer *bad = NULL;
+	int canceled = 0, late = 0;
+	while (left && !bad) {
+		uint64_t now = now_ms(), next_due = UINT64_MAX;
+		if (r->deadline_ms && now - t0 > r->deadline_ms) {
+			late = 1;
+			break;
+		}
+		for (size_t k = 0; k < n && active < r->connections; k++) {
+			struct xfer *x = &xs[k];
+			if (x->done || x->active || x->fatal)
+				continue;
+			if (x->due > now) {
+				if (x->due < next_due)
+					next_due = x->due;
+				continue;
+			}
+			if (start(x)) {
+				kiln__fail_sys(err, KILN_NOMEM, ENOMEM,
+					       "%s: cannot start a transfer", r->shown);
+				stop_all(r, xs, n);
+				return KILN_NOMEM;
+			}
+			active++;
+		}
+		int running = 0, freed = 0;
+		curl_multi_perform(r->multi, &running);
+		CURLMsg *m;
+		int q;
+		while ((m = curl_multi_info_read(r->multi, &q))) {
+			if (m->msg != CURLMSG_DONE)
+				continue;
+			struct xfer *x = NULL;
+			curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&x);
+			CURLcode res = m->data.result;
+			curl_multi_remove_handle(r->multi, x->h);
+			give_handle(r, x->h);
+			x->active = 0;
+			active--;
+			freed = 1;
+			finished(x, res);
+			if (x->fatal && !bad)
+				bad = x;
+			if (x->done)
+				left--;
+		}
+		if (progress && r->progress) {
+			uint64_t got = 0, total = 0, t = now_ms();
+			for (size_t i = 0; i < n; i++) {
+				got += xs[i].got;
+				total += xs[i].open_end && !r->pinned ? 0 : xs[i].len;
+			}
+			if (!left || t - last_note >= 50) {
+				last_note = t;
+				if (r->progress(r->progress_ctx, got, total)) {
+					canceled = 1;
+					break;
+				}
+			}
+		}
+		if (left && !bad) {
+			/* A connection freed with ranges still waiting: back to the top, which
+			 * starts what is due, rather than a poll that has nothing to wake it (100
+			 * ms per range over one connection). */
+			if (freed && left > active)
+				continue;
+			int wait = 100;
+			if (!active && next_due != UINT64_MAX) {
+				uint64_t d = next_due > now_ms() ? next_due - now_ms() : 0;
+				wait = d < 100 ? (int)d : 100;
+			}
+			curl_multi_poll(r->multi, NULL, 0, wait, NULL);
+		}
+	}
+	stop_all(r, xs, n);
+	if (canceled)
+		return kiln__fail_sys(err, KILN_CANCELED, 0,
+				      "%s: the progress callback stopped the fetch", r->shown);
+	if (late)
+		return kiln__fail_sys(err, KILN_IO, ETIMEDOUT,
+				      "%s: the deadline of %" PRIu64 " ms passed with %zu of %zu "
+				      "ranges to go",
+				      r->shown, r->deadline_ms, left, n);
+	if (bad && bad->canceled)
+		return kiln__fail_sys(err, KILN_CANCELED, 0, "%s (bytes %" PRIu64 "-): %s",
+				      r->shown, bad->off + bad->got, bad->why);
+	if (bad)
+		return kiln__fail_sys(err, KILN_IO, bad->why_errno,
+				      "%s (bytes %" PRIu64 "-%" PRIu64 "): %s", r->shown,
+				      bad->off + bad->got, bad->off + bad->len - 1, bad->why);
+	return 0;
+}
+
+int kiln__remote_pin(struct kiln__remote *r, uint64_t want, uint8_t *dst, uint64_t *got,
+		     kiln_error *err)
+{
+	pthread_mutex_lock(&r->lock);
+	struct xfer x;
+	memset(&x, 0, sizeof(x));
+	x.r = r;
+	x.off = 0;
+	x.len = want;
+	x.dst = dst;
+	int rc = run(r, &x, 1, 0, err);
+	pthread_mutex_unlock(&r->lock);
+	*got = x.got;
+	return rc;
+}
+
+/* Spans [i, j) go in one GET when each starts at most this far past the one before's end and
+ * all of them fit in a chunk: a request costs more than this many bytes on any link. */
+#define GAP_MAX ((uint64_t)64 << 10)
+
+/* The end of the run of spans from i that one GET can fetch together. */
+static size_t run_end(const struct kiln__remote *r, const struct kiln__span *spans, size_t n,
+		      size_t i)
+{
+	size_t j = i + 1;
+	uint64_t end = spans[i].off + spans[i].len;
+	while (j < n && spans[i].len && spans[j].len && spans[j].off >= end &&
+	       spans[j].off - end <= GAP_MAX &&
+	       spans[j].off + spans[j].len - spans[i].off <= r->chunk) {
+		end = spans[j].off + spans[j].len;
+		j++;
+	}
+	return j;
+}
+
+int kiln__remote_get(struct kiln__remote *r, const struct kiln__span *spans, size_t n, int progress,
+		     kiln_error *err)
+{
+	size_t count = 0;
+	for (size_t i = 0, j; i < n; i = j) {
+		j = run_end(r, spans, n, i);
+		count += j - i > 1 ? 1 : (size_t)((spans[i].len + r->chunk - 1) / r->chunk);
+	}
+	if (!count)
+		return 0;
+	struct xfer *xs = calloc(count, sizeof(*xs));
+	if (!xs)
+		return nomem(err);
+	size_t k = 0;
+	for (size_t i = 0, j; i < n; i = j) {
+		j = run_end(r, spans, n, i);
+		if (j - i > 1) { /* neighbours: one GET from the first's start to the last's end */
+			xs[k].r = r;
+			xs[k].off = spans[i].off;
+			xs[k].len = spans[j - 1].off + spans[j - 1].len - spans[i].off;
+			xs[k].pieces = &spans[i];
+			xs[k].npieces = j - i;
+			k++;
+			continue;
+		}
+		for (uint64_t at = 0; at < spans[i].len; at += r->chunk, k++) {
+			uint64_t len = spans[i].len - at < r->chunk ? spans[i].len - at : r->chunk;
+			xs[k].r = r;
+			xs[k].off = spans[i].off + at;
+			xs[k].len = len;
+			xs[k].dst = spans[i].dst + at;
+		}
+	}
+	pthread_mutex_lock(&r->lock);
+	int rc = r->pinned ? run(r, xs, count, progress, err)
+			   : kiln__fail_inval(err, KILN_NO_INDEX, NULL, "%s: not pinned", r->shown);
+	pthread_mutex_unlock(&r->lock);
+	free(xs);
+	return rc;
+}
+
+int kiln__remote_read_small(const char *url, const kiln_remote_options *o, size_t cap, char **out,
+			    size_t *len, kiln_error *err)
+{
+	struct kiln__remote *r;
+	int rc = kiln__remote_new(url, o, &r, err);
+	if (rc)
+		return rc;
+	size_t first = cap < ((size_t)256 << 10) ? cap : (size_t)256 << 10;
+	char *buf = malloc(first + 1);
+	uint64_t got = 0;
+	if (!buf)
+		rc = nomem(err);
+	else
+		rc = kiln__remote_pin(r, first, (uint8_t *)buf, &got, err);
+	if (!rc && r->size > cap)
+		rc = kiln__fail(err, KILN_LIMIT, KILN_NO_INDEX, "length", KILN_NO_OFFSET,
+				"%s: %" PRIu64 " bytes, above the %zu-byte cap of an index",
+				r->shown, r->size, cap);
+	if (!rc && got < r->size) {
+		char *more = realloc(buf, (size_t)r->size + 1);
+		if (!more) {
+			rc = nomem(err);
+		} else {
+			buf = more;
+			struct kiln__span s = {got, r->size - got, (uint8_t *)buf + got};
+			rc = kiln__remote_get(r, &s, 1, 0, err);
+		}
+	}
+	uint64_t size = r->size;
+	kiln__remote_free(r);
+	if (rc) {
+		free(buf);
+		return rc;
+	}
+	buf[size] = '\0';
+	*len = (size_t)size;
+	*out = buf;
+	return 0;
+}
+
+KILN_API int kiln_remote_fetch(const char *url, const kiln_remote_options *o, uint64_t offset,
+			       uint64_t length, kiln_fetch_fn sink, void *ctx, uint64_t *size,
+			       kiln_error *err)
+{
+	kiln__clear_error(err);
+	if (size)
+		*size = 0;
+	if (!kiln__is_url(url))
+		return kiln__fail_inval(err, KILN_NO_INDEX, "url", "not a URL kiln fetches: %.200s",
+					url ? url : "(null)");
+	if (!sink)
+		return kiln__fail_inval(err, KILN_NO_INDEX, "sink", "no sink to hand the bytes to");
+	if (!length || (length != KILN_FETCH_TO_END && length > UINT64_MAX - offset))
+		return kiln__fail_inval(err, KILN_NO_INDEX, "length",
+					"%" PRIu64 " bytes at %" PRIu64 " is not a range", length,
+					offset);
+	struct kiln__remote *r;
+	int rc = kiln__remote_new(url, o, &r, err);
+	if (rc)
+		return rc;
+	struct xfer x;
+	memset(&x, 0, sizeof(x));
+	x.r = r;
+	x.off = offset;
+	x.open_end = length == KILN_FETCH_TO_END;
+	x.len = x.open_end ? UINT64_MAX - offset : length;
+	x.sink = sink;
+	x.sink_ctx = ctx;
+	pthread_mutex_lock(&r->lock);
+	rc = run(r, &x, 1, 1, err);
+	pthread_mutex_unlock(&r->lock);
+	if (!rc && size)
+		*size = r->size;
+	kiln__remote_free(r);
+	return rc;
+}

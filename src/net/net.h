@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Objects behind URLs (s3://, http://, https://), fetched with ranged GETs over libcurl
+ * (src/remote.c): where a URL leads and with which credentials, the first GET that pins the
+ * object's size and ETag, and ranges fetched many at a time with retries. The REMOTE source
+ * (src/source_remote.c) is built on it; nothing here knows a format.
+ */
+#ifndef KILN_REMOTE_H
+#define KILN_REMOTE_H
+
+#include "base/internal.h"
+
+struct kiln__remote;
+
+/* An environment variable's value; NULL when it is unset or empty (as the AWS tools read them). */
+const char *kiln__env(const char *name);
+
+/* Nonzero when `path` is a URL kiln fetches (s3://, http://, https://). */
+int kiln__is_url(const char *path);
+/* Bytes of `path` before a URL's query or fragment (what names the object: a presigned URL's
+ * signature does not); all of a local path. */
+size_t kiln__url_path_len(const char *path);
+
+/* Where `url` leads (the environment and `o` read once, here). INVAL for a URL kiln cannot use,
+ * NOMEM. */
+int kiln__remote_new(const char *url, const kiln_remote_options *o, struct kiln__remote **out,
+		     kiln_error *err);
+void kiln__remote_free(struct kiln__remote *r);
+
+/* The first GET: bytes [0, want) or the whole object when it is shorter, into dst (want bytes
+ * of room). Pins the object's size and ETag; *got is how many bytes came. */
+int kiln__remote_pin(struct kiln__remote *r, uint64_t want, uint8_t *dst, uint64_t *got,
+		     kiln_error *err);
+uint64_t kiln__remote_size(const struct kiln__remote *r);
+/* The pinned ETag, "" when the server sent none. */
+const char *kiln__remote_etag(const struct kiln__remote *r);
+
+/* Bytes [off, off + len) of each span into its dst, many GETs in flight, each span cut into
+ * chunks, and spans in ascending order a small gap apart fetched together in one GET (the
+ * rows of a slice, small tensors one after another); `progress` says whether the options'
+ * progress callback hears of it. Safe from several threads at once (calls are serialized per
+ * object). */
+int kiln__remote_get(struct kiln__remote *r, const struct kiln__span *spans, size_t n, int progress,
+		     kiln_error *err);
+
+/* A whole small object (a safetensors index) of at most `cap` bytes, NUL-terminated, in
+ * malloc'ed memory. LIMIT when it is larger. */
+int kiln__remote_read_small(const char *url, const kiln_remote_options *o, size_t cap, char **out,
+			    size_t *len, kiln_error *err);
+
+/* The options as given, checked (INVAL naming the field). NULL is every default. */
+int kiln__remote_check_options(const kiln_remote_options *o, kiln_error *err);
+
+#endif

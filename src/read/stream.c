@@ -1,0 +1,553 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Streaming reads through the chunk engine (src/io.c): kiln_stream (chosen tensors into caller
+ * memory or a ring of staging buffers), kiln_tensor_read (one tensor, the common case) and
+ * kiln_model_read_all (every byte of every file, kept nowhere).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "io/engine.h"
+#include "source/source.h"
+
+/* The start every streaming call shares: clear *err and *result, copy the caller's options into
+ * *o (all zero for NULL), and check them (size, flags, engine, limits, reserved words). */
+static int begin_options(const kiln_stream_options *opts, kiln_stream_options *o,
+			 kiln_stream_result *result, kiln_error *err)
+{
+	kiln__clear_error(err);
+	if (result)
+		memset(result, 0, sizeof(*result));
+	memset(o, 0, sizeof(*o));
+	if (opts) {
+		if (opts->size != 0 && opts->size < sizeof(*o))
+			return kiln__fail_inval(err, KILN_NO_INDEX, "size",
+						"kiln_stream_options.size %u is too small",
+						opts->size);
+		*o = *opts;
+	}
+	if (o->flags & ~(uint32_t)KILN_STREAM_DIRECT || o->engine > KILN_ENGINE_PREAD)
+		return kiln__fail_inval(err, KILN_NO_INDEX, "flags",
+					"unknown stream flags 0x%x or engine %u", o->flags,
+					o->engine);
+	if (o->chunk_size > KILN__CHUNK_MAX || o->staging_size > KILN__CHUNK_MAX ||
+	    o->queue_depth > KILN__QD_MAX)
+		return kiln__fail_inval(
+		    err, KILN_NO_INDEX, "chunk_size",
+		    "chunk and staging sizes are at most 1 GiB, queue_depth 4096");
+	for (size_t i = 0; i < sizeof(o->reserved) / sizeof(o->reserved[0]); i++)
+		if (o->reserved[i])
+			return kiln__fail_inval(err, KILN_NO_INDEX, "reserved",
+						"reserved stream options must be 0");
+	return 0;
+}
+
+static int begin(const kiln_model *m, const kiln_stream_options *opts, kiln_stream_options *o,
+		 kiln_stream_result *result, kiln_error *err)
+{
+	int rc = begin_options(opts, o, result, err);
+	if (!rc && !m)
+		rc = kiln__fail_inval(err, KILN_NO_INDEX, NULL, "model is NULL");
+	return rc;
+}
+
+/* The files a stream reads, as the engine takes them: one file's descriptor (or memory), or an
+ * array of each for several. `fds` may replace the files' own descriptors (read_jobs' own). Where
+ * a file's bytes are all in memory already (READ, URING, BUFFER), the engine copies from there:
+ * reading the file again would cost a second pass over the disk or page cache for bytes a memcpy
+ * gives. A mapping is not memory in that sense: its pages may still have to come from the disk. */
+struct files {
+	/* Set when a file has neither a descriptor nor its bytes in memory (a URL opened with
+	 * KILN_OPEN_DIRECTORY_ONLY): every file is then read through its source. */
+	const kiln_model *reader;
+	int one_fd;
+	const uint8_t *one_mem;
+	int *fds;
+	const uint8_t **mems;
+	uint32_t n;
+};
+
+static int files_get(const kiln_model *m, struct files *fs, kiln_error *err)
+{
+	memset(fs, 0, sizeof(*fs));
+	fs->n = m->nfiles;
+	for (uint32_t i = 0; i < m->nfiles; i++)
+		if (m->files[i].fd < 0 && !m->files[i].mem)
+			fs->reader = m;
+	if (m->nfiles == 1) {
+		fs->one_fd = m->files[0].fd;
+		fs->one_mem = m->files[0].mem;
+		return 0;
+	}
+	fs->fds = calloc(m->nfiles, sizeof(*fs->fds));
+	fs->mems = calloc(m->nfiles, sizeof(*fs->mems));
+	if (!fs->fds || !fs->mems) {
+		free(fs->fds);
+		free(fs->mems);
+		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+	}
+	int in_memory = 1;
+	for (uint32_t i = 0; i < m->nfiles; i++) {
+		fs->fds[i] = m->files[i].fd;
+		fs->mems[i] = m->files[i].mem;
+		in_memory &= fs->mems[i] != NULL;
+	}
+	if (!in_memory) {
+		free(fs->mems);
+		fs->mems = NULL;
+	}
+	return 0;
+}
+
+static void files_put(struct files *fs)
+{
+	free(fs->fds);
+	free(fs->mems);
+}
+
+static int read_through_source(void *ctx, uint32_t file, const struct kiln__span *spans, size_t n,
+			       kiln_error *err)
+{
+	const struct kiln__file *f = &((const kiln_model *)ctx)->files[file];
+	if (f->src->read_spans)
+		return f->src->read_spans(f, spans, n, err);
+	int rc = 0;
+	for (size_t i = 0; i < n && !rc; i++)
+		rc = f->src->read(f, spans[i].off, spans[i].dst, (size_t)spans[i].len, err);
+	return rc;
+}
+
+/* Run the engine over `ranges` of the files (one queue for all of them), staging through
+ * o->staging when it is set. */
+static int run(const struct files *fs, const kiln_stream_options *o,
+	       const struct kiln__range *ranges, size_t n, kiln_stream_result *result,
+	       kiln_error *err)
+{
+	struct kiln__io io = {
+	    .fd = fs->one_fd,
+	    .fds = fs->fds,
+	    .nfds = fs->fds ? fs->n : 0,
+	    .mems = fs->mems,
+	    .direct = (o->flags & KILN_STREAM_DIRECT) != 0,
+	    .chunk = o->chunk_size ? o->chunk_size : KILN__CHUNK_DEFAULT,
+	    .qd = o->queue_depth ? o->queue_depth : KILN__QD_DEFAULT,
+	    .engine = (int)o->engine,
+	    .mem = fs->one_mem,
+	    .read_spans = fs->reader ? read_through_source : NULL,
+	    .read_ctx = (void *)fs->reader,
+	    .staging = o->staging,
+	    .nstaging = o->staging_count,
+	    .staging_size = o->staging_size,
+	    .on_chunk = o->on_chunk,
+	    .before_reuse = o->before_reuse,
+	    .ctx = o->ctx,
+	};
+	int rc = kiln__io_run(&io, ranges, n, err);
+	if (result)
+		*result = io.res;
+	return rc;
+}
+
+/* A failure reading a file of a model of several: say which in the message too. */
+static void name_file(const kiln_model *m, int rc, kiln_error *err)
+{
+	if (rc && err && m->nfiles > 1 && err->file < m->nfiles && m->files[err->file].path &&
+	    rc != KILN_CANCELED && rc != KILN_INVAL)
+		kiln__error_prefix(err, m->files[err->file].path);
+}
+
+/* run() over every file of the model as it is. */
+static int run_model(const kiln_model *m, const kiln_stream_options *o,
+		     const struct kiln__range *ranges, size_t n, kiln_stream_result *result,
+		     kiln_error *err)
+{
+	struct files fs;
+	int rc = files_get(m, &fs, err);
+	if (!rc)
+		rc = run(&fs, o, ranges, n, result, err);
+	files_put(&fs);
+	name_file(m, rc, err);
+	return rc;
+}
+
+int kiln__stream_ranges(const kiln_model *m, const kiln_stream_options *o,
+			const struct kiln__range *ranges, size_t n, kiln_stream_result *result,
+			kiln_error *err)
+{
+	return run_model(m, o, ranges, n, result, err);
+}
+
+/* The two modes of a stream: destinations given (the staging fields do not apply), or else a
+ * ring of staging buffers with the callback that consumes them. */
+static int stream_mode(kiln_stream_options *o, void *const *dests, kiln_error *err)
+{
+	if (dests) {
+		o->staging = NULL;
+		return 0;
+	}
+	if (!o->staging || o->staging_count == 0 || o->staging_size == 0 || !o->on_chunk)
+		return kiln__fail_inval(
+		    err, KILN_NO_INDEX, "staging",
+		    "without destinations, staging buffers (count, size) and on_chunk "
+		    "are required");
+	return 0;
+}
+
+/* The engine's range for tensor t, landing at dst. */
+static struct kiln__range range_of(const kiln_tensor *t, void *dst)
+{
+	return (struct kiln__range){.off = t->file_offset,
+				    .len = t->byte_length,
+				    .dst = dst,
+				    .tensor = t->index,
+				    .file = t->file};
+}
+
+int kiln_stream(const kiln_model *m, const uint64_t *tensors, size_t count, void *const *dests,
+		const kiln_stream_options *opts, kiln_stream_result *result, kiln_error *err)
+{
+	kiln_stream_options o;
+	int rc = begin(m, opts, &o, result, err);
+	if (rc)
+		return rc;
+	rc = stream_mode(&o, dests, err);
+	if (rc)
+		return rc;
+	int staging = dests == NULL;
+	if (!tensors)
+		count = (size_t)m->count;
+
+	struct kiln__range *ranges = calloc(count ? count : 1, sizeof(*ranges));
+	if (!ranges)
+		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+	for (size_t k = 0; k < count; k++) {
+		uint64_t i = tensors ? tensors[k] : k;
+		const kiln_tensor *t = kiln_model_tensor(m, i);
+		if (!t || (!staging && !dests[k] && t->byte_length)) {
+			free(ranges);
+			if (!t)
+				return kiln__fail_inval(
+				    err, i, NULL, "tensor index %" PRIu64 " is out of range", i);
+			return kiln__fail_inval(err, i, NULL, "destination %zu is NULL", k);
+		}
+		ranges[k] = range_of(t, staging ? NULL : dests[k]);
+	}
+	rc = run_model(m, &o, ranges, count, result, err);
+	free(ranges);
+	return rc;
+}
+
+int kiln_tensor_read(const kiln_model *m, uint64_t index, void *dst, size_t cap,
+		     kiln_chunk_fn on_chunk, void *ctx, kiln_error *err)
+{
+	kiln__clear_error(err);
+	const kiln_tensor *t = kiln__tensor_fits_or_fail(m, index, dst, cap, err);
+	if (!t)
+		return KILN_INVAL;
+	kiln_stream_options o = {.size = sizeof(o), .on_chunk = on_chunk, .ctx = ctx};
+	struct kiln__range r = range_of(t, dst);
+	return run_model(m, &o, &r, 1, NULL, err);
+}
+
+/* The runs of a slice or range go to the engine in batches of this many ranges, each batch's
+ * reads in flight together, so memory stays small whatever the number of runs. */
+#define RUN_BATCH 4096u
+
+/* One tensor's share of a slice read: its runs and where they land. */
+struct slice_job {
+	const kiln_tensor *t;
+	struct kiln__runs r;
+	uint8_t *dst;
+};
+
+/* Add one engine run's counts to a call's result. */
+static void add_result(kiln_stream_result *sum, const kiln_stream_result *one)
+{
+	sum->bytes += one->bytes;
+	sum->chunks += one->chunks;
+	sum->retries += one->retries;
+	sum->engine = one->engine;
+	sum->direct = one->direct;
+	if (one->uring_fallback)
+		sum->uring_fallback = one->uring_fallback;
+	if (one->direct_fallback)
+		sum->direct_fallback = one->direct_fallback;
+}
+
+static uint64_t jobs_bytes(const struct slice_job *jobs, size_t count)
+{
+	uint64_t bytes = 0;
+	for (size_t j = 0; j < count; j++)
+		bytes += jobs[j].r.bytes;
+	return bytes;
+}
+
+/* The runs of every job, in order, through one queue of reads: the engine gets them in batches
+ * of RUN_BATCH ranges, each batch's reads in flight together, so memory stays small whatever the
+ * number of runs, and one tensor's runs overlap the next one's. */
+static int read_jobs(const kiln_model *m, const struct slice_job *jobs, size_t count,
+		     const kiln_stream_options *o, kiln_stream_result *result, kiln_error *err)
+{
+	uint64_t total = 0;
+	int partial = 0;
+	for (size_t j = 0; j < count; j++) {
+		total += jobs[j].r.bytes ? jobs[j].r.runs : 0;
+		/* rows of a slice, with gaps between them; one range reads ahead as it should */
+		partial |=
+		    jobs[j].r.runs > 1 && jobs[j].r.runs * jobs[j].r.len < jobs[j].t->byte_length;
+	}
+	if (!total)
+		return 0;
+	struct files fs;
+	int rc = files_get(m, &fs, err);
+	if (rc)
+		return rc;
+	/* The kernel's read-ahead would read on past every run of a cold file (a quarter of each
+	 * row becomes most of the file). Descriptors of our own, reopened from the same open
+	 * files, with random-access advice read just the runs, and leave the model's descriptors
+	 * and their read-ahead state alone for other threads. Falls back to the shared ones. */
+	int *own = NULL;
+	if (partial && !fs.one_mem && !fs.mems) {
+		own = malloc(fs.n * sizeof(*own));
+		for (uint32_t i = 0; own && i < fs.n; i++) {
+			int fd = fs.fds ? fs.fds[i] : fs.one_fd;
+			own[i] = -1;
+			for (size_t j = 0; j < count && fd >= 0; j++) {
+				if (jobs[j].t->file != i)
+					continue;
+				char path[64];
+				snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+				own[i] = open(path, O_RDONLY | O_CLOEXEC);
+				if (own[i] >= 0) {
+					posix_fadvise(own[i], 0, 0, POSIX_FADV_RANDOM);
+					if (fs.fds)
+						fs.fds[i] = own[i];
+					else
+						fs.one_fd = own[i];
+				}
+				break;
+			}
+		}
+	}
+	/* Small runs keep more reads in flight than the default queue of whole chunks (a cold
+	 * disk serves many small requests best all at once: 8 KiB runs read 25-30 % faster at
+	 * 256 in flight than at 32 here); each request costs only its slot. */
+	kiln_stream_options deep = *o;
+	if (!deep.queue_depth && jobs_bytes(jobs, count) / total < KILN__CHUNK_DEFAULT / 8)
+		deep.queue_depth = KILN__QD_SMALL_RUNS;
+	o = &deep;
+	size_t cap = total < RUN_BATCH ? (size_t)total : RUN_BATCH, n = 0;
+	struct kiln__range *ranges = calloc(cap, sizeof(*ranges));
+	rc = ranges ? 0 : kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+	kiln_stream_result one = {0};
+	for (size_t j = 0; j < count && !rc; j++) {
+		const struct slice_job *b = &jobs[j];
+		for (uint64_t k = 0; b->r.bytes && k < b->r.runs && !rc; k++) {
+			ranges[n++] = (struct kiln__range){.off = b->t->file_offset + b->r.first +
+								  k * b->r.stride,
+							   .len = b->r.len,
+							   .dst = b->dst + k * b->r.len,
+							   .tensor = b->t->index,
+							   .tensor_off = k * b->r.len,
+							   .file = b->t->file};
+			if (n == cap) { /* a full batch goes now; the last, shorter one below */
+				rc = run(&fs, o, ranges, n, &one, err);
+				if (result)
+					add_result(result, &one);
+				n = 0;
+			}
+		}
+	}
+	if (!rc && n) {
+		rc = run(&fs, o, ranges, n, &one, err);
+		if (result)
+			add_result(result, &one);
+	}
+	free(ranges);
+	for (uint32_t i = 0; own && i < fs.n; i++)
+		if (own[i] >= 0)
+			close(own[i]);
+	free(own);
+	files_put(&fs);
+	return rc;
+}
+
+static int read_runs(const kiln_model *m, const kiln_tensor *t, const struct kiln__runs *r,
+		     uint8_t *dst, kiln_chunk_fn on_chunk, void *ctx, kiln_error *err)
+{
+	kiln_stream_options o = {.size = sizeof(o), .on_chunk = on_chunk, .ctx = ctx};
+	struct slice_job job = {.t = t, .r = *r, .dst = dst};
+	return read_jobs(m, &job, 1, &o, NULL, err);
+}
+
+static int fits(const kiln_tensor *t, uint64_t bytes, const void *dst, size_t cap, kiln_error *err)
+{
+	if (cap < bytes || (!dst && bytes))
+		return kiln__fail_inval(err, t->index, NULL,
+					"tensor %" PRIu64 ": %" PRIu64
+					" bytes to read; the buffer holds %zu",
+					t->index, bytes, dst ? cap : 0);
+	return 0;
+}
+
+int kiln_tensor_read_slice(const kiln_model *m, uint64_t index, const kiln_slice *s, void *dst,
+			   size_t cap, kiln_chunk_fn on_chunk, void *ctx, kiln_error *err)
+{
+	kiln__clear_error(err);
+	const kiln_tensor *t = kiln__tensor_or_fail(m, index, err);
+	if (!t)
+		return KILN_INVAL;
+	struct kiln__runs r;
+	int rc = kiln__slice_runs(t, s, &r, err);
+	if (!rc)
+		rc = fits(t, r.bytes, dst, cap, err);
+	return rc ? rc : read_runs(m, t, &r, dst, on_chunk, ctx, err);
+}
+
+int kiln_tensor_read_range(const kiln_model *m, uint64_t index, uint64_t offset, uint64_t length,
+			   void *dst, size_t cap, kiln_chunk_fn on_chunk, void *ctx,
+			   kiln_error *err)
+{
+	kiln__clear_error(err);
+	const kiln_tensor *t = kiln__tensor_or_fail(m, index, err);
+	if (!t)
+		return KILN_INVAL;
+	uint64_t end;
+	if (kiln__add_overflows(offset, length, &end) || end > t->byte_length)
+		return kiln__fail_inval(err, index, "range",
+					"tensor %" PRIu64 ": bytes [%" PRIu64 ", +%" PRIu64
+					") pass its %" PRIu64 "-byte payload",
+					index, offset, length, t->byte_length);
+	int rc = fits(t, length, dst, cap, err);
+	struct kiln__runs r = {.runs = 1, .first = offset, .len = length, .bytes = length};
+	return rc ? rc : read_runs(m, t, &r, dst, on_chunk, ctx, err);
+}
+
+int kiln_read_slices(const kiln_model *m, const uint64_t *tensors, const kiln_slice *slices,
+		     size_t count, void *const *dests, const kiln_stream_options *opts,
+		     kiln_stream_result *result, kiln_error *err)
+{
+	kiln_stream_options o;
+	int rc = begin(m, opts, &o, result, err);
+	if (rc)
+		return rc;
+	if (count && (!tensors || !slices || !dests))
+		return kiln__fail_inval(err, KILN_NO_INDEX, NULL,
+					"tensors, slices and dests are required");
+	if (o.staging)
+		return kiln__fail_inval(err, KILN_NO_INDEX, "staging",
+					"slices land in dests; staging buffers do not apply");
+	struct slice_job *jobs = calloc(count ? count : 1, sizeof(*jobs));
+	if (!jobs)
+		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+	/* Every slice is checked before the first read. */
+	for (size_t k = 0; k < count && !rc; k++) {
+		struct slice_job *b = &jobs[k];
+		if (!(b->t = kiln__tensor_or_fail(m, tensors[k], err)))
+			rc = KILN_INVAL;
+		else if (!(rc = kiln__slice_runs(b->t, &slices[k], &b->r, err)) && b->r.bytes &&
+			 !dests[k])
+			rc = kiln__fail_inval(err, tensors[k], NULL, "destination %zu is NULL", k);
+		b->dst = dests[k];
+	}
+	if (!rc)
+		rc = read_jobs(m, jobs, count, &o, result, err);
+	free(jobs);
+	return rc;
+}
+
+int kiln_tensor_slice_data(const kiln_model *m, uint64_t index, const kiln_slice *s,
+			   const void **data, uint64_t *bytes, kiln_error *err)
+{
+	kiln__clear_error(err);
+	if (!data || !bytes)
+		return kiln__fail_inval(err, index, NULL, "data or bytes is NULL");
+	const kiln_tensor *t = kiln__tensor_or_fail(m, index, err);
+	if (!t)
+		return KILN_INVAL;
+	struct kiln__runs r;
+	int rc = kiln__slice_runs(t, s, &r, err);
+	if (rc)
+		return rc;
+	if (r.runs > 1)
+		return kiln__fail(err, KILN_UNSUPPORTED, index, "slice", KILN_NO_OFFSET,
+				  "tensor %" PRIu64 ": a slice of axis %" PRIu32 " is %" PRIu64
+				  " runs, not one; read it with kiln_tensor_read_slice()",
+				  index, s->axis, r.runs);
+	*data = t->data ? (const uint8_t *)t->data + r.first : NULL;
+	*bytes = r.bytes;
+	return 0;
+}
+
+/* Without the caller's staging buffers: this many of chunk_size bytes. Enough requests in flight
+ * to keep a disk busy, little memory. */
+#define READ_ALL_BUFFERS 4u
+
+int kiln_model_read_all(const kiln_model *m, const kiln_stream_options *opts,
+			kiln_stream_result *result, kiln_error *err)
+{
+	kiln_stream_options o;
+	int rc = begin(m, opts, &o, result, err);
+	if (rc)
+		return rc;
+	if (o.staging && (o.staging_count == 0 || o.staging_size == 0))
+		return kiln__fail_inval(err, KILN_NO_INDEX, "staging",
+					"staging buffers need a count and a size");
+	void **own = NULL;
+	void *mem = NULL;
+	size_t mem_len = 0;
+	if (!o.staging) {
+		uint32_t nb = o.queue_depth ? o.queue_depth : READ_ALL_BUFFERS;
+		size_t size = o.chunk_size ? o.chunk_size : KILN__CHUNK_DEFAULT;
+		mem_len = (size_t)nb * size; /* at most 4096 x 1 GiB: fits a 64-bit size_t */
+		own = calloc(nb, sizeof(*own));
+		mem = own ? kiln__owned_alloc(mem_len) : NULL;
+		if (!mem) {
+			free(own);
+			return kiln__fail_sys(
+			    err, KILN_NOMEM, ENOMEM,
+			    "cannot allocate %" PRIu32 " read buffers of %zu bytes", nb, size);
+		}
+		for (uint32_t i = 0; i < nb; i++)
+			own[i] = (uint8_t *)mem + (size_t)i * size;
+		o.staging = own;
+		o.staging_count = nb;
+		o.staging_size = size;
+		o.before_reuse =
+		    NULL; /* the buffers are kiln's: nothing of the caller's to wait for */
+	}
+	/* One range per file over the whole of it: headers, directories, pads, payloads and the
+	 * gaps between them. Chunks report their file and offset in it. This reads the files
+	 * whatever the source (finding unreadable sectors is its point); only a buffer, which has
+	 * no file behind it, is copied from memory. */
+	struct files fs;
+	struct kiln__range *ranges = calloc(m->nfiles ? m->nfiles : 1, sizeof(*ranges));
+	rc = ranges ? files_get(m, &fs, err)
+		    : kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+	if (!rc) {
+		int has_fd = 1;
+		for (uint32_t i = 0; i < m->nfiles; i++) {
+			ranges[i] = (struct kiln__range){
+			    .off = 0, .len = m->files[i].size, .tensor = KILN_NO_INDEX, .file = i};
+			has_fd &= m->files[i].fd >= 0;
+		}
+		if (has_fd) {
+			fs.one_mem = NULL;
+			free(fs.mems);
+			fs.mems = NULL;
+		}
+		rc = run(&fs, &o, ranges, m->nfiles, result, err);
+		files_put(&fs);
+		name_file(m, rc, err);
+	}
+	free(ranges);
+	if (mem)
+		kiln__owned_free(mem, mem_len);
+	free(own);
+	return rc;
+}
