@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
-#include "base/internal.h" /* white box: the probe counter of the name table */
+#include "index/index.h" /* white box: the probe counter of the name table */
 
 #define NONE KILN_NO_INDEX
 #define PAGE 4096u

@@ -716,6 +716,87 @@ Test(file, unreadable_directory_is_unsynced)
 	drop_dir(dir);
 }
 
+/* A directory fsync that says so in one way or another. */
+static int dir_fsync_errno;
+static int fsync_dir_fails(int fd)
+{
+	struct stat st;
+	cr_assert_eq(fstat(fd, &st), 0);
+	if (S_ISDIR(st.st_mode)) {
+		errno = dir_fsync_errno;
+		return -1;
+	}
+	return fsync(fd);
+}
+
+/* What kiln_write_file and kiln_write_series (one file, and a series of three) return, with
+ * sys_errno, where the directory cannot be synced in the way `e` says (or cannot be opened,
+ * `refuse_open`). */
+static void publish_answers(int e, int refuse_open, int rc[3], int sys[3])
+{
+	char *dir = temp_dir(), *file, *one, *series;
+	cr_assert(asprintf(&file, "%s/f.klnt", dir) > 0);
+	cr_assert(asprintf(&one, "%s/o.klnt", dir) > 0);
+	cr_assert(asprintf(&series, "%s/s.klnt", dir) > 0);
+	dir_fsync_errno = e;
+	kiln__sys.fsync = fsync_dir_fails;
+	if (refuse_open)
+		kiln__sys.openat = open_dir_refused;
+	uint8_t bytes[64] = {1};
+	kiln_tensor_spec t[3];
+	for (int i = 0; i < 3; i++)
+		t[i] = (kiln_tensor_spec){.name = i == 0 ? "a" : i == 1 ? "b" : "c",
+					  .name_len = 1,
+					  .dtype = KILN_DT_U8,
+					  .rank = 1,
+					  .shape = {64},
+					  .data = bytes};
+	kiln_error err;
+	kiln_series_options o = {.size = sizeof(o), .max_shard_size = 64};
+	kiln_series_result r;
+	rc[0] = kiln_write_file(file, t, 3, 0, &err);
+	sys[0] = rc[0] ? err.sys_errno : 0;
+	rc[1] = kiln_write_series(one, t, 3, NULL, &r, &err);
+	sys[1] = rc[1] ? err.sys_errno : 0;
+	cr_assert_eq(r.files, 1);
+	rc[2] = kiln_write_series(series, t, 3, &o, &r, &err);
+	sys[2] = rc[2] ? err.sys_errno : 0;
+	cr_assert_eq(r.files, 3, "%s", err.message);
+	if (rc[2])
+		cr_assert_not_null(strstr(err.message, "in place"), "%s", err.message);
+	kiln__sys = kiln__sys_default;
+	cr_assert_eq(first_byte(file), 1);
+	cr_assert_eq(first_byte(one), 1);
+	cr_assert_eq(entries(dir), 5, "every file in place, nothing else left");
+	free(file);
+	free(one);
+	free(series);
+	drop_dir(dir);
+}
+
+/* One publish routine: a file, a one-file series and a series of several get the same answer
+ * where their directory cannot be synced. */
+Test(file, a_file_and_a_series_agree_on_an_unsyncable_directory)
+{
+	static const struct {
+		int e, refuse_open, want;
+	} cases[] = {
+	    {EINVAL, 0, 0},             /* the file system cannot sync a directory, and need not */
+	    {EROFS, 0, 0},              /* the same, read-only */
+	    {EIO, 0, KILN_UNSYNCED},    /* the sync failed */
+	    {0, 1, KILN_UNSYNCED},      /* the directory cannot be opened */
+	};
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		int rc[3], sys[3];
+		publish_answers(cases[c].e, cases[c].refuse_open, rc, sys);
+		for (int k = 0; k < 3; k++) {
+			cr_assert_eq(rc[k], cases[c].want, "case %zu, writer %d: %s", c, k,
+				     kiln_code_name(rc[k]));
+			cr_assert_eq(sys[k], sys[0], "case %zu, writer %d", c, k);
+		}
+	}
+}
+
 /* A failure before the rename: IO naming the step, the old file intact, nothing left over. */
 static void expect_untouched(const char *step, int sys_errno)
 {

@@ -2,7 +2,7 @@
 /* The dtype table of spec section 4 and the element arithmetic built on it. */
 #include <string.h>
 
-#include "base/internal.h"
+#include "base/base.h"
 
 /* Names and widths in one table each, by code: the validator reads the widths inline
  * (kiln__dtype_bits in internal.h). */

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 
-#include "base/internal.h"
+#include "base/base.h"
 
 const char *kiln_version(void)
 {
@@ -131,4 +132,22 @@ int kiln_error_set(kiln_error *err, int code, int sys_errno, const char *fmt, ..
 	vfail(err, code, sys_errno, KILN_NO_INDEX, NULL, KILN_NO_OFFSET, fmt, ap);
 	va_end(ap);
 	return code;
+}
+
+int kiln__nomem(kiln_error *err, uint64_t bytes, const char *what)
+{
+	if (!what)
+		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+	return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "cannot allocate %" PRIu64 " bytes for %s",
+			      bytes, what);
+}
+
+int kiln__check_size(const char *type, uint32_t size, size_t known, kiln_error *err)
+{
+	if (size == 0 || size == known)
+		return 0;
+	return kiln__fail_inval(err, KILN_NO_INDEX, "size",
+				"%s.size %" PRIu32
+				" is not this version's %zu (or 0, which means it)",
+				type, size, known);
 }

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The strict JSON reader of src/json.h: a cursor over the text, one token at a time. */
+/* The strict JSON reader of src/base/json.h: a cursor over the text, one token at a time. */
 #include "base/json.h"
 
 static int fail(struct kiln__json *j, int code, size_t at, const char *what)

@@ -14,7 +14,7 @@
 #ifndef KILN_JSON_H
 #define KILN_JSON_H
 
-#include "base/internal.h"
+#include "base/base.h"
 
 enum kiln__json_kind {
 	KILN__JSON_END = 0, /* no more members or items */

@@ -12,7 +12,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "base/internal.h"
+#include "base/base.h"
 
 size_t kiln__page_size(void)
 {

@@ -3,6 +3,7 @@
 #include "base/sys.h"
 
 #include <fcntl.h>
+#include <stdlib.h>
 #include <liburing.h>
 #include <stdio.h>
 #include <sys/mman.h>
@@ -29,6 +30,12 @@ static int sys_uring_result(int res, int fd, uint64_t off, size_t len)
 	(void)off;
 	(void)len;
 	return res;
+}
+
+const char *kiln__env(const char *name)
+{
+	const char *v = getenv(name);
+	return v && *v ? v : NULL;
 }
 
 /* MemAvailable from /proc/meminfo, in bytes; 0 when it cannot be read. */

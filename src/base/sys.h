@@ -24,13 +24,18 @@ struct kiln__sys {
 	int (*uring_init)(unsigned entries, void *ring);
 	/* Sees every io_uring completion before kiln does and may rewrite its result. */
 	int (*uring_result)(int res, int fd, uint64_t off, size_t len);
-	/* The writer (src/write.c): its temporary file, the directory it syncs, and publishing. */
+	/* The writer (src/base/publish.c): its temporary file, the directory it syncs, and
+	 * publishing. */
 	int (*openat)(int dirfd, const char *path, int flags, mode_t mode);
 	int (*fsync)(int fd);
 	int (*linkat)(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,
 		      int flags);
 	int (*renameat)(int olddirfd, const char *oldpath, int newdirfd, const char *newpath);
 };
+
+/* An environment variable's value; NULL when it is unset or empty (as the AWS tools read them).
+ * The environment is input like any other: its readers check what they take. */
+const char *kiln__env(const char *name);
 
 /* The table in use; tests replace entries and restore kiln__sys_default. */
 extern struct kiln__sys kiln__sys;

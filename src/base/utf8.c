@@ -2,7 +2,7 @@
 /* RFC 3629 UTF-8: no overlong forms, no surrogates, nothing above U+10FFFF. */
 #include <string.h>
 
-#include "base/internal.h"
+#include "base/base.h"
 
 size_t kiln__utf8_check(const uint8_t *s, size_t len)
 {

@@ -11,7 +11,7 @@
 #ifndef KILN_FORMAT_H
 #define KILN_FORMAT_H
 
-#include "base/internal.h"
+#include "index/index.h"
 
 struct kiln__format {
 	unsigned id;      /* enum kiln_format */
@@ -36,5 +36,10 @@ extern const struct kiln__format kiln__format_gguf;
 const struct kiln__format *kiln__format_sniff(const uint8_t *p, size_t len);
 /* The reader of format `id`, or NULL. */
 const struct kiln__format *kiln__format_by_id(unsigned id);
+/* The reader for file f (attached): the format `want` when not AUTO (FRAME when the file is
+ * plainly another), else the one its first bytes say, else the one its name says; a file like
+ * none is FRAME naming the magic it has. */
+int kiln__format_of(struct kiln__file *f, unsigned want, const struct kiln__format **out,
+		    kiln_error *err);
 
 #endif

@@ -15,7 +15,7 @@
 #include <inttypes.h>
 
 #include "format/format.h"
-#include "source/source.h"
+#include "format/klnt.h"
 
 static size_t first_nonzero(const uint8_t *p, size_t n)
 {
@@ -713,7 +713,7 @@ static int payload_1_gap(const struct kiln__file *f, const kiln_tensor *t, uint6
 	uint8_t buf[KILN__ALIGN];
 	uint64_t at = f->payload_base + cursor;
 	size_t gap = (size_t)(t->byte_offset - cursor);
-	int rc = gap ? f->src->read(f, at, buf, gap, err) : 0;
+	int rc = gap ? kiln__file_read(f, at, buf, gap, err) : 0;
 	if (rc)
 		return rc;
 	size_t z = first_nonzero(buf, gap);
@@ -733,7 +733,7 @@ static int payload_2_nibble(const struct kiln__file *f, const kiln_tensor *t, ki
 		return 0;
 	uint8_t last_byte;
 	uint64_t last = t->file_offset + t->byte_length - 1;
-	int rc = f->src->read(f, last, &last_byte, 1, err);
+	int rc = kiln__file_read(f, last, &last_byte, 1, err);
 	if (rc)
 		return rc;
 	uint64_t i = t->index - f->first;

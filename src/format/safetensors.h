@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
-/* safetensors (src/safetensors.c): the dtype table, and its index files. */
+/* safetensors (src/format/safetensors.c): the dtype table, and its index files
+ * (src/format/safetensors_index.c). */
 #ifndef KILN_SAFETENSORS_H
 #define KILN_SAFETENSORS_H
 
-#include "base/internal.h"
+#include "base/base.h"
 
 struct kiln__st_dtype {
 	const char *name; /* as the header spells it */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The index of an open model: views by position over every file, one name table, lookup. No
  * lifecycle here: the format readers fill the index through kiln__index_reserve and
- * kiln__index_insert, and src/model.c creates and releases the model. */
+ * kiln__index_insert, and src/model/model.c creates and releases the model. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
@@ -12,7 +12,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include "base/internal.h"
+#include "index/index.h"
 
 /* Names come from untrusted files: a key the file's author cannot know keeps them from choosing
  * names that collide in a table. One random key per process (getrandom and its ChaCha cost about
@@ -202,12 +202,6 @@ void kiln__index_bind(struct kiln_model *m, const struct kiln__file *f)
 	}
 }
 
-const char *kiln_source_name(unsigned source)
-{
-	static const char *const names[] = {"mmap", "buffer", "read", "uring", "auto", "remote"};
-	return source < sizeof(names) / sizeof(names[0]) ? names[source] : NULL;
-}
-
 uint64_t kiln_model_count(const kiln_model *m)
 {
 	return m ? m->count : 0;
@@ -229,6 +223,19 @@ const kiln_tensor *kiln__tensor_or_fail(const struct kiln_model *m, uint64_t ind
 		kiln__fail_inval(err, index, NULL,
 				 "tensor index %" PRIu64 " is out of range (count %" PRIu64 ")",
 				 index, m->count);
+	return t;
+}
+
+const kiln_tensor *kiln__tensor_fits_or_fail(const struct kiln_model *m, uint64_t index,
+					     const void *dst, size_t cap, kiln_error *err)
+{
+	const kiln_tensor *t = kiln__tensor_or_fail(m, index, err);
+	if (t && (cap < t->byte_length || (!dst && t->byte_length))) {
+		kiln__fail_inval(err, index, NULL,
+				 "tensor %" PRIu64 " has %" PRIu64 " bytes; the buffer holds %zu",
+				 index, t->byte_length, dst ? cap : 0);
+		return NULL;
+	}
 	return t;
 }
 

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Metadata: the entries format readers add (src/gguf.c, src/safetensors.c), indexed by key at the
- * end of open, and, for KLNT, the converters' kiln.metadata document read on first use: its GGUF
- * key/values (values as docs/convert.md writes them, arrays encoded back to GGUF's layout so that
- * every format's arrays read alike) and its safetensors __metadata__.
+ * Metadata: the entries format readers add (src/format/gguf.c, src/format/safetensors.c), indexed
+ * by key at the end of open, and, for KLNT, the converters' kiln.metadata document read on first
+ * use: its GGUF key/values (values as docs/convert.md writes them, arrays encoded back to GGUF's
+ * layout so that every format's arrays read alike) and its safetensors __metadata__.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -13,7 +13,6 @@
 #include <stdlib.h>
 
 #include "index/meta.h"
-#include "source/source.h"
 
 static const char *const type_names[] = {"u8",   "i8",  "u16", "i16", "u32", "i32", "f32",
 					 "bool", "str", "arr", "u64", "i64", "f64"};
@@ -847,7 +846,7 @@ static int load_klnt(struct kiln_model *m, kiln_error *err)
 	if (!text)
 		return KILN_NOMEM;
 	const struct kiln__file *f = &m->files[t->file];
-	int rc = f->src->read(f, t->file_offset, text, len, err);
+	int rc = kiln__file_read(f, t->file_offset, text, len, err);
 	return rc ? rc : parse_doc(m, text, len, err);
 }
 

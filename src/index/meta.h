@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* The model's metadata (src/meta.c): what format readers add, and the public lookups. */
+/* The model's metadata (src/index/meta.c): what format readers add, and the public lookups. */
 #ifndef KILN_META_H
 #define KILN_META_H
 
-#include "base/internal.h"
+#include "index/index.h"
 #include "base/json.h"
 
 /* Append an entry (its pointers must live until close). A key already there keeps its first

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* The chunked read engine behind the READ/URING sources and kiln_stream (src/io.c). */
+/* The chunked read engine (src/io/engine.c) behind the READ/URING sources and every read of an
+ * open model (src/read/), and the reads it is made of. Knows files only as descriptors, memory or
+ * a callback. */
 #ifndef KILN_IO_H
 #define KILN_IO_H
 
-#include "base/internal.h"
+#include "base/base.h"
 
 /* One range of the file to land in memory. */
 struct kiln__range {
@@ -47,13 +49,6 @@ struct kiln__io {
 };
 
 int kiln__io_run(struct kiln__io *io, const struct kiln__range *ranges, size_t n, kiln_error *err);
-
-/* The engine over ranges of the model's files as kiln_stream runs it (src/stream.c): direct when
- * the ranges have destinations, else through o->staging; the model's own descriptors, memory or
- * sources. Safe from several threads at once. For kiln_load (src/load.c). */
-int kiln__stream_ranges(const kiln_model *m, const kiln_stream_options *o,
-			const struct kiln__range *ranges, size_t n, kiln_stream_result *result,
-			kiln_error *err);
 
 /* 1 when the page cache holds every page of [off, off + len) of fd (cachestat(2); 0 when it
  * cannot tell). */

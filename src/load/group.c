@@ -18,11 +18,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include "io/engine.h"
-#include "source/source.h"
-
-#define GROUP_CHUNK_DEFAULT (8u << 20)
-#define GROUP_CHUNK_MAX     (1u << 30)
+#include "read/read.h"
 
 /* What each rank opened, field by field so a mismatch can be named. */
 struct print {
@@ -49,8 +45,8 @@ static int fingerprint(const kiln_model *m, const uint64_t *list, size_t count, 
 		uint64_t n = f->payload_base < f->size ? f->payload_base : f->size;
 		uint8_t *b = malloc(n ? (size_t)n : 1);
 		if (!b)
-			return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
-		int rc = n ? f->src->read(f, 0, b, (size_t)n, err) : 0;
+			return kiln__nomem(err, 0, NULL);
+		int rc = n ? kiln__file_read(f, 0, b, (size_t)n, err) : 0;
 		if (!rc)
 			XXH3_64bits_update(&dir, b, (size_t)n);
 		free(b);
@@ -137,14 +133,13 @@ static int check(const kiln_collective *c, const kiln_group_options *o, kiln_err
 					"a collective needs all_gather and rank < world (rank %u, "
 					"world %u)",
 					c ? c->rank : 0, c ? c->world : 0);
-	if (c->size != 0 && c->size < sizeof(*c))
-		return kiln__fail_inval(err, KILN_NO_INDEX, "collective",
-					"kiln_collective.size %u is too small", c->size);
-	if (o && o->size != 0 && o->size < sizeof(*o))
-		return kiln__fail_inval(err, KILN_NO_INDEX, "size",
-					"kiln_group_options.size %u is too small", o->size);
+	int rc = kiln__check_size("kiln_collective", c->size, sizeof(*c), err);
+	if (!rc && o)
+		rc = kiln__check_size("kiln_group_options", o->size, sizeof(*o), err);
+	if (rc)
+		return rc;
 	if (o &&
-	    (o->chunk_size > GROUP_CHUNK_MAX || o->flags & ~(uint32_t)KILN_LOAD_DIRECT ||
+	    (o->chunk_size > KILN__REQUEST_MAX || o->flags & ~(uint32_t)KILN_LOAD_DIRECT ||
 	     o->reserved32 || o->reserved[0] || o->reserved[1] || o->reserved[2] || o->reserved[3]))
 		return kiln__fail_inval(err, KILN_NO_INDEX, "options",
 					"kiln_group_options: chunk_size above 1 GiB, unknown flags "
@@ -273,10 +268,11 @@ KILN_API int kiln_group_load(const kiln_model *m, const uint64_t *tensors, size_
 		return rc;
 	if (!tensors)
 		count = (size_t)m->count;
-	uint32_t chunk = o && o->chunk_size ? o->chunk_size : GROUP_CHUNK_DEFAULT, W = c->world;
+	uint32_t chunk = o && o->chunk_size ? o->chunk_size : KILN__GROUP_CHUNK_DEFAULT,
+		 W = c->world;
 	uint64_t *ends = calloc(count ? count : 1, sizeof(*ends)), total = 0;
 	if (!ends)
-		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+		return kiln__nomem(err, 0, NULL);
 	for (size_t k = 0; k < count; k++) {
 		uint64_t i = tensors ? tensors[k] : k;
 		const kiln_tensor *t = kiln_model_tensor(m, i);
@@ -297,7 +293,7 @@ KILN_API int kiln_group_load(const kiln_model *m, const uint64_t *tensors, size_
 		free(pown);
 		free(pall);
 		free(ends);
-		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+		return kiln__nomem(err, 0, NULL);
 	}
 	struct print mine;
 	int failed = fingerprint(m, tensors, count, chunk, total, W, &mine, err);
@@ -349,8 +345,7 @@ KILN_API int kiln_group_load(const kiln_model *m, const uint64_t *tensors, size_
 	/* The kernel's read-ahead would read past a chunk into the next rank's: each byte would be
 	 * read twice between the ranks (1.36x the file for two). */
 	for (uint32_t i = 0; !rc && i < m->nfiles; i++)
-		if (m->files[i].fd >= 0 && !m->files[i].mem)
-			posix_fadvise(m->files[i].fd, 0, 0, POSIX_FADV_RANDOM);
+		kiln__file_advise(&m->files[i], 0, 0, KILN__ADVISE_RANDOM);
 	kiln_stream_options so = {.size = sizeof(so),
 				  .flags =
 				      o && (o->flags & KILN_LOAD_DIRECT) ? KILN_STREAM_DIRECT : 0};
@@ -385,8 +380,7 @@ KILN_API int kiln_group_load(const kiln_model *m, const uint64_t *tensors, size_
 	}
 	read_finish(&rd); /* the read of a round whose exchange did not happen */
 	for (uint32_t i = 0; i < m->nfiles; i++)
-		if (m->files[i].fd >= 0 && !m->files[i].mem)
-			posix_fadvise(m->files[i].fd, 0, 0, POSIX_FADV_NORMAL);
+		kiln__file_advise(&m->files[i], 0, 0, KILN__ADVISE_NORMAL);
 	kiln__owned_free(own[0], slot);
 	kiln__owned_free(own[1], slot);
 	kiln__owned_free(got, slot * W);

@@ -2,8 +2,8 @@
 /*
  * The load pipeline (kiln_load): the list of tensors cut into pieces of at most
  * inflight_bytes / threads, taken in list order by reader threads, each reading its piece with
- * the chunk engine (src/io.c, through kiln__stream_ranges) straight into the destinations, or,
- * for a staged device, into its own pinned buffers that device->copy moves on one lane per
+ * the chunk engine (src/io/engine.c, through kiln__stream_ranges) straight into the destinations,
+ * or, for a staged device, into its own pinned buffers that device->copy moves on one lane per
  * buffer; with KILN_LOAD_REGISTER, copy() reads the file's bytes in memory, registered with the
  * device a window at a time, and nothing is staged. The calling thread announces tensors in list
  * order as their bytes are credited, and reports progress; it never reads.
@@ -20,20 +20,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "io/engine.h"
-#include "source/source.h"
+#include "read/read.h"
 
-#define THREADS_MAX      16u
-#define INFLIGHT_DEFAULT ((uint64_t)64 << 20)
-#define PINNED_DEFAULT   ((uint64_t)256 << 20)
-#define STAGE_DEFAULT    (8u << 20)
-/* Host memory: reads land in place, so requests are long: a warm read costs a system call
- * per request and little else. */
-#define HOST_CHUNK       (16u << 20)
-#define PIECE_MIN        ((uint64_t)1 << 20)
-#define ARENA_ALIGN      64u
+#define ARENA_ALIGN    64u
 /* KILN_LOAD_REGISTER: lanes a thread spreads a window's copies over. */
-#define REGISTER_LANES   4u
+#define REGISTER_LANES 4u
 
 struct kiln_arena {
 	uint32_t n;
@@ -306,11 +297,9 @@ static int run_registered(struct worker *w, const struct kiln__range *r, size_t 
 /* Drop what a piece read from the page cache (a hint: failure costs nothing). */
 static void drop_cache(const struct load *L, const struct kiln__range *r, size_t n)
 {
-	for (size_t i = 0; i < n; i++) {
-		const struct kiln__file *f = &L->m->files[r[i].file];
-		if (f->fd >= 0 && !f->mem)
-			posix_fadvise(f->fd, (off_t)r[i].off, (off_t)r[i].len, POSIX_FADV_DONTNEED);
-	}
+	for (size_t i = 0; i < n; i++)
+		kiln__file_advise(&L->m->files[r[i].file], r[i].off, r[i].len,
+				  KILN__ADVISE_DONTNEED);
 }
 
 static void *worker_main(void *arg)
@@ -378,9 +367,9 @@ static int check_options(const kiln_load_options *in, kiln_load_options *o, kiln
 {
 	memset(o, 0, sizeof(*o));
 	if (in) {
-		if (in->size != 0 && in->size < sizeof(*o))
-			return kiln__fail_inval(err, KILN_NO_INDEX, "size",
-						"kiln_load_options.size %u is too small", in->size);
+		int rc = kiln__check_size("kiln_load_options", in->size, sizeof(*o), err);
+		if (rc)
+			return rc;
 		*o = *in;
 	}
 	if (o->flags & ~(uint32_t)(KILN_LOAD_DIRECT | KILN_LOAD_DROP_CACHE | KILN_LOAD_REGISTER))
@@ -394,10 +383,10 @@ static int check_options(const kiln_load_options *in, kiln_load_options *o, kiln
 	if (o->engine > KILN_ENGINE_PREAD)
 		return kiln__fail_inval(err, KILN_NO_INDEX, "engine", "unknown engine %u",
 					o->engine);
-	if (o->threads > THREADS_MAX)
+	if (o->threads > KILN__LOAD_THREADS_MAX)
 		return kiln__fail_inval(err, KILN_NO_INDEX, "threads", "threads %u is above %u",
-					o->threads, THREADS_MAX);
-	if (o->chunk_size > KILN__CHUNK_MAX)
+					o->threads, KILN__LOAD_THREADS_MAX);
+	if (o->chunk_size > KILN__REQUEST_MAX)
 		return kiln__fail_inval(err, KILN_NO_INDEX, "chunk_size",
 					"chunk_size %u is above 1 GiB", o->chunk_size);
 	if (o->reserved32 || o->reserved[0] || o->reserved[1] || o->reserved[2] || o->reserved[3])
@@ -405,9 +394,9 @@ static int check_options(const kiln_load_options *in, kiln_load_options *o, kiln
 					"kiln_load_options' reserved fields are not 0");
 	const kiln_device *d = o->device;
 	if (d) {
-		if (d->size != 0 && d->size < sizeof(*d))
-			return kiln__fail_inval(err, KILN_NO_INDEX, "device",
-						"kiln_device.size %u is too small", d->size);
+		int rc = kiln__check_size("kiln_device", d->size, sizeof(*d), err);
+		if (rc)
+			return rc;
 		if ((d->copy != NULL) != (d->wait != NULL) ||
 		    (d->alloc != NULL) != (d->release != NULL) ||
 		    (d->host_alloc != NULL) != (d->host_release != NULL) ||
@@ -433,7 +422,7 @@ static int check_options(const kiln_load_options *in, kiln_load_options *o, kiln
 static uint32_t online_cpus(void)
 {
 	long n = sysconf(_SC_NPROCESSORS_ONLN);
-	return n < 1 ? 1 : n > (long)THREADS_MAX ? THREADS_MAX : (uint32_t)n;
+	return n < 1 ? 1 : n > (long)KILN__LOAD_THREADS_MAX ? KILN__LOAD_THREADS_MAX : (uint32_t)n;
 }
 
 /* Each position's device and bytes; need[d]: the arena bytes device d takes. */
@@ -480,7 +469,7 @@ static int destinations(struct load *L, uint32_t ndev, const uint64_t *need, kil
 	}
 	kiln_arena *a = calloc(1, sizeof(*a) + ndev * sizeof(a->block[0]));
 	if (!a)
-		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+		return kiln__nomem(err, 0, NULL);
 	a->n = ndev;
 	a->dev = L->dev && L->dev->alloc ? L->dev : NULL;
 	*arena = a;
@@ -514,7 +503,7 @@ static int destinations(struct load *L, uint32_t ndev, const uint64_t *need, kil
 	}
 	uint64_t *at = calloc(ndev, sizeof(*at));
 	if (!at)
-		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+		return kiln__nomem(err, 0, NULL);
 	for (size_t k = 0; k < count; k++) {
 		uint32_t d = L->devno[k];
 		L->dst[k] = (uint8_t *)a->block[d].p + at[d];
@@ -536,20 +525,21 @@ static int plan(struct load *L, void **ptrs, kiln_arena **arena, kiln_load_resul
 	L->devno = calloc(count ? count : 1, sizeof(*L->devno));
 	L->remaining = calloc(count ? count : 1, sizeof(*L->remaining));
 	uint64_t *need = calloc(ndev, sizeof(*need));
-	int rc = !L->dst || !L->devno || !L->remaining || !need
-		     ? kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory")
-		     : check_list(L, ndev, need, err);
+	int rc = !L->dst || !L->devno || !L->remaining || !need ? kiln__nomem(err, 0, NULL)
+								: check_list(L, ndev, need, err);
 	if (!rc)
 		rc = destinations(L, ndev, need, arena, res, err);
 	free(need);
 	if (rc)
 		return rc;
 	uint32_t threads = L->o.threads ? L->o.threads : online_cpus();
-	uint64_t inflight = L->o.inflight_bytes ? L->o.inflight_bytes : INFLIGHT_DEFAULT;
+	uint64_t inflight = L->o.inflight_bytes ? L->o.inflight_bytes : KILN__LOAD_INFLIGHT_DEFAULT;
 	uint64_t piece = inflight / threads;
-	if (piece < PIECE_MIN)
-		piece = PIECE_MIN;
-	L->chunk = L->o.chunk_size ? L->o.chunk_size : L->staged ? STAGE_DEFAULT : HOST_CHUNK;
+	if (piece < KILN__LOAD_PIECE_MIN)
+		piece = KILN__LOAD_PIECE_MIN;
+	L->chunk = L->o.chunk_size ? L->o.chunk_size
+		   : L->staged     ? KILN__LOAD_STAGE_DEFAULT
+				   : KILN__LOAD_HOST_CHUNK;
 	if (L->staged && piece < L->chunk)
 		piece = L->chunk;
 	size_t nranges = 0;
@@ -565,7 +555,7 @@ static int plan(struct load *L, void **ptrs, kiln_arena **arena, kiln_load_resul
 	L->ranges = calloc(nranges ? nranges : 1, sizeof(*L->ranges));
 	L->pstart = calloc(nranges + 1, sizeof(*L->pstart));
 	if (!L->ranges || !L->pstart)
-		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+		return kiln__nomem(err, 0, NULL);
 	uint64_t in_piece = 0;
 	for (size_t k = 0; k < count; k++) {
 		const kiln_tensor *t = kiln_model_tensor(m, model_index(L, k));
@@ -595,7 +585,7 @@ static int plan(struct load *L, void **ptrs, kiln_arena **arena, kiln_load_resul
 /* Staging for each worker: its share of the pinned budget, at least two chunks. */
 static int stage(struct load *L, kiln_load_result *res, kiln_error *err)
 {
-	uint64_t pinned = L->o.pinned_bytes ? L->o.pinned_bytes : PINNED_DEFAULT;
+	uint64_t pinned = L->o.pinned_bytes ? L->o.pinned_bytes : KILN__LOAD_PINNED_DEFAULT;
 	if (L->reg) { /* lanes only; a window of the budget each, in whole pages */
 		L->page = (uint64_t)sysconf(_SC_PAGESIZE);
 		L->window = pinned / L->nworkers / L->page * L->page;
@@ -604,7 +594,7 @@ static int stage(struct load *L, kiln_load_result *res, kiln_error *err)
 		for (uint32_t i = 0; i < L->nworkers; i++) {
 			struct worker *w = &L->w[i];
 			if (!(w->stage_dev = calloc(REGISTER_LANES, sizeof(*w->stage_dev))))
-				return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+				return kiln__nomem(err, 0, NULL);
 			for (uint32_t b = 0; b < REGISTER_LANES; b++)
 				w->stage_dev[b] = UINT32_MAX;
 			w->nstage = REGISTER_LANES;
@@ -618,7 +608,7 @@ static int stage(struct load *L, kiln_load_result *res, kiln_error *err)
 		w->stage = calloc(nb, sizeof(*w->stage));
 		w->stage_dev = calloc(nb, sizeof(*w->stage_dev));
 		if (!w->stage || !w->stage_dev)
-			return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+			return kiln__nomem(err, 0, NULL);
 		for (uint32_t b = 0; b < nb; b++) {
 			w->stage_dev[b] = UINT32_MAX;
 			int rc = 0;
@@ -762,7 +752,7 @@ KILN_API int kiln_load(const kiln_model *m, const uint64_t *tensors, size_t coun
 	kiln_arena *a = NULL;
 	rc = plan(&L, ptrs, &a, &res, err);
 	if (!rc && L.nworkers && !(L.w = calloc(L.nworkers, sizeof(*L.w))))
-		rc = kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+		rc = kiln__nomem(err, 0, NULL);
 	if (!rc && L.staged && L.nworkers)
 		rc = stage(&L, &res, err);
 	if (!rc) {

@@ -1,41 +1,37 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The lifecycle of a model, on top of everything else in src/: options, open (paths through a
- * source, one file after another), parse (a caller's buffer), payload verification, info, close.
+ * The lifecycle of a model, on top of what it uses: options, open (the resolver's list of files,
+ * each through its source and its format's reader), parse (a caller's buffer), payload
+ * verification, info, close.
  *
- * Opening a file: its source attaches it; its first bytes say its format (or the caller did);
- * the format's reader validates the header and directory through the source (src/format.h) and
- * adds its tensors to the model's one index; the source finishes (maps, reads the payload); the
- * views are bound to the file's memory. A model of several files is the same, file by file,
- * into one index and one name table.
+ * Opening: the resolver (src/model/resolve.c) turns the caller's names into the model's files;
+ * each file's source attaches it (src/source/); its first bytes say its format (or the caller
+ * did: src/format/registry.c); the format's reader validates the header and directory through
+ * the source and adds its tensors to the model's one index (src/index/); the source finishes
+ * (maps, reads the payload); the views are bound to the file's memory. A model of several files
+ * is the same, file by file, into one index and one name table.
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "format/format.h"
-#include "io/engine.h"
 #include "index/meta.h"
-#include "format/safetensors.h"
+#include "model/model.h"
+#include "model/resolve.h"
 #include "net/net.h"
-#include "model/series.h"
-#include "source/source.h"
-#include "base/sys.h"
+#include "read/read.h"
 
 static int check_options(const kiln_open_options *opts, kiln_error *err)
 {
 	if (!opts)
 		return 0;
-	if (opts->size != 0 && opts->size < sizeof(*opts))
-		return kiln__fail_inval(
-		    err, KILN_NO_INDEX, "size",
-		    "kiln_open_options.size %u is smaller than this version's %zu", opts->size,
-		    sizeof(*opts));
+	int rc = kiln__check_size("kiln_open_options", opts->size, sizeof(*opts), err);
+	if (rc)
+		return rc;
 	const uint32_t known = KILN_OPEN_VERIFY_PAYLOAD | KILN_OPEN_ALLOW_TRAILING |
 			       KILN_OPEN_POPULATE | KILN_OPEN_LOCK | KILN_OPEN_HUGEPAGE |
 			       KILN_OPEN_DIRECT | KILN_OPEN_PRIVATE | KILN_OPEN_ONE_FILE |
@@ -63,7 +59,7 @@ static int check_options(const kiln_open_options *opts, kiln_error *err)
 	if (opts->advice > KILN_ADVICE_WILLNEED)
 		return kiln__fail_inval(err, KILN_NO_INDEX, "advice", "unknown advice %u",
 					opts->advice);
-	if (opts->chunk_size > KILN__CHUNK_MAX)
+	if (opts->chunk_size > KILN__REQUEST_MAX)
 		return kiln__fail_inval(err, KILN_NO_INDEX, "chunk_size",
 					"chunk_size %u is above 1 GiB", opts->chunk_size);
 	if (opts->queue_depth > KILN__QD_MAX)
@@ -80,8 +76,7 @@ static int check_options(const kiln_open_options *opts, kiln_error *err)
 		if (opts->reserved[i])
 			return kiln__fail_inval(err, KILN_NO_INDEX, "reserved",
 						"kiln_open_options.reserved[%zu] is not 0", i);
-	int rc = kiln__remote_check_options(opts->remote, err);
-	if (rc)
+	if ((rc = kiln__remote_check_options(opts->remote, err)))
 		return rc;
 	const kiln_allocator *a = opts->allocator;
 	if (a && (!a->alloc || !a->free))
@@ -90,7 +85,8 @@ static int check_options(const kiln_open_options *opts, kiln_error *err)
 	return 0;
 }
 
-struct kiln_model *kiln__model_new(const kiln_open_options *opts, kiln_error *err)
+/* A model of no files yet, with the allocator of opts. NULL with NOMEM in *err. */
+static struct kiln_model *model_new(const kiln_open_options *opts, kiln_error *err)
 {
 	kiln_allocator a = kiln__default_allocator;
 	if (opts && opts->allocator)
@@ -108,115 +104,7 @@ struct kiln_model *kiln__model_new(const kiln_open_options *opts, kiln_error *er
 	return m;
 }
 
-/* --- what readers and sources share ---------------------------------------------------------- */
-
-int kiln__fetch(struct kiln__file *f, uint64_t off, uint64_t len, int keep, const uint8_t **p,
-		kiln_error *err)
-{
-	*p = f->src->fetch(f, off, len, keep, err);
-	return *p ? 0 : err ? err->code : KILN_IO;
-}
-
-int kiln__prefix(struct kiln__file *f, uint64_t len, const uint8_t **p, kiln_error *err)
-{
-	*p = f->src->prefix(f, len, err);
-	return *p ? 0 : err ? err->code : KILN_IO;
-}
-
-void kiln__expect(struct kiln__file *f, uint64_t off, uint64_t end)
-{
-	if (f->src->expect)
-		f->src->expect(f, off, end);
-}
-
-void *kiln__keep_alloc(struct kiln__file *f, size_t len, kiln_error *err)
-{
-	size_t head = sizeof(struct kiln__kept);
-	if (len > SIZE_MAX - head) {
-		kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "cannot allocate %zu bytes", len);
-		return NULL;
-	}
-	struct kiln__kept *k = kiln__alloc(&f->model->alloc, head + len);
-	if (!k) {
-		kiln__fail_sys(err, KILN_NOMEM, ENOMEM,
-			       "cannot allocate %zu bytes for the directory", len);
-		return NULL;
-	}
-	k->len = head + len;
-	k->next = f->kept;
-	f->kept = k;
-	return (uint8_t *)k + head;
-}
-
-static int sys_fail(kiln_error *err, const char *path, const char *what, int e)
-{
-	return kiln__fail_sys(err, e == ENOMEM ? KILN_NOMEM : KILN_IO, e, "%s: %s: %s", path, what,
-			      strerror(e));
-}
-
-int kiln__open_file(const char *path, uint64_t *size, kiln_error *err)
-{
-	/* O_NONBLOCK: opening a FIFO must not hang waiting for a writer; it is refused below. */
-	int fd = kiln__sys.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
-	if (fd < 0) {
-		sys_fail(err, path, "cannot open", errno);
-		return -1;
-	}
-	struct stat st;
-	if (fstat(fd, &st) != 0) {
-		sys_fail(err, path, "cannot stat", errno);
-		close(fd);
-		return -1;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		int e = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
-		close(fd);
-		kiln__fail_sys(err, KILN_IO, e, "%s: not a regular file (%s)", path,
-			       S_ISDIR(st.st_mode)    ? "a directory"
-			       : S_ISFIFO(st.st_mode) ? "a FIFO"
-			       : S_ISCHR(st.st_mode)  ? "a character device"
-			       : S_ISBLK(st.st_mode)  ? "a block device"
-			       : S_ISSOCK(st.st_mode) ? "a socket"
-						      : "not a file");
-		return -1;
-	}
-	if ((uint64_t)st.st_size > SIZE_MAX) {
-		close(fd);
-		kiln__fail_sys(err, KILN_IO, EFBIG, "%s: too large to map", path);
-		return -1;
-	}
-	/* Regular files ignore O_NONBLOCK for reads, but keep the descriptor plain. */
-	fcntl(fd, F_SETFL, 0);
-	*size = (uint64_t)st.st_size;
-	return fd;
-}
-
-int kiln__file_open(struct kiln__file *f, kiln_error *err)
-{
-	if (f->fd < 0)
-		f->fd = kiln__open_file(f->path, &f->size, err);
-	return f->fd;
-}
-
 /* --- close ----------------------------------------------------------------------------------- */
-
-static void file_release(struct kiln__file *f)
-{
-	if (f->src)
-		f->src->release(f);
-	while (f->kept) {
-		struct kiln__kept *k = f->kept;
-		f->kept = k->next;
-		kiln__free(&f->model->alloc, k, k->len);
-	}
-	if (f->fd >= 0)
-		close(f->fd);
-	f->fd = -1;
-	free(f->path);
-	f->path = NULL;
-	free(f->url);
-	f->url = NULL;
-}
 
 void kiln_model_close(kiln_model *m)
 {
@@ -226,7 +114,7 @@ void kiln_model_close(kiln_model *m)
 	kiln__pins_release(m);
 	kiln__index_free(m);
 	for (uint32_t i = 0; m->files && i < m->nfiles; i++)
-		file_release(&m->files[i]);
+		kiln__file_release(&m->files[i]);
 	if (m->files && m->files != &m->one)
 		kiln__free(&m->alloc, m->files, (size_t)m->nfiles * sizeof(*m->files));
 	if (m->realign_mem)
@@ -252,100 +140,6 @@ int kiln_model_try_close(kiln_model *m, kiln_error *err)
 /* --- opening -----------------------------------------------------------------------------------
  */
 
-static const struct kiln__format *const formats[] = {
-    [KILN_FORMAT_KLNT] = &kiln__format_klnt,
-    [KILN_FORMAT_GGUF] = &kiln__format_gguf,
-    [KILN_FORMAT_SAFETENSORS] = &kiln__format_safetensors,
-};
-
-const struct kiln__format *kiln__format_by_id(unsigned id)
-{
-	return id < sizeof(formats) / sizeof(formats[0]) ? formats[id] : NULL;
-}
-
-const struct kiln__format *kiln__format_sniff(const uint8_t *p, size_t len)
-{
-	for (size_t i = 0; i < sizeof(formats) / sizeof(formats[0]); i++)
-		if (formats[i] && formats[i]->sniff(p, len))
-			return formats[i];
-	return NULL;
-}
-
-const char *kiln_format_name(unsigned format)
-{
-	static const char *const names[] = {"auto", "klnt", "gguf", "safetensors"};
-	return format < sizeof(names) / sizeof(names[0]) ? names[format] : NULL;
-}
-
-/* The source for a path: REMOTE for a URL; else from the options, the table the caller named;
- * AUTO is the mapping, which then decides per file (src/source_map.c), unless owned bytes were
- * asked for in so many words (a load buffer, O_DIRECT): io_uring, the faster owned load. */
-const struct kiln__source *kiln__source_for(const char *path, const kiln_open_options *o)
-{
-	if (kiln__is_url(path))
-		return &kiln__source_remote;
-	static const struct kiln__source *const by_id[] = {
-	    [KILN_SOURCE_MMAP] = &kiln__source_map,
-	    [KILN_SOURCE_READ] = &kiln__source_read,
-	    [KILN_SOURCE_URING] = &kiln__source_uring,
-	};
-	unsigned s = o ? o->source : KILN_SOURCE_MMAP;
-	if (s == KILN_SOURCE_AUTO)
-		return o->buffer || (o->flags & KILN_OPEN_DIRECT) ? &kiln__source_uring
-								  : &kiln__source_map;
-	return by_id[s];
-}
-
-/* The reader for file f: the format the caller named, the one its first bytes say, or the one
- * its name ends in; any other file is refused (FRAME, naming the magic it has). */
-static int format_of(struct kiln__file *f, const kiln_open_options *o,
-		     const struct kiln__format **out, kiln_error *err)
-{
-	unsigned want = o ? o->format : KILN_FORMAT_AUTO;
-	uint64_t n = f->size < KILN__HEADER_SIZE ? f->size : KILN__HEADER_SIZE;
-	const uint8_t *p = NULL;
-	int rc = n ? kiln__fetch(f, 0, n, 0, &p, err) : 0;
-	if (rc)
-		return rc;
-	const struct kiln__format *fmt = n ? kiln__format_sniff(p, (size_t)n) : NULL;
-	if (want) {
-		/* Insisting on a format: a file that is plainly another is refused as what it
-		 * is; one like none goes to the wanted reader, which says what is wrong. */
-		const struct kiln__format *w = kiln__format_by_id(want);
-		if (fmt && fmt != w)
-			return kiln__fail(err, KILN_FRAME, KILN_NO_INDEX, "magic", 0,
-					  "a %s file, not %s (the format asked for)", fmt->name,
-					  w->name);
-		*out = w;
-		return 0;
-	}
-	/* Bytes that start like no format, in a file named for one: that format's reader names the
-	 * defect in its own terms. */
-	static const struct {
-		const char *ext;
-		const struct kiln__format *fmt;
-	} named[] = {{".safetensors", &kiln__format_safetensors},
-		     {".gguf", &kiln__format_gguf},
-		     {".klnt", &kiln__format_klnt}};
-	const char *name = f->path ? kiln__file_name(f) : NULL;
-	size_t plen = name ? kiln__url_path_len(name) : 0;
-	for (size_t i = 0; !fmt && i < sizeof(named) / sizeof(named[0]); i++) {
-		size_t e = strlen(named[i].ext);
-		if (plen > e && !memcmp(name + plen - e, named[i].ext, e))
-			fmt = named[i].fmt;
-	}
-	/* Bytes that start like no format at all: the KLNT reader's verdict on its magic, whatever
-	 * the length (a short text file is not a truncated KLNT file). */
-	if (!fmt && n >= 4)
-		return kiln__fail(
-		    err, KILN_FRAME, KILN_NO_INDEX, "magic", 0,
-		    "magic is %02x %02x %02x %02x, not \"KLNT\"; not a safetensors or "
-		    "GGUF file either",
-		    p[0], p[1], p[2], p[3]);
-	*out = fmt ? fmt : &kiln__format_klnt;
-	return 0;
-}
-
 /* Name the file in an error from a model of several files: the reader's message names none. */
 static void name_file(const struct kiln__file *f, kiln_error *err)
 {
@@ -353,12 +147,13 @@ static void name_file(const struct kiln__file *f, kiln_error *err)
 		kiln__error_prefix(err, kiln__file_name(f));
 }
 
-/* Attach, read and finish file f (its path set, or the buffer for BUFFER). */
-static int open_file(struct kiln__file *f, const kiln_open_options *o, const void *buf, size_t len,
-		     int exact, kiln_error *err)
+/* Attach, read and finish file f: its path set by the resolver, or the caller's buffer when
+ * `buffer`. */
+static int open_file(struct kiln__file *f, const kiln_open_options *o, int buffer, const void *buf,
+		     size_t len, int exact, kiln_error *err)
 {
 	struct kiln_model *m = f->model;
-	int rc = f->src->attach(f, o, buf, len, err);
+	int rc = kiln__file_attach(f, o, buffer, buf, len, err);
 	if (rc) {
 		if (rc == KILN_IO && err && err->sys_errno == ENOENT && m->nfiles > 1)
 			snprintf(err->message, sizeof(err->message),
@@ -367,7 +162,7 @@ static int open_file(struct kiln__file *f, const kiln_open_options *o, const voi
 		return rc;
 	}
 	f->first = m->count;
-	if ((rc = format_of(f, o, &f->fmt, err))) {
+	if ((rc = kiln__format_of(f, o ? o->format : KILN_FORMAT_AUTO, &f->fmt, err))) {
 		if (kiln_is_format_error(rc))
 			name_file(f, err);
 		return rc;
@@ -387,7 +182,7 @@ static int open_file(struct kiln__file *f, const kiln_open_options *o, const voi
 	}
 	m->count += f->count;
 	int lazy = o && (o->flags & KILN_OPEN_DIRECTORY_ONLY);
-	if (!lazy && f->src->finish && (rc = f->src->finish(f, o, err))) {
+	if (!lazy && (rc = kiln__file_finish(f, o, err))) {
 		name_file(f, err);
 		return rc;
 	}
@@ -426,7 +221,7 @@ static int realign(struct kiln_model *m, kiln_error *err)
 		if (!t->data || t->alignment >= kiln_dtype_align(t->dtype))
 			continue;
 		const struct kiln__file *f = &m->files[t->file];
-		int rc = f->src->read(f, t->file_offset, mem + at, (size_t)t->byte_length, err);
+		int rc = kiln__file_read(f, t->file_offset, mem + at, (size_t)t->byte_length, err);
 		if (rc) {
 			if (err)
 				err->tensor = t->index - f->first;
@@ -468,12 +263,8 @@ static int alloc_files(struct kiln_model *m, uint32_t n, kiln_error *err)
 			return kiln__fail_sys(err, KILN_NOMEM, ENOMEM,
 					      "cannot allocate the model's %" PRIu32 " files", n);
 	}
-	memset(files, 0, (size_t)n * sizeof(*files));
-	for (uint32_t i = 0; i < n; i++) {
-		files[i].model = m;
-		files[i].no = i;
-		files[i].fd = -1;
-	}
+	for (uint32_t i = 0; i < n; i++)
+		kiln__file_init(&files[i], m, &m->alloc, i);
 	m->files = files;
 	m->nfiles = n;
 	return 0;
@@ -499,126 +290,44 @@ static int check_path_options(const kiln_open_options *opts, kiln_error *err)
 	return 0;
 }
 
-/* Open the model of the files `list` (resolved: n paths, taken over), with `opts`; the format
- * forced to `format` when not 0. */
-static int open_list(char **list, uint32_t n, const kiln_open_options *opts, unsigned format,
+/* Open the model of the files the resolver found (their paths taken over), with `opts`. */
+static int open_list(struct kiln__resolved *r, const kiln_open_options *opts,
 		     struct kiln_model **out, kiln_error *err)
 {
 	*out = NULL;
-	if (n > 1 && opts && opts->buffer) {
-		kiln__paths_free(list, n);
+	uint32_t n = r->n;
+	if (n > 1 && opts && opts->buffer)
 		return kiln__fail_inval(err, KILN_NO_INDEX, "buffer",
 					"a load buffer holds one file; the model has %" PRIu32, n);
-	}
-	struct kiln_model *m = kiln__model_new(opts, err);
-	if (!m) {
-		kiln__paths_free(list, n);
+	struct kiln_model *m = model_new(opts, err);
+	if (!m)
 		return KILN_NOMEM;
-	}
+	*out = m;
 	int rc = alloc_files(m, n, err);
-	for (uint32_t i = 0; i < n; i++) {
-		if (!rc) {
-			m->files[i].path = list[i];
-			m->files[i].src = kiln__source_for(list[i], opts);
-		} else {
-			free(list[i]);
-		}
+	for (uint32_t i = 0; !rc && i < n; i++) {
+		struct kiln__file *f = &m->files[i];
+		f->path = r->files[i].path;
+		f->remote = r->files[i].remote;
+		f->named_format = r->files[i].named_format;
+		r->files[i].path = NULL;
 	}
-	free(list);
 	kiln_open_options o = {0};
 	if (opts)
 		o = *opts;
-	if (format)
-		o.format = format;
+	if (r->format)
+		o.format = r->format;
 	for (uint32_t i = 0; !rc && i < n; i++) {
-		rc = open_file(&m->files[i], &o, NULL, 0, 1, err);
+		rc = open_file(&m->files[i], &o, 0, NULL, 0, 1, err);
 		if (rc)
 			kiln__error_file(err, i);
 	}
 	if (!rc && m->nfiles && m->files[0].fmt->done)
 		rc = m->files[0].fmt->done(m, err);
-	*out = m;
+	if (rc)
+		kiln__resolve_explain(r, rc, err);
+	else
+		rc = kiln__resolve_check(r, m, err);
 	return rc;
-}
-
-/* A whole small file (an index) into new memory, at most `cap` bytes. */
-static int read_small(const char *path, const kiln_open_options *o, size_t cap, char **out,
-		      size_t *len, kiln_error *err)
-{
-	if (kiln__is_url(path))
-		return kiln__remote_read_small(path, o ? o->remote : NULL, cap, out, len, err);
-	uint64_t size;
-	int fd = kiln__open_file(path, &size, err);
-	if (fd < 0)
-		return err ? err->code : KILN_IO;
-	int rc = 0;
-	char *buf = NULL;
-	if (size > cap)
-		rc = kiln__fail(err, KILN_LIMIT, KILN_NO_INDEX, "length", KILN_NO_OFFSET,
-				"%s: %" PRIu64 " bytes, above the %zu-byte cap of an index", path,
-				size, cap);
-	else if (!(buf = malloc((size_t)size + 1)))
-		rc = kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
-	else if ((rc = kiln__pread_full(fd, buf, (size_t)size, 0, err)))
-		kiln__error_prefix(err, path);
-	close(fd);
-	if (rc) {
-		free(buf);
-		return rc;
-	}
-	buf[size] = '\0';
-	*out = buf;
-	*len = (size_t)size;
-	return 0;
-}
-
-#define INDEX_CAP ((size_t)100000000) /* as a safetensors header */
-
-/* A model.safetensors.index.json: the shards its weight_map names, beside it, as one model, each
- * tensor in the shard the index says. */
-static int open_index(const char *path, const kiln_open_options *opts, struct kiln_model **out,
-		      kiln_error *err)
-{
-	char *text = NULL;
-	size_t len = 0;
-	struct kiln__st_index ix;
-	int rc = read_small(path, opts, INDEX_CAP, &text, &len, err);
-	if (rc || (rc = kiln__st_index_parse(text, len, path, &ix, err)))
-		return rc;
-	/* The shards beside it: in its directory, or under its URL's last slash (before a query).
-	 */
-	const char *slash = memrchr(path, '/', kiln__url_path_len(path));
-	size_t dlen = slash ? (size_t)(slash - path) + 1 : 0;
-	char **list = calloc(ix.nshards, sizeof(*list));
-	for (uint32_t i = 0; list && i < ix.nshards; i++) {
-		size_t n = strlen(ix.shards[i]);
-		if (!(list[i] = malloc(dlen + n + 1)))
-			break;
-		memcpy(list[i], path, dlen);
-		memcpy(list[i] + dlen, ix.shards[i], n + 1);
-	}
-	if (!list || !list[ix.nshards - 1]) {
-		kiln__paths_free(list, ix.nshards);
-		kiln__st_index_free(&ix);
-		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
-	}
-	struct kiln_model *m;
-	rc = open_list(list, ix.nshards, opts, KILN_FORMAT_SAFETENSORS, &m, err);
-	if (rc == KILN_IO && err && err->file != KILN_NO_FILE && err->sys_errno == ENOENT) {
-		const char *shard = ix.shards[err->file];
-		snprintf(err->message, sizeof(err->message),
-			 "%s: shard %s, which its weight_map names, is missing", path, shard);
-	}
-	if (!rc)
-		rc = kiln__st_index_check(m, &ix, path, err);
-	kiln__st_index_free(&ix);
-	return finish_model(m, opts, rc, out, err);
-}
-
-static int ends_with(const char *s, const char *suffix)
-{
-	size_t a = strlen(s), b = strlen(suffix);
-	return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
 int kiln_model_open_files(const char *const *paths, uint32_t count, const kiln_open_options *opts,
@@ -640,23 +349,11 @@ int kiln_model_open_files(const char *const *paths, uint32_t count, const kiln_o
 	int rc = check_path_options(opts, err);
 	if (rc)
 		return rc;
-	unsigned want = opts ? opts->format : KILN_FORMAT_AUTO;
-	for (uint32_t i = 0; i < count; i++)
-		if (ends_with(paths[i], ".json") &&
-		    (want == KILN_FORMAT_AUTO || want == KILN_FORMAT_SAFETENSORS)) {
-			if (count != 1)
-				return kiln__fail_inval(
-				    err, KILN_NO_INDEX, "path",
-				    "%s: an index is the only path of its model", paths[i]);
-			return open_index(paths[0], opts, out, err);
-		}
-	char **list;
-	uint32_t n;
-	int one = opts && (opts->flags & KILN_OPEN_ONE_FILE);
-	if ((rc = kiln__series_resolve(paths, count, one, &list, &n, err)))
-		return rc;
-	struct kiln_model *m;
-	rc = open_list(list, n, opts, 0, &m, err);
+	struct kiln__resolved r;
+	struct kiln_model *m = NULL;
+	if (!(rc = kiln__resolve(paths, count, opts, &r, err)))
+		rc = open_list(&r, opts, &m, err);
+	kiln__resolved_free(&r);
 	return finish_model(m, opts, rc, out, err);
 }
 
@@ -692,13 +389,12 @@ int kiln_model_parse(const void *buf, size_t len, const kiln_open_options *opts,
 		return kiln__fail_inval(err, KILN_NO_INDEX, "flags",
 					"KILN_OPEN_PRIVATE applies to mapped files; a borrowed "
 					"buffer is the caller's to copy");
-	struct kiln_model *m = kiln__model_new(opts, err);
+	struct kiln_model *m = model_new(opts, err);
 	if (!m)
 		return KILN_NOMEM;
 	rc = alloc_files(m, 1, err);
-	m->files[0].src = &kiln__source_buffer;
 	int exact = !(opts && (opts->flags & KILN_OPEN_ALLOW_TRAILING));
-	if (!rc && (rc = open_file(&m->files[0], opts, buf, len, exact, err)))
+	if (!rc && (rc = open_file(&m->files[0], opts, 1, buf, len, exact, err)))
 		kiln__error_file(err, 0);
 	return finish_model(m, opts, rc, out, err);
 }
@@ -714,15 +410,14 @@ int kiln_validate(const void *buf, size_t len, uint32_t flags, kiln_error *err)
 
 int kiln__check_directory(const uint8_t *head, uint64_t len, kiln_error *err)
 {
-	struct kiln_model *m = kiln__model_new(NULL, err);
+	struct kiln_model *m = model_new(NULL, err);
 	if (!m)
 		return KILN_NOMEM;
 	int rc = alloc_files(m, 1, err);
 	struct kiln__file *f = &m->files[0];
-	f->src = &kiln__source_buffer;
 	/* Only the directory exists: no finish, so base and data pointers stay NULL. */
 	if (!rc)
-		rc = f->src->attach(f, NULL, head, (size_t)len, err);
+		rc = kiln__file_attach(f, NULL, 1, head, (size_t)len, err);
 	if (!rc)
 		rc = kiln__format_klnt.read(f, 1, err);
 	kiln_model_close(m); /* error offsets are those of the block that would be written */
@@ -818,17 +513,12 @@ int kiln_model_file_info(const kiln_model *m, uint32_t file, kiln_file_info *inf
 
 int kiln_model_has_file(const kiln_model *m, const char *path)
 {
-	struct stat a, b;
-	if (!m || !path || stat(path, &a) != 0)
+	struct stat st;
+	if (!m || !path || stat(path, &st) != 0)
 		return 0;
-	for (uint32_t i = 0; i < m->nfiles; i++) {
-		const struct kiln__file *f = &m->files[i];
-		/* The open descriptor where there is one: the file itself, whatever its name now.
-		 */
-		int same = f->fd >= 0 ? !fstat(f->fd, &b) : f->path && !stat(f->path, &b);
-		if (same && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+	for (uint32_t i = 0; i < m->nfiles; i++)
+		if (kiln__file_is(&m->files[i], &st))
 			return 1;
-	}
 	return 0;
 }
 

@@ -19,20 +19,12 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "base/sys.h"
+#include "net/aws.h"
 #include "net/net.h"
 
-#define CONN_DEFAULT   8u
-#define CONN_MAX       64u
-#define CHUNK_DEFAULT  ((uint32_t)8 << 20)
-#define CHUNK_MIN      ((uint32_t)64 << 10)
-#define CHUNK_MAX      ((uint32_t)1 << 30)
-#define RETRY_DEFAULT  6u
-#define STALL_DEFAULT  30000u
-#define CONNECT_MS     10000L
-#define BACKOFF_MS     200u
-#define BACKOFF_CAP_MS 10000u
-#define ERR_BODY       1024u
-#define AWS_FILE_CAP   ((size_t)1 << 20)
+#define CONN_MAX KILN__REMOTE_CONNECTIONS_MAX
+#define ERR_BODY KILN__REMOTE_ERROR_BODY
 
 struct kiln__remote {
 	char *url;       /* what is fetched */
@@ -71,40 +63,18 @@ static uint64_t now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static int nomem(kiln_error *err)
-{
-	return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
-}
-
-KILN_API int kiln_path_is_url(const char *path)
-{
-	return kiln__is_url(path);
-}
-
-size_t kiln__url_path_len(const char *path)
-{
-	return kiln__is_url(path) ? strcspn(path, "?#") : strlen(path);
-}
-
-int kiln__is_url(const char *path)
-{
-	return path && (!strncmp(path, "s3://", 5) || !strncmp(path, "http://", 7) ||
-			!strncmp(path, "https://", 8));
-}
-
 int kiln__remote_check_options(const kiln_remote_options *o, kiln_error *err)
 {
 	if (!o)
 		return 0;
-	if (o->size != 0 && o->size < sizeof(*o))
-		return kiln__fail_inval(err, KILN_NO_INDEX, "remote.size",
-					"kiln_remote_options.size %u is smaller than this "
-					"version's %zu",
-					o->size, sizeof(*o));
+	int rc = kiln__check_size("kiln_remote_options", o->size, sizeof(*o), err);
+	if (rc)
+		return rc;
 	if (o->connections > CONN_MAX)
 		return kiln__fail_inval(err, KILN_NO_INDEX, "remote.connections",
 					"connections %u is above %u", o->connections, CONN_MAX);
-	if (o->chunk_size && (o->chunk_size < CHUNK_MIN || o->chunk_size > CHUNK_MAX))
+	if (o->chunk_size &&
+	    (o->chunk_size < KILN__REMOTE_CHUNK_MIN || o->chunk_size > KILN__REQUEST_MAX))
 		return kiln__fail_inval(err, KILN_NO_INDEX, "remote.chunk_size",
 					"chunk_size %u is outside 64 KiB to 1 GiB", o->chunk_size);
 	if (o->reserved32)
@@ -117,270 +87,7 @@ int kiln__remote_check_options(const kiln_remote_options *o, kiln_error *err)
 	return 0;
 }
 
-/* --- the AWS shared files ----------------------------------------------------------------- */
-
-const char *kiln__env(const char *name)
-{
-	const char *v = getenv(name);
-	return v && *v ? v : NULL;
-}
-
-/* The value of `key` in section `section` of an INI file of the AWS tools (at most 1 MiB;
- * "#" and ";" start comments; keys and values trimmed). *found_section says whether the
- * section exists. NULL when absent; malloc'ed otherwise. */
-static char *ini_value(const char *text, const char *section, const char *key, int *found_section)
-{
-	size_t slen = strlen(section), klen = strlen(key);
-	int in = 0;
-	const char *p = text;
-	while (*p) {
-		const char *eol = strchr(p, '\n');
-		if (!eol)
-			eol = p + strlen(p);
-		const char *a = p, *b = eol;
-		while (a < b && isspace((unsigned char)*a))
-			a++;
-		while (b > a && isspace((unsigned char)b[-1]))
-			b--;
-		if (a < b && *a == '[') {
-			const char *c = memchr(a, ']', (size_t)(b - a));
-			const char *s = a + 1, *e = c ? c : b;
-			while (s < e && isspace((unsigned char)*s))
-				s++;
-			while (e > s && isspace((unsigned char)e[-1]))
-				e--;
-			in = (size_t)(e - s) == slen && !memcmp(s, section, slen);
-			if (in && found_section)
-				*found_section = 1;
-		} else if (in && a < b && *a != '#' && *a != ';') {
-			const char *eq = memchr(a, '=', (size_t)(b - a));
-			if (eq) {
-				const char *ke = eq;
-				while (ke > a && isspace((unsigned char)ke[-1]))
-					ke--;
-				const char *v = eq + 1;
-				while (v < b && isspace((unsigned char)*v))
-					v++;
-				if ((size_t)(ke - a) == klen && !strncasecmp(a, key, klen))
-					return strndup(v, (size_t)(b - v));
-			}
-		}
-		p = *eol ? eol + 1 : eol;
-	}
-	return NULL;
-}
-
-/* A whole small file, or NULL when it cannot be read (absent is not an error). */
-static char *slurp(const char *path)
-{
-	FILE *fp = fopen(path, "rb");
-	if (!fp)
-		return NULL;
-	char *buf = malloc(AWS_FILE_CAP + 1);
-	size_t n = buf ? fread(buf, 1, AWS_FILE_CAP, fp) : 0;
-	fclose(fp);
-	if (buf)
-		buf[n] = '\0';
-	return buf;
-}
-
-static char *home_file(const char *var, const char *rel)
-{
-	const char *v = kiln__env(var);
-	if (v)
-		return strdup(v);
-	const char *home = kiln__env("HOME");
-	char *p = NULL;
-	if (home && asprintf(&p, "%s/%s", home, rel) < 0)
-		p = NULL;
-	return p;
-}
-
-struct aws {
-	char *access, *secret, *token, *region, *endpoint;
-};
-
-static void aws_free(struct aws *a)
-{
-	free(a->access);
-	if (a->secret)
-		explicit_bzero(a->secret, strlen(a->secret));
-	free(a->secret);
-	free(a->token);
-	free(a->region);
-	free(a->endpoint);
-}
-
-static char *dup_opt(const char *s)
-{
-	return s ? strdup(s) : NULL;
-}
-
-/* Whether `text` (NULL: no file) has the section. */
-static int has_section(const char *text, const char *section)
-{
-	int found = 0;
-	if (text)
-		free(ini_value(text, section, "", &found));
-	return found;
-}
-
-/* The keys of `section` of one file, unless an earlier place gave any (one place gives both). */
-static void keys_from(struct aws *a, const char *text, const char *section)
-{
-	if (a->access || a->secret || !text)
-		return;
-	a->access = ini_value(text, section, "aws_access_key_id", NULL);
-	a->secret = ini_value(text, section, "aws_secret_access_key", NULL);
-	if (a->access || a->secret)
-		a->token = ini_value(text, section, "aws_session_token", NULL);
-}
-
-/* Credentials, region and endpoint as the AWS tools read them (see kiln.h). */
-static int aws_settings(const kiln_remote_options *o, struct aws *a, kiln_error *err)
-{
-	memset(a, 0, sizeof(*a));
-	const char *profile = o && o->profile ? o->profile : kiln__env("AWS_PROFILE");
-	int named = profile != NULL;
-	if (!profile)
-		profile = "default";
-	char *cpath = home_file("AWS_SHARED_CREDENTIALS_FILE", ".aws/credentials");
-	char *fpath = home_file("AWS_CONFIG_FILE", ".aws/config");
-	char *creds = cpath ? slurp(cpath) : NULL;
-	char *conf = fpath ? slurp(fpath) : NULL;
-	char *csect = NULL;
-	if (!strcmp(profile, "default"))
-		csect = strdup("default");
-	else if (asprintf(&csect, "profile %s", profile) < 0)
-		csect = NULL;
-	int rc = 0;
-	if (!csect) {
-		rc = nomem(err);
-		goto out;
-	}
-	if (kiln__env("AWS_ACCESS_KEY_ID") && kiln__env("AWS_SECRET_ACCESS_KEY")) {
-		a->access = strdup(kiln__env("AWS_ACCESS_KEY_ID"));
-		a->secret = strdup(kiln__env("AWS_SECRET_ACCESS_KEY"));
-		a->token = dup_opt(kiln__env("AWS_SESSION_TOKEN"));
-	}
-	keys_from(a, creds, profile);
-	keys_from(a, conf, csect);
-	if ((a->access != NULL) != (a->secret != NULL)) {
-		rc = kiln__fail_inval(err, KILN_NO_INDEX, "credentials",
-				      "profile %s has an access key without a secret key or the "
-				      "other way round",
-				      profile);
-		goto out;
-	}
-	a->region = dup_opt(o && o->region ? o->region : kiln__env("AWS_REGION"));
-	if (!a->region)
-		a->region = dup_opt(kiln__env("AWS_DEFAULT_REGION"));
-	if (!a->region && conf)
-		a->region = ini_value(conf, csect, "region", NULL);
-	a->endpoint = dup_opt(o && o->endpoint ? o->endpoint : kiln__env("AWS_ENDPOINT_URL_S3"));
-	if (!a->endpoint)
-		a->endpoint = dup_opt(kiln__env("AWS_ENDPOINT_URL"));
-	if (!a->endpoint && conf)
-		a->endpoint = ini_value(conf, csect, "endpoint_url", NULL);
-	if (named && !a->access && !kiln__env("AWS_ACCESS_KEY_ID") &&
-	    !has_section(creds, profile) && !has_section(conf, csect)) {
-		rc = kiln__fail_inval(
-		    err, KILN_NO_INDEX, "profile", "the AWS profile %s is in neither %s nor %s",
-		    profile, cpath ? cpath : "~/.aws/credentials", fpath ? fpath : "~/.aws/config");
-		goto out;
-	}
-	if (!a->region)
-		a->region = strdup("us-east-1");
-	if (!a->region)
-		rc = nomem(err);
-out:
-	if (creds) {
-		explicit_bzero(creds, strlen(creds));
-		free(creds);
-	}
-	if (conf) {
-		explicit_bzero(conf, strlen(conf));
-		free(conf);
-	}
-	free(cpath);
-	free(fpath);
-	free(csect);
-	if (rc)
-		aws_free(a);
-	return rc;
-}
-
 /* --- where a URL leads ------------------------------------------------------------------- */
-
-static int unreserved(unsigned char c)
-{
-	return isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~';
-}
-
-/* s3://BUCKET/KEY as an HTTP URL: ENDPOINT/BUCKET/KEY (path style) for a custom endpoint, else
- * AWS's virtual-hosted style; the key percent-encoded, slashes kept. */
-static char *s3_url(const char *bucket, size_t blen, const char *key, const struct aws *a)
-{
-	size_t klen = strlen(key);
-	char *enc = malloc(klen * 3 + 1), *q = enc;
-	if (!enc)
-		return NULL;
-	for (size_t i = 0; i < klen; i++) {
-		unsigned char c = (unsigned char)key[i];
-		if (unreserved(c) || c == '/')
-			*q++ = (char)c;
-		else
-			q += sprintf(q, "%%%02X", c);
-	}
-	*q = '\0';
-	char *url = NULL;
-	int n;
-	if (a->endpoint) {
-		size_t el = strlen(a->endpoint);
-		while (el && a->endpoint[el - 1] == '/')
-			el--;
-		n = asprintf(&url, "%.*s/%.*s/%s", (int)el, a->endpoint, (int)blen, bucket, enc);
-	} else {
-		n = asprintf(&url, "https://%.*s.s3.%s.amazonaws.com/%s", (int)blen, bucket,
-			     a->region, enc);
-	}
-	free(enc);
-	return n < 0 ? NULL : url;
-}
-
-/* The host of an http(s) URL, lowercased into buf. */
-static void url_host(const char *url, char *buf, size_t cap)
-{
-	const char *h = strstr(url, "://");
-	h = h ? h + 3 : url;
-	const char *at = h;
-	while (*at && *at != '/' && *at != '?' && *at != '#')
-		at++;
-	const char *u = memchr(h, '@', (size_t)(at - h));
-	if (u)
-		h = u + 1;
-	size_t n = 0;
-	while (h < at && *h != ':' && n + 1 < cap)
-		buf[n++] = (char)tolower((unsigned char)*h++);
-	buf[n] = '\0';
-}
-
-static int host_is(const char *host, const char *domain)
-{
-	size_t a = strlen(host), b = strlen(domain);
-	return !strcmp(host, domain) ||
-	       (a > b && host[a - b - 1] == '.' && !strcmp(host + a - b, domain));
-}
-
-static void set_shown(struct kiln__remote *r, const char *url)
-{
-	size_t n = kiln__url_path_len(url);
-	const char *more = url[n] ? "?..." : "";
-	if (n > 100)
-		snprintf(r->shown, sizeof(r->shown), "%.40s...%s%s", url, url + n - 56, more);
-	else
-		snprintf(r->shown, sizeof(r->shown), "%.*s%s", (int)n, url, more);
-}
 
 /* "NAME: VALUE" appended to the headers every request sends; -1 when out of memory. */
 static int add_header(struct kiln__remote *r, const char *name, const char *value)
@@ -403,27 +110,31 @@ int kiln__remote_new(const char *url, const kiln_remote_options *o, struct kiln_
 	int rc = kiln__remote_check_options(o, err);
 	if (rc)
 		return rc;
+	int scheme = kiln__url_scheme(url);
+	if (scheme == KILN__URL_NONE)
+		return kiln__fail_inval(err, KILN_NO_INDEX, "url", "not a URL kiln fetches: %.200s",
+					url ? url : "(null)");
 	pthread_once(&curl_once, init_curl);
 	if (curl_init_rc != CURLE_OK)
 		return kiln__fail_sys(err, KILN_IO, EIO, "libcurl did not initialize: %s",
 				      curl_easy_strerror(curl_init_rc));
 	struct kiln__remote *r = calloc(1, sizeof(*r));
 	if (!r)
-		return nomem(err);
+		return kiln__nomem(err, 0, NULL);
 	pthread_mutex_init(&r->lock, NULL);
-	set_shown(r, url);
-	r->connections = o && o->connections ? o->connections : CONN_DEFAULT;
-	r->chunk = o && o->chunk_size ? o->chunk_size : CHUNK_DEFAULT;
-	r->retries = !o || !o->retries                    ? RETRY_DEFAULT
+	kiln__url_shown(url, r->shown, sizeof(r->shown));
+	r->connections = o && o->connections ? o->connections : KILN__REMOTE_CONNECTIONS_DEFAULT;
+	r->chunk = o && o->chunk_size ? o->chunk_size : KILN__REMOTE_CHUNK_DEFAULT;
+	r->retries = !o || !o->retries                    ? KILN__REMOTE_RETRIES_DEFAULT
 		     : o->retries == KILN_REMOTE_NO_RETRY ? 0
 							  : o->retries;
-	r->stall_ms = o && o->stall_ms ? o->stall_ms : STALL_DEFAULT;
+	r->stall_ms = o && o->stall_ms ? o->stall_ms : KILN__REMOTE_STALL_MS_DEFAULT;
 	r->deadline_ms = o ? o->deadline_ms : 0;
 	r->cap_bps = o ? o->max_bytes_per_sec : 0;
 	r->progress = o ? o->progress : NULL;
 	r->progress_ctx = o ? o->progress_ctx : NULL;
 	const char *ca = o && o->ca_bundle ? o->ca_bundle : NULL;
-	if (!strncmp(url, "s3://", 5)) {
+	if (scheme == KILN__URL_S3) {
 		const char *b = url + 5, *slash = strchr(b, '/');
 		size_t blen = slash ? (size_t)(slash - b) : strlen(b);
 		int ok = blen >= 1 && blen <= 63 && slash && slash[1];
@@ -438,12 +149,12 @@ int kiln__remote_new(const char *url, const kiln_remote_options *o, struct kiln_
 			kiln__remote_free(r);
 			return KILN_INVAL;
 		}
-		struct aws a;
-		if ((rc = aws_settings(o, &a, err))) {
+		struct kiln__aws a;
+		if ((rc = kiln__aws_settings(o, &a, err))) {
 			kiln__remote_free(r);
 			return rc;
 		}
-		r->url = s3_url(b, blen, slash + 1, &a);
+		r->url = kiln__s3_url(b, blen, slash + 1, a.endpoint, a.region);
 		if (a.access) {
 			snprintf(r->sigv4, sizeof(r->sigv4), "aws:amz:%s:s3", a.region);
 			if (asprintf(&r->userpwd, "%s:%s", a.access, a.secret) < 0)
@@ -455,38 +166,39 @@ int kiln__remote_new(const char *url, const kiln_remote_options *o, struct kiln_
 			  (a.token && add_header(r, "x-amz-security-token", a.token));
 		if (!ca)
 			ca = kiln__env("AWS_CA_BUNDLE");
-		aws_free(&a);
+		kiln__aws_free(&a);
 		if (bad) {
 			kiln__remote_free(r);
-			return nomem(err);
+			return kiln__nomem(err, 0, NULL);
 		}
 	} else {
 		r->url = strdup(url);
 		char host[256];
-		url_host(url, host, sizeof(host));
+		kiln__url_host(url, host, sizeof(host));
 		if (!host[0]) {
 			kiln__fail_inval(err, KILN_NO_INDEX, "path", "%s has no host", r->shown);
 			kiln__remote_free(r);
 			return KILN_INVAL;
 		}
 		const char *tok = kiln__env("HF_TOKEN");
-		int hf = tok && (host_is(host, "huggingface.co") || host_is(host, "hf.co"));
+		int hf =
+		    tok && (kiln__host_is(host, "huggingface.co") || kiln__host_is(host, "hf.co"));
 		if (hf)
 			r->bearer = strdup(tok);
 		if (!r->url || (hf && !r->bearer)) {
 			kiln__remote_free(r);
-			return nomem(err);
+			return kiln__nomem(err, 0, NULL);
 		}
 	}
 	if (!ca)
 		ca = kiln__env("CURL_CA_BUNDLE");
 	if (ca && !(r->ca_bundle = strdup(ca))) {
 		kiln__remote_free(r);
-		return nomem(err);
+		return kiln__nomem(err, 0, NULL);
 	}
 	if (!(r->multi = curl_multi_init())) {
 		kiln__remote_free(r);
-		return nomem(err);
+		return kiln__nomem(err, 0, NULL);
 	}
 	curl_multi_setopt(r->multi, CURLMOPT_MAX_HOST_CONNECTIONS, (long)r->connections);
 	*out = r;
@@ -876,7 +588,7 @@ static int start(struct xfer *x)
 	curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
 	curl_easy_setopt(h, CURLOPT_MAXREDIRS, 8L);
 	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_MS);
+	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, KILN__REMOTE_CONNECT_MS);
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)((r->stall_ms + 999) / 1000));
 	curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L << 10);
@@ -912,11 +624,11 @@ static int start(struct xfer *x)
 
 static uint64_t backoff(uint32_t attempt)
 {
-	uint64_t step = BACKOFF_MS;
-	for (uint32_t i = 1; i < attempt && step < BACKOFF_CAP_MS; i++)
+	uint64_t step = KILN__REMOTE_BACKOFF_MS;
+	for (uint32_t i = 1; i < attempt && step < KILN__REMOTE_BACKOFF_CAP_MS; i++)
 		step *= 2;
-	if (step > BACKOFF_CAP_MS)
-		step = BACKOFF_CAP_MS;
+	if (step > KILN__REMOTE_BACKOFF_CAP_MS)
+		step = KILN__REMOTE_BACKOFF_CAP_MS;
 	uint64_t j = 0;
 	if (getrandom(&j, sizeof(j), GRND_NONBLOCK) != (ssize_t)sizeof(j))
 		j = now_ms() * 0x9E3779B97F4A7C15u;
@@ -1134,7 +846,7 @@ int kiln__remote_get(struct kiln__remote *r, const struct kiln__span *spans, siz
 		return 0;
 	struct xfer *xs = calloc(count, sizeof(*xs));
 	if (!xs)
-		return nomem(err);
+		return kiln__nomem(err, 0, NULL);
 	size_t k = 0;
 	for (size_t i = 0, j; i < n; i = j) {
 		j = run_end(r, spans, n, i);
@@ -1174,7 +886,7 @@ int kiln__remote_read_small(const char *url, const kiln_remote_options *o, size_
 	char *buf = malloc(first + 1);
 	uint64_t got = 0;
 	if (!buf)
-		rc = nomem(err);
+		rc = kiln__nomem(err, 0, NULL);
 	else
 		rc = kiln__remote_pin(r, first, (uint8_t *)buf, &got, err);
 	if (!rc && r->size > cap)
@@ -1184,7 +896,7 @@ int kiln__remote_read_small(const char *url, const kiln_remote_options *o, size_
 	if (!rc && got < r->size) {
 		char *more = realloc(buf, (size_t)r->size + 1);
 		if (!more) {
-			rc = nomem(err);
+			rc = kiln__nomem(err, 0, NULL);
 		} else {
 			buf = more;
 			struct kiln__span s = {got, r->size - got, (uint8_t *)buf + got};
@@ -1210,9 +922,6 @@ KILN_API int kiln_remote_fetch(const char *url, const kiln_remote_options *o, ui
 	kiln__clear_error(err);
 	if (size)
 		*size = 0;
-	if (!kiln__is_url(url))
-		return kiln__fail_inval(err, KILN_NO_INDEX, "url", "not a URL kiln fetches: %.200s",
-					url ? url : "(null)");
 	if (!sink)
 		return kiln__fail_inval(err, KILN_NO_INDEX, "sink", "no sink to hand the bytes to");
 	if (!length || (length != KILN_FETCH_TO_END && length > UINT64_MAX - offset))

@@ -1,28 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Objects behind URLs (s3://, http://, https://), fetched with ranged GETs over libcurl
- * (src/remote.c): where a URL leads and with which credentials, the first GET that pins the
- * object's size and ETag, and ranges fetched many at a time with retries. The REMOTE source
- * (src/source_remote.c) is built on it; nothing here knows a format.
+ * (src/net/http.c): where a URL leads and with which credentials (src/net/aws.c), the first GET
+ * that pins the object's size and ETag, and ranges fetched many at a time with retries. The
+ * REMOTE source (src/source/remote.c) is built on it; nothing here knows a format.
  */
-#ifndef KILN_REMOTE_H
-#define KILN_REMOTE_H
+#ifndef KILN_NET_NET_H
+#define KILN_NET_NET_H
 
-#include "base/internal.h"
+#include "net/url.h"
 
 struct kiln__remote;
 
-/* An environment variable's value; NULL when it is unset or empty (as the AWS tools read them). */
-const char *kiln__env(const char *name);
-
-/* Nonzero when `path` is a URL kiln fetches (s3://, http://, https://). */
-int kiln__is_url(const char *path);
-/* Bytes of `path` before a URL's query or fragment (what names the object: a presigned URL's
- * signature does not); all of a local path. */
-size_t kiln__url_path_len(const char *path);
-
-/* Where `url` leads (the environment and `o` read once, here). INVAL for a URL kiln cannot use,
- * NOMEM. */
+/* Where `url` leads (the environment and `o` read once, here). INVAL for a URL kiln cannot use
+ * (not one of its schemes: "not a URL kiln fetches"), NOMEM. */
 int kiln__remote_new(const char *url, const kiln_remote_options *o, struct kiln__remote **out,
 		     kiln_error *err);
 void kiln__remote_free(struct kiln__remote *r);

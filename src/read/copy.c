@@ -6,21 +6,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "io/engine.h"
-#include "source/source.h"
-
-const kiln_tensor *kiln__tensor_fits_or_fail(const struct kiln_model *m, uint64_t index,
-					     const void *dst, size_t cap, kiln_error *err)
-{
-	const kiln_tensor *t = kiln__tensor_or_fail(m, index, err);
-	if (t && (cap < t->byte_length || (!dst && t->byte_length))) {
-		kiln__fail_inval(err, index, NULL,
-				 "tensor %" PRIu64 " has %" PRIu64 " bytes; the buffer holds %zu",
-				 index, t->byte_length, dst ? cap : 0);
-		return NULL;
-	}
-	return t;
-}
+#include "read/read.h"
 
 int kiln_tensor_copy(const kiln_model *m, uint64_t index, void *dst, size_t cap, kiln_error *err)
 {
@@ -31,7 +17,7 @@ int kiln_tensor_copy(const kiln_model *m, uint64_t index, void *dst, size_t cap,
 	/* The file's source: for a mapping, through the file and not the mapping, so a file
 	 * truncated under us is an error, not SIGBUS in the middle of a copy. */
 	const struct kiln__file *f = &m->files[t->file];
-	int rc = f->src->read(f, t->file_offset, dst, (size_t)t->byte_length, err);
+	int rc = kiln__file_read(f, t->file_offset, dst, (size_t)t->byte_length, err);
 	if (rc && err) {
 		err->tensor = index;
 		err->file = t->file;
@@ -86,7 +72,7 @@ int kiln_tensor_hint(const kiln_model *m, const uint64_t *tensors, size_t count,
 	if (hint > KILN_HINT_PAGEOUT)
 		return kiln__fail_inval(err, KILN_NO_INDEX, "hint", "unknown hint %u", hint);
 	for (uint32_t i = 0; i < m->nfiles; i++)
-		if (!m->files[i].src->hint)
+		if (!kiln__file_can_hint(&m->files[i]))
 			return kiln__fail(err, KILN_UNSUPPORTED, KILN_NO_INDEX, NULL,
 					  KILN_NO_OFFSET,
 					  "hints apply to mapped files; this model's source is %s",
@@ -114,7 +100,7 @@ int kiln_tensor_hint(const kiln_model *m, const uint64_t *tensors, size_t count,
 		}
 		if (b <= a)
 			continue;
-		int e = f->src->hint(f, (void *)a, b - a, hint);
+		int e = kiln__file_hint(f, (void *)a, b - a, hint);
 		if (e) {
 			kiln__fail_sys(err, e == EINVAL ? KILN_UNSUPPORTED : KILN_IO, e,
 				       "madvise on tensor %" PRIu64 " failed: %s", tensors[k],

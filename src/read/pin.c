@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
-#include "source/source.h"
+#include "read/read.h"
 #include "base/sys.h"
 
 struct kiln__pin {
@@ -61,7 +61,7 @@ int kiln_tensor_pin(kiln_model *m, uint64_t index, const kiln_pin_hooks *hooks, 
 	const kiln_tensor *t = kiln__tensor_or_fail(m, index, err);
 	if (!t)
 		return KILN_INVAL;
-	if (!m->files[t->file].src->pinnable)
+	if (!kiln__file_pinnable(&m->files[t->file]))
 		return kiln__fail(err, KILN_UNSUPPORTED, index, NULL, KILN_NO_OFFSET,
 				  "a borrowed buffer is the caller's to pin");
 	struct kiln__pin *p = find(m, index);

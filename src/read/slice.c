@@ -2,7 +2,7 @@
 /*
  * The geometry of slices: which bytes of a tensor hold rows [start, stop) of one axis. A slice
  * of axis k is `runs` runs (one per index of the axes before k) of `len` bytes, `stride` apart.
- * Pure arithmetic over a view, every product overflow-checked; the reads are in src/stream.c.
+ * Pure arithmetic over a view, every product overflow-checked; the reads are in src/read/stream.c.
  *
  * Whole-byte dtypes slice anywhere. 4-bit dtypes pack two elements per byte, so every run must
  * start and end on a byte (the last run may end at the tensor's end, padding nibble included).
@@ -11,7 +11,7 @@
  */
 #include <inttypes.h>
 
-#include "base/internal.h"
+#include "read/read.h"
 
 static int product(const uint64_t *shape, unsigned from, unsigned to, uint64_t *out)
 {

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Streaming reads through the chunk engine (src/io.c): kiln_stream (chosen tensors into caller
- * memory or a ring of staging buffers), kiln_tensor_read (one tensor, the common case) and
+ * Streaming reads through the chunk engine (src/io/engine.c): kiln_stream (chosen tensors into
+ * caller memory or a ring of staging buffers), kiln_tensor_read (one tensor, the common case) and
  * kiln_model_read_all (every byte of every file, kept nowhere).
  */
 #define _GNU_SOURCE
@@ -12,8 +12,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "io/engine.h"
-#include "source/source.h"
+#include "read/read.h"
 
 /* The start every streaming call shares: clear *err and *result, copy the caller's options into
  * *o (all zero for NULL), and check them (size, flags, engine, limits, reserved words). */
@@ -25,17 +24,16 @@ static int begin_options(const kiln_stream_options *opts, kiln_stream_options *o
 		memset(result, 0, sizeof(*result));
 	memset(o, 0, sizeof(*o));
 	if (opts) {
-		if (opts->size != 0 && opts->size < sizeof(*o))
-			return kiln__fail_inval(err, KILN_NO_INDEX, "size",
-						"kiln_stream_options.size %u is too small",
-						opts->size);
+		int rc = kiln__check_size("kiln_stream_options", opts->size, sizeof(*o), err);
+		if (rc)
+			return rc;
 		*o = *opts;
 	}
 	if (o->flags & ~(uint32_t)KILN_STREAM_DIRECT || o->engine > KILN_ENGINE_PREAD)
 		return kiln__fail_inval(err, KILN_NO_INDEX, "flags",
 					"unknown stream flags 0x%x or engine %u", o->flags,
 					o->engine);
-	if (o->chunk_size > KILN__CHUNK_MAX || o->staging_size > KILN__CHUNK_MAX ||
+	if (o->chunk_size > KILN__REQUEST_MAX || o->staging_size > KILN__REQUEST_MAX ||
 	    o->queue_depth > KILN__QD_MAX)
 		return kiln__fail_inval(
 		    err, KILN_NO_INDEX, "chunk_size",
@@ -56,11 +54,9 @@ static int begin(const kiln_model *m, const kiln_stream_options *opts, kiln_stre
 	return rc;
 }
 
-/* The files a stream reads, as the engine takes them: one file's descriptor (or memory), or an
- * array of each for several. `fds` may replace the files' own descriptors (read_jobs' own). Where
- * a file's bytes are all in memory already (READ, URING, BUFFER), the engine copies from there:
- * reading the file again would cost a second pass over the disk or page cache for bytes a memcpy
- * gives. A mapping is not memory in that sense: its pages may still have to come from the disk. */
+/* The files a stream reads, as the engine takes them: one file's descriptor or memory, or an array
+ * of each for several, from each file's feed (src/source/file.h: its bytes in memory where they
+ * are, else its descriptor, a random-access one of the feed's own for scattered runs). */
 struct files {
 	/* Set when a file has neither a descriptor nor its bytes in memory (a URL opened with
 	 * KILN_OPEN_DIRECTORY_ONLY): every file is then read through its source. */
@@ -69,35 +65,44 @@ struct files {
 	const uint8_t *one_mem;
 	int *fds;
 	const uint8_t **mems;
+	struct kiln__feed *feeds, one;
 	uint32_t n;
 };
 
-static int files_get(const kiln_model *m, struct files *fs, kiln_error *err)
+/* The feeds of m's files, `how` (KILN__FEED_*) for those `used` marks (NULL: all), plain for the
+ * rest. */
+static int files_get(const kiln_model *m, unsigned how, const uint8_t *used, struct files *fs,
+		     kiln_error *err)
 {
 	memset(fs, 0, sizeof(*fs));
 	fs->n = m->nfiles;
-	for (uint32_t i = 0; i < m->nfiles; i++)
-		if (m->files[i].fd < 0 && !m->files[i].mem)
-			fs->reader = m;
-	if (m->nfiles == 1) {
-		fs->one_fd = m->files[0].fd;
-		fs->one_mem = m->files[0].mem;
-		return 0;
-	}
-	fs->fds = calloc(m->nfiles, sizeof(*fs->fds));
-	fs->mems = calloc(m->nfiles, sizeof(*fs->mems));
-	if (!fs->fds || !fs->mems) {
-		free(fs->fds);
-		free(fs->mems);
-		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+	struct kiln__feed *feeds = &fs->one;
+	if (m->nfiles > 1) {
+		fs->feeds = feeds = calloc(m->nfiles, sizeof(*feeds));
+		fs->fds = calloc(m->nfiles, sizeof(*fs->fds));
+		fs->mems = calloc(m->nfiles, sizeof(*fs->mems));
+		if (!fs->feeds || !fs->fds || !fs->mems) {
+			free(fs->feeds);
+			free(fs->fds);
+			free(fs->mems);
+			return kiln__nomem(err, 0, NULL);
+		}
 	}
 	int in_memory = 1;
 	for (uint32_t i = 0; i < m->nfiles; i++) {
-		fs->fds[i] = m->files[i].fd;
-		fs->mems[i] = m->files[i].mem;
-		in_memory &= fs->mems[i] != NULL;
+		kiln__file_feed(&m->files[i], !used || used[i] ? how : 0, &feeds[i]);
+		if (feeds[i].fd < 0 && !feeds[i].mem)
+			fs->reader = m;
+		in_memory &= feeds[i].mem != NULL;
+		if (fs->fds) {
+			fs->fds[i] = feeds[i].fd;
+			fs->mems[i] = feeds[i].mem;
+		}
 	}
-	if (!in_memory) {
+	if (!fs->fds) {
+		fs->one_fd = fs->one.fd;
+		fs->one_mem = fs->one.mem;
+	} else if (!in_memory) {
 		free(fs->mems);
 		fs->mems = NULL;
 	}
@@ -106,6 +111,10 @@ static int files_get(const kiln_model *m, struct files *fs, kiln_error *err)
 
 static void files_put(struct files *fs)
 {
+	struct kiln__feed *feeds = fs->feeds ? fs->feeds : &fs->one;
+	for (uint32_t i = 0; i < fs->n; i++)
+		kiln__feed_done(&feeds[i]);
+	free(fs->feeds);
 	free(fs->fds);
 	free(fs->mems);
 }
@@ -113,13 +122,7 @@ static void files_put(struct files *fs)
 static int read_through_source(void *ctx, uint32_t file, const struct kiln__span *spans, size_t n,
 			       kiln_error *err)
 {
-	const struct kiln__file *f = &((const kiln_model *)ctx)->files[file];
-	if (f->src->read_spans)
-		return f->src->read_spans(f, spans, n, err);
-	int rc = 0;
-	for (size_t i = 0; i < n && !rc; i++)
-		rc = f->src->read(f, spans[i].off, spans[i].dst, (size_t)spans[i].len, err);
-	return rc;
+	return kiln__file_read_spans(&((const kiln_model *)ctx)->files[file], spans, n, err);
 }
 
 /* Run the engine over `ranges` of the files (one queue for all of them), staging through
@@ -167,7 +170,7 @@ static int run_model(const kiln_model *m, const kiln_stream_options *o,
 		     kiln_error *err)
 {
 	struct files fs;
-	int rc = files_get(m, &fs, err);
+	int rc = files_get(m, 0, NULL, &fs, err);
 	if (!rc)
 		rc = run(&fs, o, ranges, n, result, err);
 	files_put(&fs);
@@ -224,7 +227,7 @@ int kiln_stream(const kiln_model *m, const uint64_t *tensors, size_t count, void
 
 	struct kiln__range *ranges = calloc(count ? count : 1, sizeof(*ranges));
 	if (!ranges)
-		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+		return kiln__nomem(err, 0, NULL);
 	for (size_t k = 0; k < count; k++) {
 		uint64_t i = tensors ? tensors[k] : k;
 		const kiln_tensor *t = kiln_model_tensor(m, i);
@@ -253,10 +256,6 @@ int kiln_tensor_read(const kiln_model *m, uint64_t index, void *dst, size_t cap,
 	struct kiln__range r = range_of(t, dst);
 	return run_model(m, &o, &r, 1, NULL, err);
 }
-
-/* The runs of a slice or range go to the engine in batches of this many ranges, each batch's
- * reads in flight together, so memory stays small whatever the number of runs. */
-#define RUN_BATCH 4096u
 
 /* One tensor's share of a slice read: its runs and where they land. */
 struct slice_job {
@@ -288,8 +287,8 @@ static uint64_t jobs_bytes(const struct slice_job *jobs, size_t count)
 }
 
 /* The runs of every job, in order, through one queue of reads: the engine gets them in batches
- * of RUN_BATCH ranges, each batch's reads in flight together, so memory stays small whatever the
- * number of runs, and one tensor's runs overlap the next one's. */
+ * of KILN__RUN_BATCH ranges, each batch's reads in flight together, so memory stays small whatever
+ * the number of runs, and one tensor's runs overlap the next one's. */
 static int read_jobs(const kiln_model *m, const struct slice_job *jobs, size_t count,
 		     const kiln_stream_options *o, kiln_stream_result *result, kiln_error *err)
 {
@@ -303,37 +302,19 @@ static int read_jobs(const kiln_model *m, const struct slice_job *jobs, size_t c
 	}
 	if (!total)
 		return 0;
+	/* The kernel's read-ahead would read on past every run of a cold file (a quarter of each
+	 * row becomes most of the file): the files read for scattered runs get descriptors of their
+	 * own with random-access advice (KILN__FEED_RANDOM), which read just the runs and leave
+	 * the model's descriptors and their read-ahead state alone for other threads. */
+	uint8_t *used = partial ? calloc(m->nfiles, 1) : NULL;
+	for (size_t j = 0; used && j < count; j++)
+		used[jobs[j].t->file] = 1;
 	struct files fs;
-	int rc = files_get(m, &fs, err);
+	int rc = partial && !used ? kiln__nomem(err, 0, NULL)
+				  : files_get(m, partial ? KILN__FEED_RANDOM : 0, used, &fs, err);
+	free(used);
 	if (rc)
 		return rc;
-	/* The kernel's read-ahead would read on past every run of a cold file (a quarter of each
-	 * row becomes most of the file). Descriptors of our own, reopened from the same open
-	 * files, with random-access advice read just the runs, and leave the model's descriptors
-	 * and their read-ahead state alone for other threads. Falls back to the shared ones. */
-	int *own = NULL;
-	if (partial && !fs.one_mem && !fs.mems) {
-		own = malloc(fs.n * sizeof(*own));
-		for (uint32_t i = 0; own && i < fs.n; i++) {
-			int fd = fs.fds ? fs.fds[i] : fs.one_fd;
-			own[i] = -1;
-			for (size_t j = 0; j < count && fd >= 0; j++) {
-				if (jobs[j].t->file != i)
-					continue;
-				char path[64];
-				snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-				own[i] = open(path, O_RDONLY | O_CLOEXEC);
-				if (own[i] >= 0) {
-					posix_fadvise(own[i], 0, 0, POSIX_FADV_RANDOM);
-					if (fs.fds)
-						fs.fds[i] = own[i];
-					else
-						fs.one_fd = own[i];
-				}
-				break;
-			}
-		}
-	}
 	/* Small runs keep more reads in flight than the default queue of whole chunks (a cold
 	 * disk serves many small requests best all at once: 8 KiB runs read 25-30 % faster at
 	 * 256 in flight than at 32 here); each request costs only its slot. */
@@ -341,9 +322,9 @@ static int read_jobs(const kiln_model *m, const struct slice_job *jobs, size_t c
 	if (!deep.queue_depth && jobs_bytes(jobs, count) / total < KILN__CHUNK_DEFAULT / 8)
 		deep.queue_depth = KILN__QD_SMALL_RUNS;
 	o = &deep;
-	size_t cap = total < RUN_BATCH ? (size_t)total : RUN_BATCH, n = 0;
+	size_t cap = total < KILN__RUN_BATCH ? (size_t)total : KILN__RUN_BATCH, n = 0;
 	struct kiln__range *ranges = calloc(cap, sizeof(*ranges));
-	rc = ranges ? 0 : kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+	rc = ranges ? 0 : kiln__nomem(err, 0, NULL);
 	kiln_stream_result one = {0};
 	for (size_t j = 0; j < count && !rc; j++) {
 		const struct slice_job *b = &jobs[j];
@@ -369,10 +350,6 @@ static int read_jobs(const kiln_model *m, const struct slice_job *jobs, size_t c
 			add_result(result, &one);
 	}
 	free(ranges);
-	for (uint32_t i = 0; own && i < fs.n; i++)
-		if (own[i] >= 0)
-			close(own[i]);
-	free(own);
 	files_put(&fs);
 	return rc;
 }
@@ -444,7 +421,7 @@ int kiln_read_slices(const kiln_model *m, const uint64_t *tensors, const kiln_sl
 					"slices land in dests; staging buffers do not apply");
 	struct slice_job *jobs = calloc(count ? count : 1, sizeof(*jobs));
 	if (!jobs)
-		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+		return kiln__nomem(err, 0, NULL);
 	/* Every slice is checked before the first read. */
 	for (size_t k = 0; k < count && !rc; k++) {
 		struct slice_job *b = &jobs[k];
@@ -484,10 +461,6 @@ int kiln_tensor_slice_data(const kiln_model *m, uint64_t index, const kiln_slice
 	return 0;
 }
 
-/* Without the caller's staging buffers: this many of chunk_size bytes. Enough requests in flight
- * to keep a disk busy, little memory. */
-#define READ_ALL_BUFFERS 4u
-
 int kiln_model_read_all(const kiln_model *m, const kiln_stream_options *opts,
 			kiln_stream_result *result, kiln_error *err)
 {
@@ -502,7 +475,7 @@ int kiln_model_read_all(const kiln_model *m, const kiln_stream_options *opts,
 	void *mem = NULL;
 	size_t mem_len = 0;
 	if (!o.staging) {
-		uint32_t nb = o.queue_depth ? o.queue_depth : READ_ALL_BUFFERS;
+		uint32_t nb = o.queue_depth ? o.queue_depth : KILN__READ_ALL_BUFFERS;
 		size_t size = o.chunk_size ? o.chunk_size : KILN__CHUNK_DEFAULT;
 		mem_len = (size_t)nb * size; /* at most 4096 x 1 GiB: fits a 64-bit size_t */
 		own = calloc(nb, sizeof(*own));
@@ -523,24 +496,15 @@ int kiln_model_read_all(const kiln_model *m, const kiln_stream_options *opts,
 	}
 	/* One range per file over the whole of it: headers, directories, pads, payloads and the
 	 * gaps between them. Chunks report their file and offset in it. This reads the files
-	 * whatever the source (finding unreadable sectors is its point); only a buffer, which has
-	 * no file behind it, is copied from memory. */
+	 * whatever the source (finding unreadable sectors is its point: KILN__FEED_FILE); only a
+	 * buffer, which has no file behind it, is copied from memory. */
 	struct files fs;
 	struct kiln__range *ranges = calloc(m->nfiles ? m->nfiles : 1, sizeof(*ranges));
-	rc = ranges ? files_get(m, &fs, err)
-		    : kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+	rc = ranges ? files_get(m, KILN__FEED_FILE, NULL, &fs, err) : kiln__nomem(err, 0, NULL);
 	if (!rc) {
-		int has_fd = 1;
-		for (uint32_t i = 0; i < m->nfiles; i++) {
+		for (uint32_t i = 0; i < m->nfiles; i++)
 			ranges[i] = (struct kiln__range){
 			    .off = 0, .len = m->files[i].size, .tensor = KILN_NO_INDEX, .file = i};
-			has_fd &= m->files[i].fd >= 0;
-		}
-		if (has_fd) {
-			fs.one_mem = NULL;
-			free(fs.mems);
-			fs.mems = NULL;
-		}
 		rc = run(&fs, &o, ranges, m->nfiles, result, err);
 		files_put(&fs);
 		name_file(m, rc, err);

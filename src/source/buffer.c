@@ -67,5 +67,6 @@ const struct kiln__source kiln__source_buffer = {
     .finish = buffer_finish,
     .release = buffer_release,
     .read = buffer_read,
+    .feed = kiln__feed_local,
     .pinnable = 0,
 };

@@ -25,8 +25,10 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "base/publish.h"
 #include "source/cache.h"
-#include "net/net.h"
+#include "base/sys.h"
+#include "net/url.h"
 
 #define URLHASH_LEN 32
 
@@ -60,7 +62,7 @@ static const char *ext_of(const char *url, size_t n)
 
 static void url_hash(const char *url, char out[URLHASH_LEN + 1], const char **ext)
 {
-	size_t n = kiln__url_path_len(url);
+	size_t n = kiln__url_name_len(url);
 	XXH128_hash_t h = XXH3_128bits(url, n);
 	snprintf(out, URLHASH_LEN + 1, "%016" PRIx64 "%016" PRIx64, (uint64_t)h.high64,
 		 (uint64_t)h.low64);

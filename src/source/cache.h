@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* The local cache of remote files (src/cache.c), used by the REMOTE source. */
+/* The local cache of remote files (src/source/cache.c), used by the REMOTE source. */
 #ifndef KILN_CACHE_H
 #define KILN_CACHE_H
 
-#include "base/internal.h"
+#include "base/base.h"
 
 struct kiln__cache {
 	const char *dir; /* NULL: no cache */

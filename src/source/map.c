@@ -31,7 +31,7 @@
 #define PREFIX_RESERVE ((uint64_t)256 << 10)
 
 struct map_state {
-	uint8_t hdr[KILN__HEADER_SIZE]; /* the file's first bytes, read once */
+	uint8_t hdr[KILN__FIRST_BYTES]; /* the file's first bytes, read once */
 	size_t hdr_len;
 	/* transient fetches: one reused window */
 	uint8_t *window;
@@ -61,18 +61,13 @@ static struct map_state *state(const struct kiln__file *f)
 	return f->src_state;
 }
 
-static int nomem(kiln_error *err, size_t n, const char *what)
-{
-	return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "cannot allocate %zu bytes for %s", n, what);
-}
-
 static int map_attach(struct kiln__file *f, const kiln_open_options *o, const void *buf, size_t len,
 		      kiln_error *err)
 {
 	(void)buf, (void)len;
-	struct map_state *s = kiln__alloc(&f->model->alloc, sizeof(*s));
+	struct map_state *s = kiln__alloc(f->alloc, sizeof(*s));
 	if (!s)
-		return nomem(err, sizeof(*s), "the file's state");
+		return kiln__nomem(err, sizeof(*s), "the file's state");
 	memset(s, 0, sizeof(*s));
 	f->src_state = s;
 	s->auto_pending = o && o->source == KILN_SOURCE_AUTO;
@@ -126,7 +121,7 @@ static void map_expect(struct kiln__file *f, uint64_t off, uint64_t end)
 		 * usual reads. */
 		if (s->dir_cached && end > off && end - off <= KILN__HEAD_SMALL) {
 			size_t len = (size_t)(end - off);
-			uint8_t *buf = kiln__alloc(&f->model->alloc, len);
+			uint8_t *buf = kiln__alloc(f->alloc, len);
 			if (buf && kiln__pread_full(f->fd, buf, len, off, NULL) == 0) {
 				s->whole = buf;
 				s->whole_off = off;
@@ -134,7 +129,7 @@ static void map_expect(struct kiln__file *f, uint64_t off, uint64_t end)
 				return;
 			}
 			if (buf)
-				kiln__free(&f->model->alloc, buf, len);
+				kiln__free(f->alloc, buf, len);
 		}
 	}
 	read_ahead(f, off, end);
@@ -146,10 +141,10 @@ static const uint8_t *map_fetch(struct kiln__file *f, uint64_t off, uint64_t len
 				kiln_error *err)
 {
 	struct map_state *s = state(f);
-	if (off + len <= KILN__HEADER_SIZE) {
+	if (off + len <= KILN__FIRST_BYTES) {
 		if (s->hdr_len < off + len) {
 			size_t n =
-			    f->size < KILN__HEADER_SIZE ? (size_t)f->size : KILN__HEADER_SIZE;
+			    f->size < KILN__FIRST_BYTES ? (size_t)f->size : KILN__FIRST_BYTES;
 			if (kiln__pread_full(f->fd, s->hdr, n, 0, err))
 				return NULL;
 			s->hdr_len = n;
@@ -172,13 +167,13 @@ static const uint8_t *map_fetch(struct kiln__file *f, uint64_t off, uint64_t len
 		uint64_t room = f->size - off;
 		if (cap > room && room >= len)
 			cap = (size_t)room;
-		uint8_t *w = kiln__alloc(&f->model->alloc, cap);
+		uint8_t *w = kiln__alloc(f->alloc, cap);
 		if (!w) {
-			nomem(err, cap, "a directory window");
+			kiln__nomem(err, cap, "a directory window");
 			return NULL;
 		}
 		if (s->window)
-			kiln__free(&f->model->alloc, s->window, s->window_cap);
+			kiln__free(f->alloc, s->window, s->window_cap);
 		s->window = w;
 		s->window_cap = cap;
 		s->window_len = 0;
@@ -198,7 +193,7 @@ static void free_prefix(struct kiln__file *f)
 	if (s->prefix_reserved)
 		kiln__owned_unreserve(s->prefix, s->prefix_cap);
 	else if (s->prefix)
-		kiln__free(&f->model->alloc, s->prefix, s->prefix_cap);
+		kiln__free(f->alloc, s->prefix, s->prefix_cap);
 	s->prefix = NULL;
 }
 
@@ -225,9 +220,9 @@ static const uint8_t *map_prefix(struct kiln__file *f, uint64_t len, kiln_error 
 			if (p)
 				cap = f->size;
 			else
-				p = kiln__alloc(&f->model->alloc, (size_t)cap), reserved = 0;
+				p = kiln__alloc(f->alloc, (size_t)cap), reserved = 0;
 			if (!p) {
-				nomem(err, (size_t)cap, "a copy of the header");
+				kiln__nomem(err, (size_t)cap, "a copy of the header");
 				return NULL;
 			}
 			if (s->prefix) {
@@ -353,7 +348,7 @@ static void free_buffers(struct kiln__file *f)
 {
 	struct map_state *s = state(f);
 	if (s->window)
-		kiln__free(&f->model->alloc, s->window, s->window_cap);
+		kiln__free(f->alloc, s->window, s->window_cap);
 	s->window = NULL;
 	s->window_cap = 0;
 }
@@ -413,11 +408,11 @@ static void map_release(struct kiln__file *f)
 		posix_fadvise(f->fd, 0, 0, POSIX_FADV_NORMAL);
 	free_buffers(f);
 	if (s->whole)
-		kiln__free(&f->model->alloc, s->whole, (size_t)s->whole_len);
+		kiln__free(f->alloc, s->whole, (size_t)s->whole_len);
 	free_prefix(f);
 	if (s->map_addr)
 		munmap(s->map_addr, s->map_len);
-	kiln__free(&f->model->alloc, s, sizeof(*s));
+	kiln__free(f->alloc, s, sizeof(*s));
 	f->src_state = NULL;
 }
 
@@ -449,6 +444,8 @@ const struct kiln__source kiln__source_map = {
     .finish = map_finish,
     .release = map_release,
     .read = map_read,
+    .feed = kiln__feed_local,
+    .advise = kiln__advise_local,
     .hint = map_hint,
     .pinnable = 1,
 };

@@ -5,8 +5,8 @@
  * own; once the reader has checked it and says what it reads next (kiln__expect), the file's
  * memory is allocated and the directory is read into it in place, a window at a time; once the
  * reader has accepted the file, the rest of it, the payload, is read by the chunk engine in
- * src/io.c, on several threads when asked. A rejected file so costs neither a big allocation's
- * first touch nor payload I/O.
+ * src/io/engine.c, on several threads when asked. A rejected file so costs neither a big
+ * allocation's first touch nor payload I/O.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -19,7 +19,7 @@
 #include "source/source.h"
 
 /* Room past the file for an aligned O_DIRECT tail read in place: 64 KiB covers every
- * alignment statx or the block device reports (src/io.c caps it there). */
+ * alignment statx or the block device reports (src/io/engine.c caps it there). */
 #define DIRECT_TAIL ((uint64_t)65536)
 
 /* Ranges of the file read in so far (disjoint, in order). A few suffice: readers fill a region
@@ -27,7 +27,7 @@
 #define MAX_FILLED 8
 
 struct read_state {
-	uint8_t hdr[KILN__HEADER_SIZE]; /* the first bytes, before the memory exists */
+	uint8_t hdr[KILN__FIRST_BYTES]; /* the first bytes, before the memory exists */
 	size_t hdr_len;
 	uint8_t *block; /* the file's memory */
 	size_t cap;
@@ -48,7 +48,7 @@ static struct read_state *state(const struct kiln__file *f)
 
 static int new_state(struct kiln__file *f, const kiln_open_options *o, kiln_error *err)
 {
-	struct read_state *s = kiln__alloc(&f->model->alloc, sizeof(*s));
+	struct read_state *s = kiln__alloc(f->alloc, sizeof(*s));
 	if (!s)
 		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "cannot allocate the file's state");
 	memset(s, 0, sizeof(*s));
@@ -65,8 +65,8 @@ static int read_attach(struct kiln__file *f, const kiln_open_options *o, const v
 {
 	(void)buf, (void)len;
 	f->load.source = f->src->id;
-	/* AUTO reaches an owned source only when the options asked for owned bytes (src/model.c,
-	 * source_for): say so, as kiln_auto_choice promises. */
+	/* AUTO reaches an owned source only when the options asked for owned bytes
+	 * (kiln__source_for): say so, as kiln_auto_choice promises. */
 	if (o && o->source == KILN_SOURCE_AUTO)
 		f->load.auto_choice = KILN_AUTO_OWNED;
 	int rc = new_state(f, o, err);
@@ -82,7 +82,7 @@ int kiln__file_memory(uint64_t size, void *buffer, size_t buffer_size, uint64_t 
 		      uint8_t **block, size_t *cap, int *owned, kiln_error *err)
 {
 	if (buffer) {
-		if ((uintptr_t)buffer % KILN__ALIGN || buffer_size < size)
+		if ((uintptr_t)buffer % 64 || buffer_size < size)
 			return kiln__fail_inval(
 			    err, KILN_NO_INDEX, "buffer",
 			    "the load buffer must be 64-byte aligned and hold the %" PRIu64
@@ -207,10 +207,10 @@ static const uint8_t *read_fetch(struct kiln__file *f, uint64_t off, uint64_t le
 				 kiln_error *err)
 {
 	struct read_state *s = state(f);
-	if (!s->block && off + len <= KILN__HEADER_SIZE && !keep && !s->expect_end) {
+	if (!s->block && off + len <= KILN__FIRST_BYTES && !keep && !s->expect_end) {
 		if (s->hdr_len < off + len) {
 			size_t n =
-			    f->size < KILN__HEADER_SIZE ? (size_t)f->size : KILN__HEADER_SIZE;
+			    f->size < KILN__FIRST_BYTES ? (size_t)f->size : KILN__FIRST_BYTES;
 			if (kiln__pread_full(f->fd, s->hdr, n, 0, err))
 				return NULL;
 			s->hdr_len = n;
@@ -371,7 +371,7 @@ static void read_release(struct kiln__file *f)
 		return;
 	if (s->owned)
 		kiln__owned_free(s->block, s->cap);
-	kiln__free(&f->model->alloc, s, sizeof(*s));
+	kiln__free(f->alloc, s, sizeof(*s));
 	f->src_state = NULL;
 	f->base = NULL;
 	f->mem = NULL;
@@ -395,6 +395,8 @@ const struct kiln__source kiln__source_read = {
     .finish = read_finish,
     .release = read_release,
     .read = read_read,
+    .feed = kiln__feed_local,
+    .advise = kiln__advise_local,
     .pinnable = 1,
 };
 
@@ -407,5 +409,7 @@ const struct kiln__source kiln__source_uring = {
     .finish = read_finish,
     .release = read_release,
     .read = read_read,
+    .feed = kiln__feed_local,
+    .advise = kiln__advise_local,
     .pinnable = 1,
 };

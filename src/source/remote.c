@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The REMOTE source: a file behind a URL (src/remote.c). The first GET (FIRST_GET bytes from 0)
+ * The REMOTE source: a file behind a URL (src/net/http.c). The first GET (FIRST_GET bytes from 0)
  * pins the object and holds most headers and directories whole; what the reader asks for past
  * it comes in one more GET that runs on to what the reader said it reads next (kiln__expect),
  * but never more than GROW_MIN (or as much as is already in hand) past what it asked for: the
@@ -19,12 +19,12 @@
 #include "net/net.h"
 #include "source/source.h"
 
-#define FIRST_GET ((uint64_t)256 << 10)
-#define GROW_MIN  ((uint64_t)16 << 20)
-/* Reads shorter than half of this, of a file whose payload stayed on the server, fetch this
- * much and serve the reads after them from it: the rows of a slice, or tensors read one after
+#define FIRST_GET KILN__REMOTE_FIRST_GET
+#define GROW_MIN  KILN__REMOTE_GROW_MIN
+/* Reads shorter than half of a window, of a file whose payload stayed on the server, fetch a
+ * window and serve the reads after them from it: the rows of a slice, or tensors read one after
  * another, cost a GET per window instead of one each. */
-#define WINDOW    ((uint64_t)1 << 20)
+#define WINDOW    KILN__REMOTE_WINDOW
 
 struct old_head {
 	struct old_head *next;
@@ -54,12 +54,6 @@ static struct remote_state *state(const struct kiln__file *f)
 	return f->src_state;
 }
 
-static int nomem(kiln_error *err, uint64_t n, const char *what)
-{
-	return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "cannot allocate %" PRIu64 " bytes for %s",
-			      n, what);
-}
-
 /* A head buffer of `len` bytes, on the list freed at close. */
 static uint8_t *new_head(struct remote_state *s, uint64_t len)
 {
@@ -82,11 +76,12 @@ static int hand_to_cache(struct kiln__file *f, const kiln_open_options *o, char 
 	remote_release(f);
 	f->url = f->path;
 	f->path = path;
+	f->remote = 0;
 	if (fd >= 0) {
 		f->fd = fd;
 		f->size = size;
 	}
-	f->src = kiln__source_for(path, o);
+	f->src = kiln__source_for(0, o);
 	return f->src->attach(f, o, NULL, 0, err);
 }
 
@@ -105,7 +100,7 @@ static int remote_attach(struct kiln__file *f, const kiln_open_options *o, const
 	struct remote_state *s = calloc(1, sizeof(*s));
 	if (!s) {
 		free(known);
-		return nomem(err, sizeof(*s), "the file's state");
+		return kiln__nomem(err, sizeof(*s), "the file's state");
 	}
 	f->src_state = s;
 	s->cache = cache;
@@ -118,7 +113,7 @@ static int remote_attach(struct kiln__file *f, const kiln_open_options *o, const
 	if (rc)
 		return rc;
 	if (!(s->head = new_head(s, FIRST_GET)))
-		return nomem(err, FIRST_GET, "the file's header");
+		return kiln__nomem(err, FIRST_GET, "the file's header");
 	if ((rc = kiln__remote_pin(s->r, first, s->head, &s->head_len, err)))
 		return rc;
 	f->size = kiln__remote_size(s->r);
@@ -152,7 +147,7 @@ static int grow_head(struct kiln__file *f, uint64_t end, kiln_error *err)
 		to = f->size;
 	uint8_t *head = new_head(s, to);
 	if (!head)
-		return nomem(err, to, "the file's header");
+		return kiln__nomem(err, to, "the file's header");
 	memcpy(head, s->head, (size_t)s->head_len);
 	struct kiln__span sp = {s->head_len, to - s->head_len, head + s->head_len};
 	int rc = kiln__remote_get(s->r, &sp, 1, 0, err);
@@ -176,7 +171,7 @@ static const uint8_t *remote_fetch(struct kiln__file *f, uint64_t off, uint64_t 
 		if (len > s->scratch_cap) {
 			uint8_t *n = realloc(s->scratch, (size_t)len);
 			if (!n) {
-				nomem(err, len, "a fetch");
+				kiln__nomem(err, len, "a fetch");
 				return NULL;
 			}
 			s->scratch = n;
@@ -280,7 +275,7 @@ static int remote_read(const struct kiln__file *f, uint64_t off, void *dst, size
 	int rc = 0;
 	pthread_mutex_lock(&s->window_lock);
 	if (!s->window && !(s->window = malloc(WINDOW)))
-		rc = nomem(err, WINDOW, "a read window");
+		rc = kiln__nomem(err, WINDOW, "a read window");
 	if (!rc && (off < s->window_off || off + len > s->window_off + s->window_len)) {
 		uint64_t n = f->size - off < WINDOW ? f->size - off : WINDOW;
 		struct kiln__span sp = {off, n, s->window};
@@ -304,7 +299,7 @@ static int remote_read_spans(const struct kiln__file *f, const struct kiln__span
 	struct remote_state *s = state(f);
 	struct kiln__span *rest = malloc((n ? n : 1) * sizeof(*rest));
 	if (!rest)
-		return nomem(err, n * sizeof(*rest), "the spans of a read");
+		return kiln__nomem(err, n * sizeof(*rest), "the spans of a read");
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++) {
 		const struct kiln__span *p = &spans[i];
@@ -320,6 +315,13 @@ static int remote_read_spans(const struct kiln__file *f, const struct kiln__span
 	return rc;
 }
 
+/* The ETag the first GET pinned: every later GET asks for it (If-Match). */
+static const char *remote_version(const struct kiln__file *f)
+{
+	const struct remote_state *s = f->src_state;
+	return s && s->r ? kiln__remote_etag(s->r) : "";
+}
+
 const struct kiln__source kiln__source_remote = {
     .id = KILN_SOURCE_REMOTE,
     .attach = remote_attach,
@@ -330,13 +332,7 @@ const struct kiln__source kiln__source_remote = {
     .release = remote_release,
     .read = remote_read,
     .read_spans = remote_read_spans,
+    .feed = kiln__feed_local,
+    .version = remote_version,
     .pinnable = 1,
 };
-
-const char *kiln__file_version(const struct kiln__file *f)
-{
-	if (f->src != &kiln__source_remote)
-		return "";
-	const struct remote_state *s = f->src_state;
-	return s && s->r ? kiln__remote_etag(s->r) : "";
-}

@@ -1,19 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Sources: how the bytes of a file arrive and are released. One table of operations per source,
- * each in a file of its own: the mapping (src/source_map.c), owned memory read with pread or
- * io_uring (src/source_read.c), the caller's buffer (src/source_buffer.c), a URL fetched with
- * ranged GETs (src/source_remote.c). A source knows
- * nothing of formats: a reader asks it for byte ranges of the header and directory
- * (kiln__fetch), says which ranges come next (kiln__expect), and once the reader has accepted
- * the file the source finishes (maps or reads the payload, advises, populates). After open, the
- * uses of a model (copies, hints, verification) go through the same table, so nothing outside
- * the sources asks which source a file has.
+ * each in a file of its own: the mapping (src/source/map.c), owned memory read with pread or
+ * io_uring (src/source/read.c), the caller's buffer (src/source/buffer.c), a URL fetched with
+ * ranged GETs (src/source/remote.c). A source knows nothing of formats: a reader asks it for
+ * byte ranges of the header and directory (kiln__fetch), says which ranges come next
+ * (kiln__expect), and once the reader has accepted the file the source finishes (maps or reads
+ * the payload, advises, populates). After open, every use of a file that depends on how its
+ * bytes arrived (copies, the engine's reads, page-cache advice, hints, pins, its version and
+ * identity) is an operation here, called through src/source/file.h: nothing outside
+ * src/source/ asks which source a file has or looks at its descriptor or memory. A new source
+ * is a new table in this folder.
  */
-#ifndef KILN_SOURCE_H
-#define KILN_SOURCE_H
+#ifndef KILN_SOURCE_SOURCE_H
+#define KILN_SOURCE_SOURCE_H
 
-#include "base/internal.h"
+#include "source/file.h"
 
 struct kiln__source {
 	unsigned id; /* enum kiln_source */
@@ -33,8 +35,8 @@ struct kiln__source {
 	 * advise, populate, read the payload. The source may hand the file to another source
 	 * (AUTO on a file system that cannot map: f->src changes). */
 	int (*finish)(struct kiln__file *f, const kiln_open_options *o, kiln_error *err);
-	/* Release what attach, fetch and finish took (not f->kept, not f->path). Safe at any
-	 * stage, and twice. */
+	/* Release what attach, fetch and finish took (not f->kept, not f->path, not f->fd, which
+	 * kiln__file_release closes). Safe at any stage, and twice. */
 	void (*release)(struct kiln__file *f);
 	/* Copy file bytes [off, off + len) into dst, never through a mapping (a file truncated
 	 * after open gives IO, not SIGBUS). */
@@ -44,9 +46,17 @@ struct kiln__source {
 	 * cost a round trip (a URL) runs them together. NULL: one read() each. */
 	int (*read_spans)(const struct kiln__file *f, const struct kiln__span *spans, size_t n,
 			  kiln_error *err);
+	/* What the chunk engine reads the file from (kiln__file_feed). */
+	void (*feed)(const struct kiln__file *f, unsigned how, struct kiln__feed *out);
+	/* Page-cache advice (kiln__file_advise); NULL where the engine does not read through the
+	 * page cache (bytes in memory, a URL). */
+	void (*advise)(const struct kiln__file *f, uint64_t off, uint64_t len, int advice);
 	/* madvise-style hint on [p, p + len) of the file's memory (page aligned); NULL when the
 	 * source's memory is not the page cache's (UNSUPPORTED). Returns 0 or an errno. */
 	int (*hint)(const struct kiln__file *f, void *p, size_t len, unsigned hint);
+	/* The version of the bytes (a URL's pinned ETag); NULL: "" (a local file's bytes are
+	 * whatever the file holds). */
+	const char *(*version)(const struct kiln__file *f);
 	/* Nonzero when its memory may be pinned (mlock'ed and registered for DMA). */
 	int pinnable;
 };
@@ -55,16 +65,16 @@ extern const struct kiln__source kiln__source_map;
 extern const struct kiln__source kiln__source_read; /* READ and URING: id says which engine */
 extern const struct kiln__source kiln__source_uring;
 extern const struct kiln__source kiln__source_buffer;
-extern const struct kiln__source kiln__source_remote; /* URLs (src/source_remote.c) */
+extern const struct kiln__source kiln__source_remote; /* URLs (src/source/remote.c) */
+
+/* The table for a file of the model: REMOTE when the resolver found a URL (`remote`), else the
+ * local source the options ask for (MMAP unless told otherwise; AUTO decides per file). */
+const struct kiln__source *kiln__source_for(int remote, const kiln_open_options *o);
 
 /* READ, for a file another source has read the directory of and cannot keep (AUTO on a file
  * system that cannot map): f->src becomes the READ source, which reads the whole file into
  * owned memory. */
 int kiln__read_takeover(struct kiln__file *f, const kiln_open_options *o, kiln_error *err);
-
-/* The source for `path`: REMOTE for a URL, else the local source the options ask for (MMAP
- * unless told otherwise; AUTO decides per file). */
-const struct kiln__source *kiln__source_for(const char *path, const kiln_open_options *o);
 
 /* Memory for a whole file of `size` bytes: the caller's load buffer (INVAL unless 64-byte
  * aligned and large enough; borrowed, *owned 0) or owned memory rounded up to a multiple of
@@ -76,9 +86,12 @@ int kiln__file_memory(uint64_t size, void *buffer, size_t buffer_size, uint64_t 
  * Returns the descriptor and *size, or -1 with IO in *err naming the path. */
 int kiln__open_file(const char *path, uint64_t *size, kiln_error *err);
 /* f->fd, opened by kiln__open_file(f->path) unless it was handed over open (a cached copy,
- * src/cache.c, with f->size set); -1 on error. */
+ * src/source/cache.c, with f->size set); -1 on error. */
 int kiln__file_open(struct kiln__file *f, kiln_error *err);
-/* What names the version of the file's bytes: a URL's pinned ETag, "" for anything else. */
-const char *kiln__file_version(const struct kiln__file *f);
+
+/* The operations shared by the sources whose engine reads come from a descriptor or from the
+ * file's bytes in memory (MMAP, READ, URING, BUFFER; REMOTE once its payload is in memory). */
+void kiln__feed_local(const struct kiln__file *f, unsigned how, struct kiln__feed *out);
+void kiln__advise_local(const struct kiln__file *f, uint64_t off, uint64_t len, int advice);
 
 #endif

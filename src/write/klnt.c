@@ -7,19 +7,14 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/random.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
-#include "base/internal.h"
-#include "base/sys.h"
-
-#define CHUNK (1u << 20)
+#include "base/publish.h"
+#include "format/klnt.h"
+#include "model/model.h"
+#include "write/write.h"
 
 struct plan {
 	uint32_t n;
@@ -135,7 +130,7 @@ static int plan_build(const kiln_tensor_spec *ts, uint32_t n, struct plan *p, ki
 	if (n) {
 		p->offsets = calloc(2 * (size_t)n, sizeof(uint64_t));
 		if (!p->offsets)
-			return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+			return kiln__nomem(err, 0, NULL);
 		p->lengths = p->offsets + n;
 	}
 	uint64_t heap = 0;
@@ -144,7 +139,7 @@ static int plan_build(const kiln_tensor_spec *ts, uint32_t n, struct plan *p, ki
 		return rc;
 	p->head = calloc(1, (size_t)p->payload_base);
 	if (!p->head)
-		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+		return kiln__nomem(err, 0, NULL);
 
 	int named = n && ts[0].name;
 	uint8_t *h = p->head;
@@ -289,7 +284,8 @@ int kiln_write_memory(const kiln_tensor_spec *tensors, uint32_t count, void *buf
 		memset(b + p.payload_base + cursor, 0, (size_t)(p.offsets[i] - cursor));
 		size_t len = (size_t)p.lengths[i];
 		for (size_t done = 0; done < len;) {
-			size_t step = len - done < CHUNK ? len - done : CHUNK;
+			size_t step =
+			    len - done < KILN__WRITE_CHUNK ? len - done : KILN__WRITE_CHUNK;
 			rc = kiln__produce(&tensors[i], i, done, dst + done, step, err);
 			if (rc)
 				goto out;
@@ -304,275 +300,6 @@ int kiln_write_memory(const kiln_tensor_spec *tensors, uint32_t count, void *buf
 out:
 	plan_free(&p);
 	return rc;
-}
-
-/*
- * kiln_write_atomic (under kiln_write_file, and the converters' writers). The new file is built
- * where the target lives, so that rename() can swap it in atomically, and it stays invisible until
- * it is complete:
- *
- * 1. resolve: follow a symlink at `path` to the file it names (the link stays a link), note the
- *    mode and owner of the file being replaced;
- * 2. create: an O_TMPFILE in that directory, which has no name at all (a crash or kill leaves
- *    nothing behind); where the file system refuses O_TMPFILE, a file with a random name;
- * 3. let the caller's fill write it, then fsync;
- * 4. publish: link the anonymous file to the target name when nothing is there, else to a random
- *    name that rename() then moves over the target;
- * 5. fsync the directory, so the new name survives a crash.
- *
- * Any failure up to the rename leaves `path` untouched and removes the temporary file. A failure
- * in step 5 is UNSYNCED: the new file is in place, but a crash may still bring back the old one.
- */
-
-#define SYMLINK_HOPS 40 /* the kernel's own limit (MAXSYMLINKS) */
-
-struct wfile {
-	const char *path; /* as the caller gave it, for messages */
-	char *target;     /* the file to replace: path with its symlinks followed (malloc'd) */
-	const char *base; /* last component of target */
-	int dirfd;        /* O_PATH descriptor of target's directory */
-	int have_old;     /* something is at target now; old is its stat */
-	struct stat old;  /* mode and owner to keep */
-	int fd;           /* the new file */
-	int anonymous;    /* fd is an O_TMPFILE, with no name until linked */
-	char tmp[32];     /* the name the new file has in dirfd before the rename, or "" */
-};
-
-/* "PATH: STEP: strerror" with errno kept: the step says what had or had not happened. */
-static int step_fail(kiln_error *err, const struct wfile *w, int code, int e, const char *step)
-{
-	return kiln__fail_sys(err, code, e, "%s: %s: %s", w->path, step, strerror(e));
-}
-
-/* readlink() into a fresh string. */
-static char *read_link(const char *path, size_t hint)
-{
-	for (size_t cap = hint + 2 > 128 ? hint + 2 : 128;; cap *= 2) {
-		char *buf = malloc(cap);
-		if (!buf)
-			return NULL;
-		ssize_t n = readlink(path, buf, cap);
-		if (n >= 0 && (size_t)n < cap) {
-			buf[n] = '\0';
-			return buf;
-		}
-		free(buf);
-		if (n < 0 || cap > (1u << 20))
-			return NULL;
-	}
-}
-
-/* The kernel's protected_symlinks rule: in a sticky world-writable directory (/tmp), a symlink
- * is followed only when it belongs to the caller or to the directory's owner. Following links
- * here, in user space, bypasses the kernel's check, so it is made again: otherwise anyone could
- * plant /tmp/model.klnt -> ~victim/.bashrc. */
-static int link_is_untrusted(const char *link, const struct stat *lst)
-{
-	const char *slash = strrchr(link, '/');
-	char *dir = slash ? strndup(link, (size_t)(slash - link) + 1) : strdup(".");
-	struct stat dst;
-	int sticky =
-	    dir && stat(dir, &dst) == 0 && (dst.st_mode & S_ISVTX) && (dst.st_mode & S_IWOTH);
-	free(dir);
-	return sticky && lst->st_uid != geteuid() && lst->st_uid != dst.st_uid;
-}
-
-/* Follow symlinks at the last component of w->path, as open() would, so the new file replaces
- * what the link points to. A dangling link names the file to create. */
-static int resolve_target(struct wfile *w, kiln_error *err)
-{
-	char *cur = strdup(w->path);
-	if (!cur)
-		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
-	for (int hops = 0;; hops++) {
-		if (lstat(cur, &w->old) != 0) {
-			if (errno != ENOENT) {
-				free(cur);
-				return step_fail(err, w, KILN_IO, errno,
-						 "cannot look at the target");
-			}
-			break;
-		}
-		if (!S_ISLNK(w->old.st_mode)) {
-			w->have_old = 1;
-			break;
-		}
-		if (link_is_untrusted(cur, &w->old)) {
-			free(cur);
-			return step_fail(err, w, KILN_IO, EACCES,
-					 "not following a symlink that someone else owns in a "
-					 "sticky directory");
-		}
-		char *link = hops < SYMLINK_HOPS ? read_link(cur, (size_t)w->old.st_size) : NULL;
-		if (!link) {
-			int e = hops < SYMLINK_HOPS ? errno : ELOOP;
-			free(cur);
-			return step_fail(err, w, e == ENOMEM ? KILN_NOMEM : KILN_IO, e,
-					 "cannot follow the symlink");
-		}
-		const char *slash = strrchr(cur, '/');
-		char *next = NULL;
-		if (link[0] == '/' || !slash)
-			next = link, link = NULL;
-		else if (asprintf(&next, "%.*s/%s", (int)(slash - cur), cur, link) < 0)
-			next = NULL;
-		free(link);
-		free(cur);
-		if (!next)
-			return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
-		cur = next;
-	}
-	w->target = cur;
-	/* rename() would fail over a directory, and replace a device or FIFO by a file, which is
-	 * never what writing a model file means. */
-	const char *slash = strrchr(cur, '/');
-	w->base = slash ? slash + 1 : cur;
-	if (w->have_old && !S_ISREG(w->old.st_mode))
-		return step_fail(err, w, KILN_IO, S_ISDIR(w->old.st_mode) ? EISDIR : EINVAL,
-				 "not a regular file, not replacing it");
-	if (!*w->base)
-		return step_fail(err, w, KILN_IO, EISDIR, "names a directory");
-	char *dir = slash ? strndup(cur, (size_t)(slash - cur) + 1) : strdup(".");
-	if (!dir)
-		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
-	/* O_PATH: no read permission needed, so a writable but unreadable directory still works. */
-	w->dirfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	int e = errno;
-	free(dir);
-	if (w->dirfd < 0)
-		return step_fail(err, w, KILN_IO, e, "cannot open its directory");
-	return 0;
-}
-
-/* ".kiln-tmp." and 16 random hex digits: names nobody can predict, so nobody can block a write
- * by creating them first. */
-void kiln__random_name(char *out, size_t cap)
-{
-	static unsigned serial;
-	uint64_t r = 0;
-	if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r)) {
-		/* No entropy yet (early boot): O_EXCL only needs unique names. */
-		struct timespec ts;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		r = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^
-		    ((uint64_t)getpid() << 40) ^ (uintptr_t)&r ^
-		    __atomic_fetch_add(&serial, 1, __ATOMIC_RELAXED) * 0x9E3779B97F4A7C15ull;
-		r = (r ^ (r >> 31)) * 0xBF58476D1CE4E5B9ull; /* splitmix64's finalizer */
-		r ^= r >> 29;
-	}
-	snprintf(out, cap, ".kiln-tmp.%016" PRIx64, r);
-}
-
-/* Linking an O_TMPFILE by name goes through /proc/self/fd (AT_EMPTY_PATH would need
- * CAP_DAC_READ_SEARCH); without /proc the file could be written but never linked. */
-static int can_link_anonymous(void)
-{
-	return access("/proc/self/fd", X_OK) == 0;
-}
-
-/* Give the new file the mode and owner of the file it replaces. Changing the owner needs
- * privilege: without it (EPERM) the group alone is tried, then the file stays ours. The owner goes
- * first because chown() clears set-user-ID bits that the mode then restores. */
-static int keep_mode_and_owner(struct wfile *w, kiln_error *err)
-{
-	if (fchown(w->fd, w->old.st_uid, w->old.st_gid) != 0 && errno == EPERM)
-		(void)fchown(w->fd, (uid_t)-1, w->old.st_gid);
-	if (fchmod(w->fd, w->old.st_mode & 07777) != 0)
-		return step_fail(err, w, KILN_IO, errno, "cannot set the mode of the new file");
-	return 0;
-}
-
-static int create_temp(struct wfile *w, kiln_error *err)
-{
-	/* New files get 0666 & ~umask like any other; a replacement starts out no more open than
-	 * its predecessor, before a byte is written. */
-	mode_t mode = w->have_old ? (w->old.st_mode & 0777) : 0666;
-	int e = EOPNOTSUPP;
-	if (can_link_anonymous()) {
-		w->fd = kiln__sys.openat(w->dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, mode);
-		w->anonymous = w->fd >= 0;
-		e = errno;
-	}
-	/* Kernels and file systems without O_TMPFILE say so in one of these ways. */
-	if (w->fd < 0 && (e == EOPNOTSUPP || e == EISDIR || e == EINVAL)) {
-		for (int attempt = 0; attempt < 16 && w->fd < 0; attempt++) {
-			kiln__random_name(w->tmp, sizeof(w->tmp));
-			w->fd = kiln__sys.openat(w->dirfd, w->tmp,
-						 O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-			e = errno;
-			if (w->fd < 0 && e != EEXIST)
-				break;
-		}
-		if (w->fd < 0)
-			w->tmp[0] = '\0';
-	}
-	if (w->fd < 0)
-		return step_fail(err, w, KILN_IO, e, "cannot create a temporary file");
-	return w->have_old ? keep_mode_and_owner(w, err) : 0;
-}
-
-int kiln__write_all(int fd, const void *buf, size_t len)
-{
-	const uint8_t *b = buf;
-	while (len) {
-		ssize_t w = write(fd, b, len);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return errno;
-		}
-		b += w;
-		len -= (size_t)w;
-	}
-	return 0;
-}
-
-/* Give the finished file the target's name. Until the rename, `path` is untouched. */
-static int publish(struct wfile *w, kiln_error *err)
-{
-	if (w->anonymous) {
-		char proc[32];
-		snprintf(proc, sizeof(proc), "/proc/self/fd/%d", w->fd);
-		/* Nothing there: the name appears with the complete file behind it. */
-		if (!w->have_old &&
-		    kiln__sys.linkat(AT_FDCWD, proc, w->dirfd, w->base, AT_SYMLINK_FOLLOW) == 0)
-			return 0;
-		if (!w->have_old && errno != EEXIST)
-			return step_fail(err, w, KILN_IO, errno, "cannot link the new file");
-		/* linkat() never replaces a name: link beside the target, then rename over it. */
-		int e = EEXIST;
-		for (int attempt = 0; attempt < 16 && e == EEXIST; attempt++) {
-			kiln__random_name(w->tmp, sizeof(w->tmp));
-			e = kiln__sys.linkat(AT_FDCWD, proc, w->dirfd, w->tmp, AT_SYMLINK_FOLLOW)
-				? errno
-				: 0;
-		}
-		if (e) {
-			w->tmp[0] = '\0';
-			return step_fail(err, w, KILN_IO, e, "cannot link the new file");
-		}
-	}
-	if (kiln__sys.renameat(w->dirfd, w->tmp, w->dirfd, w->base) != 0)
-		return step_fail(err, w, KILN_IO, errno, "cannot rename the new file into place");
-	w->tmp[0] = '\0';
-	return 0;
-}
-
-/* fsync the directory, so the new name survives a crash. Reading is the only way to open a
- * directory, so a writable but unreadable one cannot be synced. */
-static int sync_dir(struct wfile *w, kiln_error *err)
-{
-	int fd = kiln__sys.openat(w->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
-	int e = fd < 0 ? errno : 0;
-	if (fd >= 0 && kiln__sys.fsync(fd) != 0)
-		e = errno;
-	if (fd >= 0)
-		close(fd);
-	/* Some file systems cannot fsync a directory, and need not: the file is synced. */
-	if (!e || e == EINVAL || e == EROFS)
-		return 0;
-	return step_fail(err, w, KILN_UNSYNCED, e,
-			 "in place but not durable, its directory cannot be synced");
 }
 
 /* kiln_write_file's fill: the block, head, then each payload after its zero pad, streamed in
@@ -596,8 +323,9 @@ static int write_block(void *ctx, int fd, kiln_error *err)
 		e = kiln__write_all(fd, zeros, (size_t)(p->offsets[i] - cursor));
 		uint64_t len = p->lengths[i];
 		uint8_t last = 0;
-		for (uint64_t done = 0; done < len && !e; done += CHUNK) {
-			size_t step = len - done < CHUNK ? (size_t)(len - done) : CHUNK;
+		for (uint64_t done = 0; done < len && !e; done += KILN__WRITE_CHUNK) {
+			size_t step = len - done < KILN__WRITE_CHUNK ? (size_t)(len - done)
+								     : KILN__WRITE_CHUNK;
 			const uint8_t *src = b->chunk;
 			if (tensors[i].data)
 				src = (const uint8_t *)tensors[i].data + done;
@@ -620,59 +348,30 @@ static int write_block(void *ctx, int fd, kiln_error *err)
 		 : 0;
 }
 
-int kiln_write_atomic(const char *path, int (*fill)(void *ctx, int fd, kiln_error *err), void *ctx,
-		      uint32_t flags, kiln_error *err)
+/* Plan the block and publish it through pending file w (created; sealed here unless it fails),
+ * or, with w NULL, as kiln_write_file() publishes it alone. */
+static int write_klnt(const char *path, struct kiln__pending *w, const kiln_tensor_spec *tensors,
+		      uint32_t count, uint32_t flags, kiln_error *err)
 {
-	kiln__clear_error(err);
-	if (!path)
-		return kiln__fail_inval(err, KILN_NO_INDEX, NULL, "path is NULL");
-	if (!fill)
-		return kiln__fail_inval(err, KILN_NO_INDEX, NULL, "fill is NULL");
-	if (flags & ~(uint32_t)KILN_WRITE_NO_SYNC)
-		return kiln__fail_inval(err, KILN_NO_INDEX, "flags", "unknown write flags 0x%x",
-					flags);
-	int sync = !(flags & KILN_WRITE_NO_SYNC);
-	struct wfile w = {.path = path, .dirfd = -1, .fd = -1};
-	int rc;
-	if ((rc = resolve_target(&w, err)) || (rc = create_temp(&w, err)))
-		goto out;
-	if ((rc = fill(ctx, w.fd, err)) != 0) {
-		/* The fill's own error stands; one that said nothing still gets a line. */
-		if (err && err->code == KILN_OK)
-			kiln__fail_sys(err, rc > 0 ? rc : KILN_IO, 0,
-				       "%s: the fill callback failed (%d)", path, rc);
-		if (rc < 0)
-			rc = KILN_IO;
-		goto out;
+	struct plan p;
+	int rc = plan_build(tensors, count, &p, err);
+	uint8_t *chunk = NULL;
+	if (!rc && !(chunk = malloc(KILN__WRITE_CHUNK)))
+		rc = kiln__nomem(err, KILN__WRITE_CHUNK, "a payload chunk");
+	if (!rc) {
+		struct block_fill b = {.path = path, .p = &p, .tensors = tensors, .chunk = chunk};
+		rc = w ? write_block(&b, w->fd, err)
+		       : kiln_write_atomic(path, write_block, &b, flags, err);
 	}
-	if (sync && kiln__sys.fsync(w.fd) != 0) {
-		rc = step_fail(err, &w, KILN_IO, errno, "fsync failed");
-		goto out;
-	}
-	/* A named temporary file is closed before the rename, so a late error (NFS reports write
-	 * errors at close) still leaves the target alone. An anonymous one needs its descriptor to
-	 * be linked; it was synced, or the caller chose not to care. */
-	if (!w.anonymous) {
-		int fd = w.fd;
-		w.fd = -1;
-		if (close(fd) != 0) {
-			rc = step_fail(err, &w, KILN_IO, errno, "close failed");
-			goto out;
-		}
-	}
-	if ((rc = publish(&w, err)))
-		goto out;
-	if (sync)
-		rc = sync_dir(&w, err);
-out:
-	if (w.fd >= 0)
-		close(w.fd);
-	if (w.tmp[0])
-		unlinkat(w.dirfd, w.tmp, 0);
-	if (w.dirfd >= 0)
-		close(w.dirfd);
-	free(w.target);
+	free(chunk);
+	plan_free(&p);
 	return rc;
+}
+
+int kiln__write_klnt(struct kiln__pending *w, const kiln_tensor_spec *tensors, uint32_t count,
+		     kiln_error *err)
+{
+	return write_klnt(w->path, w, tensors, count, 0, err);
 }
 
 int kiln_write_file(const char *path, const kiln_tensor_spec *tensors, uint32_t count,
@@ -684,16 +383,5 @@ int kiln_write_file(const char *path, const kiln_tensor_spec *tensors, uint32_t 
 	if (flags & ~(uint32_t)KILN_WRITE_NO_SYNC)
 		return kiln__fail_inval(err, KILN_NO_INDEX, "flags", "unknown write flags 0x%x",
 					flags);
-	struct plan p;
-	int rc = plan_build(tensors, count, &p, err);
-	uint8_t *chunk = NULL;
-	if (!rc && !(chunk = malloc(CHUNK)))
-		rc = kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
-	if (!rc) {
-		struct block_fill b = {.path = path, .p = &p, .tensors = tensors, .chunk = chunk};
-		rc = kiln_write_atomic(path, write_block, &b, flags, err);
-	}
-	free(chunk);
-	plan_free(&p);
-	return rc;
+	return write_klnt(path, NULL, tensors, count, flags, err);
 }

@@ -3,14 +3,14 @@
  * The safetensors writer: the reference writer's layout (include/kiln/kiln.h says which), so a
  * file kiln writes is the file Hugging Face's safetensors writes for the same tensors. The header
  * is planned whole (order, offsets, JSON text) before a byte is written, with the checks the
- * reader (src/safetensors.c) would make of the result.
+ * reader (src/format/safetensors.c) would make of the result.
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
 
-#include "base/internal.h"
+#include "write/write.h"
 #include "format/safetensors.h"
 
 #define ST_HEADER_CAP 100000000u /* the reference's MAX_HEADER_SIZE */

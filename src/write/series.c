@@ -2,10 +2,10 @@
 /*
  * KLNT output of any size: one file, or when the names cannot share one name heap (its 16-bit
  * offsets) or max_shard_size asks for smaller files, a series STEM-00001-of-0000N.klnt beside
- * the path (names from kiln_series_name), published together. Every shard is a standalone valid
- * file written by kiln_write_file(); the metadata document, when given, is the last tensor of the
- * first shard (docs/convert.md). `klnt import` and Python's kiln.save_file both write through
- * here.
+ * the path (names from kiln_series_name), published together (src/base/publish.h). Every shard is
+ * a standalone valid file, the block kiln_write_file() writes; the metadata document, when given,
+ * is the last tensor of the first shard (docs/convert.md). `klnt import` and Python's
+ * kiln.save_file both write through here.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -17,12 +17,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "base/internal.h"
 #include "base/sys.h"
+#include "write/write.h"
 
 #define NAME_LIMIT    0xFFFFu /* heap slices must start below this offset (u16, 0xFFFF = none) */
 #define META_NAME_LEN (sizeof(KILN_METADATA_TENSOR) - 1)
-#define MAX_SHARDS    99999u
 
 static uint64_t align64_sat(uint64_t x)
 {
@@ -151,7 +150,7 @@ static int plan_shards(const kiln_tensor_spec *ts, uint32_t n, int has_meta, uin
 	uint32_t *next = malloc((n ? n : 1) * sizeof(uint32_t)), *fill = NULL;
 	int rc = 0;
 	if (!p->order || !p->shard_of || !p->group || !p->shards || !next) {
-		rc = kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+		rc = kiln__nomem(err, 0, NULL);
 		goto out;
 	}
 	for (uint32_t i = 0; i < n; i++)
@@ -227,7 +226,7 @@ static int plan_shards(const kiln_tensor_spec *ts, uint32_t n, int has_meta, uin
 	}
 	/* The order: shard by shard, the caller's order within each. */
 	if (!(fill = calloc(p->nshards, sizeof(uint32_t)))) {
-		rc = kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+		rc = kiln__nomem(err, 0, NULL);
 		goto out;
 	}
 	for (uint32_t i = 0; i < n; i++) {
@@ -317,40 +316,6 @@ static char *shard_path(const char *path, uint32_t k, uint32_t n)
 		s = NULL;
 	}
 	return s;
-}
-
-/*
- * Where shard `final` is written before the series is published: a hidden name beside it, so
- * the last rename is within one file system, with 64 random bits (kiln__random_name), so nobody
- * can create it beforehand and two writers never share one. A series is published only once
- * every shard is written, so a write that fails part-way (or is interrupted) leaves an earlier
- * series of the same name whole, not with its first shards replaced.
- */
-static char *staging_path(const char *final)
-{
-	const char *slash = strrchr(final, '/');
-	size_t dir = slash ? (size_t)(slash - final + 1) : 0;
-	char name[32], *s = NULL;
-	kiln__random_name(name, sizeof(name));
-	if (asprintf(&s, "%.*s%s", (int)dir, final, name) < 0)
-		return NULL;
-	return s;
-}
-
-/* fsync the directory holding `path`: renames are durable only once it is. */
-static int sync_dir_of(const char *path)
-{
-	const char *slash = strrchr(path, '/');
-	char *dir = slash ? strndup(path, (size_t)(slash - path + 1)) : strdup(".");
-	if (!dir)
-		return -1;
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	free(dir);
-	if (fd < 0)
-		return -1;
-	int rc = kiln__sys.fsync(fd);
-	close(fd);
-	return rc;
 }
 
 /* Is `name` a file an earlier write to PATH may have left that this one (nshards files) did not
@@ -479,10 +444,9 @@ int kiln_write_series(const char *path, const kiln_tensor_spec *tensors, uint64_
 	if (count && !tensors)
 		return kiln__fail_inval(err, KILN_NO_INDEX, "tensors",
 					"tensors is NULL with a count of %" PRIu64, count);
-	if (opts && (opts->size != sizeof(*opts) && opts->size != 0))
-		return kiln__fail_inval(err, KILN_NO_INDEX, "size",
-					"options size %" PRIu32 ", expected %zu", opts->size,
-					sizeof(*opts));
+	int rc = opts ? kiln__check_size("kiln_series_options", opts->size, sizeof(*opts), err) : 0;
+	if (rc)
+		return rc;
 	uint32_t flags = opts ? opts->flags : 0;
 	if (flags & ~(uint32_t)KILN_WRITE_NO_SYNC)
 		return kiln__fail_inval(err, KILN_NO_INDEX, "flags", "unknown write flags 0x%x",
@@ -507,7 +471,7 @@ int kiln_write_series(const char *path, const kiln_tensor_spec *tensors, uint64_
 		    "%.*s%s (a series, when one is needed, is written beside it)",
 		    path, no, total, (int)stem, path, ext);
 	/* A shard holds at most 2^32 - 2 tensors; a series of 99,999 of them is the limit. */
-	if (count >= (uint64_t)KILN_NONE32 * MAX_SHARDS)
+	if (count >= (uint64_t)KILN_NONE32 * KILN__SERIES_MAX)
 		return kiln__fail(err, KILN_LIMIT, KILN_NO_INDEX, "count", KILN_NO_OFFSET,
 				  "%" PRIu64 " tensors: more than a series holds", count);
 	if (count >= KILN_NONE32)
@@ -530,11 +494,11 @@ int kiln_write_series(const char *path, const kiln_tensor_spec *tensors, uint64_
 
 	struct plan plan;
 	kiln_error unsynced = {0};
-	char **written = NULL, **finals = NULL; /* as written (staged) and where they go */
-	uint32_t nwritten = 0, published = 0;
+	char **finals = NULL; /* where the shards go */
+	struct kiln__pending *pend = NULL;
 	const kiln_model *keep = opts ? opts->keep : NULL;
-	int rc = plan_shards(tensors, n, has_meta, has_meta ? opts->metadata_len : 0,
-			     opts ? opts->max_shard_size : 0, &plan, err);
+	rc = plan_shards(tensors, n, has_meta, has_meta ? opts->metadata_len : 0,
+			 opts ? opts->max_shard_size : 0, &plan, err);
 	if (rc)
 		goto out;
 	if (plan.nshards > 1 && unnamed) {
@@ -544,7 +508,7 @@ int kiln_write_series(const char *path, const kiln_tensor_spec *tensors, uint64_
 				      path);
 		goto out;
 	}
-	if (plan.nshards > MAX_SHARDS) {
+	if (plan.nshards > KILN__SERIES_MAX) {
 		rc = kiln__fail(err, KILN_LIMIT, KILN_NO_INDEX, "count", KILN_NO_OFFSET,
 				"%s: %" PRIu32 " shards, more than 99999", path, plan.nshards);
 		goto out;
@@ -556,14 +520,14 @@ int kiln_write_series(const char *path, const kiln_tensor_spec *tensors, uint64_
 				      path);
 		goto out;
 	}
-	if (!(written = calloc(plan.nshards, sizeof(char *))) ||
+	if (!(pend = calloc(plan.nshards, sizeof(*pend))) ||
 	    !(finals = calloc(plan.nshards, sizeof(char *)))) {
-		rc = kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+		rc = kiln__nomem(err, 0, NULL);
 		goto out;
 	}
 	for (uint32_t k = 0; k < plan.nshards; k++)
 		if (!(finals[k] = shard_path(path, k, plan.nshards))) {
-			rc = kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+			rc = kiln__nomem(err, 0, NULL);
 			goto out;
 		}
 	/* Everything that could stop the write part-way is ruled out before the first byte: the
@@ -594,63 +558,45 @@ int kiln_write_series(const char *path, const kiln_tensor_spec *tensors, uint64_
 		uint32_t sn;
 		kiln_tensor_spec *specs = shard_specs(tensors, &plan, k, opts, &f, &sn);
 		if (!specs) {
-			rc = kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+			rc = kiln__nomem(err, 0, NULL);
 			break;
 		}
 		if ((rc = kiln_write_size(specs, sn, NULL, err)))
 			name_the_tensor(err, specs, sn, &plan, k);
 		free(specs);
 	}
+	/* Each shard written and synced, unseen until the series is published whole: a shard of a
+	 * series of several under a hidden name beside its own (so that nobody can create it
+	 * beforehand, and two writers never share one), holding no descriptor; one file keeps its
+	 * anonymous file to link straight to its name. A failure part-way (or an interruption)
+	 * leaves an earlier output of the same path whole, not with its first shards replaced. */
 	for (uint32_t k = 0; k < plan.nshards && !rc; k++) {
 		struct feed f;
 		uint32_t sn;
 		kiln_tensor_spec *specs = shard_specs(tensors, &plan, k, opts, &f, &sn);
-		/* One file is published by the writer's own rename; a series waits for all. */
-		char *tp = specs && plan.nshards > 1 ? staging_path(finals[k]) : NULL;
-		if (!specs || (plan.nshards > 1 && !tp)) {
-			free(specs);
-			rc = kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+		if (!specs) {
+			rc = kiln__nomem(err, 0, NULL);
 			break;
 		}
-		rc = kiln_write_file(tp ? tp : finals[k], specs, sn, flags, err);
-		if (rc && rc != KILN_UNSYNCED)
+		rc = kiln__pending_create(&pend[k], finals[k], flags, err);
+		if (!rc && (rc = kiln__write_klnt(&pend[k], specs, sn, err)))
 			name_the_tensor(err, specs, sn, &plan, k);
+		if (!rc)
+			rc = kiln__pending_seal(&pend[k], plan.nshards > 1, err);
 		free(specs);
-		if (rc == KILN_UNSYNCED) {
-			/* In place and complete, so the series goes on; the caller hears of it. */
-			if (err)
-				unsynced = *err;
-			unsynced.code = KILN_UNSYNCED;
-			rc = 0;
-		}
-		if (rc) {
-			free(tp);
-			break;
-		}
-		written[nwritten++] = tp ? tp : finals[k];
 	}
-	/* Publish the series: every shard is complete, so only a rename can fail now. */
-	for (uint32_t i = 0; !rc && plan.nshards > 1 && i < nwritten; i++) {
-		if (rename(written[i], finals[i]) != 0)
-			rc = kiln__fail_sys(err, KILN_IO, errno,
-					    "%s: cannot publish shard %" PRIu32 " of %" PRIu32
-					    ": %s (%" PRIu32 " of them are in place)",
-					    finals[i], i + 1, plan.nshards, strerror(errno), i);
-		else
-			published++;
-	}
-	if (!rc && plan.nshards > 1 && !(flags & KILN_WRITE_NO_SYNC) &&
-	    sync_dir_of(finals[0]) != 0 && !unsynced.code) {
-		int e = errno;
-		kiln__fail_sys(&unsynced, KILN_UNSYNCED, e,
-			       "%s: the series is in place but its directory could not be synced: "
-			       "%s",
-			       finals[0], strerror(e));
+	/* Publish the series: every shard is complete, so only a rename can fail now (the error
+	 * says how many shards are in place). */
+	if (!rc && (rc = kiln__publish(pend, plan.nshards, err)) == KILN_UNSYNCED) {
+		/* In place and complete: the write goes on; the caller hears of it. */
+		if (err)
+			unsynced = *err;
+		unsynced.code = KILN_UNSYNCED;
+		rc = 0;
 	}
 	if (!rc && res) {
-		res->files = nwritten;
-		if (nwritten)
-			snprintf(res->first, sizeof(res->first), "%s", finals[0]);
+		res->files = plan.nshards;
+		snprintf(res->first, sizeof(res->first), "%s", finals[0]);
 	}
 	if (!rc) {
 		uint32_t removed = stale_files(keep, path, plan.nshards, flags, 0, NULL);
@@ -665,15 +611,11 @@ int kiln_write_series(const char *path, const kiln_tensor_spec *tensors, uint64_
 out:
 	/* Nothing left behind: a series is all or nothing (short of a failed rename, which says
 	 * how many shards it had published). */
-	for (uint32_t i = 0; i < nwritten; i++) {
-		if (rc && rc != KILN_UNSYNCED && (plan.nshards == 1 || i >= published))
-			unlink(written[i]);
-		if (written[i] != finals[i])
-			free(written[i]);
-	}
+	for (uint32_t i = 0; pend && i < plan.nshards; i++)
+		kiln__pending_drop(&pend[i]);
 	for (uint32_t i = 0; finals && i < plan.nshards; i++)
 		free(finals[i]);
-	free(written);
+	free(pend);
 	free(finals);
 	plan_free(&plan);
 	if (rc && rc != KILN_UNSYNCED && res)
