@@ -2,8 +2,9 @@
 /*
  * Loading: every source (mmap, read, uring, with and without O_DIRECT) yields the same bytes;
  * owned copies survive a truncated file; streaming into destinations and staging rings; hints;
- * pinning; and the failure paths through an injected system-call layer (src/base/sys.h): short reads,
- * EINTR/EAGAIN, EIO on the third request, O_DIRECT refused, io_uring unavailable, mlock refused.
+ * pinning; and the failure paths through an injected system-call layer (src/base/sys.h): short
+ * reads, EINTR/EAGAIN, EIO on the third request, O_DIRECT refused, io_uring unavailable, mlock
+ * refused.
  */
 #include <criterion/criterion.h>
 #include <errno.h>

@@ -2,8 +2,8 @@
 /*
  * The one-call stream forms: kiln_tensor_read (one tensor through the stream engine) and
  * kiln_model_read_all (every byte of the block, for finding unreadable sectors). Every source gives
- * the writer's bytes; argument errors, cancellation, and EIO injected through src/base/sys.h at a known
- * offset, for both engines.
+ * the writer's bytes; argument errors, cancellation, and EIO injected through src/base/sys.h at a
+ * known offset, for both engines.
  */
 #include <criterion/criterion.h>
 #include <errno.h>

@@ -745,7 +745,9 @@ static void publish_answers(int e, int refuse_open, int rc[3], int sys[3])
 	uint8_t bytes[64] = {1};
 	kiln_tensor_spec t[3];
 	for (int i = 0; i < 3; i++)
-		t[i] = (kiln_tensor_spec){.name = i == 0 ? "a" : i == 1 ? "b" : "c",
+		t[i] = (kiln_tensor_spec){.name = i == 0   ? "a"
+						  : i == 1 ? "b"
+							   : "c",
 					  .name_len = 1,
 					  .dtype = KILN_DT_U8,
 					  .rank = 1,
@@ -781,10 +783,10 @@ Test(file, a_file_and_a_series_agree_on_an_unsyncable_directory)
 	static const struct {
 		int e, refuse_open, want;
 	} cases[] = {
-	    {EINVAL, 0, 0},             /* the file system cannot sync a directory, and need not */
-	    {EROFS, 0, 0},              /* the same, read-only */
-	    {EIO, 0, KILN_UNSYNCED},    /* the sync failed */
-	    {0, 1, KILN_UNSYNCED},      /* the directory cannot be opened */
+	    {EINVAL, 0, 0},          /* the file system cannot sync a directory, and need not */
+	    {EROFS, 0, 0},           /* the same, read-only */
+	    {EIO, 0, KILN_UNSYNCED}, /* the sync failed */
+	    {0, 1, KILN_UNSYNCED},   /* the directory cannot be opened */
 	};
 	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
 		int rc[3], sys[3];
