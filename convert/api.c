@@ -12,10 +12,9 @@
 
 static int check_options(const kiln_convert_options *o, kiln_error *err)
 {
-	if (o->size != 0 && o->size != sizeof(*o))
-		return kiln_error_set(err, KILN_INVAL, 0,
-				      "options size %" PRIu32 " is neither 0 nor %zu", o->size,
-				      sizeof(*o));
+	int rc = kiln_check_size("kiln_convert_options", o->size, sizeof(*o), err);
+	if (rc)
+		return rc;
 	for (size_t i = 0; i < sizeof(o->reserved) / sizeof(o->reserved[0]); i++)
 		if (o->reserved[i])
 			return kiln_error_set(err, KILN_INVAL, 0,

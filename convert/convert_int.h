@@ -16,6 +16,7 @@
 
 #include "kiln/convert.h"
 #include "kiln/kiln.h"
+#include "kiln/toolkit.h"
 
 /* Progress and cancellation for the files a writer writes (`done` payload bytes of `total`),
  * and the kiln_write_flags for them. */

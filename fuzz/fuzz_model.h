@@ -40,6 +40,7 @@
 #include <stdint.h>
 
 #include "kiln/kiln.h"
+#include "kiln/toolkit.h"
 
 struct fuzz_model_ops {
 	unsigned format;        /* enum kiln_format */

@@ -18,6 +18,7 @@
 #include <numpy/arrayobject.h>
 
 #include <kiln/kiln.h>
+#include <kiln/toolkit.h>
 
 #include <stdlib.h>
 #include <string.h>

@@ -21,6 +21,7 @@
 #include "helpers.h"
 #include "kiln/convert.h"
 #include "kiln/kiln.h"
+#include "kiln/toolkit.h"
 
 /* ---------------------------------------------------------------------------------------------
  * Payload patterns

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "kiln/kiln.h"
+#include "kiln/toolkit.h"
 
 /* Offsets from the spec (docs/klnt-v2.md), spelled out here rather than taken from src/. */
 #define H_FLAGS           5

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "kiln/kiln.h"
+#include "kiln/toolkit.h"
 
 /* Exit statuses; `klnt --help` documents them and scripts rely on them. */
 enum klnt_exit {

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kiln/kiln_cuda.h"
+#include "kiln/toolkit.h"
 
 static int pin(void *ctx, void *ptr, size_t len, kiln_error *why)
 {

@@ -13,6 +13,7 @@
 
 #include "base/limits.h"
 #include "kiln/kiln.h"
+#include "kiln/toolkit.h"
 
 /* Little-endian loads and stores through memcpy: no alignment or aliasing assumptions. */
 static inline uint16_t kiln__ld16(const uint8_t *p)

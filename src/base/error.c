@@ -151,3 +151,9 @@ int kiln__check_size(const char *type, uint32_t size, size_t known, kiln_error *
 				" is not this version's %zu (or 0, which means it)",
 				type, size, known);
 }
+
+int kiln_check_size(const char *type, uint32_t size, size_t known, kiln_error *err)
+{
+	kiln__clear_error(err);
+	return kiln__check_size(type ? type : "options", size, known, err);
+}

@@ -11,8 +11,8 @@
  * key at an escaped U+0000, builds a tree of allocations per value before anything can be
  * checked, and reports no offset for what it rejects; a format reader needs each of those.
  */
-#ifndef KILN_JSON_H
-#define KILN_JSON_H
+#ifndef KILN_BASE_JSON_H
+#define KILN_BASE_JSON_H
 
 #include "base/base.h"
 

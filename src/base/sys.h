@@ -5,8 +5,8 @@
  * refused, mlock or mmap refused, a directory that cannot be synced) without special kernels or
  * privileges. Production code never changes it.
  */
-#ifndef KILN_SYS_H
-#define KILN_SYS_H
+#ifndef KILN_BASE_SYS_H
+#define KILN_BASE_SYS_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -8,8 +8,8 @@
  * each view's file and byte offsets; the lifecycle binds data pointers afterwards. Errors are one
  * of the four classes with the tensor's position in the file, the field and the byte offset.
  */
-#ifndef KILN_FORMAT_H
-#define KILN_FORMAT_H
+#ifndef KILN_FORMAT_FORMAT_H
+#define KILN_FORMAT_FORMAT_H
 
 #include "index/index.h"
 

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* safetensors (src/format/safetensors.c): the dtype table, and its index files
  * (src/format/safetensors_index.c). */
-#ifndef KILN_SAFETENSORS_H
-#define KILN_SAFETENSORS_H
+#ifndef KILN_FORMAT_SAFETENSORS_H
+#define KILN_FORMAT_SAFETENSORS_H
 
 #include "base/base.h"
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The model's metadata (src/index/meta.c): what format readers add, and the public lookups. */
-#ifndef KILN_META_H
-#define KILN_META_H
+#ifndef KILN_INDEX_META_H
+#define KILN_INDEX_META_H
 
 #include "index/index.h"
 #include "base/json.h"

@@ -2,8 +2,8 @@
 /* The chunked read engine (src/io/engine.c) behind the READ/URING sources and every read of an
  * open model (src/read/), and the reads it is made of. Knows files only as descriptors, memory or
  * a callback. */
-#ifndef KILN_IO_H
-#define KILN_IO_H
+#ifndef KILN_IO_ENGINE_H
+#define KILN_IO_ENGINE_H
 
 #include "base/base.h"
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The local cache of remote files (src/source/cache.c), used by the REMOTE source. */
-#ifndef KILN_CACHE_H
-#define KILN_CACHE_H
+#ifndef KILN_SOURCE_CACHE_H
+#define KILN_SOURCE_CACHE_H
 
 #include "base/base.h"
 

@@ -1,0 +1,104 @@
+/* SPDX-License-Identifier: MIT */
+/* kiln/remote.h: models behind URLs (included by kiln/kiln.h); docs/remote.md has the rest. */
+#ifndef KILN_REMOTE_H
+#define KILN_REMOTE_H
+
+#include "kiln.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * URLs. Wherever a path is taken, a URL may stand: s3://BUCKET/KEY, http://... or https://...
+ * Its bytes are fetched with ranged GETs over libcurl: the first GET (256 KiB from byte 0) pins
+ * the object's size and ETag; the header and directory are validated as a local file's are,
+ * in at most one more GET for KLNT and safetensors (a GGUF header grows by fourfold GETs);
+ * every later GET sends If-Match with the pinned ETag, and an object that changed is IO
+ * (ESTALE), never a mix of two versions. The payload is then fetched into owned memory (or the
+ * load buffer) with `connections` ranged GETs in flight, `chunk_size` bytes each; with
+ * KILN_OPEN_DIRECTORY_ONLY it is fetched only as tensors are read. Failed ranges (5xx, 429,
+ * resets, stalls, short bodies) are retried from the last byte received, with exponential
+ * backoff and jitter. A series or a safetensors index at a URL opens its shards beside it;
+ * series siblings are found by name (a URL cannot be listed), and a URL with a query
+ * (presigned) is one file. Errors are IO naming the URL, the byte range and the HTTP status
+ * with the S3 error code ("HTTP 403 SignatureDoesNotMatch"); sys_errno is EACCES for 401/403,
+ * ENOENT for 404, ESTALE for a changed object, ETIMEDOUT past the deadline, ECONNREFUSED,
+ * else EIO.
+ *
+ * s3:// as the AWS tools read it: keys from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
+ * AWS_SESSION_TOKEN, else the profile (AWS_PROFILE, else "default") in the shared credentials
+ * file (AWS_SHARED_CREDENTIALS_FILE, else ~/.aws/credentials) or the config file
+ * (AWS_CONFIG_FILE, else ~/.aws/config); no keys at all sends unsigned requests (a public
+ * bucket). Region: AWS_REGION, AWS_DEFAULT_REGION, the profile's region, else us-east-1.
+ * Endpoint: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's endpoint_url (path-style
+ * addressing: ENDPOINT/BUCKET/KEY), else https://BUCKET.s3.REGION.amazonaws.com/KEY. Requests
+ * are signed with SigV4 by libcurl. http(s)://: redirects are followed; HF_TOKEN is sent as a
+ * bearer token to huggingface.co and hf.co (and not to where they redirect). HTTPS checks the
+ * server against ca_bundle, else AWS_CA_BUNDLE (s3:// only), else CURL_CA_BUNDLE, else the
+ * system's CAs.
+ */
+typedef struct kiln_remote_options {
+	uint32_t size;        /* 0 or sizeof(kiln_remote_options) */
+	uint32_t connections; /* ranged GETs in flight per file; 0 means 8, at most 64 */
+	uint32_t chunk_size;  /* payload bytes per GET; 0 means 8 MiB; 64 KiB to 1 GiB */
+	/* Attempts after the first for one range; 0 means 6, KILN_REMOTE_NO_RETRY none. The
+	 * waits grow from 200 ms, doubling, to 10 s, each between half and all of its step. */
+	uint32_t retries;
+	uint32_t stall_ms; /* a transfer that receives nothing for this long is retried; 0: 30 s */
+	uint32_t reserved32;
+	/* Each operation (opening one file, fetching its payload, one read) fails with
+	 * IO/ETIMEDOUT once it has run this long, retries included; 0: no deadline. */
+	uint64_t deadline_ms;
+	uint64_t max_bytes_per_sec; /* bandwidth cap per file, all its connections; 0: none */
+	const char *ca_bundle;      /* see above; NULL: from the environment */
+	const char *endpoint;       /* s3://: overrides the environment's endpoint */
+	const char *region;         /* s3://: overrides the environment's region */
+	const char *profile;        /* s3://: overrides AWS_PROFILE */
+	/* Called from the opening thread as payload bytes arrive (done of total, for one file);
+	 * a nonzero return stops the fetch: CANCELED. NULL: none. */
+	int (*progress)(void *ctx, uint64_t done, uint64_t total);
+	void *progress_ctx;
+	/* A local cache of whole objects, one file per object version (URL and ETag), written
+	 * through as the payload arrives and published atomically; a later open of a version
+	 * there opens the cached file with the local source the options ask for (MMAP: a
+	 * mapping). NULL: KILN_CACHE_DIR; no cache when neither is set (or ""). Objects without
+	 * an ETag and directory-only opens are not cached; a cache that cannot be written is
+	 * skipped, the open does not fail for it. */
+	const char *cache_dir;
+	/* Bytes the cache may hold; past it the least recently used files go. 0:
+	 * KILN_CACHE_MAX_BYTES, else no cap. */
+	uint64_t cache_max_bytes;
+	/* A cached version used or confirmed within this many milliseconds is opened without
+	 * asking the server (no round trip at all); older ones are confirmed with the first GET
+	 * (its ETag and size). 0: KILN_CACHE_MAX_AGE_MS, else always confirm. */
+	uint64_t cache_max_age_ms;
+	uint64_t reserved[4]; /* zero */
+} kiln_remote_options;
+
+#define KILN_REMOTE_NO_RETRY UINT32_MAX
+
+/* Nonzero when `path` is a URL kiln fetches (s3://, http://, https://), 0 for a local path. */
+KILN_API int kiln_path_is_url(const char *path);
+
+/* Takes `len` bytes of a fetch as they arrive; nonzero stops it (CANCELED). */
+typedef int (*kiln_fetch_fn)(void *ctx, const void *data, size_t len);
+#define KILN_FETCH_TO_END UINT64_MAX
+/*
+ * Bytes [offset, offset + length) of the object at `url` (length KILN_FETCH_TO_END: to its end)
+ * handed to `sink` in order, with one GET over one connection, the credentials, endpoints,
+ * retries (resumed from the last byte received, If-Match the ETag of the first answer),
+ * deadline, bandwidth cap and progress of `o` (NULL: defaults). For the files that travel with
+ * weights (config.json, a tokenizer), and klnt bench's plain baseline. *size, when not NULL, is
+ * the object's size. INVAL (not a URL, no sink, an empty or overflowing range), IO naming the
+ * URL, range and HTTP status (an offset past the end is HTTP 416), CANCELED.
+ */
+KILN_API int kiln_remote_fetch(const char *url, const kiln_remote_options *o, uint64_t offset,
+			       uint64_t length, kiln_fetch_fn sink, void *ctx, uint64_t *size,
+			       kiln_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_REMOTE_H */
