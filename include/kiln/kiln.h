@@ -102,7 +102,7 @@ typedef struct kiln_error {
 	char message[224]; /* one line for a person, NUL-terminated, no trailing newline */
 } kiln_error;
 
-typedef struct kiln_model kiln_model;                /* a model: one or more files, one index */
+typedef struct kiln_model kiln_model;               /* a model: one or more files, one index */
 typedef struct kiln_tensor kiln_tensor;             /* a tensor's view, below */
 typedef struct kiln_open_options kiln_open_options; /* kiln/model.h; NULL: every default */
 
