@@ -109,7 +109,7 @@ static void read_body(kb_state *st, uint64_t iters, void *arg)
 }
 
 /* The same read into fresh memory of the kind kiln keeps a large header in (a mapping of its
- * own with huge pages, src/mem.c): what a reader that keeps the bytes pays. */
+ * own with huge pages, src/base/mem.c): what a reader that keeps the bytes pays. */
 static void read_fresh_body(kb_state *st, uint64_t iters, void *arg)
 {
 	const char *path = arg;

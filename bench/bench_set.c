@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Sets and slices (issue 10):
+ * Sets and slices:
  * - set_open/shards:64/tensors:1000: kiln_model_open of a 64-shard series of 1,000 named tensors
  *   each (one model, one index and name table over the shards), against dir_open_x64: the same
  *   64 files opened one by one as models of one file (KILN_OPEN_ONE_FILE), each closed before

@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 #
-# klnt import and export of a 1 GiB model against cp of the same file, in one run (issue 8):
+# klnt import and export of a 1 GiB model against cp of the same file, in one run:
 #
 #   bench/convert.sh KLNT WORK_DIR [ROUNDS] [TENSORS]
 #

@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 #
-# Loads of stock files against the same loads of their KLNT imports (issue 18: within 5 %,
+# Loads of stock files against the same loads of their KLNT imports (the target: within 5 %,
 # every source):
 #
 #   bench/stock.sh KLNT WORK_DIR [RUNS] [TENSORS]

@@ -110,7 +110,7 @@ static int spec_of(kiln_tensor_spec *s, const kiln_tensor *t, const uint32_t *po
 	return 0;
 }
 
-/* The views through kiln_write_series (src/series_write.c): one file or a series, planned,
+/* The views through kiln_write_series (src/write/series.c): one file or a series, planned,
  * staged and published there; the sources' files are never replaced or removed. */
 int kc_klnt_write(const struct kc_list *l, const char *meta, size_t meta_len, const char *path,
 		  uint64_t max_shard_size, struct kc_progress *p, kiln_convert_result *res,

@@ -21,7 +21,7 @@ static volatile uint8_t sink;
  * caught, not only the totals. */
 #define HEAD 16
 
-/* The metadata arena's blocks (src/meta.c): 1 MiB each, taken whole for the first escaped
+/* The metadata arena's blocks (src/index/meta.c): 1 MiB each, taken whole for the first escaped
  * string; counted apart so the proportional bound stays tight for the rest. */
 #define ARENA_MIN ((size_t)1 << 20)
 #define ARENA_MAX (ARENA_MIN + 64)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Fuzz target: the bytes are a safetensors file, read by kiln's reader (src/safetensors.c)
+ * Fuzz target: the bytes are a safetensors file, read by kiln's reader (src/format/safetensors.c)
  * through the public API only, every way a file is opened (fuzz/fuzz_model.h).
  *
  * The target judges the file itself, from the format's rules (docs/formats.md, the reference

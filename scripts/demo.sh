@@ -6,7 +6,10 @@
 set -eu
 cd "$(dirname "$0")/.."
 scripts/setup-debian.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+# The library, klnt and the converters: no test suites, benchmarks or Python module (their
+# packages are scripts/test.sh's).
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_BUILD_TESTS=OFF \
+	-DKILN_BUILD_BENCH=OFF -DKILN_PYTHON=OFF >/dev/null
 cmake --build build -j"$(nproc)" >/dev/null
 
 work=build/demo

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Remove each rule of the validator in turn and check that the test suites notice.
 
-For every `if (COND)` in src/validate.c whose body (its block or its one statement) rejects a
-block (a kiln__fail, kiln__fail_desc or kiln__fail_at call), build a copy of the tree with that
+For every `if (COND)` in src/format/klnt.c (the KLNT reader) whose body (its block or its one
+statement) rejects a block (a kiln__fail, kiln__fail_desc or kiln__fail_at call), build a copy of the tree with that
 condition replaced by `0 && (COND)` and run the rules, golden and writer suites. A mutation
 that every suite survives is a rule no test pins down. Slow (a build per rule), so it is a
 developer's check, not part of scripts/test.sh.
@@ -22,7 +22,7 @@ subprocess.run(["cmake", "-S", src, "-B", build, "-DKILN_BUILD_BENCH=OFF", "-DKI
                check=True, stdout=subprocess.DEVNULL)
 suites = ["test_rules", "test_golden", "test_writer"]
 
-path = os.path.join(src, "src", "validate.c")
+path = os.path.join(src, "src", "format", "klnt.c")
 original = open(path).read()
 lines = original.split("\n")
 

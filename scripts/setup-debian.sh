@@ -1,16 +1,34 @@
 #!/bin/sh
-# Install the Debian 12 packages kiln needs to build, test and run. Skips apt entirely when
-# everything is already there, so repeated runs are quick and need no network.
+# Install the Debian 12 packages kiln needs: to build and run the main job (scripts/demo.sh), or
+# with --tests everything scripts/test.sh also needs (clang and its sanitizer runtimes,
+# Criterion, Google Benchmark, the Python test stack, the servers the remote tests run against).
+# Skips apt entirely when everything is already there, so repeated runs are quick and need no
+# network.
+#
+#   scripts/setup-debian.sh [--tests]
 set -eu
+
+# The library, klnt and the converters: a C11 compiler, CMake, liburing, libxxhash, libcurl,
+# json-c; xxd turns the golden cases' hex into files.
+PACKAGES="build-essential cmake pkg-config liburing-dev libxxhash-dev libcurl4-openssl-dev \
+libjson-c-dev xxd"
 
 # libclang-rt-14-dev holds clang's sanitizer and libFuzzer runtimes; clang only recommends it.
 # python3-fsspec: kiln.safetensors._safe_open_handle is tested on fsspec's local files.
 # nginx, curl, openssl, Ceph's mon, OSD and S3 gateway: the test servers on 127.0.0.1
 # (tests/servers/).
-PACKAGES="build-essential cmake pkg-config clang libclang-rt-14-dev clang-format xxd liburing-dev \
-libcriterion-dev libxxhash-dev libjson-c-dev libbenchmark-dev libcurl4-openssl-dev \
+TEST_PACKAGES="clang libclang-rt-14-dev clang-format libcriterion-dev libbenchmark-dev \
 python3-dev python3-numpy python3-pytest python3-torch python3-fsspec \
 nginx curl openssl ceph-mon ceph-osd radosgw ceph-common"
+
+case "${1:-}" in
+"") ;;
+--tests) PACKAGES="$PACKAGES $TEST_PACKAGES" ;;
+*)
+	echo "usage: $0 [--tests]" >&2
+	exit 2
+	;;
+esac
 
 missing=""
 for p in $PACKAGES; do

@@ -6,11 +6,13 @@
 # the first failure.
 set -eu
 cd "$(dirname "$0")/.."
-scripts/setup-debian.sh
+scripts/setup-debian.sh --tests
 jobs=$(nproc)
 
 echo "== gcc, -Werror"
-CC=gcc CXX=g++ cmake -S . -B build -DKILN_WERROR=ON >/dev/null
+# Everything on, whatever an earlier configure of build/ (scripts/demo.sh's) left in its cache.
+CC=gcc CXX=g++ cmake -S . -B build -DKILN_WERROR=ON -DKILN_BUILD_TESTS=ON -DKILN_BUILD_BENCH=ON \
+	-DKILN_PYTHON=ON >/dev/null
 cmake --build build -j"$jobs"
 (cd build && ctest --output-on-failure)
 

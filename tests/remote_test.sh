@@ -24,7 +24,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 command -v curl >/dev/null 2>&1 || {
-	echo "SKIP: curl is not installed (scripts/setup-debian.sh installs it)"
+	echo "SKIP: curl is not installed (scripts/setup-debian.sh --tests installs it)"
 	exit 77
 }
 

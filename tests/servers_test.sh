@@ -11,7 +11,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/kiln-servers.XXXXXX")
 trap '"$here/servers/nginx.sh" stop "$work/nginx"; "$here/servers/rgw.sh" stop "$work/rgw"; rm -rf "$work"' EXIT
 command -v curl >/dev/null 2>&1 || {
-	echo "SKIP: curl is not installed (scripts/setup-debian.sh installs it)"
+	echo "SKIP: curl is not installed (scripts/setup-debian.sh --tests installs it)"
 	exit 77
 }
 mkdir -p "$work/root"

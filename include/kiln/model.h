@@ -141,20 +141,13 @@ enum kiln_open_flags {
 	 * (else the device's logical block size). Falls back to buffered reads when the file system
 	 * refuses, and says so in kiln_model_info.direct_fallback. */
 	KILN_OPEN_DIRECT = 1u << 5,
-	/* mmap: map the file copy-on-write (PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE)
-	 * instead of read-only shared, so a consumer that writes through a data pointer (a PyTorch
-	 * tensor made with DLPack: torch has no read-only tensors) gets a private copy of the
-	 * pages it writes instead of SIGSEGV. The file and other processes never see the writes;
-	 * pages only read stay shared with the page cache, so reading costs what the default
-	 * mapping costs. MAP_NORESERVE keeps a mapping larger than memory from being refused under
-	 * the default overcommit heuristic (strict overcommit, mode 2, counts it all and may give
-	 * NOMEM); a write when memory is exhausted then meets the OOM killer, as any write to
-	 * fresh memory does. The writes are the process's view only: kiln_tensor_copy(),
-	 * kiln_stream() and payload verification read the file; KILN_HINT_DONTNEED drops the
-	 * written pages (the file's bytes reappear) and PAGEOUT swaps them. READ/URING ignore it:
-	 * their owned memory is already private and writable (a caller's load buffer is the
-	 * caller's). INVAL with KILN_OPEN_LOCK (mlock of a writable private mapping copies every
-	 * page) and for kiln_model_parse() (a borrowed buffer cannot be made private). */
+	/* mmap: map the file copy-on-write (writable, MAP_PRIVATE | MAP_NORESERVE) instead of
+	 * read-only shared, so a consumer that writes through a data pointer (a PyTorch tensor
+	 * made with DLPack: torch has no read-only tensors) gets a private copy of the pages it
+	 * writes instead of SIGSEGV; the file never sees the writes, and pages only read cost what
+	 * the default mapping costs. READ/URING ignore it (their memory is private already).
+	 * INVAL with KILN_OPEN_LOCK (it would copy every page) and for kiln_model_parse(). What
+	 * the writes mean for copies, hints and memory: README.md, "Loading". */
 	KILN_OPEN_PRIVATE = 1u << 6,
 	/* Open the path given as the one file of the model, even when its name is a shard of a
 	 * series (STEM-NNNNN-of-MMMMM.EXT) or it is a part of a split GGUF model: the shard's own
@@ -167,7 +160,7 @@ enum kiln_open_flags {
 	KILN_OPEN_ALIGN = 1u << 8,
 	/* Read the header and directory of each file and nothing of its payload: views have no
 	 * data pointer (data is NULL) and their bytes are read when asked for, by
-	 * kiln_tensor_copy(), kiln_model_read(), the slice reads and kiln_stream(), through the
+	 * kiln_tensor_copy(), kiln_tensor_read(), the slice reads and kiln_stream(), through the
 	 * file's source (pread for a local file, ranged GETs for a URL). For inspecting a remote
 	 * checkpoint or taking a few tensors of it. INVAL with POPULATE, LOCK, PRIVATE, ALIGN or a
 	 * load buffer (they are about the payload's memory). */

@@ -11,32 +11,16 @@ extern "C" {
 
 /*
  * URLs. Wherever a path is taken, a URL may stand: s3://BUCKET/KEY, http://... or https://...
- * Its bytes are fetched with ranged GETs over libcurl: the first GET (256 KiB from byte 0) pins
- * the object's size and ETag; the header and directory are validated as a local file's are,
- * in at most one more GET for KLNT and safetensors (a GGUF header grows by fourfold GETs);
- * every later GET sends If-Match with the pinned ETag, and an object that changed is IO
- * (ESTALE), never a mix of two versions. The payload is then fetched into owned memory (or the
- * load buffer) with `connections` ranged GETs in flight, `chunk_size` bytes each; with
- * KILN_OPEN_DIRECTORY_ONLY it is fetched only as tensors are read. Failed ranges (5xx, 429,
- * resets, stalls, short bodies) are retried from the last byte received, with exponential
- * backoff and jitter. A series or a safetensors index at a URL opens its shards beside it;
- * series siblings are found by name (a URL cannot be listed), and a URL with a query
- * (presigned) is one file. Errors are IO naming the URL, the byte range and the HTTP status
- * with the S3 error code ("HTTP 403 SignatureDoesNotMatch"); sys_errno is EACCES for 401/403,
- * ENOENT for 404, ESTALE for a changed object, ETIMEDOUT past the deadline, ECONNREFUSED,
- * else EIO.
- *
- * s3:// as the AWS tools read it: keys from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
- * AWS_SESSION_TOKEN, else the profile (AWS_PROFILE, else "default") in the shared credentials
- * file (AWS_SHARED_CREDENTIALS_FILE, else ~/.aws/credentials) or the config file
- * (AWS_CONFIG_FILE, else ~/.aws/config); no keys at all sends unsigned requests (a public
- * bucket). Region: AWS_REGION, AWS_DEFAULT_REGION, the profile's region, else us-east-1.
- * Endpoint: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's endpoint_url (path-style
- * addressing: ENDPOINT/BUCKET/KEY), else https://BUCKET.s3.REGION.amazonaws.com/KEY. Requests
- * are signed with SigV4 by libcurl. http(s)://: redirects are followed; HF_TOKEN is sent as a
- * bearer token to huggingface.co and hf.co (and not to where they redirect). HTTPS checks the
- * server against ca_bundle, else AWS_CA_BUNDLE (s3:// only), else CURL_CA_BUNDLE, else the
- * system's CAs.
+ * The first ranged GET pins the object's size and ETag; the header and directory are validated
+ * as a local file's are; every later GET sends If-Match with the pinned ETag, so an object that
+ * changed is IO (ESTALE), never a mix of two versions. The payload is fetched into owned memory
+ * (or the load buffer), or with KILN_OPEN_DIRECTORY_ONLY only as tensors are read. A series or
+ * an index at a URL opens its shards beside it; a URL with a query (presigned) is one file.
+ * Errors are IO naming the URL (its query left out), the byte range and the HTTP status with
+ * the S3 error code; sys_errno is EACCES for 401/403, ENOENT for 404, ESTALE for a changed
+ * object, ETIMEDOUT past the deadline, ECONNREFUSED, else EIO. Credentials, regions, endpoints
+ * and CA bundles are read as the AWS tools read them (HF_TOKEN goes to huggingface.co and hf.co
+ * only): docs/remote.md has the order, the retries and the cache.
  */
 typedef struct kiln_remote_options {
 	uint32_t size;        /* 0 or sizeof(kiln_remote_options) */

@@ -1,14 +1,14 @@
 #!/bin/sh
 # A throwaway nginx on 127.0.0.1 serving a directory over HTTP and HTTPS (a CA made for the run),
 # with nginx's own range, HEAD, 416 and ETag handling: the real server the remote source is
-# tested against (issue 22). Daemon, pid file, logs and keys live in STATE; nothing else is
+# tested against. Daemon, pid file, logs and keys live in STATE; nothing else is
 # touched, no systemd.
 #
 #   tests/servers/nginx.sh start STATE ROOT   prints: http=PORT https=PORT ca=STATE/ca.pem
 #   tests/servers/nginx.sh stop STATE
 #
 # Exits 77 (the tests' skip code) with a line saying why when nginx, openssl or python3 is
-# missing (scripts/setup-debian.sh installs them).
+# missing (scripts/setup-debian.sh --tests installs them).
 set -eu
 cmd=${1:-}
 state=${2:-}
@@ -34,7 +34,7 @@ fi
 root=$(cd "${3:?ROOT}" && pwd)
 for tool in nginx openssl python3; do
 	command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] || {
-		echo "SKIP: $tool is not installed (scripts/setup-debian.sh installs it)"
+		echo "SKIP: $tool is not installed (scripts/setup-debian.sh --tests installs it)"
 		exit 77
 	}
 done

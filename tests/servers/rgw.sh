@@ -10,7 +10,7 @@
 #   tests/servers/rgw.sh stop STATE
 #
 # Exits 77 (the tests' skip code) with a line saying why when Ceph is not installed
-# (scripts/setup-debian.sh installs ceph-mon, ceph-osd, radosgw and ceph-common).
+# (scripts/setup-debian.sh --tests installs ceph-mon, ceph-osd, radosgw and ceph-common).
 set -eu
 cmd=${1:-}
 state=${2:-}
@@ -65,7 +65,7 @@ esac
 
 for tool in ceph-mon ceph-osd radosgw radosgw-admin ceph ceph-authtool monmaptool curl python3; do
 	command -v "$tool" >/dev/null 2>&1 || {
-		echo "SKIP: $tool is not installed (scripts/setup-debian.sh installs Ceph's packages)"
+		echo "SKIP: $tool is not installed (scripts/setup-debian.sh --tests installs Ceph's packages)"
 		exit 77
 	}
 done
