@@ -18,7 +18,7 @@ struct kb_state {
 
 namespace {
 
-void finish(benchmark::State &s, const kb_state &st)
+void set_results(benchmark::State &s, const kb_state &st)
 {
 	if (st.bytes_per_iter)
 		s.SetBytesProcessed(static_cast<int64_t>(st.bytes_per_iter) * s.iterations());
@@ -26,14 +26,14 @@ void finish(benchmark::State &s, const kb_state &st)
 		s.SetLabel(st.label);
 }
 
-void run(benchmark::State &s, kb_body body, void *arg)
+void run_batches(benchmark::State &s, kb_body body, void *arg)
 {
 	kb_state st{&s, 0, {}, {}, {}};
 	// Batches of up to 64 iterations: one C call per batch, not per iteration.
 	const benchmark::IterationCount batch = std::min<benchmark::IterationCount>(64, s.max_iterations);
 	while (s.KeepRunningBatch(batch))
 		body(&st, static_cast<uint64_t>(batch), arg);
-	finish(s, st);
+	set_results(s, st);
 }
 
 } // namespace
@@ -42,7 +42,7 @@ extern "C" {
 
 void kb_register(const char *name, kb_body body, void *arg)
 {
-	benchmark::RegisterBenchmark(name, run, body, arg);
+	benchmark::RegisterBenchmark(name, run_batches, body, arg);
 }
 
 void kb_register_fixed(const char *name, kb_body body, void *arg, uint64_t iters,
@@ -52,7 +52,7 @@ void kb_register_fixed(const char *name, kb_body body, void *arg, uint64_t iters
 		kb_state st{&s, 0, {}, {}, {}};
 		for (auto _ : s)
 			body(&st, 1, arg);
-		finish(s, st);
+		set_results(s, st);
 	})
 		->Iterations(static_cast<benchmark::IterationCount>(iters))
 		->UseRealTime()

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kiln._kiln's CUDA functions, built in only where the CUDA adapter is (adapters/cuda/, with the
- * toolkit): the GPUs as a load device (a "kiln.device" capsule for Dir.load(device=...)), and
+ * toolkit): the GPUs as a load device (a "kiln.device" capsule for Model.load(device=...)), and
  * two small queries for checking what landed without a CUDA-enabled torch.
  */
 #include "kiln_py.h" /* Python.h first, as CPython asks */

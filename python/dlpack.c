@@ -7,6 +7,10 @@
 
 /* --- DLPack (v0.x ABI, defined here so no header is needed) ---------------------------------- */
 
+/* Aligned for any dtype; numpy arrays of empty payloads point here too, so numpy never allocates
+ * memory of its own for them. */
+_Alignas(64) const unsigned char empty_payload[64];
+
 typedef struct {
 	int32_t device_type; /* kDLCPU = 1 */
 	int32_t device_id;
@@ -317,7 +321,7 @@ PyTypeObject DeviceViewType = {
     .tp_basicsize = sizeof(DeviceViewObject),
     .tp_dealloc = (destructor)view_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "One tensor loaded into a device's memory by Dir.load(device=...): DLPack only.",
+    .tp_doc = "One tensor loaded into a device's memory by Model.load(device=...): DLPack only.",
     .tp_methods = view_methods,
     .tp_getset = view_getset,
 };

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kiln.Error and its subclasses: one per error class, carrying the error's detail.
+ * kiln.Error and its subclasses: one per error class, carrying the error's detail; and the
+ * TypeError and ValueError of a view that numpy or DLPack cannot give.
  */
 #include "kiln_py.h"
 
@@ -71,6 +72,32 @@ PyObject *raise_kiln(int code, const kiln_error *e)
 	}
 	PyErr_SetObject(type, exc);
 	Py_DECREF(exc);
+	return NULL;
+}
+
+/* Messages name a tensor by its descriptor index in its file (Tensor.index), `index` here. */
+PyObject *no_type(const kiln_tensor *t, uint64_t index, const char *what, const char *hint)
+{
+	PyObject *name = name_of(t->name, t->name_len);
+	if (!name)
+		return NULL;
+	PyErr_Format(PyExc_TypeError, "tensor %llu (%R) has dtype %s, which %s has no type for; %s",
+		     (unsigned long long)index, name, dtype_name(t->dtype), what, hint);
+	Py_DECREF(name);
+	return NULL;
+}
+
+PyObject *no_data(const kiln_tensor *t, uint64_t index, const char *what)
+{
+	PyObject *name = name_of(t->name, t->name_len);
+	if (!name)
+		return NULL;
+	PyErr_Format(PyExc_ValueError,
+		     "tensor %llu (%R) was opened directory-only: its bytes are not in memory, so "
+		     "%s cannot view them; copy(), read_into(), Model.load() or "
+		     "Model.read_slices() read them",
+		     (unsigned long long)index, name, what);
+	Py_DECREF(name);
 	return NULL;
 }
 

@@ -23,10 +23,36 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A name as str (None for none); the library has checked it is well-formed UTF-8. */
+static inline PyObject *name_of(const char *p, size_t len)
+{
+	if (!p)
+		Py_RETURN_NONE;
+	return PyUnicode_DecodeUTF8(p, (Py_ssize_t)len, "strict");
+}
+
+/* A dtype code's name as kiln spells it ("f32", "opaque"), "unknown" for none. */
+static inline const char *dtype_name(unsigned code)
+{
+	const char *n = kiln_dtype_name(code);
+	return n ? n : "unknown";
+}
+
+/*
+ * The files form layers, each calling only those below it: module.c (the module) over model.c
+ * (Owner, Model) over tensor.c (Tensor) over dlpack.c (capsules, DeviceView) over errors.c; cuda.c
+ * beside them over dlpack.c.
+ */
+
 /* errors.c: raise the kiln.Error subclass for err->code (detail as attributes); NULL. */
 PyObject *raise_kiln(int code, const kiln_error *e);
 /* errors.c: create kiln.Error and its subclasses in module m; -1 with an exception set. */
 int kp_add_errors(PyObject *m);
+/* errors.c: TypeError: tensor `index` has a dtype `what` (numpy, DLPack) has no type for. */
+PyObject *no_type(const kiln_tensor *t, uint64_t index, const char *what, const char *hint);
+/* errors.c: ValueError for a view with no bytes in memory (a directory-only open): `what`
+ * cannot view it. */
+PyObject *no_data(const kiln_tensor *t, uint64_t index, const char *what);
 
 /* model.c: the one reference-counted holder of a kiln_model. */
 typedef struct {
@@ -36,14 +62,12 @@ typedef struct {
 	int writable; /* the bytes are this process's own: a private mapping or an owned block */
 } OwnerObject;
 extern PyTypeObject OwnerType;
-/* A tensor's descriptor index in its shard's file (its model index less the file's first). */
-uint64_t local_index(const kiln_model *m, const kiln_tensor *t);
 
-/* model.c: Dir, a model's Python face. */
+/* model.c: Model (kiln.Model, also kiln.Dir), a model's Python face. */
 typedef struct {
 	PyObject_HEAD OwnerObject *owner; /* NULL once closed */
-} DirObject;
-extern PyTypeObject DirType;
+} ModelObject;
+extern PyTypeObject ModelType;
 PyObject *mod_open(PyObject *mod, PyObject *args, PyObject *kw);
 PyObject *mod_parse(PyObject *mod, PyObject *data);
 
@@ -56,21 +80,18 @@ typedef struct {
 extern PyTypeObject TensorType;
 /* A Tensor for view t of owner's model; None for NULL (no such tensor). */
 PyObject *tensor_new(OwnerObject *owner, const kiln_tensor *t);
-/* A name as str (None for none). */
-PyObject *name_of(const char *p, size_t len);
-/* TypeError: tensor `index` has a dtype `what` (numpy, DLPack) has no type for. */
-PyObject *no_type(const kiln_tensor *t, uint64_t index, const char *what, const char *hint);
-/* ValueError for a view with no bytes in memory (a directory-only open): `what` cannot view it. */
-PyObject *no_data(const kiln_tensor *t, uint64_t index, const char *what);
-/* A data pointer for empty payloads, so numpy and DLPack consumers never get NULL. */
-extern const unsigned char empty_payload[64];
+/* A tensor's descriptor index in its shard's file (its model index less the file's first). */
+uint64_t local_index(const kiln_model *m, const kiln_tensor *t);
 
 /* dlpack.c: Tensor.__dlpack__, to_dlpack and __dlpack_device__. */
 PyObject *tensor_dlpack(TensorObject *self, PyObject *args, PyObject *kw);
+PyObject *tensor_to_dlpack(TensorObject *self, PyObject *args, PyObject *kw);
+PyObject *tensor_dlpack_device(TensorObject *self, PyObject *unused);
+/* dlpack.c: a data pointer for empty payloads, so numpy and DLPack consumers never get NULL. */
+extern const unsigned char empty_payload[64];
 /* A DLPack capsule (CPU, uint8, 1-D) of len bytes at data, holding a reference to owner until
  * the consumer is done with it. */
 PyObject *kp_bytes_capsule(void *data, uint64_t len, PyObject *owner);
-PyObject *tensor_to_dlpack(TensorObject *self, PyObject *args, PyObject *kw);
 /* dlpack.c: DeviceView, a tensor kiln_load placed in a device's arena; `arena` is the arena's
  * capsule (held). */
 extern PyTypeObject DeviceViewType;
@@ -97,6 +118,5 @@ struct kp_device {
 	uint32_t count;
 	void *state; /* the provider's (closed by the capsule's destructor) */
 };
-PyObject *tensor_dlpack_device(TensorObject *self, PyObject *unused);
 
 #endif

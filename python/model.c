@@ -1,16 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Dir, the Python face of one kiln_model, and the Owner that holds it.
+ * Model (kiln.Model, also known as kiln.Dir), the Python face of one kiln_model, and the Owner
+ * that holds it.
  *
  * kiln.open() opens one kiln_model: a KLNT file, or the whole series when the path is a shard of
- * one (kiln_model_open() finds the siblings; the module parses no names). Dir indexes are the
+ * one (kiln_model_open() finds the siblings; the module parses no names). Model indexes are the
  * model's (shard 0's tensors first); a Tensor's shard is its view's file and its `index` the
  * descriptor index in that file.
  *
- * Lifetime: every open model belongs to one Owner object. The Dir, every Tensor
+ * Lifetime: every open model belongs to one Owner object. The Model, every Tensor
  * view, every numpy array (as its base) and every DLPack capsule (through its manager context)
- * hold a reference on the Owner, and only the Owner's deallocation closes it. Dir.close() drops
- * the Dir's reference, so arrays made before it keep the mappings (or the owned blocks of the
+ * hold a reference on the Owner, and only the Owner's deallocation closes it. Model.close() drops
+ * the Model's reference, so arrays made before it keep the mappings (or the owned blocks of the
  * read/uring sources) alive until the last of them is gone: no array can dangle.
  *
  * Files are mapped copy-on-write by default (KILN_OPEN_PRIVATE): torch has no read-only tensors,
@@ -30,49 +31,41 @@ static void owner_dealloc(OwnerObject *self)
 	Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-uint64_t local_index(const kiln_model *m, const kiln_tensor *t)
-{
-	kiln_file_info fi;
-	if (kiln_model_file_info(m, t->file, &fi))
-		return t->index;
-	return t->index - fi.first_tensor;
-}
-
 PyTypeObject OwnerType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kiln._kiln.Mapping",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kiln._kiln.Owner",
     .tp_basicsize = sizeof(OwnerObject),
     .tp_dealloc = (destructor)owner_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Keeps an open directory or series (mappings or owned blocks) alive; closed when "
-	      "the last Dir, Tensor, array or DLPack capsule using it is gone.",
+    .tp_doc = "Owns an open model, one file or a series (its mappings or owned blocks); closes "
+	      "it when the last Model, Tensor, array or DLPack capsule using it is gone.",
 };
 
 /* ---------------------------------------------------------------------------------------------
- * Dir
+ * Model
  * ------------------------------------------------------------------------------------------- */
 
-static OwnerObject *dir_owner(DirObject *self)
+static OwnerObject *model_owner(ModelObject *self)
 {
 	if (!self->owner)
 		PyErr_SetString(PyExc_ValueError, "the directory is closed");
 	return self->owner;
 }
 
-static void dir_dealloc(DirObject *self)
+static void model_dealloc(ModelObject *self)
 {
 	Py_XDECREF(self->owner);
 	PyObject_Free(self);
 }
 
-static Py_ssize_t dir_len(DirObject *self)
+static Py_ssize_t model_len(ModelObject *self)
 {
-	OwnerObject *o = dir_owner(self);
+	OwnerObject *o = model_owner(self);
 	return o ? (Py_ssize_t)kiln_model_count(o->model) : -1;
 }
 
-static PyObject *dir_item(DirObject *self, Py_ssize_t i)
+static PyObject *model_item(ModelObject *self, Py_ssize_t i)
 {
-	OwnerObject *o = dir_owner(self);
+	OwnerObject *o = model_owner(self);
 	if (!o)
 		return NULL;
 	Py_ssize_t n = (Py_ssize_t)kiln_model_count(o->model);
@@ -98,9 +91,9 @@ static const kiln_tensor *find_name(OwnerObject *o, PyObject *key)
 	return t;
 }
 
-static PyObject *dir_subscript(DirObject *self, PyObject *key)
+static PyObject *model_subscript(ModelObject *self, PyObject *key)
 {
-	OwnerObject *o = dir_owner(self);
+	OwnerObject *o = model_owner(self);
 	if (!o)
 		return NULL;
 	if (PyUnicode_Check(key)) {
@@ -110,12 +103,12 @@ static PyObject *dir_subscript(DirObject *self, PyObject *key)
 	Py_ssize_t i = PyNumber_AsSsize_t(key, PyExc_IndexError);
 	if (i == -1 && PyErr_Occurred())
 		return NULL;
-	return dir_item(self, i);
+	return model_item(self, i);
 }
 
-static int dir_contains(DirObject *self, PyObject *key)
+static int model_contains(ModelObject *self, PyObject *key)
 {
-	OwnerObject *o = dir_owner(self);
+	OwnerObject *o = model_owner(self);
 	if (!o)
 		return -1;
 	if (!PyUnicode_Check(key))
@@ -127,10 +120,10 @@ static int dir_contains(DirObject *self, PyObject *key)
 	return kiln_model_find(o->model, s, (size_t)len) != NULL;
 }
 
-static PyObject *dir_keys(DirObject *self, PyObject *unused)
+static PyObject *model_keys(ModelObject *self, PyObject *unused)
 {
 	(void)unused;
-	OwnerObject *o = dir_owner(self);
+	OwnerObject *o = model_owner(self);
 	if (!o)
 		return NULL;
 	uint64_t n = kiln_model_count(o->model);
@@ -150,37 +143,37 @@ static PyObject *dir_keys(DirObject *self, PyObject *unused)
 	return list;
 }
 
-static PyObject *dir_close(DirObject *self, PyObject *unused)
+static PyObject *model_close(ModelObject *self, PyObject *unused)
 {
 	(void)unused;
 	Py_CLEAR(self->owner);
 	Py_RETURN_NONE;
 }
 
-static PyObject *dir_enter(DirObject *self, PyObject *unused)
+static PyObject *model_enter(ModelObject *self, PyObject *unused)
 {
 	(void)unused;
-	if (!dir_owner(self))
+	if (!model_owner(self))
 		return NULL;
 	return Py_NewRef((PyObject *)self);
 }
 
-static PyObject *dir_exit(DirObject *self, PyObject *args)
+static PyObject *model_exit(ModelObject *self, PyObject *args)
 {
 	(void)args;
 	Py_CLEAR(self->owner);
 	Py_RETURN_FALSE;
 }
 
-static PyObject *dir_verify_payload(DirObject *self, PyObject *unused)
+static PyObject *model_verify_payload(ModelObject *self, PyObject *unused)
 {
 	(void)unused;
-	OwnerObject *o = dir_owner(self);
+	OwnerObject *o = model_owner(self);
 	if (!o)
 		return NULL;
 	kiln_error err;
 	int rc;
-	/* The reference keeps the model open even if another thread closes the Dir. */
+	/* The reference keeps the model open even if another thread closes the Model. */
 	Py_INCREF(o);
 	const kiln_model *m = o->model;
 	Py_BEGIN_ALLOW_THREADS rc = kiln_model_verify(m, &err); /* every shard */
@@ -255,7 +248,7 @@ static int resolve_indices(OwnerObject *o, PyObject *keys, uint64_t **out, size_
 	return 0;
 }
 
-static PyObject *dir_hint(DirObject *self, PyObject *args, PyObject *kw)
+static PyObject *model_hint(ModelObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"tensors", "hint", NULL};
 	PyObject *keys = Py_None;
@@ -270,7 +263,7 @@ static PyObject *dir_hint(DirObject *self, PyObject *args, PyObject *kw)
 		return PyErr_Format(PyExc_ValueError,
 				    "hint must be willneed, dontneed, cold or pageout, not \"%s\"",
 				    name);
-	OwnerObject *o = dir_owner(self);
+	OwnerObject *o = model_owner(self);
 	uint64_t *idx;
 	size_t count;
 	if (!o || resolve_indices(o, keys, &idx, &count) < 0)
@@ -359,7 +352,7 @@ static int pairs_take(OwnerObject *o, PyObject *pairs, int keys_only, const char
  * stream(pairs, *, engine="auto", direct=False, chunk_size=0, queue_depth=0): read payloads
  * from the file into caller buffers; pairs is a sequence of (key, writable buffer).
  */
-static PyObject *dir_stream(DirObject *self, PyObject *args, PyObject *kw)
+static PyObject *model_stream(ModelObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"pairs", "engine", "direct", "chunk_size", "queue_depth", NULL};
 	PyObject *pairs;
@@ -384,7 +377,7 @@ static PyObject *dir_stream(DirObject *self, PyObject *args, PyObject *kw)
 	so.flags = direct ? KILN_STREAM_DIRECT : 0;
 	so.chunk_size = chunk;
 	so.queue_depth = depth;
-	OwnerObject *o = dir_owner(self);
+	OwnerObject *o = model_owner(self);
 	if (!o)
 		return NULL;
 	struct pairs pp;
@@ -424,14 +417,14 @@ out:
  * items is a sequence of (key, axis, start, stop, buffer), the slice's bytes landing in the
  * buffer (at least kiln_slice_size() bytes). Works on every open, directory-only included.
  */
-static PyObject *dir_read_slices(DirObject *self, PyObject *args, PyObject *kw)
+static PyObject *model_read_slices(ModelObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"items", "direct", NULL};
 	PyObject *items;
 	int direct = 0;
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$p:read_slices", kwlist, &items, &direct))
 		return NULL;
-	OwnerObject *o = dir_owner(self);
+	OwnerObject *o = model_owner(self);
 	if (!o)
 		return NULL;
 	PyObject *seq = PySequence_Fast(items, "items must be a sequence of "
@@ -634,7 +627,7 @@ fail:
  * buffers, in the order of pairs; with arena=True, pairs are keys alone and the result's
  * "capsules" view kiln's own block; register: KILN_LOAD_REGISTER (a GPU device).
  */
-static PyObject *dir_load(DirObject *self, PyObject *args, PyObject *kw)
+static PyObject *model_load(ModelObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"pairs",    "threads",  "direct",   "drop_cache",
 				 "inflight", "progress", "on_ready", "arena",
@@ -651,7 +644,7 @@ static PyObject *dir_load(DirObject *self, PyObject *args, PyObject *kw)
 	if (device != Py_None && !arena)
 		return PyErr_Format(PyExc_ValueError,
 				    "device= loads into kiln's arena: arena=True");
-	OwnerObject *o = dir_owner(self);
+	OwnerObject *o = model_owner(self);
 	if (!o)
 		return NULL;
 	struct pairs pp;
@@ -792,7 +785,7 @@ static int group_all_gather(void *ctx, const void *mine, void *all, size_t len, 
  * into caller buffers; all_gather(mine, all) gets a read-only memoryview of this rank's bytes
  * and a writable one of world times as many, to fill with every rank's in rank order.
  */
-static PyObject *dir_group_load(DirObject *self, PyObject *args, PyObject *kw)
+static PyObject *model_group_load(ModelObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"pairs",      "rank",   "world", "all_gather",
 				 "chunk_size", "direct", NULL};
@@ -804,7 +797,7 @@ static PyObject *dir_group_load(DirObject *self, PyObject *args, PyObject *kw)
 		return NULL;
 	if (!PyCallable_Check(fn))
 		return PyErr_Format(PyExc_TypeError, "all_gather must be callable");
-	OwnerObject *o = dir_owner(self);
+	OwnerObject *o = model_owner(self);
 	if (!o)
 		return NULL;
 	struct pairs pp;
@@ -852,10 +845,10 @@ out:
 	return ret;
 }
 
-static PyObject *dir_get_info(DirObject *self, void *c)
+static PyObject *model_get_info(ModelObject *self, void *c)
 {
 	(void)c;
-	OwnerObject *o = dir_owner(self);
+	OwnerObject *o = model_owner(self);
 	if (!o)
 		return NULL;
 	kiln_model_info in;
@@ -973,20 +966,20 @@ static PyObject *metadata_dict(OwnerObject *o, int with_types)
 	return d;
 }
 
-static PyObject *dir_metadata(DirObject *self, PyObject *args, PyObject *kw)
+static PyObject *model_metadata(ModelObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"types", NULL};
 	int types = 0;
 	if (!PyArg_ParseTupleAndKeywords(args, kw, "|$p:metadata", kwlist, &types))
 		return NULL;
-	OwnerObject *o = dir_owner(self);
+	OwnerObject *o = model_owner(self);
 	return o ? metadata_dict(o, types) : NULL;
 }
 
-static PyObject *dir_get_format(DirObject *self, void *c)
+static PyObject *model_get_format(ModelObject *self, void *c)
 {
 	(void)c;
-	OwnerObject *o = dir_owner(self);
+	OwnerObject *o = model_owner(self);
 	if (!o)
 		return NULL;
 	kiln_model_info in;
@@ -994,10 +987,10 @@ static PyObject *dir_get_format(DirObject *self, void *c)
 	return PyUnicode_FromString(kiln_format_name(in.format));
 }
 
-static PyObject *dir_get_paths(DirObject *self, void *c)
+static PyObject *model_get_paths(ModelObject *self, void *c)
 {
 	(void)c;
-	OwnerObject *o = dir_owner(self);
+	OwnerObject *o = model_owner(self);
 	if (!o)
 		return NULL;
 	uint32_t n = kiln_model_files(o->model);
@@ -1015,42 +1008,42 @@ static PyObject *dir_get_paths(DirObject *self, void *c)
 	return list;
 }
 
-static PyObject *dir_get_closed(DirObject *self, void *c)
+static PyObject *model_get_closed(ModelObject *self, void *c)
 {
 	(void)c;
 	return PyBool_FromLong(self->owner == NULL);
 }
 
-static PyGetSetDef dir_getset[] = {
-    {"info", (getter)dir_get_info, NULL,
+static PyGetSetDef model_getset[] = {
+    {"info", (getter)model_get_info, NULL,
      "Header fields, sizes and how the bytes were loaded. For a series (shards > 1) counts and\n"
      "sizes are totals and the other fields are the first shard's.",
      NULL},
-    {"paths", (getter)dir_get_paths, NULL, "The files open: one, or every shard of a series.",
+    {"paths", (getter)model_get_paths, NULL, "The files open: one, or every shard of a series.",
      NULL},
-    {"closed", (getter)dir_get_closed, NULL, "True after close().", NULL},
-    {"format", (getter)dir_get_format, NULL, "\"klnt\", \"safetensors\" or \"gguf\".", NULL},
+    {"closed", (getter)model_get_closed, NULL, "True after close().", NULL},
+    {"format", (getter)model_get_format, NULL, "\"klnt\", \"safetensors\" or \"gguf\".", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
-static PyMethodDef dir_methods[] = {
-    {"keys", (PyCFunction)dir_keys, METH_NOARGS, "Names of the named tensors, in file order."},
-    {"metadata", (PyCFunction)(void (*)(void))dir_metadata, METH_VARARGS | METH_KEYWORDS,
+static PyMethodDef model_methods[] = {
+    {"keys", (PyCFunction)model_keys, METH_NOARGS, "Names of the named tensors, in file order."},
+    {"metadata", (PyCFunction)(void (*)(void))model_metadata, METH_VARARGS | METH_KEYWORDS,
      "metadata(*, types=False) -> dict\n"
      "What the model says besides its tensors, in file order: GGUF key/values as int, float,\n"
      "bool, str (bytes when not UTF-8) and list; safetensors __metadata__ (str); a KLNT file's\n"
      "kiln.metadata document. types=True gives (type, value) pairs, type as GGUF names it\n"
      "(\"u32\", \"str\", \"arr:f32\", ...)."},
-    {"verify_payload", (PyCFunction)dir_verify_payload, METH_NOARGS,
+    {"verify_payload", (PyCFunction)model_verify_payload, METH_NOARGS,
      "Check the bytes between payloads and the 4-bit padding are zero (raises "
      "FormatTypeError)."},
-    {"hint", (PyCFunction)(void (*)(void))dir_hint, METH_VARARGS | METH_KEYWORDS,
+    {"hint", (PyCFunction)(void (*)(void))model_hint, METH_VARARGS | METH_KEYWORDS,
      "hint(tensors=None, hint=\"willneed\"): advise the kernel about these tensors' pages\n"
      "(names, indices or Tensors; None: all): willneed, dontneed, cold, pageout. mmap only."},
-    {"stream", (PyCFunction)(void (*)(void))dir_stream, METH_VARARGS | METH_KEYWORDS,
+    {"stream", (PyCFunction)(void (*)(void))model_stream, METH_VARARGS | METH_KEYWORDS,
      "stream(pairs, *, engine=\"auto\", direct=False, chunk_size=0, queue_depth=0) -> dict\n"
      "Read payloads from the file into caller buffers, many reads in flight, the GIL\n"
      "released; pairs: (name, index or Tensor, writable buffer of at least nbytes)."},
-    {"load", (PyCFunction)(void (*)(void))dir_load, METH_VARARGS | METH_KEYWORDS,
+    {"load", (PyCFunction)(void (*)(void))model_load, METH_VARARGS | METH_KEYWORDS,
      "load(pairs, *, threads=0, direct=False, drop_cache=False, inflight=0, progress=None,\n"
      "on_ready=None, arena=False, device=None, place=None, register=False) -> dict\n"
      "The load pipeline (kiln_load): payloads into caller buffers on reader threads, the GIL\n"
@@ -1065,37 +1058,38 @@ static PyMethodDef dir_methods[] = {
      "and the result's \"views\" are kiln.DeviceView objects (DLPack on the device).\n"
      "register=True (a device; a model opened whole): no staging, the file's own pages\n"
      "registered a window at a time and copied from (KILN_LOAD_REGISTER)."},
-    {"group_load", (PyCFunction)(void (*)(void))dir_group_load, METH_VARARGS | METH_KEYWORDS,
+    {"group_load", (PyCFunction)(void (*)(void))model_group_load, METH_VARARGS | METH_KEYWORDS,
      "group_load(pairs, rank, world, all_gather, *, chunk_size=0, direct=False) -> dict\n"
      "Read once per group (kiln_group_load): this rank reads its chunks, all_gather(mine,\n"
      "all) fills `all` (writable, world x len(mine) bytes) with every rank's in rank order;\n"
      "every rank ends with every tensor. Before any chunk, the ranks compare what they opened\n"
      "(an error names the difference)."},
-    {"read_slices", (PyCFunction)(void (*)(void))dir_read_slices, METH_VARARGS | METH_KEYWORDS,
+    {"read_slices", (PyCFunction)(void (*)(void))model_read_slices, METH_VARARGS | METH_KEYWORDS,
      "read_slices(items, *, direct=False) -> int\n"
      "Read slices of tensors into buffers (kiln_read_slices): items is a sequence of\n"
      "(tensor, axis, start, stop, buffer), each slice [start, stop) of one axis landing in its\n"
      "buffer as a C-contiguous array of the slice's shape. Only the slice's bytes are read, all\n"
      "in one queue, the GIL released; works on a directory-only open. Returns the bytes read."},
-    {"close", (PyCFunction)dir_close, METH_NOARGS,
-     "Drop this Dir's hold on the directory. Arrays, tensors and views made from it stay\n"
-     "valid: the directory is closed when the last of them is gone."},
-    {"__enter__", (PyCFunction)dir_enter, METH_NOARGS, NULL},
-    {"__exit__", (PyCFunction)dir_exit, METH_VARARGS, NULL},
+    {"close", (PyCFunction)model_close, METH_NOARGS,
+     "Drop this Model's hold on the open model. Arrays, tensors and views made from it stay\n"
+     "valid: the model is closed when the last of them is gone."},
+    {"__enter__", (PyCFunction)model_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)model_exit, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL}};
 
-static PySequenceMethods dir_as_sequence = {
-    .sq_length = (lenfunc)dir_len,
-    .sq_item = (ssizeargfunc)dir_item,
-    .sq_contains = (objobjproc)dir_contains,
+static PySequenceMethods model_as_sequence = {
+    .sq_length = (lenfunc)model_len,
+    .sq_item = (ssizeargfunc)model_item,
+    .sq_contains = (objobjproc)model_contains,
 };
 
-static PyMappingMethods dir_as_mapping = {
-    .mp_length = (lenfunc)dir_len,
-    .mp_subscript = (binaryfunc)dir_subscript,
+static PyMappingMethods model_as_mapping = {
+    .mp_length = (lenfunc)model_len,
+    .mp_subscript = (binaryfunc)model_subscript,
 };
 
-static PyObject *dir_repr(DirObject *self)
+/* "kiln.Dir", the type's first name, which users and tests match (kiln.Dir is kiln.Model). */
+static PyObject *model_repr(ModelObject *self)
 {
 	if (!self->owner)
 		return PyUnicode_FromString("<kiln.Dir closed>");
@@ -1111,26 +1105,26 @@ static PyObject *dir_repr(DirObject *self)
 				    (unsigned long long)in.bytes, src ? src : "unknown");
 }
 
-PyTypeObject DirType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kiln.Dir",
-    .tp_basicsize = sizeof(DirObject),
-    .tp_dealloc = (destructor)dir_dealloc,
-    .tp_repr = (reprfunc)dir_repr,
-    .tp_as_sequence = &dir_as_sequence,
-    .tp_as_mapping = &dir_as_mapping,
+PyTypeObject ModelType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "kiln.Model",
+    .tp_basicsize = sizeof(ModelObject),
+    .tp_dealloc = (destructor)model_dealloc,
+    .tp_repr = (reprfunc)model_repr,
+    .tp_as_sequence = &model_as_sequence,
+    .tp_as_mapping = &model_as_mapping,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "An open, validated KLNT directory: len(), iteration, [index] and [name] give "
-	      "Tensor views.",
-    .tp_methods = dir_methods,
-    .tp_getset = dir_getset,
+    .tp_doc = "An open, validated model (KLNT, safetensors or GGUF; one file or a series): len(), "
+	      "iteration, [index] and [name] give Tensor views. kiln.Dir is another name of it.",
+    .tp_methods = model_methods,
+    .tp_getset = model_getset,
 };
 
 /* ---------------------------------------------------------------------------------------------
  * Module functions
  * ------------------------------------------------------------------------------------------- */
 
-/* A Dir with an empty Owner (no model yet): deallocating it is safe at once. */
-static DirObject *new_dir(void)
+/* A Model with an empty Owner (no model yet): deallocating it is safe at once. */
+static ModelObject *new_model(void)
 {
 	OwnerObject *owner = PyObject_New(OwnerObject, &OwnerType);
 	if (!owner)
@@ -1138,7 +1132,7 @@ static DirObject *new_dir(void)
 	owner->model = NULL;
 	owner->holding = 0;
 	owner->writable = 0;
-	DirObject *d = PyObject_New(DirObject, &DirType);
+	ModelObject *d = PyObject_New(ModelObject, &ModelType);
 	if (!d) {
 		Py_DECREF(owner);
 		return NULL;
@@ -1214,7 +1208,7 @@ PyObject *mod_open(PyObject *mod, PyObject *args, PyObject *kw)
 	if (dironly)
 		opts.flags |= KILN_OPEN_DIRECTORY_ONLY;
 
-	DirObject *d = new_dir();
+	ModelObject *d = new_model();
 	if (!d) {
 		Py_DECREF(path);
 		return NULL;
@@ -1238,13 +1232,13 @@ PyObject *mod_open(PyObject *mod, PyObject *args, PyObject *kw)
 	return (PyObject *)d;
 }
 
-/* parse(data): a Dir over the bytes of one file (any format) held in memory: kiln_model_parse,
- * every check of an open; the views point into `data`, which the Dir keeps (a writable buffer
+/* parse(data): a Model over the bytes of one file (any format) held in memory: kiln_model_parse,
+ * every check of an open; the views point into `data`, which the Model keeps (a writable buffer
  * changed afterwards changes what the views see: the checks were made at parse time). */
 PyObject *mod_parse(PyObject *mod, PyObject *data)
 {
 	(void)mod;
-	DirObject *d = new_dir();
+	ModelObject *d = new_model();
 	if (!d)
 		return NULL;
 	OwnerObject *owner = d->owner;

@@ -372,11 +372,11 @@ static PyMethodDef module_methods[] = {
     {"open", (PyCFunction)(void (*)(void))mod_open, METH_VARARGS | METH_KEYWORDS,
      "open(path, *, source=\"mmap\", direct=False, populate=False, verify=False,\n"
      "     copy_on_write=True, threads=0, format=\"auto\", align=False, one_file=False,\n"
-     "     directory_only=False) -> Dir\n\n"
+     "     directory_only=False) -> Model\n\n"
      "Open and validate a model: a KLNT file or any shard of a KLNT series\n"
      "(STEM-NNNNN-of-MMMMM.klnt), a .safetensors file, any shard of a sharded checkpoint or\n"
      "its model.safetensors.index.json, or a .gguf file or any part of a split one: every\n"
-     "file of the model opens as one Dir. format: \"auto\" (told from the first bytes) or\n"
+     "file of the model opens as one Model. format: \"auto\" (told from the first bytes) or\n"
      "\"klnt\", \"safetensors\", \"gguf\" to insist. align: give each tensor whose payload\n"
      "is misaligned for its dtype an aligned owned copy (safetensors promises no alignment;\n"
      "torch needs it); the others stay zero-copy. one_file: open a shard alone. source:\n"
@@ -386,7 +386,7 @@ static PyMethodDef module_methods[] = {
      "private copy, never the file; False maps read-only shared, where such a write is a\n"
      "segmentation fault. directory_only: read the header and directory only (for a URL,\n"
      "one request): tensors have no bytes in memory, so numpy() and DLPack raise, while\n"
-     "copy(), read_into(), Dir.load() and Dir.read_slices() read them through the source\n"
+     "copy(), read_into(), Model.load() and Model.read_slices() read them through the source\n"
      "(ranged GETs for a URL). Raises a kiln.Error subclass."},
     {"write_file", (PyCFunction)(void (*)(void))mod_write_file, METH_VARARGS | METH_KEYWORDS,
      "write_file(path, tensors, *, sync=True, max_shard_size=0, metadata=None) -> str\n\n"
@@ -401,7 +401,7 @@ static PyMethodDef module_methods[] = {
     {"dtype_bits", (PyCFunction)mod_dtype_bits, METH_O, "Bits per element of a dtype name."},
 #ifdef KILN_PY_CUDA
     {"cuda_devices", (PyCFunction)(void (*)(void))mod_cuda_devices, METH_VARARGS | METH_KEYWORDS,
-     "cuda_devices(lanes=0): every visible GPU as a load device for Dir.load(device=...)\n"
+     "cuda_devices(lanes=0): every visible GPU as a load device for Model.load(device=...)\n"
      "(kiln_cuda_devices_open); kiln.Error (UNSUPPORTED) when none is usable."},
     {"cuda_device_count", (PyCFunction)mod_cuda_device_count, METH_O,
      "cuda_device_count(devices) -> int: the GPUs of a cuda_devices() handle."},
@@ -413,8 +413,8 @@ static PyMethodDef module_methods[] = {
     {"is_url", (PyCFunction)mod_is_url, METH_O,
      "is_url(path) -> bool: whether kiln fetches path as a URL (s3://, http://, https://)."},
     {"parse", (PyCFunction)mod_parse, METH_O,
-     "parse(data) -> Dir\n\nValidate and index one file held in memory (bytes or any buffer): "
-     "every check of open(); the tensors view `data`, which the Dir keeps alive."},
+     "parse(data) -> Model\n\nValidate and index one file held in memory (bytes or any buffer): "
+     "every check of open(); the tensors view `data`, which the Model keeps alive."},
     {"write_safetensors", (PyCFunction)(void (*)(void))mod_write_safetensors,
      METH_VARARGS | METH_KEYWORDS,
      "write_safetensors(path, tensors, metadata=None, *, sync=True) -> None or bytes\n\n"
@@ -437,17 +437,18 @@ PyMODINIT_FUNC PyInit__kiln(void)
 {
 	import_array();
 	if (PyType_Ready(&OwnerType) < 0 || PyType_Ready(&TensorType) < 0 ||
-	    PyType_Ready(&DirType) < 0 || PyType_Ready(&DeviceViewType) < 0)
+	    PyType_Ready(&ModelType) < 0 || PyType_Ready(&DeviceViewType) < 0)
 		return NULL;
 	PyObject *m = PyModule_Create(&kiln_module);
 	if (!m)
 		return NULL;
 	if (kp_add_errors(m) < 0)
 		goto fail;
-	if (PyModule_AddObject(m, "Dir", Py_NewRef((PyObject *)&DirType)) < 0 ||
+	if (PyModule_AddObject(m, "Model", Py_NewRef((PyObject *)&ModelType)) < 0 ||
 	    PyModule_AddObject(m, "Tensor", Py_NewRef((PyObject *)&TensorType)) < 0 ||
 	    PyModule_AddObject(m, "DeviceView", Py_NewRef((PyObject *)&DeviceViewType)) < 0 ||
-	    PyModule_AddStringConstant(m, "library_version", kiln_version()) < 0)
+	    PyModule_AddStringConstant(m, "library_version", kiln_version()) < 0 ||
+	    PyModule_AddStringConstant(m, "METADATA_TENSOR", KILN_METADATA_TENSOR) < 0)
 		goto fail;
 	return m;
 fail:

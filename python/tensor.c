@@ -9,6 +9,14 @@
  * Tensor views
  * ------------------------------------------------------------------------------------------- */
 
+uint64_t local_index(const kiln_model *m, const kiln_tensor *t)
+{
+	kiln_file_info fi;
+	if (kiln_model_file_info(m, t->file, &fi))
+		return t->index;
+	return t->index - fi.first_tensor;
+}
+
 PyObject *tensor_new(OwnerObject *owner, const kiln_tensor *t)
 {
 	if (!t)
@@ -29,24 +37,10 @@ static void tensor_dealloc(TensorObject *self)
 	PyObject_Free(self);
 }
 
-PyObject *name_of(const char *p, size_t len)
-{
-	if (!p)
-		Py_RETURN_NONE;
-	/* The library has checked the name is well-formed UTF-8. */
-	return PyUnicode_DecodeUTF8(p, (Py_ssize_t)len, "strict");
-}
-
 static PyObject *tensor_get_name(TensorObject *self, void *c)
 {
 	(void)c;
 	return name_of(self->t->name, self->t->name_len);
-}
-
-static const char *dtype_name(unsigned code)
-{
-	const char *n = kiln_dtype_name(code);
-	return n ? n : "unknown";
 }
 
 static PyObject *tensor_get_dtype(TensorObject *self, void *c)
@@ -165,7 +159,7 @@ static PyGetSetDef tensor_getset[] = {
     {"shard", (getter)tensor_get_shard, NULL, "Shard of a series holding it (0 for one file).",
      NULL},
     {"set_index", (getter)tensor_get_gindex, NULL,
-     "Index in the Dir: over the whole series (the descriptor index for one file).", NULL},
+     "Index in the Model: over the whole series (the descriptor index for one file).", NULL},
     {"dtype", (getter)tensor_get_dtype, NULL, "dtype name as kiln spells it (\"f32\", ...).", NULL},
     {"dtype_code", (getter)tensor_get_dtype_code, NULL, "dtype code from the format's table.",
      NULL},
@@ -225,35 +219,6 @@ static int npy_type(unsigned code)
 		return -1;
 	}
 }
-
-/* Messages name a tensor by its descriptor index in its file (Tensor.index), `index` here. */
-PyObject *no_type(const kiln_tensor *t, uint64_t index, const char *what, const char *hint)
-{
-	PyObject *name = name_of(t->name, t->name_len);
-	if (!name)
-		return NULL;
-	PyErr_Format(PyExc_TypeError, "tensor %llu (%R) has dtype %s, which %s has no type for; %s",
-		     (unsigned long long)index, name, dtype_name(t->dtype), what, hint);
-	Py_DECREF(name);
-	return NULL;
-}
-
-PyObject *no_data(const kiln_tensor *t, uint64_t index, const char *what)
-{
-	PyObject *name = name_of(t->name, t->name_len);
-	if (!name)
-		return NULL;
-	PyErr_Format(PyExc_ValueError,
-		     "tensor %llu (%R) was opened directory-only: its bytes are not in memory, so "
-		     "%s cannot view them; copy(), read_into(), Dir.load() or Dir.read_slices() "
-		     "read them",
-		     (unsigned long long)index, name, what);
-	Py_DECREF(name);
-	return NULL;
-}
-
-/* A data pointer for empty payloads, so numpy never allocates memory of its own. */
-_Alignas(64) const unsigned char empty_payload[64];
 
 /* The numpy type, rank and dims of a tensor's array (raw: its bytes as 1-D uint8); -1 with an
  * exception set when numpy cannot hold it. */
@@ -315,7 +280,7 @@ static PyObject *tensor_numpy(TensorObject *self, PyObject *args, PyObject *kw)
 	if (!descr)
 		return NULL;
 	/* Read-only unless asked: a writable array writes this process's private pages (seen by
-	 * the other arrays of the same Dir, never by the file). */
+	 * the other arrays of the same Model, never by the file). */
 	int flags = NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_ALIGNED |
 		    (writable && t->data ? NPY_ARRAY_WRITEABLE : 0);
 	PyObject *arr =
@@ -407,7 +372,7 @@ static PyMethodDef tensor_methods[] = {
     {"__dlpack__", (PyCFunction)(void (*)(void))tensor_dlpack, METH_VARARGS | METH_KEYWORDS,
      "A DLPack capsule viewing the payload (no copy). DLPack v0.x has no read-only flag, so a\n"
      "consumer may write: with the default copy-on-write mapping a write changes this\n"
-     "process's copy of the page only (seen by the Dir's other views, never by the file);\n"
+     "process's copy of the page only (seen by the Model's other views, never by the file);\n"
      "with copy_on_write=False it is a segmentation fault."},
     {"copy", (PyCFunction)(void (*)(void))tensor_copy, METH_VARARGS | METH_KEYWORDS,
      "copy(raw=False): a new, writable numpy array holding the payload, read from the file\n"
@@ -427,7 +392,7 @@ PyTypeObject TensorType = {
     .tp_dealloc = (destructor)tensor_dealloc,
     .tp_repr = (reprfunc)tensor_repr,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A view of one tensor of an open directory: plain fields, numpy(), __dlpack__().",
+    .tp_doc = "A view of one tensor of an open model: plain fields, numpy(), __dlpack__().",
     .tp_methods = tensor_methods,
     .tp_getset = tensor_getset,
 };

@@ -1,29 +1,31 @@
 # SPDX-License-Identifier: MIT
 """kiln: validated, zero-copy loading of model weights: KLNT v2, safetensors and GGUF files.
 
-Native API: ``kiln.open(path)`` gives a ``Dir`` of ``Tensor`` views; ``Tensor.numpy()`` and
-``Tensor.__dlpack__()`` view the payload without copying. ``path`` may be a KLNT file or any
-shard of a series (``STEM-NNNNN-of-MMMMM.klnt``), a ``.safetensors`` file, any shard of a
-sharded checkpoint or its ``model.safetensors.index.json``, or a ``.gguf`` file or any part of a
-split one: every file of the model opens as one ``Dir``. ``Dir.format`` says which format;
-``Dir.metadata(types=True)`` gives GGUF key/values with their GGUF types. ``Tensor.alignment``
-is the payload's real alignment (safetensors promises none; ``align=True`` copies misaligned
-tensors into aligned memory).
+Native API: ``kiln.open(path)`` gives a ``Model`` (also known as ``kiln.Dir``) of ``Tensor``
+views; ``Tensor.numpy()`` and ``Tensor.__dlpack__()`` view the payload without copying.
+``path`` may be a KLNT file or any shard of a series (``STEM-NNNNN-of-MMMMM.klnt``), a
+``.safetensors`` file, any shard of a sharded checkpoint or its ``model.safetensors.index.json``,
+or a ``.gguf`` file or any part of a split one: every file of the model opens as one ``Model``.
+``Model.format`` says which format; ``Model.metadata(types=True)`` gives GGUF key/values with
+their GGUF types. ``Tensor.alignment`` is the payload's real alignment (safetensors promises
+none; ``align=True`` copies misaligned tensors into aligned memory).
 
-safetensors-style API: ``safe_open``, ``load_file``, ``save_file`` (kiln's semantics: series,
-KLNT files). ``kiln.safetensors`` is the safetensors package's own API, a drop-in for it
+safetensors-style API: ``safe_open``, ``load_file`` (kiln's semantics: any format, a series
+whole) and ``save_file``, which writes KLNT, not safetensors. ``kiln.safetensors`` is the
+safetensors package's own API, a drop-in for it, whose ``safe_open`` is the same class as
+``kiln.safe_open``'s and whose ``numpy.save_file``/``torch.save_file`` write safetensors
 (docs/python.md).
 
 Lifetime: arrays and tensors view the file's mapping (or the block read into memory with
-``source="read"``/``"uring"``). Closing a ``Dir`` or leaving a ``with`` block does not unmap
-while any of them is alive: the directory is closed when the last array, DLPack capsule,
-``Tensor`` view or ``Dir`` using it is gone.
+``source="read"``/``"uring"``). Closing a ``Model`` or leaving a ``with`` block does not unmap
+while any of them is alive: the model is closed when the last array, DLPack capsule,
+``Tensor`` view or ``Model`` using it is gone.
 
 Writes: numpy arrays are read-only (``writeable=False``). PyTorch has no read-only tensors, so
 a tensor made by ``torch.from_dlpack`` (or ``safe_open(framework="pt")``) is writable; the file
 is therefore mapped copy-on-write (``kiln.open(copy_on_write=True)``, the default), and a write
 changes a private copy of the page: never the file, never another ``open`` of it, but it is
-seen by the other arrays and tensors of the same ``Dir``, which share the mapping (as with
+seen by the other arrays and tensors of the same ``Model``, which share the mapping (as with
 safetensors). ``copy_on_write=False`` maps read-only shared: a write is then a segmentation
 fault. With ``source="read"``/``"uring"`` the block is in private memory already.
 
@@ -37,16 +39,17 @@ import json as _json
 
 import numpy as _np
 
-from . import _kiln
+from . import _dtypes
 from ._kiln import (  # noqa: F401
+    METADATA_TENSOR,  # the tensor of the converters' metadata document (docs/convert.md)
     DeviceView,
-    Dir,
     Error,
     FileError,
     FormatError,
     FormatTypeError,
     FrameError,
     LimitError,
+    Model,
     Tensor,
     UTF8Error,
     is_url,
@@ -56,6 +59,9 @@ from ._kiln import (  # noqa: F401
 )
 
 __version__ = library_version
+
+# The model type's first name, which README and users know.
+Dir = Model
 
 
 def __getattr__(name):
@@ -85,141 +91,33 @@ def _sequence(keys, order, path):
     return first + [i for i in range(len(keys)) if i not in taken]
 
 __all__ = [
-    "open", "Dir", "Tensor", "safe_open", "load_file", "save_file", "write_file",
+    "open", "Model", "Dir", "Tensor", "safe_open", "load_file", "save_file", "write_file",
     "Error", "FormatError", "FrameError", "FormatTypeError", "LimitError", "UTF8Error",
     "FileError",
 ]
-
-# The tensor the converters keep their metadata document in (docs/convert.md).
-METADATA_TENSOR = "kiln.metadata"
-
-_FROM_NUMPY = {
-    _np.dtype(_np.bool_): "bool",
-    _np.dtype(_np.uint8): "u8",
-    _np.dtype(_np.int8): "i8",
-    _np.dtype(_np.uint16): "u16",
-    _np.dtype(_np.int16): "i16",
-    _np.dtype(_np.uint32): "u32",
-    _np.dtype(_np.int32): "i32",
-    _np.dtype(_np.uint64): "u64",
-    _np.dtype(_np.int64): "i64",
-    _np.dtype(_np.float16): "f16",
-    _np.dtype(_np.float32): "f32",
-    _np.dtype(_np.float64): "f64",
-}
-
 
 def _is_torch(x):
     return type(x).__module__.startswith("torch")
 
 
-# dtypes numpy has no type for, and the torch dtype each becomes where this torch has it (the
-# float8 types arrived in torch 2.1, e8m0 in 2.7). Their bytes go through DLPack as uint8 and are
-# reinterpreted, which works for every torch version and needs no DLPack float8 codes.
-_TORCH_ONLY = {"bf16": "bfloat16", "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2",
-               "e8m0": "float8_e8m0fnu"}
-_NUMPY_NATIVE = set(_FROM_NUMPY.values())
-
-
-def _torch_dtype(t):
-    """The torch dtype for a tensor numpy cannot hold; None for numpy's own dtypes."""
-    import torch
-
-    if t.dtype in _NUMPY_NATIVE:
-        return None
-    tdtype = getattr(torch, _TORCH_ONLY.get(t.dtype, ""), None)
-    if tdtype is None:
-        raise TypeError(f"tensor {t.index} ({t.name!r}) has dtype {t.dtype}, which PyTorch "
-                        f"{torch.__version__} has no type for; numpy(raw=True) or "
-                        f"to_dlpack(raw=True) give its bytes as uint8")
-    return tdtype
-
-
-def _torch_of(t):
-    """A torch tensor viewing the payload (zero copy, through DLPack)."""
-    import torch
-
-    tdtype = _torch_dtype(t)
-    if tdtype is None and t.dtype != "bool":
-        return torch.from_dlpack(t)
-    # bool: torch before 2.0 has no DLPack bool; the others as above.
-    return torch.from_dlpack(t.to_dlpack(raw=True)).view(tdtype or torch.bool).reshape(t.shape)
-
-
-class _Slice:
-    """A tensor to be sliced: ``s[a:b, ::2]`` reads only the pages the slice touches (mmap)."""
-
-    def __init__(self, tensor, framework):
-        self._t = tensor
-        self._framework = framework
-
-    def get_shape(self):
-        return list(self._t.shape)
-
-    def get_dtype(self):
-        return self._t.dtype
-
-    def __getitem__(self, key):
-        t = self._t
-        if self._framework == "np":
-            return t.numpy()[key]
-        import torch
-
-        # A copy, as safetensors gives: torch has no negative steps to view.
-        tdtype = _torch_dtype(t)
-        if tdtype is None:
-            return torch.from_numpy(_np.array(t.numpy()[key]))
-        same_width = {1: _np.uint8, 2: _np.int16}[_kiln.dtype_bits(t.dtype) // 8]
-        raw = t.numpy(raw=True).view(same_width).reshape(t.shape)[key]
-        return torch.from_numpy(_np.array(raw)).view(tdtype)
-
-
-class safe_open:
-    """``safe_open(path, framework="np"|"pt", device="cpu")``, as in safetensors.
+def safe_open(filename, framework="np", device="cpu", *, one_file=False):
+    """``safe_open(path, framework="np"|"pt", device="cpu")``, safetensors' reading API with
+    kiln's contract: ``kiln.safetensors.safe_open`` (the one implementation) opened with
+    ``one_file=one_file, align=None, api="kiln"`` (its docstring has the other options).
 
     get_tensor() returns a read-only numpy array viewing the file ("np"), or a torch tensor made
     with DLPack ("pt", same memory, copy-on-write: a write changes this process's copy only).
     Arrays outlive the ``with`` block safely. ``filename`` may be any shard of a series: keys(),
     get_tensor() and get_slice() then cover every shard. keys() lists the named tensors,
     sorted, without the metadata tensor. ``one_file=True`` opens a shard of a series alone.
+    Misaligned tensors get aligned copies for "pt" only (torch needs them; numpy does not).
+    Errors are kiln's: kiln.Error at open, KeyError for a name not in the model, ValueError for
+    an argument.
     """
+    # Imported here: kiln.safetensors imports this module's names.
+    from .safetensors._open import safe_open as one
 
-    def __init__(self, filename, framework="np", device="cpu", *, one_file=False):
-        fw = {"np": "np", "numpy": "np", "pt": "pt", "torch": "pt", "pytorch": "pt"}.get(framework)
-        if fw is None:
-            raise ValueError(f"framework must be 'np' or 'pt', not {framework!r}")
-        if str(device) != "cpu":
-            raise ValueError(f"device {device!r}: only 'cpu' is supported")
-        self._framework = fw
-        # torch needs data aligned for its dtype; safetensors files promise no alignment, so a
-        # misaligned tensor gets an aligned copy at open (the others stay zero-copy).
-        self._dir = open(filename, align=(fw == "pt"), one_file=one_file)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    def close(self):
-        self._dir.close()
-
-    def keys(self):
-        return sorted(k for k in self._dir.keys() if k != METADATA_TENSOR)
-
-    def metadata(self):
-        """What the file says besides its tensors, or {}: safetensors' __metadata__ (str -> str),
-        a GGUF file's key/values (typed: int, float, bool, str, list), or what a KLNT file's
-        kiln.metadata document kept of either."""
-        return self._dir.metadata()
-
-    def get_tensor(self, name):
-        t = self._dir[name]
-        return t.numpy() if self._framework == "np" else _torch_of(t)
-
-    def get_slice(self, name):
-        return _Slice(self._dir[name], self._framework)
+    return one(filename, framework, device, one_file=one_file, align=None, api="kiln")
 
 
 def load_file(filename, framework="np", *, one_file=False):
@@ -234,15 +132,19 @@ def _spec(name, value):
         import torch
 
         value = value.detach().cpu().contiguous()
-        if value.dtype == torch.bfloat16:
-            return (name, "bf16", tuple(value.shape), value.view(torch.int16).numpy())
+        row = _dtypes.NAMES.get(str(value.dtype).split(".")[-1])
+        if row is not None and row.kiln and not row.numpy and row.torch_dtype() is not None:
+            # numpy has no such type (bfloat16, the float8s): the bytes, through an integer of
+            # the same width, under kiln's name.
+            same = getattr(torch, row.same_width().name)
+            return (name, row.kiln, tuple(value.shape), value.view(same).numpy())
         value = value.numpy()
     arr = _np.asarray(value)
     if not arr.flags.c_contiguous:  # (not ascontiguousarray: it makes 0-d arrays 1-d)
         arr = _np.array(arr, order="C")
     if arr.dtype.byteorder == ">":
         arr = arr.astype(arr.dtype.newbyteorder("<"))
-    dtype = _FROM_NUMPY.get(arr.dtype)
+    dtype = _dtypes.KILN_OF_NUMPY.get(arr.dtype)
     if dtype is None:
         raise TypeError(f"tensor {name!r}: dtype {arr.dtype} has no KLNT type")
     return (name, dtype, arr.shape, arr.reshape(-1).view(_np.uint8))
@@ -266,6 +168,9 @@ def _metadata_spec(metadata):
 
 def save_file(tensors, filename, metadata=None, *, max_shard_size=None, one_file=False):
     """Write ``tensors`` (name -> numpy array or torch tensor) as canonical KLNT, of any size.
+    It writes KLNT, never safetensors: ``kiln.safetensors.numpy.save_file`` and
+    ``kiln.safetensors.torch.save_file`` write safetensors files (docs/python.md, "Which
+    save_file writes what").
 
     One file when the tensors fit (a KLNT file's name heap holds some 64 KiB of names, 1,400 to
     3,500 tensors of usual names) and no shard would pass ``max_shard_size`` (payload bytes);

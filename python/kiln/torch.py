@@ -17,27 +17,16 @@ import numpy as _np
 import torch
 import torch.utils.dlpack
 
-from . import _TORCH_ONLY, _kiln, _sequence
+from . import _dtypes, _kiln, _sequence
 from . import cuda as _cuda
 
 __all__ = ["load"]
 
-# kiln's dtype names that numpy has, as torch dtypes (through numpy, so every torch agrees).
-_NATIVE = {
-    "bool": torch.bool, "u8": torch.uint8, "i8": torch.int8, "i16": torch.int16,
-    "i32": torch.int32, "i64": torch.int64, "f16": torch.float16, "f32": torch.float32,
-    "f64": torch.float64,
-}
-for _k, _v in (("u16", "uint16"), ("u32", "uint32"), ("u64", "uint64")):
-    if hasattr(torch, _v):
-        _NATIVE[_k] = getattr(torch, _v)
-
 
 def _dtype(t):
     """The torch dtype of a kiln Tensor, or None when torch has none (its bytes come as uint8)."""
-    if t.dtype in _NATIVE:
-        return _NATIVE[t.dtype]
-    return getattr(torch, _TORCH_ONLY.get(t.dtype, ""), None)
+    row = _dtypes.KILN.get(t.dtype)
+    return row.torch_dtype() if row else None
 
 
 _HUGE = 4 << 20

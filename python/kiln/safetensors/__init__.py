@@ -29,9 +29,11 @@ What kiln does differently, on purpose (docs/python.md has the list):
 import operator as _operator
 import os as _os
 
-from .. import _kiln
+from .. import _dtypes
 from .._kiln import Error as _KilnError
 from .._kiln import FileError as _KilnFileError
+from .._kiln import parse as _parse
+from .._kiln import write_safetensors as _write_safetensors
 
 __version__ = "0.8.0"  # the safetensors API this module matches; kiln's own is kiln.__version__
 
@@ -43,15 +45,6 @@ class SafetensorError(Exception):
     """Custom Python Exception for Safetensor errors."""
 
 
-# TensorSpec's dtype names (numpy's and torch's spellings) and the header's codes, in the order
-# safetensors lists them when it refuses one.
-_DTYPE_CODES = {
-    "bool": "BOOL", "int8": "I8", "uint8": "U8", "int16": "I16", "uint16": "U16",
-    "int32": "I32", "uint32": "U32", "int64": "I64", "uint64": "U64", "float16": "F16",
-    "float32": "F32", "float64": "F64", "bfloat16": "BF16", "float8_e4m3fn": "F8_E4M3",
-    "float8_e4m3fnuz": "F8_E4M3FNUZ", "float8_e5m2": "F8_E5M2", "float8_e5m2fnuz": "F8_E5M2FNUZ",
-    "float8_e8m0fnu": "F8_E8M0", "float4_e2m1fn_x2": "F4", "complex64": "C64",
-}
 _MAX_RANK = 8
 
 
@@ -113,10 +106,11 @@ class TensorSpec:
     def __init__(self, *, dtype, shape, data_ptr, data_len):
         if not isinstance(dtype, str):
             raise _not_instance("dtype", dtype, "str")
-        code = _DTYPE_CODES.get(dtype)
-        if code is None:
+        row = _dtypes.NAMES.get(dtype)  # numpy's and torch's names, in safetensors' order
+        if row is None:
             raise SafetensorError(f"Unknown dtype {_debug_str(dtype)}. Supported dtypes: "
-                                  + ", ".join(_DTYPE_CODES))
+                                  + ", ".join(_dtypes.NAMES))
+        code = row.safetensors
         if isinstance(shape, str):
             raise TypeError("argument 'shape': Can't extract `str` to `Vec`")
         try:
@@ -208,7 +202,7 @@ def serialize(tensor_dict, metadata=None):
     are laid out and copied."""
     items, metadata = _writer_input(tensor_dict, metadata)
     try:
-        return _kiln.write_safetensors(None, items, metadata)
+        return _write_safetensors(None, items, metadata)
     except _KilnError as e:
         raise SafetensorError(f"Error while serializing: {_writer_error(e)}") from None
 
@@ -236,7 +230,7 @@ def serialize_file(tensor_dict, filename, metadata=None):
     items, metadata = _writer_input(tensor_dict, metadata)
     path = _path("filename", filename)
     try:
-        _kiln.write_safetensors(path, items, metadata)
+        _write_safetensors(path, items, metadata)
     except _KilnError as e:
         raise SafetensorError(f"Error while serializing: {_writer_error(e)}") from None
 
@@ -254,7 +248,7 @@ def deserialize(bytes):  # noqa: A002 (safetensors' parameter name)
     if not isinstance(bytes, builtins.bytes):
         raise _not_instance("bytes", bytes, "bytes")
     try:
-        d = _kiln.parse(bytes)
+        d = _parse(bytes)
     except _KilnError as e:
         raise SafetensorError(f"Error while deserializing: {e}") from None
     try:

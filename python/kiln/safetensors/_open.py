@@ -1,14 +1,16 @@
 # SPDX-License-Identifier: MIT
 """safe_open and _safe_open_handle of kiln.safetensors: safetensors' reading API over a kiln
 model of one file (kiln.open(one_file=True)), with safetensors' argument rules, errors and
-slicing semantics."""
+slicing semantics. The same class is kiln's own reading API: kiln.safe_open opens it with
+kiln's options (the whole series, alignment for PyTorch only, api="kiln")."""
 
 import json as _json
 
-from .. import METADATA_TENSOR as _METADATA_TENSOR
-from .. import _kiln
+from .. import _dtypes
+from .._kiln import METADATA_TENSOR as _METADATA_TENSOR
 from .._kiln import Error as _KilnError
 from .._kiln import FileError as _KilnFileError
+from .._kiln import open as _kiln_open
 from . import SafetensorError, _debug_str, _not_instance, _path, _st_dtype
 
 _FRAMEWORKS = {"pt": "pytorch", "torch": "pytorch", "pytorch": "pytorch", "np": "numpy",
@@ -17,19 +19,6 @@ _FRAMEWORKS = {"pt": "pytorch", "torch": "pytorch", "pytorch": "pytorch", "np": 
 # backend= names and the kiln source behind each (docs/python.md).
 _BACKENDS = {"mmap": "mmap", "pread": "read"}
 _INDEXED = ("cuda", "musa", "npu", "xpu", "xla", "mlu", "hpu")
-
-# Header code -> the numpy / torch dtype attribute (safetensors' table).
-_ATTR = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
-         "U64": "uint64", "I64": "int64", "U32": "uint32", "I32": "int32", "U16": "uint16",
-         "I16": "int16", "U8": "uint8", "I8": "int8", "BOOL": "bool",
-         "F8_E4M3": "float8_e4m3fn", "F8_E4M3FNUZ": "float8_e4m3fnuz",
-         "F8_E5M2": "float8_e5m2", "F8_E5M2FNUZ": "float8_e5m2fnuz",
-         "F8_E8M0": "float8_e8m0fnu", "F4": "float4_e2m1fn_x2", "C64": "complex64"}
-# Dtypes kiln's numpy() and DLPack give directly (no reinterpretation of raw bytes).
-_NUMPY_NATIVE = {"F64", "F32", "F16", "U64", "I64", "U32", "I32", "U16", "I16", "U8", "I8",
-                 "BOOL"}
-_TORCH_NATIVE = {"F64", "F32", "F16", "I64", "I32", "I16", "U8", "I8"}
-
 
 def _device(device):
     """safetensors' device argument: (display name, what torch is given), or raises."""
@@ -73,38 +62,40 @@ def _device(device):
 
 
 class _Open:
-    """What safe_open and _safe_open_handle share."""
+    """What safe_open and _safe_open_handle share: one implementation of safetensors' reading
+    API, and of kiln's (api="kiln", which kiln.safe_open gives)."""
 
-    def _start(self, filename, framework, device, backend):
-        if not isinstance(framework, str):
-            raise _not_instance("framework", framework, "str")
-        fw = _FRAMEWORKS.get(framework)
-        if fw is None:
-            raise SafetensorError(f"framework {framework} is invalid")
-        shown, torch_device = _device(device)
-        if not isinstance(backend, str):
-            raise _not_instance("backend", backend, "str")
-        source = _BACKENDS.get(backend)
-        if source is None:
-            raise SafetensorError(f"backend {_debug_str(backend)} is invalid (expected one "
-                                  f'of: "mmap", "pread")')
-        try:
-            # One file, whatever its name says (a shard of a series opens alone), any format;
-            # copies of the few tensors misaligned for their dtype, the rest zero-copy.
-            d = _kiln.open(filename, source=source, one_file=True, align=True)
-        except _KilnFileError:
-            raise FileNotFoundError(f"No such file or directory: {filename}") from None
-        except _KilnError as e:
-            raise SafetensorError(f"Error while deserializing header: {e}") from None
+    def _start(self, filename, framework, device, backend, *, one_file=True, align=True,
+               api="safetensors"):
+        if api == "safetensors":
+            fw, shown, torch_device = _safetensors_arguments(framework, device, backend)
+        elif api == "kiln":
+            fw, shown, torch_device = _kiln_arguments(framework, device, backend)
+        else:
+            raise ValueError(f"api must be 'safetensors' or 'kiln', not {api!r}")
+        # Any format; one file (a shard of a series alone) unless one_file=False. Aligned copies
+        # of the few tensors misaligned for their dtype (align=None: for PyTorch only, which
+        # needs them; numpy reads misaligned data), the rest zero-copy.
+        options = {"source": _BACKENDS[backend], "one_file": one_file,
+                   "align": fw == "pytorch" if align is None else align}
+        if api == "kiln":
+            d = _kiln_open(filename, **options)  # kiln's errors, as they are
+        else:
+            try:
+                d = _kiln_open(filename, **options)
+            except _KilnFileError:
+                raise FileNotFoundError(f"No such file or directory: {filename}") from None
+            except _KilnError as e:
+                raise SafetensorError(f"Error while deserializing header: {e}") from None
         if shown != "cpu" and fw not in ("pytorch", "paddle"):
             d.close()
             raise SafetensorError(f"Device {shown} is not supported for framework {fw}")
         self._dir = d
+        self._kiln = api == "kiln"
         self._framework = fw
         self._backend = backend
         self._device = None if shown == "cpu" else torch_device
         self._shown = shown
-        self._filename = filename
         if fw == "pytorch":
             import torch
 
@@ -121,6 +112,8 @@ class _Open:
 
     def _live(self):
         if self._dir is None:
+            if self._kiln:
+                raise ValueError("the directory is closed")  # as a closed kiln.Model says
             raise SafetensorError("File is closed")
         return self._dir
 
@@ -128,7 +121,11 @@ class _Open:
         return self
 
     def __exit__(self, exc_type, exc_value, traceback):
-        # The tensors handed out keep the mapping until they are gone; the handle does not.
+        self.close()
+
+    def close(self):
+        """Drop the handle's hold on the model: the tensors handed out keep their mapping (or
+        block) until they are gone."""
         if self._dir is not None:
             self._dir.close()
             self._dir = None
@@ -137,7 +134,7 @@ class _Open:
         return [t for t in self._live() if t.name is not None and t.name != _METADATA_TENSOR]
 
     def keys(self):
-        """The names of the tensors, sorted."""
+        """The names of the tensors, sorted (without kiln's metadata tensor)."""
         return sorted(t.name for t in self._views())
 
     def offset_keys(self):
@@ -146,9 +143,15 @@ class _Open:
 
     def metadata(self):
         """The file's __metadata__ (str -> str), or None when it has none. A GGUF file's
-        (or a KLNT document's) typed values are given as JSON text."""
+        (or a KLNT document's) typed values are given as JSON text.
+
+        api="kiln": what the model says besides its tensors, {} when nothing: safetensors'
+        __metadata__, a GGUF file's key/values typed (int, float, bool, str, list), or what a
+        KLNT file's kiln.metadata document kept of either (kiln.Model.metadata())."""
         d = self._live()
         meta = d.metadata()
+        if self._kiln:
+            return meta
         if not meta:
             return {} if meta is not None and self._has_empty_metadata(d) else None
         return {k: v if isinstance(v, str) else _json.dumps(v, ensure_ascii=False)
@@ -165,6 +168,8 @@ class _Open:
         return isinstance(header.get("__metadata__"), dict)
 
     def _view(self, name):
+        if self._kiln:
+            return self._live()[name]  # KeyError for no such tensor, as a kiln.Model gives
         if not isinstance(name, str):
             raise _not_instance("name", name, "str")
         d = self._live()
@@ -176,19 +181,58 @@ class _Open:
             raise SafetensorError(f"File does not contain tensor {name}")
         return t
 
+    def _make(self, t):
+        if self._kiln:
+            return t.numpy() if self._framework == "numpy" else _kiln_torch_of(t)
+        code = _st_dtype(t)
+        if self._framework == "pytorch":
+            x = _torch_of(t, code)
+            return x if self._device is None else x.to(self._device)
+        return _convert(self, _numpy_of(t, code))
+
     def get_tensor(self, name):
         """The whole tensor: a zero-copy view of the file's private mapping (or of the block
-        read at open with backend="pread")."""
-        return _make(self, self._view(name))
+        read at open with backend="pread"). api="kiln": numpy arrays are read-only."""
+        return self._make(self._view(name))
 
     def get_tensors(self):
         """Every tensor, by name, in the order of their bytes in the file."""
-        return {t.name: _make(self, t)
+        return {t.name: self._make(t)
                 for t in sorted(self._views(), key=lambda t: (t.file_offset, t.name))}
 
     def get_slice(self, name):
         """A slice object: ``get_shape()``, ``get_dtype()``, and ``[...]`` for part of it."""
-        return _SafeSlice(self, self._view(name))
+        t = self._view(name)
+        return _KilnSlice(t, self._framework) if self._kiln else _SafeSlice(self, t)
+
+
+def _safetensors_arguments(framework, device, backend):
+    """safetensors' checks of framework, device and backend, with its errors: (framework,
+    device shown, device for torch)."""
+    if not isinstance(framework, str):
+        raise _not_instance("framework", framework, "str")
+    fw = _FRAMEWORKS.get(framework)
+    if fw is None:
+        raise SafetensorError(f"framework {framework} is invalid")
+    shown, torch_device = _device(device)
+    if not isinstance(backend, str):
+        raise _not_instance("backend", backend, "str")
+    if backend not in _BACKENDS:
+        raise SafetensorError(f"backend {_debug_str(backend)} is invalid (expected one "
+                              f'of: "mmap", "pread")')
+    return fw, shown, torch_device
+
+
+def _kiln_arguments(framework, device, backend):
+    """kiln.safe_open's checks, with ValueError: numpy or PyTorch, on the CPU."""
+    fw = _FRAMEWORKS.get(framework) if isinstance(framework, str) else None
+    if fw not in ("numpy", "pytorch"):
+        raise ValueError(f"framework must be 'np' or 'pt', not {framework!r}")
+    if str(device) != "cpu":
+        raise ValueError(f"device {device!r}: only 'cpu' is supported")
+    if not isinstance(backend, str) or backend not in _BACKENDS:
+        raise ValueError(f"backend must be 'mmap' or 'pread', not {backend!r}")
+    return fw, "cpu", "cpu"
 
 
 class safe_open(_Open):  # noqa: N801 (safetensors' name)
@@ -196,11 +240,26 @@ class safe_open(_Open):  # noqa: N801 (safetensors' name)
     the tensors of one file, on demand. ``framework``: "pt"/"torch"/"pytorch", "np"/"numpy"
     (and "tf", "flax", "mlx", "paddle" when installed); ``backend``: "mmap" (kiln's mmap
     source) or "pread" (kiln's read source). Any format kiln reads opens: safetensors, KLNT,
-    GGUF."""
+    GGUF.
 
-    def __init__(self, filename, framework, device="cpu", *, backend="mmap"):
+    kiln's options, keyword-only (kiln.safe_open passes them): ``one_file=False`` opens the
+    whole series or sharded checkpoint of which ``filename`` is any shard (or the index);
+    ``align``: True copies the tensors misaligned for their dtype into aligned memory at open,
+    None only for PyTorch, False never; ``api="kiln"`` gives kiln's contract instead of
+    safetensors': kiln's errors (kiln.Error at open, KeyError for a missing name, ValueError for
+    an argument or a closed handle), numpy arrays read-only, dtypes and get_slice().get_dtype()
+    by kiln's names ("f32"), get_slice() indexing as numpy and torch index (steps, negative
+    ones too; a copy for torch), metadata() as kiln.Model.metadata(), numpy and PyTorch on the
+    CPU only.
+    """
+
+    def __init__(self, filename, framework, device="cpu", *, backend="mmap", one_file=True,
+                 align=True, api="safetensors"):
         self._dir = None
-        self._start(_path("filename", filename), framework, device, backend)
+        if api != "kiln":  # kiln takes any path kiln.open takes (bytes too)
+            filename = _path("filename", filename)
+        self._start(filename, framework, device, backend, one_file=one_file, align=align,
+                    api=api)
 
 
 class _safe_open_handle(_Open):  # noqa: N801 (safetensors' name)
@@ -217,24 +276,26 @@ class _safe_open_handle(_Open):  # noqa: N801 (safetensors' name)
 def _numpy_of(t, code):
     import numpy as np
 
-    if code in _NUMPY_NATIVE:
+    row = _dtypes.SAFETENSORS[code]
+    if row.numpy_native:
         return t.numpy(writable=True)
+    if row.name is None:
+        raise SafetensorError(f"Dtype not understood: {code}")
     if code == "BF16":
         dtype = np.dtype("bfloat16")  # numpy's own TypeError without ml_dtypes, as upstream
-    elif code in ("F6_E2M3", "F6_E3M2"):
-        raise SafetensorError(f"Dtype not understood: {code}")
     else:
-        dtype = getattr(np, _ATTR[code])
+        dtype = getattr(np, row.name)
     return t.numpy(raw=True, writable=True).view(dtype).reshape(t.shape)
 
 
 def _torch_of(t, code):
     import torch
 
-    if code in ("F6_E2M3", "F6_E3M2"):
+    row = _dtypes.SAFETENSORS[code]
+    if row.name is None:
         raise SafetensorError(f"Dtype not understood: {code}")
-    tdtype = getattr(torch, _ATTR[code])  # AttributeError where this torch lacks the dtype
-    if code in _TORCH_NATIVE:
+    tdtype = getattr(torch, row.name)  # AttributeError where this torch lacks the dtype
+    if row.torch_dlpack:
         return torch.from_dlpack(t)
     raw = torch.from_dlpack(t.to_dlpack(raw=True))
     shape = list(t.shape)
@@ -269,12 +330,60 @@ def _convert(h, x):
     return x
 
 
-def _make(h, t):
-    code = _st_dtype(t)
-    if h._framework == "pytorch":
-        x = _torch_of(t, code)
-        return x if h._device is None else x.to(h._device)
-    return _convert(h, _numpy_of(t, code))
+def _kiln_torch_dtype(t):
+    """The torch dtype of a kiln view, by kiln's dtype name; TypeError where torch has none."""
+    import torch
+
+    row = _dtypes.KILN.get(t.dtype)
+    tdtype = row.torch_dtype() if row else None
+    if tdtype is None:
+        raise TypeError(f"tensor {t.index} ({t.name!r}) has dtype {t.dtype}, which PyTorch "
+                        f"{torch.__version__} has no type for; numpy(raw=True) or "
+                        f"to_dlpack(raw=True) give its bytes as uint8")
+    return tdtype
+
+
+def _kiln_torch_of(t):
+    """api="kiln": a torch tensor viewing the payload (zero copy, through DLPack)."""
+    import torch
+
+    row = _dtypes.KILN.get(t.dtype)
+    if row is not None and row.torch_dlpack:
+        return torch.from_dlpack(t)
+    # The bytes as uint8, reinterpreted: works in every torch version, with no DLPack code for
+    # the dtype needed.
+    tdtype = _kiln_torch_dtype(t)
+    return torch.from_dlpack(t.to_dlpack(raw=True)).view(tdtype).reshape(t.shape)
+
+
+class _KilnSlice:
+    """get_slice()'s object under api="kiln": numpy's indexing, steps and negative ones too;
+    ``s[a:b, ::2]`` reads only the pages the slice touches (mmap). A copy for PyTorch, which has
+    no negative steps to view."""
+
+    def __init__(self, tensor, framework):
+        self._t = tensor  # keeps the model (its mapping) alive after the handle closes
+        self._framework = framework
+
+    def get_shape(self):
+        return list(self._t.shape)
+
+    def get_dtype(self):
+        return self._t.dtype
+
+    def __getitem__(self, key):
+        t = self._t
+        if self._framework == "numpy":
+            return t.numpy()[key]
+        import numpy as np
+        import torch
+
+        row = _dtypes.KILN.get(t.dtype)
+        if row is not None and row.numpy_native:
+            return torch.from_numpy(np.array(t.numpy()[key]))
+        tdtype = _kiln_torch_dtype(t)
+        raw = t.numpy(raw=True).view(row.same_width()).reshape(t.shape)[key]
+        return torch.from_numpy(np.array(raw)).view(tdtype)
 
 
 def _is_int(x):

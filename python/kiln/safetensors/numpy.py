@@ -9,6 +9,7 @@ from typing import Dict, List, Optional, Union  # noqa: F401
 
 import numpy as np
 
+from .. import _dtypes
 from . import TensorSpec, deserialize, safe_open, serialize, serialize_file  # noqa: F401
 
 
@@ -48,7 +49,9 @@ def save(tensor_dict: Dict[str, np.ndarray], metadata: Optional[Dict[str, str]] 
 
 def save_file(tensor_dict: Dict[str, np.ndarray], filename: Union[str, os.PathLike],
               metadata: Optional[Dict[str, str]] = None) -> None:
-    """Write ``tensor_dict`` (name -> array) to ``filename`` as a safetensors file."""
+    """Write ``tensor_dict`` (name -> array) to ``filename`` as a safetensors file, one file
+    as safetensors writes it. kiln's own ``kiln.save_file`` writes KLNT instead (one file or a
+    series; docs/python.md, "Which save_file writes what")."""
     keep = []
     serialize_file(_flatten(tensor_dict, keep), filename, metadata=metadata)
 
@@ -64,11 +67,8 @@ def load_file(filename: Union[str, os.PathLike], *, backend: str = "mmap") -> Di
         return f.get_tensors()
 
 
-_TYPES = {
-    "F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64,
-    "U64": np.uint64, "I32": np.int32, "U32": np.uint32, "I16": np.int16, "U16": np.uint16,
-    "I8": np.int8, "U8": np.uint8, "BOOL": bool, "C64": np.complex64,
-}
+# Header code -> numpy type, for load(bytes): every dtype numpy has (the package's one table).
+_TYPES = {r.safetensors: np.dtype(r.name).type for r in _dtypes.ROWS if r.numpy}
 
 
 def _getdtype(dtype_str: str) -> np.dtype:

@@ -12,37 +12,22 @@ from typing import Any, Dict, List, Optional, Set, Tuple, Union  # noqa: F401
 
 import torch
 
+from .. import _dtypes
 from . import TensorSpec, deserialize, safe_open, serialize, serialize_file  # noqa: F401
 from ._open import _device
 
-# The float8/float4 dtypes of newer torch (None where this torch has none).
-_float8_e4m3fn = getattr(torch, "float8_e4m3fn", None)
-_float8_e4m3fnuz = getattr(torch, "float8_e4m3fnuz", None)
-_float8_e5m2 = getattr(torch, "float8_e5m2", None)
-_float8_e5m2fnuz = getattr(torch, "float8_e5m2fnuz", None)
-_float8_e8m0 = getattr(torch, "float8_e8m0fnu", None)
-_float4_e2m1_x2 = getattr(torch, "float4_e2m1fn_x2", None)
 
-# Bytes per element of each dtype that can be saved.
-_SIZE = {
-    torch.int64: 8, torch.float32: 4, torch.int32: 4, torch.bfloat16: 2, torch.float16: 2,
-    torch.int16: 2, torch.uint8: 1, torch.int8: 1, torch.bool: 1, torch.float64: 8,
-    torch.complex64: 8, _float8_e4m3fn: 1, _float8_e4m3fnuz: 1, _float8_e5m2: 1,
-    _float8_e5m2fnuz: 1, _float8_e8m0: 1, _float4_e2m1_x2: 1,
-}
-if hasattr(torch, "uint64"):
-    _SIZE.update({torch.uint64: 8, torch.uint32: 4, torch.uint16: 2})
+def _itemsize(dtype):
+    """Bytes per element as this torch says (dtype.itemsize came in 2.1)."""
+    return getattr(dtype, "itemsize", None) or torch.empty((), dtype=dtype).element_size()
 
-# Header code -> torch dtype, for load(bytes).
-_TYPES = {
-    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
-    "U8": torch.uint8, "BOOL": torch.bool, "F8_E4M3": _float8_e4m3fn,
-    "F8_E4M3FNUZ": _float8_e4m3fnuz, "F8_E5M2": _float8_e5m2, "F8_E5M2FNUZ": _float8_e5m2fnuz,
-    "C64": torch.complex64,
-}
-if hasattr(torch, "uint64"):
-    _TYPES.update({"U64": torch.uint64, "U32": torch.uint32, "U16": torch.uint16})
+
+# From the package's one table: bytes per element of every dtype this torch has that can be
+# saved (float4_e2m1fn_x2: one byte, two values), and header code -> torch dtype for
+# load(bytes), for the codes whose elements are torch's (not F4: its shape counts 4-bit values).
+_SIZE = {dtype: _itemsize(dtype) for dtype in _dtypes.torch_dtypes()}
+_TYPES = {r.safetensors: r.torch_dtype() for r in _dtypes.ROWS
+          if r.safetensors and r.torch_dtype() is not None}
 
 
 def storage_ptr(tensor: torch.Tensor) -> int:
@@ -186,9 +171,9 @@ def _to_ndarray(tensor: torch.Tensor):
 
     arr = np.ctypeslib.as_array((ctypes.c_uint8 * total).from_address(tensor.data_ptr()))
     if sys.byteorder == "big":
-        width = {8: np.int64, 4: np.int32, 2: np.int16, 1: np.uint8}[_SIZE[tensor.dtype]]
-        if tensor.dtype == torch.complex64:
-            width = np.int32
+        size = _SIZE[tensor.dtype]
+        # complex64 is two float32s, each swapped alone.
+        width = _dtypes.int_of_width(size // 2 if tensor.dtype == torch.complex64 else size)
         arr = arr.view(width).byteswap(inplace=False).view(np.uint8)
     return arr, tensor
 
@@ -219,7 +204,9 @@ def save(tensors: Dict[str, torch.Tensor], metadata: Optional[Dict[str, str]] = 
 
 def save_file(tensors: Dict[str, torch.Tensor], filename: Union[str, os.PathLike],
               metadata: Optional[Dict[str, str]] = None) -> None:
-    """Write ``tensors`` to ``filename`` as a safetensors file (atomic replace, synced)."""
+    """Write ``tensors`` to ``filename`` as a safetensors file (atomic replace, synced), one
+    file as safetensors writes it. kiln's own ``kiln.save_file`` writes KLNT instead (one file
+    or a series; docs/python.md, "Which save_file writes what")."""
     keep = []
     serialize_file(_flatten_as_ptr(tensors, keep), filename, metadata=metadata)
 
