@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Fuzz target: the bytes are a GGUF file, read by kiln's reader (src/format/gguf.c) through the public
- * API only, every way a file is opened (fuzz/fuzz_model.h).
+ * Fuzz target: the bytes are a GGUF file, read by kiln's reader (src/format/gguf.c) through the
+ * public API only, every way a file is opened (fuzz/fuzz_model.h).
  *
  * The target judges the file itself, from GGUF's rules (docs/formats.md; ggml's gguf.cpp and
  * its type table) and not from kiln's code: its own walk of the key/values and tensor infos,

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The safetensors and GGUF readers (src/format/safetensors.c, src/format/gguf.c) through the public API only.
+ * The safetensors and GGUF readers (src/format/safetensors.c, src/format/gguf.c) through the public
+ * API only.
  *
  * Every rule of docs/formats.md for the two formats has a single-defect test: a minimal valid
  * file built here byte by byte (never by the code under test) is shown to open, then exactly one

@@ -98,8 +98,8 @@ struct kiln__span {
 	uint8_t *dst;
 };
 
-/* NOMEM (ENOMEM) saying "cannot allocate N bytes for WHAT", or "out of memory" when what is
- * NULL. Returns KILN_NOMEM. */
+/* NOMEM (ENOMEM) saying "cannot allocate N bytes for WHAT" ("out of memory for WHAT" when bytes
+ * is 0, "out of memory" when what is NULL). Returns KILN_NOMEM. The one out-of-memory message. */
 int kiln__nomem(kiln_error *err, uint64_t bytes, const char *what);
 
 /* The one check of an options struct's `size` field, as every header states it: 0 (this

@@ -137,7 +137,9 @@ int kiln_error_set(kiln_error *err, int code, int sys_errno, const char *fmt, ..
 int kiln__nomem(kiln_error *err, uint64_t bytes, const char *what)
 {
 	if (!what)
-		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+		return kiln__nomem(err, 0, NULL);
+	if (!bytes)
+		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory for %s", what);
 	return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "cannot allocate %" PRIu64 " bytes for %s",
 			      bytes, what);
 }

@@ -413,7 +413,7 @@ static int read_kv(struct rd *r, uint64_t nkv)
 	/* Unique keys: sorted by key (ties by place), neighbours compared. */
 	struct kv *sorted = malloc((size_t)(nkv ? nkv : 1) * sizeof(*sorted));
 	if (!sorted)
-		return kiln__fail_sys(r->err, KILN_NOMEM, ENOMEM, "out of memory");
+		return kiln__nomem(r->err, 0, NULL);
 	memcpy(sorted, r->kv, (size_t)nkv * sizeof(*sorted));
 	qsort_r(sorted, (size_t)nkv, sizeof(*sorted), by_key, (void *)r->p);
 	int rc = 0;
@@ -597,7 +597,7 @@ static int gguf_read(struct kiln__file *f, int exact, kiln_error *err)
 	r.kv = malloc((size_t)(nkv ? nkv : 1) * sizeof(*r.kv));
 	ti = malloc((size_t)(nt ? nt : 1) * sizeof(*ti));
 	if (!r.kv || !ti) {
-		rc = kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+		rc = kiln__nomem(err, 0, NULL);
 		goto out;
 	}
 	r.nkv = nkv;
@@ -637,7 +637,7 @@ static int gguf_read(struct kiln__file *f, int exact, kiln_error *err)
 		sorted = by_off(&ti[i - 1], &ti[i]) <= 0;
 	struct ti *by = sorted ? ti : malloc((size_t)(nt ? nt : 1) * sizeof(*by));
 	if (!by) {
-		rc = kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+		rc = kiln__nomem(err, 0, NULL);
 		goto out;
 	}
 	if (!sorted) {

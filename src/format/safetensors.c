@@ -530,7 +530,7 @@ static int add_metadata(struct st *s)
 		if (!k || !dec) {
 			free(k);
 			free(dec);
-			return kiln__fail_sys(s->err, KILN_NOMEM, ENOMEM, "out of memory");
+			return kiln__nomem(s->err, 0, NULL);
 		}
 		uint8_t *d = dec;
 		for (size_t i = 0; i < n; i++) {

@@ -133,7 +133,7 @@ int kiln__st_index_parse(char *text, size_t len, const char *path, struct kiln__
 			if (fp)
 				files = fp;
 			if (!mp || !fp) {
-				rc = kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+				rc = kiln__nomem(err, 0, NULL);
 				break;
 			}
 			cap = c;
@@ -164,7 +164,7 @@ int kiln__st_index_parse(char *text, size_t len, const char *path, struct kiln__
 	char **sorted = malloc((ix->nmap ? ix->nmap : 1) * sizeof(*sorted));
 	if (!sorted) {
 		free(files);
-		kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+		kiln__nomem(err, 0, NULL);
 		goto fail;
 	}
 	if (ix->nmap)
@@ -183,7 +183,7 @@ int kiln__st_index_parse(char *text, size_t len, const char *path, struct kiln__
 	free(sorted);
 	free(files);
 	if (oom) {
-		kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+		kiln__nomem(err, 0, NULL);
 		goto fail;
 	}
 	if (ix->nshards == 0) {

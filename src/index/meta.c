@@ -29,11 +29,6 @@ unsigned kiln_meta_type_size(unsigned type)
 	return type < NTYPES ? type_sizes[type] : 0;
 }
 
-static int nomem(kiln_error *err)
-{
-	return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory for the metadata");
-}
-
 int kiln__meta_add(struct kiln_model *m, const kiln_meta *e, kiln_error *err)
 {
 	struct kiln__meta *t = &m->meta;
@@ -41,7 +36,7 @@ int kiln__meta_add(struct kiln_model *m, const kiln_meta *e, kiln_error *err)
 		uint64_t cap = t->cap ? 2 * t->cap : 16;
 		kiln_meta *v = realloc(t->v, (size_t)cap * sizeof(*v));
 		if (!v)
-			return nomem(err);
+			return kiln__nomem(err, 0, "the metadata");
 		t->v = v;
 		t->cap = cap;
 	}
@@ -117,7 +112,7 @@ int kiln__meta_finish(struct kiln_model *m, kiln_error *err)
 	uint64_t n = t->n;
 	uint64_t *idx = malloc((size_t)(n ? n : 1) * sizeof(*idx));
 	if (!idx)
-		return nomem(err);
+		return kiln__nomem(err, 0, "the metadata");
 	for (uint64_t i = 0; i < n; i++)
 		idx[i] = i;
 	qsort_r(idx, (size_t)n, sizeof(*idx), by_key, t->v);
@@ -125,7 +120,7 @@ int kiln__meta_finish(struct kiln_model *m, kiln_error *err)
 	uint8_t *drop = calloc((size_t)(n ? n : 1), 1);
 	if (!drop) {
 		free(idx);
-		return nomem(err);
+		return kiln__nomem(err, 0, "the metadata");
 	}
 	for (uint64_t k = 1; k < n; k++)
 		if (!key_cmp(&t->v[idx[k - 1]], &t->v[idx[k]]))
@@ -134,7 +129,7 @@ int kiln__meta_finish(struct kiln_model *m, kiln_error *err)
 	if (!newpos) {
 		free(idx);
 		free(drop);
-		return nomem(err);
+		return kiln__nomem(err, 0, "the metadata");
 	}
 	uint64_t kept = 0;
 	for (uint64_t i = 0; i < n; i++) {
@@ -608,7 +603,7 @@ static int doc_value(struct doc *d, uint32_t type, int depth, kiln_value *v, str
 		size_t first = into->len;
 		rc = doc_array(d, depth, &v->item_type, &v->count, into);
 		if (!rc && into->oom)
-			rc = nomem(d->err);
+			rc = kiln__nomem(d->err, 0, "the metadata");
 		if (!rc && e) {
 			for (unsigned k = 0; k < 4; k++)
 				e->p[head + k] = (uint8_t)(v->item_type >> (8 * k));

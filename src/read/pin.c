@@ -74,7 +74,7 @@ int kiln_tensor_pin(kiln_model *m, uint64_t index, const kiln_pin_hooks *hooks, 
 		uint32_t cap = m->pins_cap ? m->pins_cap * 2 : 8;
 		struct kiln__pin *n = realloc(m->pins, cap * sizeof(*n));
 		if (!n)
-			return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+			return kiln__nomem(err, 0, NULL);
 		m->pins = n;
 		m->pins_cap = cap;
 	}

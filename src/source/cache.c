@@ -190,7 +190,7 @@ static int point_link(const char *path, kiln_error *err)
 {
 	char *lnk = link_of(path);
 	if (!lnk)
-		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+		return kiln__nomem(err, 0, NULL);
 	int rc = 0;
 	(void)unlink(lnk);
 	if (link(path, lnk) && errno != EEXIST) /* EEXIST: another writer */
@@ -285,7 +285,7 @@ int kiln__cache_store(const struct kiln__cache *c, const char *path, const uint8
 	/* The directory, made as `mkdir -p` would (private to the user). */
 	char *dir = strdup(c->dir);
 	if (!dir)
-		return kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+		return kiln__nomem(err, 0, NULL);
 	for (char *s = dir + 1; *s; s++)
 		if (*s == '/') {
 			*s = '\0';

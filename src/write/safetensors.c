@@ -246,7 +246,7 @@ static int plan_build(const kiln_tensor_spec *ts, size_t n, const kiln_str_pair 
 	if ((n && !(p->items = malloc(n * sizeof(*p->items)))) ||
 	    (n && !(tmp = malloc(n * sizeof(*tmp)))) ||
 	    (nmeta && !(keys = malloc(nmeta * sizeof(*keys))))) {
-		rc = kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+		rc = kiln__nomem(err, 0, NULL);
 		goto out;
 	}
 	uint64_t data = 0;
@@ -323,7 +323,7 @@ static int plan_build(const kiln_tensor_spec *ts, size_t n, const kiln_str_pair 
 		goto out;
 	}
 	if (!(p->header = malloc(8 + padded))) {
-		rc = kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+		rc = kiln__nomem(err, 0, NULL);
 		goto out;
 	}
 	for (int i = 0; i < 8; i++)
@@ -435,7 +435,7 @@ int kiln_safetensors_write_file(const char *path, const kiln_tensor_spec *tensor
 	uint8_t *chunk = NULL;
 	for (size_t i = 0; i < p.n && !chunk; i++)
 		if (!p.items[i].t->data && p.items[i].t->byte_length && !(chunk = malloc(CHUNK)))
-			rc = kiln__fail_sys(err, KILN_NOMEM, ENOMEM, "out of memory");
+			rc = kiln__nomem(err, 0, NULL);
 	if (!rc) {
 		struct fill f = {.p = &p, .path = path, .chunk = chunk};
 		rc = kiln_write_atomic(path, fill_file, &f, flags, err);
