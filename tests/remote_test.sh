@@ -60,6 +60,11 @@ open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + data)
 EOF
 : >"$root/empty.klnt"
 echo "hello, not a model" >"$root/text.txt"
+# An index whose shards leave its directory once decoded (nginx serves /sub/%2e%2e/m.safetensors
+# as /m.safetensors), for the resolver to refuse.
+mkdir -p "$root/sub"
+printf '{"weight_map":{"a":"%%2e%%2e/m.safetensors","b":"%%2e%%2e/m.safetensors","c":"%%2e%%2e/m.safetensors"}}' \
+	>"$root/sub/model.safetensors.index.json"
 
 start_server "$here/servers/nginx.sh" start "$work/nginx" "$root" # http= https= ca=
 /usr/bin/python3 "$here/servers/faultproxy.py" "$http" "$work/proxy" &
@@ -76,6 +81,10 @@ s3 -X PUT "$endpoint/models" -o /dev/null
 		exit 1
 	}
 done
+# An S3 key with a ".." segment is a name: its object is not the one the key would be without
+# the segment (y.klnt, another model).
+s3 --path-as-is -T "$here/samples/tiny-llama.gguf" "$endpoint/models/dots/../y.klnt" -o /dev/null
+s3 -T "$root/m.klnt" "$endpoint/models/y.klnt" -o /dev/null
 i=0
 while [ ! -f "$work/proxy/port" ] && [ $i -lt 100 ]; do
 	sleep 0.1

@@ -2146,6 +2146,27 @@ static void index_case(int line, const struct series *s, const char *text, int c
 #define SH3                     "\"model-00003-of-00003.safetensors\""
 #define MAP(t0, t1, t2, t3, t4) "\"t0\":" t0 ",\"t1\":" t1 ",\"t2\":" t2 ",\"t3\":" t3 ",\"t4\":" t4
 
+/* A local index opened by its bare name names only local files: a URL in its weight_map is
+ * refused before anything is fetched (it used to be fetched: the shard's name, joined to no
+ * directory, was the URL itself). */
+Test(st_series, a_local_index_names_no_url)
+{
+	struct series s = st_series();
+	write_index(&s, "{\"weight_map\":{" MAP("\"http://127.0.0.1:9/m.safetensors\"", SH1, SH2,
+						SH2, SH3) "}}");
+	char here[4096];
+	cr_assert_not_null(getcwd(here, sizeof(here)));
+	cr_assert_eq(chdir(s.dir), 0);
+	kiln_error err;
+	kiln_model *m;
+	int rc = kiln_model_open("model.safetensors.index.json", NULL, &m, &err);
+	cr_assert_eq(chdir(here), 0);
+	cr_assert_eq(rc, KILN_TYPE, "%s: %s", kiln_code_name(rc), err.message);
+	cr_assert_str_eq(err.field, "weight_map");
+	cr_assert_not_null(strstr(err.message, "names a scheme or a host"), "%s", err.message);
+	cr_assert_not_null(strstr(err.message, "tensor t0"), "%s", err.message);
+}
+
 Test(st_series, index_rules)
 {
 	struct series s = st_series();
@@ -2195,6 +2216,14 @@ Test(st_series, index_rules)
 	INDEX_CASE(&s, "{\"weight_map\":{\"t0\":\"/etc/passwd\"}}", KILN_TYPE, "relative path");
 	INDEX_CASE(&s, "{\"weight_map\":{\"t0\":\"\"}}", KILN_TYPE, "relative path");
 	INDEX_CASE(&s, "{\"weight_map\":{\"t0\":\"a\\u0000b\"}}", KILN_TYPE, "relative path");
+	/* What an index may name: a relative name below its own directory, nothing else. */
+	INDEX_CASE(&s, "{\"weight_map\":{\"t0\":\"./model-00001-of-00003.safetensors\"}}",
+		   KILN_TYPE, "\".\" or \"..\" segment");
+	INDEX_CASE(&s, "{\"weight_map\":{\"t0\":\"sub//model-00001-of-00003.safetensors\"}}",
+		   KILN_TYPE, "an empty segment");
+	INDEX_CASE(&s, "{\"weight_map\":{\"t0\":\"sub/\"}}", KILN_TYPE, "an empty segment");
+	INDEX_CASE(&s, "{\"weight_map\":{\"t0\":\"file:model-00001-of-00003.safetensors\"}}",
+		   KILN_TYPE, "names a scheme or a host");
 	INDEX_CASE(&s, "{\"weight_map\":{\"t0\":" SH1 ",\"\\u0074\\u0030\":" SH1 "}}", KILN_TYPE,
 		   "tensor t0 is in the weight_map twice");
 	INDEX_CASE(&s, "{\"weight_map\":{\"t0\":" SH1 "", KILN_FRAME, "ends inside an object");

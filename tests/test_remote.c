@@ -151,6 +151,18 @@ Test(remote, s3_every_format)
 	}
 }
 
+/* An S3 key is a name, sent as given: "dots/../y.klnt" is its own object (the GGUF sample),
+ * not y.klnt (a KLNT file) as a normalized path would be. */
+Test(remote, s3_keys_are_not_normalized)
+{
+	s3_env();
+	kiln_model *m = open_ok("s3://models/dots/../y.klnt", NULL);
+	kiln_model_info info;
+	kiln_model_get_info(m, &info);
+	cr_assert_eq(info.format, KILN_FORMAT_GGUF);
+	kiln_model_close(m);
+}
+
 Test(remote, s3_index_and_series)
 {
 	s3_env();
@@ -329,6 +341,36 @@ static long proxy_count(const char *fault, const char *path)
 	cr_assert(end != text, "no count: '%s'", text);
 	free(text);
 	return n;
+}
+
+/* What an index may name, at a URL: a shard below its own directory once decoded (the server
+ * decodes "%2e%2e" to ".."), and never a host of the index's choosing (an index at a URL with
+ * no path was taken to name "http://" + whatever it said). */
+Test(remote, an_index_names_files_beside_it_only)
+{
+	kiln_model *m = NULL;
+	kiln_error err;
+	char *u = url(need("KILN_TEST_HTTP"), "sub/model.safetensors.index.json");
+	int rc = kiln_model_open(u, NULL, &m, &err);
+	cr_assert_eq(rc, KILN_TYPE, "%s: %s", kiln_code_name(rc), err.message);
+	cr_assert_not_null(strstr(err.message, "segment (once decoded)"), "%s", err.message);
+	free(u);
+	/* The proxy answers http://127.0.0.1:PORT?body=... (no path) with the body: an index
+	 * naming a shard "127.0.0.1:PORT/ok:stolen/m.safetensors". */
+	const char *proxy = need("KILN_TEST_PROXY"), *hostport = proxy + strlen("http://");
+	char idx[512], enc[1536], *q = enc;
+	snprintf(idx, sizeof(idx),
+		 "{\"weight_map\":{\"a\":\"%s/ok:stolen/m.safetensors\",\"b\":\"%s/ok:stolen/"
+		 "m.safetensors\",\"c\":\"%s/ok:stolen/m.safetensors\"}}",
+		 hostport, hostport, hostport);
+	for (const char *c = idx; *c; c++)
+		q += sprintf(q, "%%%02X", (unsigned char)*c);
+	cr_assert_geq(asprintf(&u, "%s?body=%s&name=.json", proxy, enc), 0);
+	rc = kiln_model_open(u, NULL, &m, &err);
+	cr_assert_neq(rc, 0, "an index at a URL with no path opened");
+	cr_assert_eq(proxy_count("ok:stolen", "m.safetensors"), 0,
+		     "a shard of its choosing was fetched");
+	free(u);
 }
 
 Test(remote, open_in_one_or_two_round_trips)

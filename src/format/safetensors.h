@@ -34,11 +34,16 @@ struct kiln__st_index {
 	char *text; /* the file */
 };
 
-/* Check and take apart the index text[0, len) read from `path` (kept in ix->text, freed with it):
- * a JSON object with a "weight_map" object of tensor -> relative file name without "..", and a
- * "metadata" member (bookkeeping, not read). Messages name `path`. */
-int kiln__st_index_parse(char *text, size_t len, const char *path, struct kiln__st_index *ix,
-			 kiln_error *err);
+/* What the opener allows an index to name: NULL when the shard name p[0, len) (decoded, neither
+ * empty nor holding U+0000) is one, else why not (a static string). The resolver decides
+ * (src/model/resolve.c); the index only names. */
+typedef const char *(*kiln__st_shard_check)(const char *p, size_t len, void *ctx);
+
+/* Check and take apart the index text[0, len) read from `path` (a name for messages; kept in
+ * ix->text, freed with it): a JSON object with a "weight_map" object of tensor -> shard name
+ * that `check` accepts, and a "metadata" member (bookkeeping, not read). */
+int kiln__st_index_parse(char *text, size_t len, const char *path, kiln__st_shard_check check,
+			 void *ctx, struct kiln__st_index *ix, kiln_error *err);
 void kiln__st_index_free(struct kiln__st_index *ix);
 
 /* Every tensor of the model is in the shard the index names, and every weight_map entry is a

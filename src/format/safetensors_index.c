@@ -14,21 +14,6 @@
 #include "format/safetensors.h"
 #include "index/index.h"
 
-/* A weight_map file name: relative, no ".." component, no empty name, no U+0000. */
-static int safe_relative(const char *p, size_t n)
-{
-	if (!n || p[0] == '/' || memchr(p, 0, n))
-		return 0;
-	for (size_t i = 0; i < n;) {
-		const char *e = memchr(p + i, '/', n - i);
-		size_t len = e ? (size_t)(e - (p + i)) : n - i;
-		if (len == 2 && p[i] == '.' && p[i + 1] == '.')
-			return 0;
-		i += len + 1;
-	}
-	return 1;
-}
-
 static int by_name(const void *a, const void *b)
 {
 	const struct kiln__st_mapped *x = a, *y = b;
@@ -65,8 +50,8 @@ static int ix_bad(kiln_error *err, int code, const char *path, size_t at, const 
 	return kiln__fail(err, code, KILN_NO_INDEX, "weight_map", at, "%s: %s", path, msg);
 }
 
-int kiln__st_index_parse(char *text, size_t len, const char *path, struct kiln__st_index *ix,
-			 kiln_error *err)
+int kiln__st_index_parse(char *text, size_t len, const char *path, kiln__st_shard_check check,
+			 void *ctx, struct kiln__st_index *ix, kiln_error *err)
 {
 	memset(ix, 0, sizeof(*ix));
 	ix->text = text;
@@ -143,10 +128,17 @@ int kiln__st_index_parse(char *text, size_t len, const char *path, struct kiln__
 		e->name = (char *)key.raw;
 		e->len = kiln__json_decode(&key, (uint8_t *)key.raw);
 		size_t flen = kiln__json_decode(&file, (uint8_t *)file.raw);
-		if (!safe_relative((const char *)file.raw, flen)) {
+		const char *why = flen ? memchr(file.raw, 0, flen)
+					     ? "it holds U+0000"
+					     : check((const char *)file.raw, flen, ctx)
+				       : "it is empty";
+		if (why) {
+			char nb[KILN__SHOWN];
 			rc = ix_bad(err, KILN_TYPE, path, file.at,
-				    "tensor %.*s: the shard must be a relative path without \"..\"",
-				    (int)(e->len < 60 ? e->len : 60), e->name);
+				    "tensor %.*s: the shard must be a relative path without \"..\" "
+				    "beside the index: \"%s\": %s",
+				    (int)(e->len < 60 ? e->len : 60), e->name,
+				    kiln__shown(file.raw, flen, nb), why);
 			break;
 		}
 		((char *)file.raw)[flen] = '\0'; /* the closing quote, or past the decoded bytes */

@@ -232,29 +232,109 @@ static int read_small(const char *path, int remote, const kiln_open_options *o, 
 	return 0;
 }
 
-/* A model.safetensors.index.json: the shards its weight_map names, beside it (in its directory,
- * or under its URL's last slash before the query), as one model of safetensors files. */
+static int hex(char c)
+{
+	return c >= '0' && c <= '9'   ? c - '0'
+	       : c >= 'a' && c <= 'f' ? c - 'a' + 10
+	       : c >= 'A' && c <= 'F' ? c - 'A' + 10
+				      : -1;
+}
+
+/* What an index may name (one policy, for local and remote indexes alike): a relative name of
+ * non-empty segments below the index's own directory. Refused: a scheme or a host ("http://..."
+ * would send the fetch wherever the index says, and a local index must name only local files),
+ * an absolute path, "." and ".." segments. A URL's name is percent-decoded first, as its server
+ * will decode it ("%2e%2e/" is ".."), and may not hold what would end or change its path. */
+static const char *shard_check(const char *p, size_t n, void *ctx)
+{
+	int remote = *(const int *)ctx;
+	if (p[0] == '/')
+		return "it is an absolute path";
+	size_t first = strcspn(p, "/");
+	if (memchr(p, ':', first < n ? first : n))
+		return "it names a scheme or a host";
+	char buf[4096];
+	if (remote) {
+		if (n >= sizeof(buf))
+			return "it is too long";
+		if (strpbrk(p, "\\?#"))
+			return "it holds a backslash, '?' or '#'";
+		size_t k = 0;
+		for (size_t i = 0; i < n; i++) {
+			int hi, lo;
+			if (p[i] != '%') {
+				buf[k++] = p[i];
+				continue;
+			}
+			if (i + 2 >= n || (hi = hex(p[i + 1])) < 0 || (lo = hex(p[i + 2])) < 0)
+				return "it holds a '%' that is no escape";
+			buf[k++] = (char)(hi << 4 | lo);
+			i += 2;
+		}
+		if (memchr(buf, 0, k) || memchr(buf, '\\', k))
+			return "it holds an escaped U+0000 or backslash";
+		p = buf;
+		n = k;
+	}
+	for (size_t i = 0; i <= n;) {
+		const char *e = memchr(p + i, '/', n - i);
+		size_t len = e ? (size_t)(e - (p + i)) : n - i;
+		if (len == 0)
+			return "it has an empty segment";
+		if (len <= 2 && !memcmp(p + i, "..", len))
+			return remote ? "it has a \".\" or \"..\" segment (once decoded)"
+				      : "it has a \".\" or \"..\" segment";
+		i += len + 1;
+	}
+	return NULL;
+}
+
+/* Bytes of an index's name that name its directory, shards to be put after them: a local
+ * path's up to its last '/' (none: the current directory); a URL's up to the last '/' of its
+ * path, never into its scheme or host (a URL with no path: its authority, and *slash says a
+ * '/' must follow). */
+static size_t index_dir(const char *path, int remote, int *slash)
+{
+	*slash = 0;
+	size_t n = name_len(path, remote), from = 0;
+	if (remote) {
+		const char *a = strstr(path, "://");
+		from = a ? (size_t)(a - path) + 3 : 0;
+		from += strcspn(path + from, "/?#");
+		if (from >= n) {
+			*slash = 1;
+			return n;
+		}
+	}
+	const char *last = n > from ? memrchr(path + from, '/', n - from) : NULL;
+	return last ? (size_t)(last - path) + 1 : from;
+}
+
+/* A model.safetensors.index.json: the shards its weight_map names, beside it, as one model of
+ * safetensors files, local for a local index and remote for a remote one. */
 static int resolve_index(const char *path, int remote, const kiln_open_options *o,
 			 struct kiln__resolved *r, kiln_error *err)
 {
 	char *text = NULL;
 	size_t len = 0;
 	int rc = read_small(path, remote, o, KILN__ST_HEADER_MAX, &text, &len, err);
-	if (rc || (rc = kiln__st_index_parse(text, len, path, &r->ix, err)))
+	if (rc || (rc = kiln__st_index_parse(text, len, path, shard_check, &remote, &r->ix, err)))
 		return rc;
 	r->index = path;
 	r->format = KILN_FORMAT_SAFETENSORS;
-	const char *slash = memrchr(path, '/', name_len(path, remote));
-	size_t dlen = slash ? (size_t)(slash - path) + 1 : 0;
+	int slash;
+	size_t dlen = index_dir(path, remote, &slash);
 	if ((rc = entries(r, r->ix.nshards, err)))
 		return rc;
 	for (uint32_t i = 0; i < r->ix.nshards; i++) {
 		size_t n = strlen(r->ix.shards[i]);
-		char *p = malloc(dlen + n + 1);
+		char *p = malloc(dlen + (size_t)slash + n + 1);
 		if (!p)
 			return kiln__nomem(err, 0, NULL);
 		memcpy(p, path, dlen);
-		memcpy(p + dlen, r->ix.shards[i], n + 1);
+		if (slash)
+			p[dlen] = '/';
+		memcpy(p + dlen + (size_t)slash, r->ix.shards[i], n + 1);
 		set_entry(r, i, p, remote);
 	}
 	return 0;

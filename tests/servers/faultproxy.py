@@ -27,6 +27,8 @@ the proxy stands in for any host through http_proxy.
   redirect     302 to /ok:redirected/PATH
   redirect-ftp 302 to ftp://127.0.0.1/PATH
   redirect-loop 302 to this same URL
+
+GET /?body=TEXT&... (a URL with no path) answers 200 with TEXT (percent-decoded) as the body.
 """
 import http.client
 import http.server
@@ -35,6 +37,7 @@ import socket
 import sys
 import threading
 import time
+import urllib.parse
 
 UP = int(sys.argv[1])
 STATE = sys.argv[2]
@@ -76,6 +79,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 h = heads.get((fault, "/" + path), [])
             b = "".join("%s: %s\n" % (k.lower(), v) for k, v in h).encode()
             self.send(200, [("Content-Length", str(len(b)))], b)
+            return
+        if self.path.startswith("/?"):  # a URL with no path: its query says the body
+            b = urllib.parse.parse_qs(self.path[2:]).get("body", [""])[0].encode()
+            self.send(200, [("Content-Length", str(len(b))), ("ETag", '"q"')], b)
             return
         if self.path == "/_reset":
             with lock:
