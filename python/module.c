@@ -368,6 +368,18 @@ static PyObject *mod_is_url(PyObject *mod, PyObject *arg)
 	return PyBool_FromLong(r);
 }
 
+static PyObject *mod_shown(PyObject *mod, PyObject *arg)
+{
+	(void)mod;
+	PyObject *b = NULL;
+	if (!PyUnicode_FSConverter(arg, &b))
+		return NULL;
+	char buf[4096];
+	kiln_path_shown(PyBytes_AS_STRING(b), buf, sizeof(buf));
+	Py_DECREF(b);
+	return PyUnicode_DecodeFSDefault(buf);
+}
+
 static PyMethodDef module_methods[] = {
     {"open", (PyCFunction)(void (*)(void))mod_open, METH_VARARGS | METH_KEYWORDS,
      "open(path, *, source=\"mmap\", direct=False, populate=False, verify=False,\n"
@@ -412,6 +424,9 @@ static PyMethodDef module_methods[] = {
 #endif
     {"is_url", (PyCFunction)mod_is_url, METH_O,
      "is_url(path) -> bool: whether kiln fetches path as a URL (s3://, http://, https://)."},
+    {"shown", (PyCFunction)mod_shown, METH_O,
+     "shown(path) -> str: path as kiln's messages show it (a URL's password and query, which\n"
+     "holds a presigned URL's signature, left out)."},
     {"parse", (PyCFunction)mod_parse, METH_O,
      "parse(data) -> Model\n\nValidate and index one file held in memory (bytes or any buffer): "
      "every check of open(); the tensors view `data`, which the Model keeps alive."},

@@ -143,6 +143,12 @@ case $last in
 *) check "a wrong secret: the last line ($last)" no yes ;;
 esac
 
+# A URL's password and query (a presigned signature) appear in none of klnt's messages.
+out=$("$klnt" check "http://user:pa55word@127.0.0.1:$proxy_port/404/x.klnt?X-Amz-Signature=5ecret5ig" 2>&1) || true
+case $out in *pa55word* | *5ecret5ig*) check "klnt leaves a URL's credentials out ($out)" no yes ;;
+*"x.klnt?..."*) check "klnt leaves a URL's credentials out" yes yes ;;
+*) check "klnt names the URL without its credentials ($out)" no yes ;; esac
+
 # klnt bench on URLs: every remote row, a series as one set, and the errors a file's have.
 out=$("$klnt" bench s3://models/m.klnt --repeat 1 --connections 4) || check "klnt bench s3://: exit" $? 0
 rows=$(echo "$out" | awk '$1 == "remote" { print $2 }' | sort | tr '\n' ' ')

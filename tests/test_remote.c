@@ -20,6 +20,7 @@
 
 #include "helpers.h"
 #include "kiln/kiln.h"
+#include "net/url.h" /* white box: the bearer token rule */
 
 static const char *need(const char *var)
 {
@@ -562,13 +563,98 @@ Test(remote, hf_token_goes_to_hugging_face_only)
 	kiln_model_close(open_ok("http://huggingface.co/ok:hf/m.klnt", &o));
 	kiln_model_close(open_ok("http://cdn.hf.co/ok:hf-cdn/m.klnt", &o));
 	kiln_model_close(open_ok("http://nothuggingface.co/ok:hf-not/m.klnt", &o));
-	const char *sent[][2] = {{"ok:hf", "yes"}, {"ok:hf-cdn", "yes"}, {"ok:hf-not", "no"}};
+	/* Over http:// (this proxy stands in for the hosts) the token is not sent at all: a bearer
+	 * token in cleartext is anyone's on the path. Over https:// it goes to those hosts only
+	 * (kiln__url_bearer, the one rule, below). */
+	const char *sent[][2] = {{"ok:hf", "no"}, {"ok:hf-cdn", "no"}, {"ok:hf-not", "no"}};
 	for (size_t i = 0; i < 3; i++) {
 		h = proxy_headers(sent[i][0], "m.klnt");
 		int has = strstr(h, "authorization: Bearer hf_test_token\n") != NULL;
 		cr_assert_eq(has, !strcmp(sent[i][1], "yes"), "%s: %s", sent[i][0], h);
 		free(h);
 	}
+}
+
+/* The one rule for a bearer token (the proxy cannot stand in for an https:// host). */
+Test(remote, bearer_token_over_https_to_hugging_face_only)
+{
+	setenv("HF_TOKEN", "hf_test_token", 1);
+	cr_assert_str_eq(kiln__url_bearer("https://huggingface.co/m/resolve/main/x.safetensors"),
+			 "hf_test_token");
+	cr_assert_str_eq(kiln__url_bearer("https://cdn-lfs.hf.co/x"), "hf_test_token");
+	cr_assert_null(kiln__url_bearer("http://huggingface.co/x"));
+	cr_assert_null(kiln__url_bearer("http://hf.co/x"));
+	cr_assert_null(kiln__url_bearer("https://nothuggingface.co/x"));
+	cr_assert_null(kiln__url_bearer("https://huggingface.co.evil.example/x"));
+	unsetenv("HF_TOKEN");
+	cr_assert_null(kiln__url_bearer("https://huggingface.co/x"));
+}
+
+/* No credential of any kind follows a redirect to another origin: an S3 endpoint's 302 to
+ * another host name gets neither the session token (a header of kiln's own) nor the signature;
+ * a redirect within the origin keeps both. */
+Test(remote, no_credential_follows_a_redirect_to_another_host)
+{
+	s3_env();
+	setenv("AWS_SESSION_TOKEN", "session-token-456", 1);
+	kiln_model *m;
+	kiln_error err;
+	char *ep = url(need("KILN_TEST_PROXY"), "redirect-host");
+	setenv("AWS_ENDPOINT_URL", ep, 1);
+	/* The redirect leads to nginx through the proxy: no bucket there, 404; headers recorded. */
+	cr_assert_eq(kiln_model_open("s3://models/m.klnt", NULL, &m, &err), KILN_IO);
+	char *h = proxy_headers("ok:xhost", "models/m.klnt");
+	cr_assert(h[0], "the redirect was not followed");
+	cr_assert_null(strstr(h, "x-amz-security-token"), "%s", h);
+	cr_assert_null(strstr(h, "authorization"), "%s", h);
+	free(h);
+	free(ep);
+	ep = url(need("KILN_TEST_PROXY"), "redirect");
+	setenv("AWS_ENDPOINT_URL", ep, 1);
+	cr_assert_eq(kiln_model_open("s3://models/m.klnt", NULL, &m, &err), KILN_IO);
+	h = proxy_headers("ok:redirected", "models/m.klnt");
+	cr_assert(strstr(h, "x-amz-security-token: session-token-456\n"), "%s", h);
+	cr_assert(strstr(h, "authorization: AWS4-HMAC-SHA256"), "%s", h);
+	free(h);
+	free(ep);
+}
+
+/* A URL's password and query (a presigned signature) appear in no message. */
+Test(remote, messages_leave_credentials_out)
+{
+	kiln_model *m;
+	kiln_error err;
+	const char *proxy = need("KILN_TEST_PROXY") + strlen("http://");
+	char *u = NULL;
+	cr_assert_geq(asprintf(&u,
+			       "http://user:pa55word@%s/404/none.klnt?X-Amz-Signature=5ecret5ig&"
+			       "X-Amz-Credential=AKIDSECRET&sig=abc123",
+			       proxy),
+		      0);
+	int rc = kiln_model_open(u, NULL, &m, &err);
+	cr_assert_eq(rc, KILN_IO, "%s", err.message);
+	const char *secrets[] = {"pa55word", "5ecret5ig", "AKIDSECRET", "abc123"};
+	for (size_t i = 0; i < 4; i++)
+		cr_assert_null(strstr(err.message, secrets[i]), "%s", err.message);
+	cr_assert(strstr(err.message, "none.klnt?..."), "%s", err.message);
+	char shown[256];
+	kiln_path_shown(u, shown, sizeof(shown));
+	for (size_t i = 0; i < 4; i++)
+		cr_assert_null(strstr(shown, secrets[i]), "%s", shown);
+	free(u);
+}
+
+/* An error answer's body past what kiln reads of it loses neither its status nor its S3 code:
+ * a 503 is retried, a 404 says so. */
+Test(remote, big_error_bodies_keep_their_status)
+{
+	kiln_remote_options r = {.size = sizeof(r), .retries = 3};
+	kiln_error err;
+	cr_assert_eq(via_proxy("bigerror:2", "m.klnt", &r, 0, &err), 0, "%s", err.message);
+	cr_assert_geq(proxy_count("bigerror:2", "m.klnt"), 3, "the 503s were not retried");
+	cr_assert_eq(via_proxy("big404", "m.klnt", &r, 0, &err), KILN_IO);
+	cr_assert_eq(err.sys_errno, ENOENT, "%s", err.message);
+	cr_assert(strstr(err.message, "HTTP 404 NoSuchKey"), "%s", err.message);
 }
 
 Test(remote, session_token_is_sent_and_signed)

@@ -137,13 +137,15 @@ int klnt_bench_remote(const char *const *urls, uint32_t n, uint64_t repeat, uint
 	if (tty)
 		fprintf(stderr, "\r%60s\r", "");
 
+	char shown[4096]; /* the URL without its credentials */
+	kiln_path_shown(b.urls[0], shown, sizeof(shown));
 	if (b.n == 1)
 		printf("url %s: %" PRIu64 " tensors, %" PRIu64 " bytes, %" PRIu64 " rounds\n\n",
-		       b.urls[0], tensors, total, repeat);
+		       shown, tensors, total, repeat);
 	else
 		printf("set of %" PRIu32 " urls (%s, ...): %" PRIu64 " tensors, %" PRIu64
 		       " bytes, %" PRIu64 " rounds\n\n",
-		       b.n, b.urls[0], tensors, total, repeat);
+		       b.n, shown, tensors, total, repeat);
 	printf("%-6s  %-10s  %10s  %10s  %10s  %8s  %9s\n", "mode", "source", "median ms", "min ms",
 	       "max ms", "GB/s", "vs curl");
 	double med[NROW] = {0}, open_rt = 0;

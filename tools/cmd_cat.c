@@ -46,7 +46,7 @@ static int parse_index(const char *arg, uint64_t *index)
 
 static void not_found(const char *path, const char *what, const kiln_model *m)
 {
-	klnt_fputs_escaped(stderr, path);
+	klnt_fputs_path(stderr, path);
 	fprintf(stderr, ": %s: no tensor %s", kiln_code_name(KILN_NOTFOUND), what);
 	uint64_t n = kiln_model_count(m);
 	kiln_file_info info;
@@ -96,7 +96,7 @@ static int write_range(const kiln_model *m, const kiln_tensor *t, uint64_t off, 
 		if (e) {
 			/* The reader went away (| head): stop quietly, but do not claim success. */
 			if (e != EPIPE) {
-				klnt_fputs_escaped(stderr, path);
+				klnt_fputs_path(stderr, path);
 				fprintf(stderr, ": IO: tensor %s: cannot write to stdout: %s\n",
 					what, strerror(e));
 			}
@@ -183,12 +183,12 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 	kiln_model_info info;
 	kiln_model_get_info(m, &info);
 	if (info.direct_fallback) {
-		klnt_fputs_escaped(stderr, path);
+		klnt_fputs_path(stderr, path);
 		fprintf(stderr, ": note: O_DIRECT unavailable (%s), read buffered\n",
 			strerror(info.direct_fallback));
 	}
 	if (info.uring_fallback) {
-		klnt_fputs_escaped(stderr, path);
+		klnt_fputs_path(stderr, path);
 		fprintf(stderr, ": note: io_uring unavailable (%s), read with pread\n",
 			strerror(info.uring_fallback));
 	}
@@ -228,7 +228,7 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 		off = a;
 		len = b;
 		if (off > t->byte_length || len > t->byte_length - off) {
-			klnt_fputs_escaped(stderr, shard_path);
+			klnt_fputs_path(stderr, shard_path);
 			fprintf(stderr,
 				": INVAL: tensor %s has %" PRIu64 " bytes; [%" PRIu64 ", +%" PRIu64
 				") is not inside them\n",

@@ -127,7 +127,7 @@ static int check(const char *path, int all, int quiet)
 	}
 	if (quiet)
 		return 0;
-	klnt_fputs_escaped(stdout, path);
+	klnt_fputs_path(stdout, path);
 	struct klnt_buf what = {0};
 	if (format != KILN_FORMAT_KLNT)
 		klnt_buf_puts(&what, kiln_format_name(format));

@@ -231,7 +231,7 @@ static void print_header(const char *path, const kiln_model *m)
 	kiln_file_info info;
 	kiln_model_file_info(m, 0, &info);
 	fputs("file             ", stdout);
-	klnt_fputs_escaped(stdout, path);
+	klnt_fputs_path(stdout, path);
 	if (info.format != KILN_FORMAT_KLNT) {
 		/* A stock file: what its format says, and what it promises for alignment. */
 		printf("\nformat           %s", kiln_format_name(info.format));
@@ -264,13 +264,13 @@ static void print_shards(const char *path, const kiln_model *m)
 	kiln_model_info mi;
 	kiln_model_get_info(m, &mi);
 	fputs("series           ", stdout);
-	klnt_fputs_escaped(stdout, path);
+	klnt_fputs_path(stdout, path);
 	printf(": %" PRIu32 " shards (%s)\n", n, kiln_format_name(mi.format));
 	for (uint32_t s = 0; s < n; s++) {
 		kiln_file_info info;
 		kiln_model_file_info(m, s, &info);
 		printf("shard %-10" PRIu32 " ", s + 1);
-		klnt_fputs_escaped(stdout, info.path);
+		klnt_fputs_path(stdout, info.path);
 		printf(": %" PRIu64 " tensor%s, %" PRIu64 " payload bytes\n", info.tensor_count,
 		       info.tensor_count == 1 ? "" : "s", info.payload_bytes);
 	}

@@ -448,7 +448,7 @@ static int write_out(struct pack *pk, const char *out, uint32_t flags, int verbo
 		if (rc && r->failed) {
 			klnt_fputs_escaped(stderr, out);
 			fprintf(stderr, ": IO: tensor #%" PRIu32 ": ", i);
-			klnt_fputs_escaped(stderr, r->path);
+			klnt_fputs_path(stderr, r->path);
 			fputs(": ", stderr);
 			klnt_fputs_escaped(stderr, r->msg);
 			fputc('\n', stderr);

@@ -169,12 +169,15 @@ int klnt_exit_for(int code)
 void klnt_report(FILE *f, const char *file, int code, const kiln_error *err)
 {
 	const char *msg = err && err->message[0] ? err->message : kiln_strerror(code);
+	/* The file as kiln's messages show it: a URL's credentials left out. */
+	char shown[4096];
+	kiln_path_shown(file, shown, sizeof(shown));
 	/* System errors already start with the path ("x.klnt: cannot open: ..."); the line starts
 	 * with it too, so drop the repeat. */
-	size_t flen = strlen(file);
-	if (strncmp(msg, file, flen) == 0 && msg[flen] == ':' && msg[flen + 1] == ' ')
+	size_t flen = strlen(shown);
+	if (strncmp(msg, shown, flen) == 0 && msg[flen] == ':' && msg[flen + 1] == ' ')
 		msg += flen + 2;
-	klnt_fputs_escaped(f, file);
+	klnt_fputs_escaped(f, shown);
 	fprintf(f, ": %s: ", klnt_class(code));
 	klnt_fputs_escaped(f, msg);
 	fputc('\n', f);

@@ -141,6 +141,8 @@ void klnt_escape(struct klnt_buf *b, const char *s, size_t len, int quote);
 
 /* fputs() of a NUL-terminated string through klnt_escape() without quotes. */
 void klnt_fputs_escaped(FILE *f, const char *s);
+/* A model's path or URL, as kiln's messages show it (a URL's credentials left out), escaped. */
+void klnt_fputs_path(FILE *f, const char *path);
 
 /* Terminal columns of escaped text, counting one per code point (wide CJK is rare in tensor
  * names and not worth a locale dependency). */

@@ -172,6 +172,13 @@ void klnt_fputs_escaped(FILE *f, const char *s)
 	klnt_buf_free(&b);
 }
 
+void klnt_fputs_path(FILE *f, const char *path)
+{
+	char shown[4096];
+	kiln_path_shown(path, shown, sizeof(shown));
+	klnt_fputs_escaped(f, shown);
+}
+
 size_t klnt_text_width(const char *s, size_t len)
 {
 	size_t w = 0;

@@ -65,6 +65,12 @@ typedef struct kiln_remote_options {
 /* Nonzero when `path` is a URL kiln fetches (s3://, http://, https://), 0 for a local path. */
 KILN_API int kiln_path_is_url(const char *path);
 
+/* `path` as kiln's own messages show it, into buf[0, cap) (NUL-terminated, cut to fit): a URL
+ * with its credentials left out (a password before the host as "***@", the query, which holds
+ * a presigned URL's signature, as "?..."), a local path as it is. Returns the length written.
+ * For a program's own messages about a model it opened. */
+KILN_API size_t kiln_path_shown(const char *path, char *buf, size_t cap);
+
 /* Takes `len` bytes of a fetch as they arrive; nonzero stops it (CANCELED). */
 typedef int (*kiln_fetch_fn)(void *ctx, const void *data, size_t len);
 #define KILN_FETCH_TO_END UINT64_MAX

@@ -146,3 +146,29 @@ def test_group_load_of_a_url_reads_it_once(tmp_path):
     # About one GET per share and rank (a share's rows go together), not one per row.
     rows = sum(full[k].shape[0] for k in tp if tp[k] == 1)
     assert requests < 2 * (len(tp) + 16) < rows, (requests, len(tp), rows)
+
+
+def test_safe_open_of_a_url_raises_what_happened(monkeypatch):
+    """A refused connection, a 403 and a 404 are three different failures, each with kiln's
+    message (the drop-in used to call every one of them "No such file or directory")."""
+    with pytest.raises(ConnectionRefusedError) as e:
+        stnp.safe_open("http://127.0.0.1:1/m.safetensors", framework="np")
+    assert "127.0.0.1:1/m.safetensors" in str(e.value)
+    with pytest.raises(FileNotFoundError):
+        stnp.safe_open("s3://models/none.safetensors", framework="np")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+    with pytest.raises(PermissionError) as e:
+        stnp.safe_open("s3://models/m.safetensors", framework="np")
+    assert "HTTP 403" in str(e.value) and "[Errno 13] [Errno" not in str(e.value)
+
+
+def test_messages_leave_credentials_out():
+    proxy = os.environ["KILN_TEST_PROXY"][len("http://"):]
+    url = (f"http://user:pa55word@{proxy}/404/none.safetensors"
+           "?X-Amz-Signature=5ecret5ig&X-Amz-Credential=AKIDSECRET")
+    for opener in (lambda: stnp.safe_open(url, framework="np"), lambda: kiln.open(url)):
+        with pytest.raises(OSError) as e:
+            opener()
+        for secret in ("pa55word", "5ecret5ig", "AKIDSECRET"):
+            assert secret not in str(e.value)
+    assert kiln._kiln.shown(url).endswith("none.safetensors?...")

@@ -705,7 +705,7 @@ static int gguf_read(struct kiln__file *f, int exact, kiln_error *err)
 					"tensor %s is also in %s: a name must be in one file of "
 					"a model only",
 					shown(&r, s->name, s->name_len, sa),
-					o->path ? kiln__file_name(o) : "an earlier file");
+					o->path ? kiln__file_shown(o) : "an earlier file");
 			goto out;
 		}
 	}

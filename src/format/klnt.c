@@ -290,7 +290,7 @@ static int same_name(struct pass *s, const struct desc *c, uint64_t prev, uint64
 	return kiln__fail_desc(s->err, KILN_TYPE, c->i, "name", at,
 			       "the name is the same as tensor %" PRIu64
 			       " of %s: a name must be in one file of a model only",
-			       prev - o->first, o->path ? kiln__file_name(o) : "an earlier file");
+			       prev - o->first, o->path ? kiln__file_shown(o) : "an earlier file");
 }
 
 /* A name exactly when the NAMES flag is set: at the running heap cursor (names are concatenated

@@ -493,7 +493,7 @@ static int add_views(struct st *s)
 		const struct kiln__file *o = kiln__file_of(m, prev);
 		return bad(s, KILN_TYPE, e->order, "name", e->name.at,
 			   "tensor %s is also in %s: a name must be in one file of a model only",
-			   shown(&e->name, nb), o->path ? kiln__file_name(o) : "an earlier file");
+			   shown(&e->name, nb), o->path ? kiln__file_shown(o) : "an earlier file");
 	}
 	return 0;
 }

@@ -144,7 +144,7 @@ int kiln_model_try_close(kiln_model *m, kiln_error *err)
 static void name_file(const struct kiln__file *f, kiln_error *err)
 {
 	if (f->path && f->model->nfiles > 1)
-		kiln__error_prefix(err, kiln__file_name(f));
+		kiln__error_prefix(err, kiln__file_shown(f));
 }
 
 /* Attach, read and finish file f: its path set by the resolver, or the caller's buffer when
@@ -158,7 +158,7 @@ static int open_file(struct kiln__file *f, const kiln_open_options *o, int buffe
 		if (rc == KILN_IO && err && err->sys_errno == ENOENT && m->nfiles > 1)
 			snprintf(err->message, sizeof(err->message),
 				 "%s: shard %" PRIu32 " of %" PRIu32 " is missing",
-				 kiln__file_name(f), f->no + 1, m->nfiles);
+				 kiln__file_shown(f), f->no + 1, m->nfiles);
 		return rc;
 	}
 	f->first = m->count;
@@ -171,7 +171,7 @@ static int open_file(struct kiln__file *f, const kiln_open_options *o, int buffe
 		return kiln__fail(err, KILN_FRAME, KILN_NO_INDEX, "magic", 0,
 				  "%s is a %s file, the model's first file %s (a model is of one "
 				  "format)",
-				  f->path ? kiln__file_name(f) : "the buffer", f->fmt->name,
+				  f->path ? kiln__file_shown(f) : "the buffer", f->fmt->name,
 				  kiln_format_name(m->format));
 	m->format = f->fmt->id;
 	rc = f->fmt->read(f, exact, err);

@@ -26,6 +26,19 @@ KILN_API int kiln_path_is_url(const char *path)
 	return kiln__is_url(path);
 }
 
+KILN_API size_t kiln_path_shown(const char *path, char *buf, size_t cap)
+{
+	if (!buf || !cap)
+		return 0;
+	if (!path)
+		snprintf(buf, cap, "(null)");
+	else if (kiln__is_url(path))
+		kiln__url_shown(path, buf, cap);
+	else
+		snprintf(buf, cap, "%s", path);
+	return strlen(buf);
+}
+
 /* Bytes of `path` that name the file or object: a URL's before its query or fragment, all of a
  * local path. */
 static size_t name_len(const char *path, int remote)
@@ -317,8 +330,14 @@ static int resolve_index(const char *path, int remote, const kiln_open_options *
 {
 	char *text = NULL;
 	size_t len = 0;
+	r->index_shown = path;
+	if (remote) {
+		kiln__url_shown(path, r->url_shown, sizeof(r->url_shown));
+		r->index_shown = r->url_shown;
+	}
 	int rc = read_small(path, remote, o, KILN__ST_HEADER_MAX, &text, &len, err);
-	if (rc || (rc = kiln__st_index_parse(text, len, path, shard_check, &remote, &r->ix, err)))
+	if (rc || (rc = kiln__st_index_parse(text, len, r->index_shown, shard_check, &remote,
+					     &r->ix, err)))
 		return rc;
 	r->index = path;
 	r->format = KILN_FORMAT_SAFETENSORS;
@@ -375,13 +394,13 @@ void kiln__resolve_explain(const struct kiln__resolved *r, int rc, kiln_error *e
 {
 	if (r->index && rc == KILN_IO && err && err->file < r->n && err->sys_errno == ENOENT)
 		snprintf(err->message, sizeof(err->message),
-			 "%s: shard %s, which its weight_map names, is missing", r->index,
+			 "%s: shard %s, which its weight_map names, is missing", r->index_shown,
 			 r->ix.shards[err->file]);
 }
 
 int kiln__resolve_check(const struct kiln__resolved *r, const struct kiln_model *m, kiln_error *err)
 {
-	return r->index ? kiln__st_index_check(m, &r->ix, r->index, err) : 0;
+	return r->index ? kiln__st_index_check(m, &r->ix, r->index_shown, err) : 0;
 }
 
 void kiln__resolved_free(struct kiln__resolved *r)

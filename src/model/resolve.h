@@ -10,6 +10,7 @@
 
 #include "format/safetensors.h"
 #include "index/index.h"
+#include "net/url.h"
 
 /* One file of the model, as the resolver found it. */
 struct kiln__entry {
@@ -23,6 +24,8 @@ struct kiln__resolved {
 	uint32_t n;
 	unsigned format;   /* the format every file must have (an index's: safetensors), or 0 */
 	const char *index; /* the index the files were named by (the caller's path), or NULL */
+	const char *index_shown;         /* as messages show it: the path, or url_shown */
+	char url_shown[KILN__URL_SHOWN]; /* an index URL with its credentials left out */
 	struct kiln__st_index ix; /* its weight_map, held against the model once it is open */
 };
 

@@ -34,6 +34,9 @@ struct kiln__remote {
 	char *bearer;
 	char *ca_bundle;
 	struct curl_slist *headers; /* every request's; If-Match joins them at the pin */
+	/* The headers of a request redirected to another origin (scheme, host or port): If-Match
+	 * alone, no credential of any kind (the session token is a header of `headers`). */
+	struct curl_slist *plain;
 	uint32_t connections, chunk, retries, stall_ms;
 	uint64_t deadline_ms, cap_bps;
 	int (*progress)(void *, uint64_t, uint64_t);
@@ -89,17 +92,17 @@ int kiln__remote_check_options(const kiln_remote_options *o, kiln_error *err)
 
 /* --- where a URL leads ------------------------------------------------------------------- */
 
-/* "NAME: VALUE" appended to the headers every request sends; -1 when out of memory. */
-static int add_header(struct kiln__remote *r, const char *name, const char *value)
+/* "NAME: VALUE" appended to the header list *list; -1 when out of memory. */
+static int add_header(struct curl_slist **list, const char *name, const char *value)
 {
 	char *h = NULL;
 	if (asprintf(&h, "%s: %s", name, value) < 0)
 		return -1;
-	struct curl_slist *l = curl_slist_append(r->headers, h);
+	struct curl_slist *l = curl_slist_append(*list, h);
 	free(h);
 	if (!l)
 		return -1;
-	r->headers = l;
+	*list = l;
 	return 0;
 }
 
@@ -163,7 +166,7 @@ int kiln__remote_new(const char *url, const kiln_remote_options *o, struct kiln_
 		/* SigV4 covers the payload's hash; a GET has none to send. */
 		r->headers = curl_slist_append(NULL, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
 		int bad = !r->url || (a.access && !r->userpwd) || !r->headers ||
-			  (a.token && add_header(r, "x-amz-security-token", a.token));
+			  (a.token && add_header(&r->headers, "x-amz-security-token", a.token));
 		if (!ca)
 			ca = kiln__env("AWS_CA_BUNDLE");
 		kiln__aws_free(&a);
@@ -180,12 +183,10 @@ int kiln__remote_new(const char *url, const kiln_remote_options *o, struct kiln_
 			kiln__remote_free(r);
 			return KILN_INVAL;
 		}
-		const char *tok = kiln__env("HF_TOKEN");
-		int hf =
-		    tok && (kiln__host_is(host, "huggingface.co") || kiln__host_is(host, "hf.co"));
-		if (hf)
+		const char *tok = kiln__url_bearer(url);
+		if (tok)
 			r->bearer = strdup(tok);
-		if (!r->url || (hf && !r->bearer)) {
+		if (!r->url || (tok && !r->bearer)) {
 			kiln__remote_free(r);
 			return kiln__nomem(err, 0, NULL);
 		}
@@ -214,6 +215,7 @@ void kiln__remote_free(struct kiln__remote *r)
 	if (r->multi)
 		curl_multi_cleanup(r->multi);
 	curl_slist_free_all(r->headers);
+	curl_slist_free_all(r->plain);
 	free(r->url);
 	if (r->userpwd)
 		explicit_bzero(r->userpwd, strlen(r->userpwd));
@@ -248,6 +250,11 @@ struct xfer {
 	kiln_fetch_fn sink;    /* instead of dst: bytes handed on as they come */
 	void *sink_ctx;
 	int open_end; /* to the object's end, not yet known: asked as "off-" */
+	/* Where a redirect led (malloc'd; NULL: r->url), and whether one left the URL's origin
+	 * since: then no credential goes with the request, whatever origin it leads to next. */
+	char *url;
+	int anonymous;
+	uint32_t redirects;
 	uint32_t attempts;
 	uint64_t due; /* when the next attempt may start (ms) */
 	int active, done;
@@ -376,7 +383,8 @@ static int pin_object(struct xfer *x, uint64_t total)
 	if (x->has_etag)
 		snprintf(r->etag, sizeof(r->etag), "%s", x->etag);
 	r->pinned = 1;
-	if (r->etag[0] && add_header(r, "If-Match", r->etag)) {
+	if (r->etag[0] && (add_header(&r->headers, "If-Match", r->etag) ||
+			   add_header(&r->plain, "If-Match", r->etag))) {
 		fatal(x, ENOMEM, "cannot allocate the If-Match header");
 		return -1;
 	}
@@ -478,7 +486,11 @@ static size_t on_body(char *buf, size_t size, size_t n, void *arg)
 		memcpy(x->body + x->body_len, buf, k);
 		x->body_len += k;
 		x->body[x->body_len] = '\0';
-		return k == len ? len : 0; /* enough of an error body */
+		if (k == len)
+			return len;
+		x->stopped =
+		    1; /* enough of an error body: its status stands, the rest is dropped */
+		return 0;
 	}
 	if (!x->checked && check_response(x))
 		return 0;
@@ -580,15 +592,15 @@ static int start(struct xfer *x)
 	else
 		snprintf(range, sizeof(range), "%" PRIu64 "-%" PRIu64, x->off + x->got,
 			 x->off + x->len - 1);
-	curl_easy_setopt(h, CURLOPT_URL, r->url);
+	curl_easy_setopt(h, CURLOPT_URL, x->url ? x->url : r->url);
 	curl_easy_setopt(h, CURLOPT_RANGE, range);
-	curl_easy_setopt(h, CURLOPT_HTTPHEADER, r->headers);
+	curl_easy_setopt(h, CURLOPT_HTTPHEADER, x->anonymous ? r->plain : r->headers);
 	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
 	/* The path as given: an S3 key is a name, not a path (".." in it is part of the key). */
 	curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);
-	curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
-	curl_easy_setopt(h, CURLOPT_MAXREDIRS, 8L);
+	/* Redirects are followed here (redirect()), not by libcurl, which would send the headers
+	 * of the list (a session token) to whatever host a server names. */
+	curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
 	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, KILN__REMOTE_CONNECT_MS);
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
@@ -602,11 +614,11 @@ static int start(struct xfer *x)
 	curl_easy_setopt(h, CURLOPT_PRIVATE, x);
 	if (r->ca_bundle)
 		curl_easy_setopt(h, CURLOPT_CAINFO, r->ca_bundle);
-	if (r->userpwd) {
+	if (r->userpwd && !x->anonymous) {
 		curl_easy_setopt(h, CURLOPT_AWS_SIGV4, r->sigv4);
 		curl_easy_setopt(h, CURLOPT_USERPWD, r->userpwd);
 	}
-	if (r->bearer) {
+	if (r->bearer && !x->anonymous) {
 		curl_easy_setopt(h, CURLOPT_HTTPAUTH, (long)CURLAUTH_BEARER);
 		curl_easy_setopt(h, CURLOPT_XOAUTH2_BEARER, r->bearer);
 	}
@@ -637,6 +649,60 @@ static uint64_t backoff(uint32_t attempt)
 	return step / 2 + j % (step / 2 + 1);
 }
 
+/* Scheme, host and port of a URL (the port a scheme implies when none is written), in out. */
+static int origin_of(const char *url, char *out, size_t cap)
+{
+	CURLU *u = curl_url();
+	char *scheme = NULL, *host = NULL, *port = NULL;
+	int ok = u && !curl_url_set(u, CURLUPART_URL, url, 0) &&
+		 !curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) &&
+		 !curl_url_get(u, CURLUPART_HOST, &host, 0) &&
+		 !curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT);
+	if (ok)
+		snprintf(out, cap, "%s://%s:%s", scheme, host, port);
+	curl_free(scheme);
+	curl_free(host);
+	curl_free(port);
+	curl_url_cleanup(u);
+	return ok ? 0 : -1;
+}
+
+#define REDIRECTS_MAX 8
+
+/* A 3xx answer: the next attempt asks where it points (http or https, at most REDIRECTS_MAX
+ * times), with no credential once it leaves the URL's origin. Not a retry. */
+static void redirect(struct xfer *x)
+{
+	struct kiln__remote *r = x->r;
+	char *to = NULL, shown[128], here[512], there[512];
+	curl_easy_getinfo(x->h, CURLINFO_REDIRECT_URL, &to);
+	if (!to) {
+		fatal(x, EIO, "HTTP %ld without a Location to follow", x->status);
+		return;
+	}
+	kiln__url_shown(to, shown, sizeof(shown));
+	if (strncmp(to, "http://", 7) && strncmp(to, "https://", 8)) {
+		fatal(x, EIO, "a redirect to %s: only http and https are followed", shown);
+		return;
+	}
+	if (++x->redirects > REDIRECTS_MAX) {
+		fatal(x, EIO, "more than %d redirects (the last to %s)", REDIRECTS_MAX, shown);
+		return;
+	}
+	if (origin_of(r->url, here, sizeof(here)) || origin_of(to, there, sizeof(there)) ||
+	    strcmp(here, there))
+		x->anonymous = 1;
+	char *next = strdup(to);
+	if (!next) {
+		fatal(x, ENOMEM, "cannot allocate a redirect's URL");
+		return;
+	}
+	free(x->url);
+	x->url = next;
+	x->attempts--; /* a redirect is no failed attempt */
+	x->due = 0;
+}
+
 /* The attempt of x finished with curl's `res`: done, to be retried, or failed (x->fatal). */
 static void finished(struct xfer *x, CURLcode res)
 {
@@ -655,6 +721,10 @@ static void finished(struct xfer *x, CURLcode res)
 			}
 			snprintf(reason, sizeof(reason),
 				 "a short body (%" PRIu64 " of %" PRIu64 " bytes)", x->got, x->len);
+		} else if (x->status == 301 || x->status == 302 || x->status == 303 ||
+			   x->status == 307 || x->status == 308) {
+			redirect(x);
+			return;
 		} else if (x->status == 416 && !r->pinned &&
 			   (!x->has_range || (x->unsatisfied && x->range_total == 0))) {
 			/* bytes=0-N is unsatisfiable only for an empty object (RFC 9110 14.1.1) */
@@ -695,12 +765,15 @@ static void finished(struct xfer *x, CURLcode res)
 
 static void stop_all(struct kiln__remote *r, struct xfer *xs, size_t n)
 {
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		if (xs[i].active) {
 			curl_multi_remove_handle(r->multi, xs[i].h);
 			give_handle(r, xs[i].h);
 			xs[i].active = 0;
 		}
+		free(xs[i].url); /* where a redirect led: for the transfer's attempts only */
+		xs[i].url = NULL;
+	}
 }
 
 /* Run every transfer to the end, `connections` at a time. */

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/sys.h"
 #include "net/url.h"
 
 int kiln__url_scheme(const char *s)
@@ -96,8 +97,30 @@ void kiln__url_shown(const char *url, char *buf, size_t cap)
 {
 	size_t n = kiln__url_name_len(url);
 	const char *more = url[n] ? "?..." : "";
-	if (n > 100)
-		snprintf(buf, cap, "%.40s...%s%s", url, url + n - 56, more);
+	/* user:password@ before the host: a credential, left out */
+	const char *a = strstr(url, "://");
+	size_t from = a && (size_t)(a - url) < n ? (size_t)(a - url) + 3 : 0;
+	size_t auth = from + strcspn(url + from, "/?#");
+	const char *at = memchr(url + from, '@', auth - from);
+	char name[512];
+	if (at)
+		snprintf(name, sizeof(name), "%.*s***%.*s", (int)from, url,
+			 (int)(n - (size_t)(at - url)), at);
 	else
-		snprintf(buf, cap, "%.*s%s", (int)n, url, more);
+		snprintf(name, sizeof(name), "%.*s", (int)n, url);
+	n = strlen(name);
+	if (n > 100)
+		snprintf(buf, cap, "%.40s...%s%s", name, name + n - 56, more);
+	else
+		snprintf(buf, cap, "%s%s", name, more);
+}
+
+const char *kiln__url_bearer(const char *url)
+{
+	const char *tok = kiln__env("HF_TOKEN");
+	char host[256];
+	if (!tok || strncmp(url, "https://", 8))
+		return NULL; /* a bearer token in cleartext is anyone's on the path */
+	kiln__url_host(url, host, sizeof(host));
+	return kiln__host_is(host, "huggingface.co") || kiln__host_is(host, "hf.co") ? tok : NULL;
 }

@@ -13,13 +13,18 @@ int kiln__url_scheme(const char *s);
 int kiln__is_url(const char *s);
 /* Bytes of a URL before its query or fragment: what names the object. */
 size_t kiln__url_name_len(const char *url);
-/* The URL as a message shows it, into buf[0, cap): its query (a presigned signature, a token)
- * left out as "?...", a long name cut in the middle. */
+/* The URL as a message shows it, into buf[0, cap) (KILN__URL_SHOWN bytes hold it): a password
+ * before the host and the query (a presigned signature, a token) left out as "***@" and "?...",
+ * a long name cut in the middle. */
+#define KILN__URL_SHOWN 128
 void kiln__url_shown(const char *url, char *buf, size_t cap);
 /* The host of an http(s) URL (no user, no port), lowercased into buf[0, cap). */
 void kiln__url_host(const char *url, char *buf, size_t cap);
 /* Whether `host` is `domain` or a name under it. */
 int kiln__host_is(const char *host, const char *domain);
+/* The bearer token a request to `url` carries: HF_TOKEN for https:// to huggingface.co or hf.co
+ * (or a name under them), never over http:// or to another host; NULL for none. */
+const char *kiln__url_bearer(const char *url);
 /* s3://BUCKET/KEY as an HTTP URL: ENDPOINT/BUCKET/KEY (path style) when there is an endpoint,
  * else AWS's virtual-hosted style in `region`; the key percent-encoded, slashes kept. malloc'd,
  * NULL without memory. */

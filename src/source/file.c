@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "base/sys.h"
+#include "net/url.h"
 #include "source/source.h"
 
 const char *kiln_source_name(unsigned source)
@@ -55,6 +56,11 @@ int kiln__file_attach(struct kiln__file *f, const kiln_open_options *o, int buff
 		      size_t len, kiln_error *err)
 {
 	f->src = buffer ? &kiln__source_buffer : kiln__source_for(f->remote, o);
+	if (f->remote && !f->shown) {
+		if (!(f->shown = malloc(KILN__URL_SHOWN)))
+			return kiln__nomem(err, 0, NULL);
+		kiln__url_shown(f->path, f->shown, KILN__URL_SHOWN);
+	}
 	return f->src->attach(f, o, buf, len, err);
 }
 
@@ -79,6 +85,8 @@ void kiln__file_release(struct kiln__file *f)
 	f->path = NULL;
 	free(f->url);
 	f->url = NULL;
+	free(f->shown);
+	f->shown = NULL;
 }
 
 /* --- what readers and sources share ---------------------------------------------------------- */

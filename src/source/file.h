@@ -41,6 +41,7 @@ struct kiln__file {
 	uint32_t no; /* its position in the model */
 	char *path;  /* NULL for a buffer */
 	char *url;   /* the URL, when path is its cached copy (src/source/cache.c); else NULL */
+	char *shown; /* a URL as messages show it (a credential left out); NULL for a path */
 	int remote;  /* the resolver found a URL: the REMOTE source fetches it */
 	/* The format its name says (.safetensors, .gguf, .klnt: the resolver reads the name, a
 	 * URL's without its query), for bytes that start like no format; 0 when none. */
@@ -69,10 +70,16 @@ struct kiln__file {
 	void *src_state;
 };
 
-/* A file's name for messages and naming rules: its URL when it was opened from a cached copy. */
+/* A file's name for naming rules and kiln_file_info: its URL when it was opened from a cached
+ * copy. */
 static inline const char *kiln__file_name(const struct kiln__file *f)
 {
 	return f->url ? f->url : f->path;
+}
+/* A file's name for messages: a URL with its credentials left out (kiln__url_shown). */
+static inline const char *kiln__file_shown(const struct kiln__file *f)
+{
+	return f->shown ? f->shown : kiln__file_name(f);
 }
 
 /* A file of no source yet: position `no` of model m (whose allocator it uses). */

@@ -119,8 +119,8 @@ static int remote_attach(struct kiln__file *f, const kiln_open_options *o, const
 	f->size = kiln__remote_size(s->r);
 	if (f->size > SIZE_MAX)
 		return kiln__fail_sys(err, KILN_IO, EFBIG,
-				      "%s: %" PRIu64 " bytes do not fit in memory", f->path,
-				      f->size);
+				      "%s: %" PRIu64 " bytes do not fit in memory",
+				      kiln__file_shown(f), f->size);
 	const char *etag = kiln__remote_etag(s->r);
 	if (cached && etag[0]) {
 		char *p = kiln__cache_path(&s->cache, f->path, etag, f->size);

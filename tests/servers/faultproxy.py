@@ -27,6 +27,9 @@ the proxy stands in for any host through http_proxy.
   redirect     302 to /ok:redirected/PATH
   redirect-ftp 302 to ftp://127.0.0.1/PATH
   redirect-loop 302 to this same URL
+  redirect-host 302 to http://localhost:PORT/ok:xhost/PATH (this proxy under another host name)
+  bigerror     503 with a 64 KiB body (an S3 error code first)
+  big404       404 with a 64 KiB body (an S3 error code first)
 
 GET /?body=TEXT&... (a URL with no path) answers 200 with TEXT (percent-decoded) as the body.
 """
@@ -117,6 +120,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 sent[(fault, path)] = sent.get((fault, path), 0) + len(body)
             self.send(status, headers, body)
             return
+        if name in ("bigerror", "big404"):
+            code = "SlowDown" if name == "bigerror" else "NoSuchKey"
+            body = ("<?xml version=\"1.0\"?><Error><Code>%s</Code><Message>big</Message>"
+                    "</Error>" % code).encode() + b" " * 65536
+            self.send(503 if name == "bigerror" else 404,
+                      [("Content-Length", str(len(body))), ("Content-Type", "application/xml")],
+                      body)
+            return
         if name in ("503", "429"):
             code = "SlowDown" if name == "503" else "TooManyRequests"
             body = ("<?xml version=\"1.0\"?><Error><Code>%s</Code><Message>try again</Message>"
@@ -128,7 +139,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         if name.startswith("redirect"):
             to = {"redirect": "/ok:redirected" + path, "redirect-ftp": "ftp://127.0.0.1" + path,
-                  "redirect-loop": self.path}[name]
+                  "redirect-loop": self.path,
+                  "redirect-host": "http://localhost:%d/ok:xhost%s" % (
+                      self.server.server_address[1], path)}[name]
             self.send(302, [("Location", to), ("Content-Length", "0")], b"")
             return
         if name == "reset":

@@ -4,9 +4,10 @@ model of one file (kiln.open(one_file=True)), with safetensors' argument rules, 
 slicing semantics. The same class is kiln's own reading API: kiln.safe_open opens it with
 kiln's options (the whole series, alignment for PyTorch only, api="kiln")."""
 
+import errno as _errno
 import json as _json
 
-from .. import _dtypes
+from .. import _dtypes, _kiln
 from .._kiln import METADATA_TENSOR as _METADATA_TENSOR
 from .._kiln import Error as _KilnError
 from .._kiln import FileError as _KilnFileError
@@ -83,8 +84,13 @@ class _Open:
         else:
             try:
                 d = _kiln_open(filename, **options)
-            except _KilnFileError:
-                raise FileNotFoundError(f"No such file or directory: {filename}") from None
+            except _KilnFileError as e:
+                # A missing file as safetensors says it; any other failure (a refused
+                # connection, a TLS error, HTTP 403) as what it is, with kiln's message.
+                if e.errno == _errno.ENOENT:
+                    raise FileNotFoundError(
+                        f"No such file or directory: {_kiln.shown(filename)}") from None
+                raise OSError(e.errno, e.strerror or str(e)) from None
             except _KilnError as e:
                 raise SafetensorError(f"Error while deserializing header: {e}") from None
         if shown != "cpu" and fw not in ("pytorch", "paddle"):
