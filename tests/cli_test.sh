@@ -129,7 +129,8 @@ has "$TMP/out" "$TMP/empty.safetensors: ok (safetensors)"
 expect 1 "$KLNT" check "$TMP/long.bin"
 has "$TMP/out" "$TMP/long.bin: LIMIT: header length 9223372036854775807 is above the 100000000-byte cap"
 # bytes like no format: the plain verdict, unless the name says which format's rules to apply
-printf '\377\377\377\377 not a model' >"$TMP/junk.bin"
+# (64 bytes and more: a shorter file is KLNT's LIMIT, its check order's first)
+printf '\377\377\377\377 not a model, and long enough to be judged by its magic alone ......' >"$TMP/junk.bin"
 expect 1 "$KLNT" check "$TMP/junk.bin"
 has "$TMP/out" 'FRAME: magic is ff ff ff ff, not "KLNT"; not a safetensors or GGUF file either'
 printf '\002\000\000\000\000\000\000\000[]' >"$TMP/list.safetensors"
@@ -358,7 +359,7 @@ for i in 0 5 39; do
 	cmp -s "$TMP/a.raw" "$TMP/b.raw" && ok || bad "tensor $i differs after import"
 done
 # what is not a model is a clear error, and nothing is written
-printf 'just some text, not a model\n' >"$TMP/notes.txt"
+printf 'just some text, not a model, long enough to be judged by its first bytes alone\n' >"$TMP/notes.txt"
 expect 1 "$KLNT" import -o "$TMP/n.klnt" "$TMP/notes.txt"
 has "$TMP/err" "$TMP/notes.txt: FRAME: magic is 6a 75 73 74, not \"KLNT\"; not a safetensors or GGUF file either"
 expect 3 "$KLNT" import -o "$TMP/n.klnt" "$TMP/missing.gguf"

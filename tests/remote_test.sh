@@ -59,7 +59,7 @@ h = json.dumps(header).encode()
 open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + data)
 EOF
 : >"$root/empty.klnt"
-echo "hello, not a model" >"$root/text.txt"
+echo "hello, not a model, and long enough to be judged by its first bytes alone" >"$root/text.txt"
 # An index whose shards leave its directory once decoded (nginx serves /sub/%2e%2e/m.safetensors
 # as /m.safetensors), for the resolver to refuse.
 mkdir -p "$root/sub"

@@ -1164,7 +1164,10 @@ Test(api, import_and_export_arguments)
 	char *dir = temp_dir(), *out = join(dir, "o.klnt"), *src_dir = temp_dir();
 	kiln_error err;
 	kiln_convert_result res;
-	char *junk = save(src_dir, "junk.bin", "not a model at all", 18);
+	/* 64 bytes and more (a shorter file is KLNT's LIMIT, its check order's first) */
+	static const char text[] =
+	    "not a model at all, and long enough to be judged by its magic alone";
+	char *junk = save(src_dir, "junk.bin", text, sizeof(text) - 1);
 	const char *srcs[] = {junk};
 	cr_assert_eq(kiln_import(srcs, 1, out, NULL, &res, &err), KILN_FRAME);
 	cr_assert(strstr(err.message, junk) && strstr(err.message, "not a safetensors or GGUF"),

@@ -6,7 +6,9 @@
  * would catch it).
  */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "helpers.h"
 
@@ -116,6 +118,39 @@ Test(header, short_block_is_limit)
 	}
 	blob s = {b.p, 63};
 	expect_reject(&s, KILN_LIMIT, NONE, "length");
+	blob_free(&b);
+}
+
+/* Bytes no format claims are KLNT's to judge, in its check order: under 64 bytes, LIMIT (the
+ * length) before the magic is looked at, whatever the bytes, in a buffer or a file. */
+Test(header, short_bytes_of_no_format_are_limit)
+{
+	blob b = base_f32();
+	b.p[0] ^= 0x20; /* "kLNT": no format's magic */
+	for (size_t len = 4; len < 64; len += 7) {
+		blob s = {b.p, len};
+		expect_reject(&s, KILN_LIMIT, NONE, "length");
+	}
+	static const char text[] = "hello, not a model";
+	blob t = {(uint8_t *)text, sizeof(text) - 1};
+	expect_reject(&t, KILN_LIMIT, NONE, "length");
+	char *dir = temp_dir(), *path = NULL;
+	cr_assert_geq(asprintf(&path, "%s/notes", dir), 0);
+	FILE *f = fopen(path, "w");
+	cr_assert_not_null(f);
+	fputs(text, f);
+	fclose(f);
+	kiln_model *m;
+	kiln_error err;
+	int rc = kiln_model_open(path, NULL, &m, &err);
+	cr_assert_eq(rc, KILN_LIMIT, "%s: %s", kiln_code_name(rc), err.message);
+	/* 64 bytes and more: the magic's FRAME, naming the other formats too. */
+	b.len = 64;
+	expect_reject(&b, KILN_FRAME, NONE, "magic");
+	unlink(path);
+	rmdir(dir);
+	free(path);
+	free(dir);
 	blob_free(&b);
 }
 

@@ -56,9 +56,10 @@ int kiln__format_of(struct kiln__file *f, unsigned want, const struct kiln__form
 	 * defect in its own terms. */
 	if (!fmt && f->named_format)
 		fmt = kiln__format_by_id(f->named_format);
-	/* Bytes that start like no format at all: the KLNT reader's verdict on its magic, whatever
-	 * the length (a short text file is not a truncated KLNT file). */
-	if (!fmt && n >= 4)
+	/* Bytes that start like no format at all: KLNT's verdict, in its check order (length
+	 * first: under 64 bytes LIMIT, as the spec's check 1 says), then its magic (FRAME, naming
+	 * the other formats too). */
+	if (!fmt && n >= KILN__FIRST_BYTES)
 		return kiln__fail(
 		    err, KILN_FRAME, KILN_NO_INDEX, "magic", 0,
 		    "magic is %02x %02x %02x %02x, not \"KLNT\"; not a safetensors or "
