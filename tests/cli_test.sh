@@ -282,6 +282,21 @@ grep -Eq " 2 threads, at most [0-9]+ bytes in flight$" "$TMP/out" && ok || bad "
 printf 'no.such.tensor\n' >"$TMP/order"
 expect 1 "$KLNT" load "$TMP/gen.klnt" --order "$TMP/order"
 has "$TMP/err" "no tensor named 'no.such.tensor'"
+# an order list that names nothing, or is not a file to read, is an error, not "everything"
+: >"$TMP/empty-order"
+expect 1 "$KLNT" load "$TMP/gen.klnt" --order "$TMP/empty-order"
+has "$TMP/err" "names no tensor"
+expect 3 "$KLNT" load "$TMP/gen.klnt" --order "$TMP"
+has "$TMP/err" "cannot read"
+# numbers are parsed strictly: no sign, no space, no overflow, a known suffix; the option named
+for bad in -1 18446744073709551616 ' 1' +1 1X 0x10 17179869184T 0; do
+	expect 2 "$KLNT" load "$TMP/gen.klnt" --inflight "$bad"
+	has "$TMP/err" "--inflight wants a byte count"
+done
+for bad in -1 99999999999999999999 16777216T; do
+	expect 2 "$KLNT" gen "$TMP/never.klnt" --bytes "$bad"
+done
+[ ! -e "$TMP/never.klnt" ] && ok || bad "gen wrote a file for a refused --bytes"
 expect 1 "$KLNT" load "$TMP/kiln-v2-opaque-no-layout.klnt"
 expect 2 "$KLNT" load "$TMP/gen.klnt" --device cuda:0
 expect 2 "$KLNT" load "$TMP/gen.klnt" --threads 0

@@ -350,6 +350,35 @@ Test(load, private_flag_refusals)
 	blob_free(&b);
 }
 
+/* The error for a file truncated after open names the file and where it ends now (not where
+ * the read that found out began), in the message and in err.offset, for a copy and for the
+ * engine's reads alike. */
+Test(load, a_truncated_file_is_named_with_where_it_ends)
+{
+	kiln_model *m = open_with(KILN_SOURCE_MMAP, 0, 0, 0);
+	kiln_file_info info;
+	cr_assert_eq(kiln_model_file_info(m, 0, &info), 0);
+	uint64_t end = info.payload_base + 10;
+	cr_assert_eq(truncate(path, (off_t)end), 0);
+	const kiln_tensor *big = kiln_model_find_cstr(m, "t4");
+	uint8_t *buf = malloc(big->byte_length);
+	char where[64];
+	snprintf(where, sizeof(where), "ended at byte %llu", (unsigned long long)end);
+	kiln_error err;
+	for (int how = 0; how < 2; how++) {
+		int rc =
+		    how ? kiln_tensor_read(m, big->index, buf, big->byte_length, NULL, NULL, &err)
+			: kiln_tensor_copy(m, big->index, buf, big->byte_length, &err);
+		cr_assert_eq(rc, KILN_IO);
+		cr_assert_eq(err.file, 0);
+		cr_assert_eq(err.offset, end, "%s", err.message);
+		cr_assert_not_null(strstr(err.message, path), "%s", err.message);
+		cr_assert_not_null(strstr(err.message, where), "%s", err.message);
+	}
+	free(buf);
+	kiln_model_close(m);
+}
+
 Test(load, copy_after_truncation_is_an_error_not_a_crash)
 {
 	kiln_model *dir = open_with(KILN_SOURCE_MMAP, 0, 0, 0);

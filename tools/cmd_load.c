@@ -62,23 +62,6 @@ static int on_progress(void *ctx, const kiln_load_progress *p)
 	return 0;
 }
 
-static int parse_bytes(const char *s, uint64_t *out)
-{
-	char *end;
-	unsigned long long v = strtoull(s, &end, 10);
-	uint64_t mul = 1;
-	if (*end == 'K' || *end == 'k')
-		mul = 1u << 10, end++;
-	else if (*end == 'M' || *end == 'm')
-		mul = 1u << 20, end++;
-	else if (*end == 'G' || *end == 'g')
-		mul = 1u << 30, end++;
-	if (end == s || *end || v == 0 || v > UINT64_MAX / mul)
-		return -1;
-	*out = v * mul;
-	return 0;
-}
-
 /* The model indices of the names in `file`, one per line, in order. */
 static int read_order(const struct klnt_cmd *cmd, const kiln_model *m, const char *file,
 		      uint64_t **list, size_t *n)
@@ -118,8 +101,20 @@ static int read_order(const struct klnt_cmd *cmd, const kiln_model *m, const cha
 		}
 		(*list)[(*n)++] = t->index;
 	}
+	int e = ferror(f) ? errno : 0;
 	free(line);
 	fclose(f);
+	/* A directory opens but cannot be read; an empty list would load nothing asked for as if
+	 * everything were: neither is an order. */
+	if (e) {
+		klnt_errorf(cmd, "%s: cannot read: %s", file, strerror(e));
+		free(*list);
+		return KLNT_EXIT_IO;
+	}
+	if (!*n) {
+		klnt_errorf(cmd, "%s: names no tensor (one name a line)", file);
+		return KLNT_EXIT_INVALID;
+	}
 	return KLNT_EXIT_OK;
 }
 
@@ -162,9 +157,11 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 			lo.flags |= KILN_LOAD_DROP_CACHE;
 			break;
 		case O_INFLIGHT:
-			if (parse_bytes(optarg, &lo.inflight_bytes))
+			if (klnt_parse_size(optarg, &lo.inflight_bytes) || !lo.inflight_bytes)
 				return klnt_usage_error(
-				    cmd, "--inflight wants a byte count, not '%s'", optarg);
+				    cmd,
+				    "--inflight wants a byte count (K, M, G, T suffixes), not '%s'",
+				    optarg);
 			break;
 		case O_DIRONLY:
 			dironly = 1;

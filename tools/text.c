@@ -3,6 +3,7 @@
  * Text helpers for klnt: a growable string, escaping of untrusted bytes for terminals, UTF-8
  * repair for JSON, and the number and shape spellings every command shares.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -231,40 +232,31 @@ int klnt_parse_u64(const char *s, uint64_t max, uint64_t *out)
 
 int klnt_parse_size(const char *s, uint64_t *out)
 {
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || end == s || *s == '-')
+	/* The digits as klnt_parse_u64 takes them (no sign, space or base: strtoull would turn
+	 * "-1" into 2^64 - 1), then one suffix, the product checked. */
+	size_t n = strspn(s, "0123456789");
+	char digits[32];
+	if (!n || n >= sizeof(digits))
 		return -1;
+	memcpy(digits, s, n);
+	digits[n] = '\0';
+	uint64_t v;
+	if (klnt_parse_u64(digits, UINT64_MAX, &v))
+		return -1;
+	const char *end = s + n;
 	unsigned shift = 0;
 	if (*end) {
-		switch (*end) {
-		case 'k':
-		case 'K':
-			shift = 10;
-			break;
-		case 'm':
-		case 'M':
-			shift = 20;
-			break;
-		case 'g':
-		case 'G':
-			shift = 30;
-			break;
-		case 't':
-		case 'T':
-			shift = 40;
-			break;
-		default:
+		const char *units = "KMGT", *u = strchr(units, toupper((unsigned char)*end));
+		if (!u)
 			return -1;
-		}
+		shift = 10u * (unsigned)(u - units + 1);
 		end++;
 		if (strcmp(end, "") != 0 && strcmp(end, "iB") != 0 && strcmp(end, "B") != 0)
 			return -1;
 	}
 	if (shift && v > (UINT64_MAX >> shift))
 		return -1;
-	*out = (uint64_t)v << shift;
+	*out = v << shift;
 	return 0;
 }
 

@@ -481,3 +481,17 @@ def test_load_file_onto_a_gpu_goes_through_kiln_torch_load(tmp_path, monkeypatch
         # Without CUDA in torch: safe_open's error, as the drop-in gives it.
         with pytest.raises(st.SafetensorError, match="not usable"):
             stpt.load_file(p, device="cuda")
+
+
+def test_numpy_scalars_and_0d_arrays_are_saved_as_safetensors_does():
+    """A numpy scalar is a 0-d array (safetensors' _tobytes takes both); it used to raise
+    AttributeError."""
+    import numpy as np
+    import kiln.safetensors.numpy as stnp
+
+    scalar = stnp.save({"a": np.float32(3.0), "b": np.int64(-2)})
+    zero_d = stnp.save({"a": np.array(3.0, dtype=np.float32), "b": np.array(-2, dtype=np.int64)})
+    assert scalar == zero_d
+    back = stnp.load(scalar)
+    assert back["a"].shape == () and back["a"] == np.float32(3.0)
+    assert back["b"].dtype == np.int64 and back["b"] == -2

@@ -88,6 +88,8 @@ int kiln__fail_sys(kiln_error *err, int code, int sys_errno, const char *fmt, ..
 void kiln__clear_error(kiln_error *err);
 /* Start an error's message with "PREFIX: " (a path). */
 void kiln__error_prefix(kiln_error *err, const char *prefix);
+/* Start an error's message with "NAME: " unless it starts with it already. */
+void kiln__error_named(kiln_error *err, const char *name);
 /* Say which file of the model an error is about (when err is set and names none yet). */
 void kiln__error_file(kiln_error *err, uint32_t file);
 

@@ -65,6 +65,13 @@ void kiln__error_prefix(kiln_error *err, const char *prefix)
 	err->message[sizeof(err->message) - 1] = '\0';
 }
 
+void kiln__error_named(kiln_error *err, const char *name)
+{
+	size_t n = strlen(name);
+	if (err && name && !(strncmp(err->message, name, n) == 0 && err->message[n] == ':'))
+		kiln__error_prefix(err, name);
+}
+
 void kiln__error_file(kiln_error *err, uint32_t file)
 {
 	if (err && err->code && err->file == KILN_NO_FILE)

@@ -75,6 +75,23 @@ struct run {
 	kiln_error *err;
 };
 
+int kiln__file_ended(kiln_error *err, int fd, uint64_t at, uint64_t missing)
+{
+	/* Where the file ends now, which a truncation moved: the true end, not where the read
+	 * that found it out began. */
+	struct stat st;
+	uint64_t end = fstat(fd, &st) == 0 && st.st_size >= 0 ? (uint64_t)st.st_size : at;
+	if (end > at)
+		end = at;
+	kiln__fail_sys(err, KILN_IO, EIO,
+		       "the file ended at byte %" PRIu64 " (truncated after open?): the %" PRIu64
+		       " bytes wanted at %" PRIu64 " are not there",
+		       end, missing, at);
+	if (err)
+		err->offset = end;
+	return KILN_IO;
+}
+
 int kiln__pread_full(int fd, void *dst, size_t len, uint64_t off, kiln_error *err)
 {
 	uint8_t *p = dst;
@@ -90,11 +107,7 @@ int kiln__pread_full(int fd, void *dst, size_t len, uint64_t off, kiln_error *er
 					      len - done, off + done, strerror(e));
 		}
 		if (r == 0)
-			return kiln__fail_sys(err, KILN_IO, EIO,
-					      "the file ended at offset %" PRIu64
-					      ", %zu bytes short "
-					      "(truncated after open?)",
-					      off + done, len - done);
+			return kiln__file_ended(err, fd, off + done, len - done);
 		done += (size_t)r;
 	}
 	return 0;
@@ -248,10 +261,7 @@ static int complete(struct run *r, struct slot *s, ssize_t res)
 		return 0;
 	}
 	if (res == 0) {
-		kiln__fail_sys(r->err, KILN_IO, EIO,
-			       "the file ended at offset %" PRIu64 ", %" PRIu64
-			       " bytes short (truncated after open?)",
-			       s->roff + s->done, needed(s) - s->done);
+		kiln__file_ended(r->err, s->fd, s->roff + s->done, needed(s) - s->done);
 		kiln__error_file(r->err, s->file);
 		stop_with(r, KILN_IO);
 		s->busy = 0;

@@ -54,6 +54,10 @@ int kiln__io_run(struct kiln__io *io, const struct kiln__range *ranges, size_t n
  * cannot tell). */
 int kiln__span_cached(int fd, uint64_t off, uint64_t len);
 
+/* IO (EIO) for a file found shorter than it was at open, `missing` bytes wanted at `at`: the
+ * message and err->offset give where it ends now. Returns KILN_IO. */
+int kiln__file_ended(kiln_error *err, int fd, uint64_t at, uint64_t missing);
+
 /* pread the whole of [off, off + len) into dst, retrying EINTR/EAGAIN and short reads; a file
  * that ends first is IO/EIO. */
 int kiln__pread_full(int fd, void *dst, size_t len, uint64_t off, kiln_error *err);

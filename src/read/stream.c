@@ -156,12 +156,12 @@ static int run(const struct files *fs, const kiln_stream_options *o,
 	return rc;
 }
 
-/* A failure reading a file of a model of several: say which in the message too. */
+/* A failure reading a file: say which in the message too (as kiln__file_read does). */
 static void name_file(const kiln_model *m, int rc, kiln_error *err)
 {
-	if (rc && err && m->nfiles > 1 && err->file < m->nfiles && m->files[err->file].path &&
-	    rc != KILN_CANCELED && rc != KILN_INVAL)
-		kiln__error_prefix(err, m->files[err->file].path);
+	if (rc && err && err->file < m->nfiles && m->files[err->file].path && rc != KILN_CANCELED &&
+	    rc != KILN_INVAL)
+		kiln__error_named(err, kiln__file_shown(&m->files[err->file]));
 }
 
 /* run() over every file of the model as it is. */

@@ -183,21 +183,31 @@ int kiln__file_open(struct kiln__file *f, kiln_error *err)
 /* --- the uses of an open file ------------------------------------------------------------------
  */
 
+/* A read's failure names the file it is about (a truncated file, a server's answer). */
+static int named(const struct kiln__file *f, int rc, kiln_error *err)
+{
+	if (rc == KILN_IO && err && f->path) {
+		kiln__error_named(err, kiln__file_shown(f));
+		err->file = f->no;
+	}
+	return rc;
+}
+
 int kiln__file_read(const struct kiln__file *f, uint64_t off, void *dst, size_t len,
 		    kiln_error *err)
 {
-	return f->src->read(f, off, dst, len, err);
+	return named(f, f->src->read(f, off, dst, len, err), err);
 }
 
 int kiln__file_read_spans(const struct kiln__file *f, const struct kiln__span *spans, size_t n,
 			  kiln_error *err)
 {
 	if (f->src->read_spans)
-		return f->src->read_spans(f, spans, n, err);
+		return named(f, f->src->read_spans(f, spans, n, err), err);
 	int rc = 0;
 	for (size_t i = 0; i < n && !rc; i++)
 		rc = f->src->read(f, spans[i].off, spans[i].dst, (size_t)spans[i].len, err);
-	return rc;
+	return named(f, rc, err);
 }
 
 void kiln__file_feed(const struct kiln__file *f, unsigned how, struct kiln__feed *out)

@@ -29,6 +29,8 @@ def _flatten(tensor_dict: Dict[str, np.ndarray], keep_alive_buffer: List) -> Dic
     keep_alive_buffer, which the caller holds while the specs are serialized."""
     specs = {}
     for name, arr in tensor_dict.items():
+        if isinstance(arr, np.generic):  # a numpy scalar: a 0-d array, as safetensors takes it
+            arr = np.asarray(arr)
         a = arr
         if not _is_little_endian(a):
             a = a.byteswap(inplace=False)
