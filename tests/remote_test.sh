@@ -60,6 +60,11 @@ open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + data)
 EOF
 : >"$root/empty.klnt"
 echo "hello, not a model, and long enough to be judged by its first bytes alone" >"$root/text.txt"
+# Another version of m.klnt: the same size, other bytes, another modification time (the proxy's
+# noetag-flip mode serves it after the first request).
+cp "$root/m.klnt" "$root/m-flip.klnt"
+printf 'flipped!' | dd of="$root/m-flip.klnt" bs=1 seek=2000000 conv=notrunc status=none
+touch -d '2001-01-01' "$root/m-flip.klnt"
 # An index whose shards leave its directory once decoded (nginx serves /sub/%2e%2e/m.safetensors
 # as /m.safetensors), for the resolver to refuse.
 mkdir -p "$root/sub"

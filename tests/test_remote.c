@@ -527,6 +527,28 @@ Test(remote, hostile_answers_are_errors)
 	cr_assert_eq(via_proxy("norange", "tiny-llama.gguf", &r, 0, &err), 0, "%s", err.message);
 }
 
+/* The version a load reads is one version: with a strong ETag If-Match; with a weak one (which
+ * servers compare strongly: If-Match would fail every time) or none, If-Unmodified-Since the
+ * Last-Modified date and each answer's date checked; with neither, an object read only when it
+ * comes whole in the first answer. */
+Test(remote, one_version_whatever_the_validator)
+{
+	kiln_remote_options r = {.size = sizeof(r), .chunk_size = 1u << 20};
+	kiln_error err;
+	cr_assert_eq(via_proxy("weaketag", "m.klnt", &r, 0, &err), 0, "%s", err.message);
+	cr_assert_eq(via_proxy("noetag", "m.klnt", &r, 0, &err), 0, "%s", err.message);
+	/* Another version after the first request: its date differs (or the server says 412). */
+	int rc = via_proxy("noetag-flip", "m.klnt", &r, 0, &err);
+	cr_assert_eq(rc, KILN_IO, "%s: %s", kiln_code_name(rc), err.message);
+	cr_assert_eq(err.sys_errno, ESTALE, "%s", err.message);
+	/* No validator: what fits the first answer loads, the rest is refused. */
+	cr_assert_eq(via_proxy("novalidator", "tiny-llama.gguf", &r, 0, &err), 0, "%s",
+		     err.message);
+	rc = via_proxy("novalidator", "m.klnt", &r, 0, &err);
+	cr_assert_eq(rc, KILN_IO, "%s: %s", kiln_code_name(rc), err.message);
+	cr_assert(strstr(err.message, "neither an ETag nor a Last-Modified"), "%s", err.message);
+}
+
 /* The headers of the last request the proxy saw for FAULT/PATH, "name: value" lines. */
 static char *proxy_headers(const char *fault, const char *path)
 {

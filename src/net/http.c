@@ -41,8 +41,11 @@ struct kiln__remote {
 	uint64_t deadline_ms, cap_bps;
 	int (*progress)(void *, uint64_t, uint64_t);
 	void *progress_ctx;
-	/* what the first GET pinned */
-	int pinned;
+	/* what the first GET pinned: the size, and the validator later requests ask for (a strong
+	 * ETag with If-Match; else Last-Modified with If-Unmodified-Since, a weak ETag compared on
+	 * every answer too); `unversioned` when the server gave neither */
+	int pinned, unversioned;
+	char modified[64];
 	uint64_t size;
 	char etag[256];
 	pthread_mutex_t lock; /* one fetch at a time: the multi handle and the idle handles */
@@ -260,10 +263,12 @@ struct xfer {
 	int active, done;
 	/* this attempt's response */
 	long status;
-	int has_range, unsatisfied, has_length, has_etag, checked, stopped, fatal, canceled;
+	int has_range, unsatisfied, has_length, has_etag, has_modified, checked, stopped, fatal,
+	    canceled;
 	uint64_t range_from, range_to, range_total, length;
 	uint32_t retry_after;
 	char etag[256];
+	char modified[64];
 	char body[ERR_BODY];
 	size_t body_len;
 	int why_errno;
@@ -334,7 +339,7 @@ static size_t on_header(char *buf, size_t size, size_t n, void *arg)
 	line[k] = '\0';
 	if (!strncmp(line, "HTTP/", 5)) { /* a new response (after a redirect or 100) */
 		x->status = status_of(line);
-		x->has_range = x->unsatisfied = x->has_length = x->has_etag = 0;
+		x->has_range = x->unsatisfied = x->has_length = x->has_etag = x->has_modified = 0;
 		x->retry_after = 0;
 		return len;
 	}
@@ -353,6 +358,9 @@ static size_t on_header(char *buf, size_t size, size_t n, void *arg)
 	} else if (!strcasecmp(line, "etag")) {
 		snprintf(x->etag, sizeof(x->etag), "%s", v);
 		x->has_etag = 1;
+	} else if (!strcasecmp(line, "last-modified")) {
+		snprintf(x->modified, sizeof(x->modified), "%s", v);
+		x->has_modified = 1;
 	} else if (!strcasecmp(line, "retry-after")) {
 		const char *p = v;
 		uint64_t s;
@@ -374,18 +382,32 @@ static void fatal(struct xfer *x, int e, const char *fmt, ...)
 	x->fatal = 1;
 }
 
-/* The first answer's size and ETag become the object's; every later request asks for that
- * version (If-Match). */
+/* The first answer's size and validator become the object's; every later request asks for
+ * that version: If-Match with a strong ETag; with a weak one (W/"...", which servers compare
+ * strongly, so If-Match would fail every time) or none, If-Unmodified-Since with the
+ * Last-Modified date, and each answer's ETag and date must be the pinned ones. A server that
+ * gives neither cannot tell one version from another: such an object is read only when it came
+ * whole in this first answer (kiln__remote_get refuses more). */
 static int pin_object(struct xfer *x, uint64_t total)
 {
 	struct kiln__remote *r = x->r;
 	r->size = total;
 	if (x->has_etag)
 		snprintf(r->etag, sizeof(r->etag), "%s", x->etag);
+	if (x->has_modified)
+		snprintf(r->modified, sizeof(r->modified), "%s", x->modified);
 	r->pinned = 1;
-	if (r->etag[0] && (add_header(&r->headers, "If-Match", r->etag) ||
-			   add_header(&r->plain, "If-Match", r->etag))) {
-		fatal(x, ENOMEM, "cannot allocate the If-Match header");
+	int weak = !strncmp(r->etag, "W/", 2), rc = 0;
+	if (r->etag[0] && !weak)
+		rc = add_header(&r->headers, "If-Match", r->etag) ||
+		     add_header(&r->plain, "If-Match", r->etag);
+	else if (r->modified[0])
+		rc = add_header(&r->headers, "If-Unmodified-Since", r->modified) ||
+		     add_header(&r->plain, "If-Unmodified-Since", r->modified);
+	else if (!r->etag[0])
+		r->unversioned = 1;
+	if (rc) {
+		fatal(x, ENOMEM, "cannot allocate the header that pins the version");
 		return -1;
 	}
 	return 0;
@@ -400,6 +422,12 @@ static int check_response(struct xfer *x)
 	if (r->pinned && r->etag[0] && x->has_etag && strcmp(x->etag, r->etag)) {
 		fatal(x, ESTALE, "the object changed since it was opened (ETag %.60s, was %.60s)",
 		      x->etag, r->etag);
+		return -1;
+	}
+	if (r->pinned && r->modified[0] && x->has_modified && strcmp(x->modified, r->modified)) {
+		fatal(x, ESTALE,
+		      "the object changed since it was opened (Last-Modified %.40s, was %.40s)",
+		      x->modified, r->modified);
 		return -1;
 	}
 	if (x->status == 206) {
@@ -535,8 +563,10 @@ static void http_failure(struct xfer *x)
 		: x->status == 412                   ? ESTALE
 						     : EIO;
 	if (x->status == 412)
-		fatal(x, e, "HTTP 412: the object changed since it was opened (If-Match %.60s)",
-		      x->r->etag);
+		fatal(x, e, "HTTP 412: the object changed since it was opened (%s %.60s)",
+		      x->r->etag[0] && strncmp(x->r->etag, "W/", 2) ? "If-Match"
+								    : "If-Unmodified-Since",
+		      x->r->etag[0] && strncmp(x->r->etag, "W/", 2) ? x->r->etag : x->r->modified);
 	else
 		fatal(x, e, "HTTP %ld%s%s%s%s%s", x->status, code[0] ? " " : "", code,
 		      msg[0] ? " (" : "", msg, msg[0] ? ")" : "");
@@ -749,6 +779,14 @@ static void finished(struct xfer *x, CURLcode res)
 		      x->curl_err[0] ? x->curl_err : curl_easy_strerror(res));
 		return;
 	}
+	if (r->unversioned && x->got) {
+		/* Resumed from the last byte received, it could go on in another version. */
+		fatal(x, ESTALE,
+		      "%s; the server gives neither an ETag nor a Last-Modified date, so the fetch "
+		      "cannot resume",
+		      reason);
+		return;
+	}
 	if (x->attempts > r->retries) {
 		fatal(x,
 		      res == CURLE_COULDNT_CONNECT      ? ECONNREFUSED
@@ -943,8 +981,15 @@ int kiln__remote_get(struct kiln__remote *r, const struct kiln__span *spans, siz
 		}
 	}
 	pthread_mutex_lock(&r->lock);
-	int rc = r->pinned ? run(r, xs, count, progress, err)
-			   : kiln__fail_inval(err, KILN_NO_INDEX, NULL, "%s: not pinned", r->shown);
+	int rc = !r->pinned ? kiln__fail_inval(err, KILN_NO_INDEX, NULL, "%s: not pinned", r->shown)
+		 : r->unversioned
+		     ? kiln__fail_sys(err, KILN_IO, ESTALE,
+				      "%s: the server gives neither an ETag nor a Last-Modified "
+				      "date, so a second range could be of another version of the "
+				      "object: kiln reads such an object only when it comes whole "
+				      "in the first answer (256 KiB)",
+				      r->shown)
+		     : run(r, xs, count, progress, err);
 	pthread_mutex_unlock(&r->lock);
 	free(xs);
 	return rc;

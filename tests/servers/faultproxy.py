@@ -28,6 +28,11 @@ the proxy stands in for any host through http_proxy.
   redirect-ftp 302 to ftp://127.0.0.1/PATH
   redirect-loop 302 to this same URL
   redirect-host 302 to http://localhost:PORT/ok:xhost/PATH (this proxy under another host name)
+  weaketag     the upstream's ETag made weak (W/"...")
+  noetag       no ETag (Last-Modified kept)
+  noetag-flip  no ETag, and from the second request on the bytes of PATH-flip (PATH with
+               "-flip" before its extension: another version of the object)
+  novalidator  neither ETag nor Last-Modified
   bigerror     503 with a 64 KiB body (an S3 error code first)
   big404       404 with a 64 KiB body (an S3 error code first)
 
@@ -58,7 +63,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
     def upstream(self, path):
         c = http.client.HTTPConnection("127.0.0.1", UP, timeout=30)
-        headers = {k: v for k, v in self.headers.items() if k.lower() in ("range", "if-match")}
+        headers = {k: v for k, v in self.headers.items()
+                   if k.lower() in ("range", "if-match", "if-unmodified-since")}
         c.request("GET", path, headers=headers)
         r = c.getresponse()
         body = r.read()
@@ -160,8 +166,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     self.wfile.write(b"\0" * 65536)
             except OSError:
                 return
-        status, headers, body = self.upstream(path)
+        if name == "noetag-flip" and seen >= 1:
+            stem, dot, ext = path.rpartition(".")
+            status, headers, body = self.upstream(stem + "-flip" + dot + ext)
+        else:
+            status, headers, body = self.upstream(path)
         get = {k.lower(): v for k, v in headers}
+        if name in ("weaketag", "noetag", "noetag-flip", "novalidator"):
+            drop = ("etag", "last-modified") if name == "novalidator" else ("etag",)
+            new = [(k, v) for k, v in headers if k.lower() not in drop]
+            if name == "weaketag" and "etag" in get:
+                new.append(("ETag", "W/" + get["etag"]))
+            self.send(status, new, body)
+            return
         if name == "cut":
             self.send(status, headers, body[: len(body) // 2])
             self.close_connection = True
