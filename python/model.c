@@ -1144,20 +1144,34 @@ static ModelObject *new_model(void)
 PyObject *mod_open(PyObject *mod, PyObject *args, PyObject *kw)
 {
 	(void)mod;
-	static char *kwlist[] = {"path",   "source",        "direct",         "populate",
-				 "verify", "copy_on_write", "threads",        "format",
-				 "align",  "one_file",      "directory_only", NULL};
+	static char *kwlist[] = {"path",           "source",  "direct", "populate", "verify",
+				 "copy_on_write",  "threads", "format", "align",    "one_file",
+				 "directory_only", "timeout", NULL};
 	PyObject *path = NULL;
 	const char *source = "mmap", *format = "auto";
 	int direct = 0, populate = 0, verify = 0, cow = 1, align = 0, one_file = 0, dironly = 0;
 	unsigned int threads = 0;
-	if (!PyArg_ParseTupleAndKeywords(
-		args, kw, "O&|$sppppIsppp:open", kwlist, PyUnicode_FSConverter, &path, &source,
-		&direct, &populate, &verify, &cow, &threads, &format, &align, &one_file, &dironly))
+	double timeout = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|$sppppIspppd:open", kwlist,
+					 PyUnicode_FSConverter, &path, &source, &direct, &populate,
+					 &verify, &cow, &threads, &format, &align, &one_file,
+					 &dironly, &timeout))
 		return NULL;
 	kiln_open_options opts;
 	memset(&opts, 0, sizeof(opts));
 	opts.size = sizeof(opts);
+	/* URLs: each operation (the open, the payload's fetch, each later read) ends with
+	 * FileError (ETIMEDOUT) past `timeout` seconds; 0: kiln's limits per request only. */
+	kiln_remote_options remote = {.size = sizeof(remote)};
+	if (!(timeout >= 0 && timeout < 1e12)) {
+		Py_DECREF(path);
+		return PyErr_Format(PyExc_ValueError, "timeout must be seconds (0: none), not %g",
+				    timeout);
+	}
+	if (timeout > 0) {
+		remote.deadline_ms = (uint64_t)(timeout * 1000) ? (uint64_t)(timeout * 1000) : 1;
+		opts.remote = &remote;
+	}
 	if (!strcmp(source, "mmap"))
 		opts.source = KILN_SOURCE_MMAP;
 	else if (!strcmp(source, "read"))

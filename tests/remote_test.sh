@@ -154,6 +154,13 @@ case $out in *pa55word* | *5ecret5ig*) check "klnt leaves a URL's credentials ou
 *"x.klnt?..."*) check "klnt leaves a URL's credentials out" yes yes ;;
 *) check "klnt names the URL without its credentials ($out)" no yes ;; esac
 
+# --timeout ends an operation a dripping server would hold for ever, naming the URL.
+rc=0
+out=$(timeout 60 "$klnt" --timeout 2 check "http://127.0.0.1:$proxy_port/drip/m.klnt" 2>&1) || rc=$?
+check "klnt --timeout: exit status" "$rc" 3
+case $out in *"/drip/m.klnt"*deadline*) check "klnt --timeout: the message" yes yes ;;
+*) check "klnt --timeout: the message ($out)" no yes ;; esac
+
 # klnt bench on URLs: every remote row, a series as one set, and the errors a file's have.
 out=$("$klnt" bench s3://models/m.klnt --repeat 1 --connections 4) || check "klnt bench s3://: exit" $? 0
 rows=$(echo "$out" | awk '$1 == "remote" { print $2 }' | sort | tr '\n' ' ')

@@ -549,6 +549,29 @@ Test(remote, one_version_whatever_the_validator)
 	cr_assert(strstr(err.message, "neither an ETag nor a Last-Modified"), "%s", err.message);
 }
 
+/* A server that drips a few bytes a second never stalls, and still comes to an end: each request
+ * may take the stall limit and its bytes at the least rate, then it is retried, then the open
+ * fails naming the URL and the range. (It held kiln for as long as the server went on.) */
+Test(remote, a_dripping_server_comes_to_an_end, .timeout = 60)
+{
+	kiln_remote_options r = {
+	    .size = sizeof(r), .stall_ms = 1000, .retries = 1, .min_bytes_per_sec = 1u << 20};
+	kiln_error err;
+	time_t t0 = time(NULL);
+	int rc = via_proxy("drip", "m.klnt", &r, 0, &err);
+	cr_assert_eq(rc, KILN_IO, "%s: %s", kiln_code_name(rc), err.message);
+	cr_assert_eq(err.sys_errno, ETIMEDOUT, "%s", err.message);
+	cr_assert(strstr(err.message, "/drip/m.klnt (bytes "), "%s", err.message);
+	cr_assert_lt(time(NULL) - t0, 30, "the limit did not end it");
+	/* The whole operation's deadline, as klnt --timeout and Python's timeout= set it. */
+	kiln_remote_options d = {.size = sizeof(d), .deadline_ms = 2000};
+	t0 = time(NULL);
+	rc = via_proxy("drip", "m.klnt", &d, 0, &err);
+	cr_assert_eq(rc, KILN_IO, "%s: %s", kiln_code_name(rc), err.message);
+	cr_assert_eq(err.sys_errno, ETIMEDOUT, "%s", err.message);
+	cr_assert_lt(time(NULL) - t0, 15);
+}
+
 /* The headers of the last request the proxy saw for FAULT/PATH, "name: value" lines. */
 static char *proxy_headers(const char *fault, const char *path)
 {
@@ -785,7 +808,7 @@ Test(remote, options_checked)
 	cr_assert_str_eq(err.field, "remote.connections");
 	r = (kiln_remote_options){.chunk_size = 1000};
 	cr_assert_eq(kiln_model_open("http://127.0.0.1:1/x", &o, &m, &err), KILN_INVAL);
-	r = (kiln_remote_options){.reserved = {[3] = 1}};
+	r = (kiln_remote_options){.reserved = {[2] = 1}};
 	cr_assert_eq(kiln_model_open("http://127.0.0.1:1/x", &o, &m, &err), KILN_INVAL);
 	o = (kiln_open_options){.flags = KILN_OPEN_DIRECTORY_ONLY | KILN_OPEN_POPULATE};
 	cr_assert_eq(kiln_model_open("http://127.0.0.1:1/x", &o, &m, &err), KILN_INVAL);

@@ -34,8 +34,9 @@ static int null_sink(void *ctx, const void *data, size_t len)
 static double run_row(struct rbench *b, enum row r)
 {
 	kiln_error err;
-	kiln_remote_options ro = {.size = sizeof(ro),
-				  .connections = r == R_LOAD1 ? 1 : b->connections};
+	kiln_remote_options ro =
+	    klnt_remote() ? *klnt_remote() : (kiln_remote_options){.size = sizeof(ro)};
+	ro.connections = r == R_LOAD1 ? 1 : b->connections;
 	double t0 = kmeasure_now();
 	if (r == R_CURL || r == R_BYTE) {
 		for (uint32_t i = 0; i < b->n; i++) {
@@ -79,7 +80,8 @@ int klnt_bench_remote(const char *const *urls, uint32_t n, uint64_t repeat, uint
 {
 	/* The directory of every file once, so a bad URL gets one clear line; a series name brings
 	 * its siblings, whose URLs the rows then use. */
-	kiln_open_options vo = {.size = sizeof(vo), .flags = KILN_OPEN_DIRECTORY_ONLY};
+	kiln_open_options vo = {
+	    .size = sizeof(vo), .flags = KILN_OPEN_DIRECTORY_ONLY, .remote = klnt_remote()};
 	kiln_model *m;
 	kiln_error err;
 	int rc = kiln_model_open_files(urls, n, &vo, &m, &err);

@@ -122,7 +122,7 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 	};
 	int by_name = 0, c, rows = 0, range = 0;
 	uint64_t a = 0, b = 0;
-	kiln_open_options opts = {.size = sizeof(opts)};
+	kiln_open_options opts = {.size = sizeof(opts), .remote = klnt_remote()};
 	while ((c = getopt_long(argc, argv, ":nr:R:s:dh", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'n':

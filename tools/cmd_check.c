@@ -110,7 +110,8 @@ static int check(const char *path, int all, int quiet)
 	kiln_error err;
 	kiln_stream_result res = {0};
 	/* Verification first: it is cheap, and a rejected file is not worth reading whole. */
-	kiln_open_options opts = {.size = sizeof(opts), .flags = KILN_OPEN_VERIFY_PAYLOAD};
+	kiln_open_options opts = {
+	    .size = sizeof(opts), .flags = KILN_OPEN_VERIFY_PAYLOAD, .remote = klnt_remote()};
 	int rc = kiln_model_open(path, &opts, &m, &err);
 	uint32_t shards = kiln_model_files(m);
 	if (!rc && all)

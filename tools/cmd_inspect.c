@@ -536,6 +536,7 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 	kiln_model *m;
 	/* A URL's payload stays on the server: the directory is all inspect shows. */
 	kiln_open_options o = {.size = sizeof(o),
+			       .remote = klnt_remote(),
 			       .flags = kiln_path_is_url(path) ? KILN_OPEN_DIRECTORY_ONLY : 0};
 	int rc = kiln_model_open(path, &o, &m, &err);
 	if (rc) {

@@ -181,7 +181,7 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 					device);
 	const char *const *files = (const char *const *)argv + optind;
 	uint32_t nfiles = (uint32_t)(argc - optind);
-	kiln_open_options oo = {.size = sizeof(oo)};
+	kiln_open_options oo = {.size = sizeof(oo), .remote = klnt_remote()};
 	if (dironly || kiln_path_is_url(files[0]))
 		oo.flags = KILN_OPEN_DIRECTORY_ONLY;
 	kiln_model *m;

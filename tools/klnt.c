@@ -26,7 +26,7 @@ static const struct klnt_cmd *const commands[] = {
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 
 static const char main_usage_head[] =
-    "usage: klnt COMMAND [OPTION]... [ARG]...\n"
+    "usage: klnt [--timeout SECONDS] COMMAND [OPTION]... [ARG]...\n"
     "       klnt --help | --version | help [COMMAND]\n"
     "\n"
     "Validate, inspect, extract, build and convert KLNT v2 tensor "
@@ -40,6 +40,12 @@ static const char main_usage_tail[] =
     "Options:\n"
     "  -h, --help     show this help and exit\n"
     "  -V, --version  print the version of the kiln library and exit\n"
+    "  --timeout SECONDS\n"
+    "                 for URLs: each operation (opening one file, fetching its payload, one\n"
+    "                 read) fails with IO (ETIMEDOUT) once it has run this long, retries\n"
+    "                 included (kiln_remote_options.deadline_ms). Without it, a request\n"
+    "                 that receives nothing for 30 s, or that averages under 64 KiB/s past\n"
+    "                 them, is retried, at most 6 times\n"
     "\n"
     "Run 'klnt COMMAND --help' for the arguments and options of a command.\n"
     "\n"
@@ -68,6 +74,15 @@ static void main_usage(FILE *f)
 	for (size_t i = 0; i < NCOMMANDS; i++)
 		fprintf(f, "  %-8s  %s\n", commands[i]->name, commands[i]->summary);
 	fputs(main_usage_tail, f);
+}
+
+/* The global options for URLs (--timeout). */
+static kiln_remote_options remote = {.size = sizeof(remote)};
+static int have_remote;
+
+const kiln_remote_options *klnt_remote(void)
+{
+	return have_remote ? &remote : NULL;
 }
 
 static const struct klnt_cmd *find_command(const char *name)
@@ -310,6 +325,18 @@ int main(int argc, char **argv)
 		if (!cmd)
 			return main_usage_error("unknown command", argv[2]);
 		return finish_stdout(klnt_help(cmd));
+	}
+	if (strcmp(arg, "--timeout") == 0) {
+		uint64_t s;
+		if (argc < 3 || klnt_parse_u64(argv[2], UINT64_MAX / 1000, &s) || s == 0)
+			return main_usage_error("--timeout wants a number of seconds, not",
+						argc < 3 ? "" : argv[2]);
+		remote.deadline_ms = s * 1000;
+		have_remote = 1;
+		argc -= 2, argv += 2;
+		if (argc < 2)
+			return main_usage_error("no command given", NULL);
+		arg = argv[1];
 	}
 	if (arg[0] == '-')
 		return main_usage_error("unknown option", arg);

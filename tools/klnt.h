@@ -141,6 +141,8 @@ void klnt_escape(struct klnt_buf *b, const char *s, size_t len, int quote);
 
 /* fputs() of a NUL-terminated string through klnt_escape() without quotes. */
 void klnt_fputs_escaped(FILE *f, const char *s);
+/* The options for URLs the command line gave (klnt --timeout), or NULL: every open uses them. */
+const kiln_remote_options *klnt_remote(void);
 /* A model's path or URL, as kiln's messages show it (a URL's credentials left out), escaped. */
 void klnt_fputs_path(FILE *f, const char *path);
 

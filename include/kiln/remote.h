@@ -29,7 +29,8 @@ typedef struct kiln_remote_options {
 	/* Attempts after the first for one range; 0 means 6, KILN_REMOTE_NO_RETRY none. The
 	 * waits grow from 200 ms, doubling, to 10 s, each between half and all of its step. */
 	uint32_t retries;
-	uint32_t stall_ms; /* a transfer that receives nothing for this long is retried; 0: 30 s */
+	/* A transfer that receives nothing for this long is retried; 0: 30 s. */
+	uint32_t stall_ms;
 	uint32_t reserved32;
 	/* Each operation (opening one file, fetching its payload, one read) fails with
 	 * IO/ETIMEDOUT once it has run this long, retries included; 0: no deadline. */
@@ -57,7 +58,10 @@ typedef struct kiln_remote_options {
 	 * asking the server (no round trip at all); older ones are confirmed with the first GET
 	 * (its ETag and size). 0: KILN_CACHE_MAX_AGE_MS, else always confirm. */
 	uint64_t cache_max_age_ms;
-	uint64_t reserved[4]; /* zero */
+	/* Each request for n bytes may take stall_ms + n / min_bytes_per_sec at the most, then it
+	 * is retried (a server that drips a few bytes a second never stalls): 0 means 64 KiB/s. */
+	uint64_t min_bytes_per_sec;
+	uint64_t reserved[3]; /* zero */
 } kiln_remote_options;
 
 #define KILN_REMOTE_NO_RETRY UINT32_MAX

@@ -169,7 +169,7 @@ def _gpus():
 
 
 def load(path, device="cpu", *, threads=None, order=None, progress=None, group=None, tp=None,
-         stats=None):
+         stats=None, timeout=0):
     """Every tensor of the model at ``path`` as a dict name -> torch.Tensor, in file order.
 
     ``device``: "cpu", "cuda:N", or {fnmatch pattern: device} (the first pattern that matches a
@@ -199,6 +199,8 @@ def load(path, device="cpu", *, threads=None, order=None, progress=None, group=N
     from a file; over a URL an inner axis's rows come with the gaps between them); others
     whole.
     ``stats`` (a dict): filled with bytes_read, bytes_received, tp_bytes_read, rank and world.
+    ``timeout``: for a URL, seconds each operation (the open, each read) may take, retries
+    included, before kiln.FileError (ETIMEDOUT); 0: kiln's own limits per request only.
     With a group, tensors are on the CPU (move them after) and threads/order/progress do not
     apply.
     """
@@ -219,7 +221,7 @@ def load(path, device="cpu", *, threads=None, order=None, progress=None, group=N
     # cache configured (KILN_CACHE_DIR) is opened whole, through the cache, unless a group
     # reads it (each rank then fetches only its chunks).
     whole = (group is None and _kiln.is_url(path) and bool(_os.environ.get("KILN_CACHE_DIR")))
-    with _kiln.open(path, directory_only=not whole) as d:
+    with _kiln.open(path, directory_only=not whole, timeout=timeout) as d:
         views = [d[i] for i in range(len(d))]
         keys = [t.name if t.name is not None else i for i, t in enumerate(views)]
         sequence = _sequence(keys, order, path)

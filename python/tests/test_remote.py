@@ -172,3 +172,17 @@ def test_messages_leave_credentials_out():
         for secret in ("pa55word", "5ecret5ig", "AKIDSECRET"):
             assert secret not in str(e.value)
     assert kiln._kiln.shown(url).endswith("none.safetensors?...")
+
+
+def test_timeout_ends_a_dripping_server():
+    import errno
+    import time
+
+    url = os.environ["KILN_TEST_PROXY"] + "/drip/m.klnt"
+    t0 = time.monotonic()
+    with pytest.raises(kiln.FileError) as e:
+        kiln.open(url, timeout=2)
+    assert e.value.errno == errno.ETIMEDOUT and "/drip/m.klnt" in str(e.value)
+    assert time.monotonic() - t0 < 15
+    with pytest.raises(ValueError):
+        kiln.open(url, timeout=-1)

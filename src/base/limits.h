@@ -82,6 +82,9 @@
 #define KILN__REMOTE_CHUNK_MIN           ((uint32_t)64 << 10)
 #define KILN__REMOTE_RETRIES_DEFAULT     6u
 #define KILN__REMOTE_STALL_MS_DEFAULT    30000u
+/* A request for n bytes may take the stall limit and n at this rate: a server that drips a few
+ * bytes a second makes progress, never stalls, and must still come to an end. */
+#define KILN__REMOTE_MIN_RATE_DEFAULT    ((uint64_t)64 << 10)
 #define KILN__REMOTE_CONNECT_MS          10000L
 #define KILN__REMOTE_BACKOFF_MS          200u /* the first wait before a retry, doubling */
 #define KILN__REMOTE_BACKOFF_CAP_MS      10000u

@@ -11,6 +11,7 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +39,7 @@ struct kiln__remote {
 	 * alone, no credential of any kind (the session token is a header of `headers`). */
 	struct curl_slist *plain;
 	uint32_t connections, chunk, retries, stall_ms;
+	uint64_t min_rate; /* bytes a second a request must average, past the stall limit */
 	uint64_t deadline_ms, cap_bps;
 	int (*progress)(void *, uint64_t, uint64_t);
 	void *progress_ctx;
@@ -135,6 +137,8 @@ int kiln__remote_new(const char *url, const kiln_remote_options *o, struct kiln_
 		     : o->retries == KILN_REMOTE_NO_RETRY ? 0
 							  : o->retries;
 	r->stall_ms = o && o->stall_ms ? o->stall_ms : KILN__REMOTE_STALL_MS_DEFAULT;
+	r->min_rate =
+	    o && o->min_bytes_per_sec ? o->min_bytes_per_sec : KILN__REMOTE_MIN_RATE_DEFAULT;
 	r->deadline_ms = o ? o->deadline_ms : 0;
 	r->cap_bps = o ? o->max_bytes_per_sec : 0;
 	r->progress = o ? o->progress : NULL;
@@ -635,6 +639,13 @@ static int start(struct xfer *x)
 	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, KILN__REMOTE_CONNECT_MS);
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)((r->stall_ms + 999) / 1000));
+	/* The whole request's time: the stall limit and the bytes at the least rate (an open end
+	 * has no length to scale by: the stall limit alone). */
+	if (!x->open_end || r->pinned) {
+		uint64_t ms = r->stall_ms + (x->len - x->got) / r->min_rate * 1000u +
+			      (x->len - x->got) % r->min_rate * 1000u / r->min_rate;
+		curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, ms > LONG_MAX ? LONG_MAX : (long)ms);
+	}
 	curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L << 10);
 	curl_easy_setopt(h, CURLOPT_ERRORBUFFER, x->curl_err);
 	curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);

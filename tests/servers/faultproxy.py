@@ -28,6 +28,7 @@ the proxy stands in for any host through http_proxy.
   redirect-ftp 302 to ftp://127.0.0.1/PATH
   redirect-loop 302 to this same URL
   redirect-host 302 to http://localhost:PORT/ok:xhost/PATH (this proxy under another host name)
+  drip         the headers, then the body at 3 bytes a second (a slow loris that never stalls)
   weaketag     the upstream's ETag made weak (W/"...")
   noetag       no ETag (Last-Modified kept)
   noetag-flip  no ETag, and from the second request on the bytes of PATH-flip (PATH with
@@ -182,6 +183,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if name == "cut":
             self.send(status, headers, body[: len(body) // 2])
             self.close_connection = True
+        elif name == "drip":
+            self.send_response_only(status)
+            for k, v in headers:
+                if k.lower() not in ("connection", "keep-alive", "transfer-encoding"):
+                    self.send_header(k, v)
+            self.end_headers()
+            self.close_connection = True
+            try:
+                for i in range(0, len(body), 3):
+                    self.wfile.write(body[i:i + 3])
+                    self.wfile.flush()
+                    time.sleep(1)
+            except OSError:
+                return
         elif name == "stall":
             self.send(status, headers, body[:16])
             time.sleep(30)

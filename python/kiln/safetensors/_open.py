@@ -67,7 +67,7 @@ class _Open:
     API, and of kiln's (api="kiln", which kiln.safe_open gives)."""
 
     def _start(self, filename, framework, device, backend, *, one_file=True, align=True,
-               api="safetensors"):
+               api="safetensors", timeout=0):
         if api == "safetensors":
             fw, shown, torch_device = _safetensors_arguments(framework, device, backend)
         elif api == "kiln":
@@ -78,7 +78,7 @@ class _Open:
         # of the few tensors misaligned for their dtype (align=None: for PyTorch only, which
         # needs them; numpy reads misaligned data), the rest zero-copy.
         options = {"source": _BACKENDS[backend], "one_file": one_file,
-                   "align": fw == "pytorch" if align is None else align}
+                   "align": fw == "pytorch" if align is None else align, "timeout": timeout}
         if api == "kiln":
             d = _kiln_open(filename, **options)  # kiln's errors, as they are
         else:
@@ -251,7 +251,9 @@ class safe_open(_Open):  # noqa: N801 (safetensors' name)
     kiln's options, keyword-only (kiln.safe_open passes them): ``one_file=False`` opens the
     whole series or sharded checkpoint of which ``filename`` is any shard (or the index);
     ``align``: True copies the tensors misaligned for their dtype into aligned memory at open,
-    None only for PyTorch, False never; ``api="kiln"`` gives kiln's contract instead of
+    None only for PyTorch, False never; ``timeout``: for a URL, the seconds each operation (the
+    open, each read) may take, retries included (0: no bound past the per-request limits of
+    docs/remote.md); ``api="kiln"`` gives kiln's contract instead of
     safetensors': kiln's errors (kiln.Error at open, KeyError for a missing name, ValueError for
     an argument or a closed handle), numpy arrays read-only, dtypes and get_slice().get_dtype()
     by kiln's names ("f32"), get_slice() indexing as numpy and torch index (steps, negative
@@ -260,12 +262,12 @@ class safe_open(_Open):  # noqa: N801 (safetensors' name)
     """
 
     def __init__(self, filename, framework, device="cpu", *, backend="mmap", one_file=True,
-                 align=True, api="safetensors"):
+                 align=True, api="safetensors", timeout=0):
         self._dir = None
         if api != "kiln":  # kiln takes any path kiln.open takes (bytes too)
             filename = _path("filename", filename)
         self._start(filename, framework, device, backend, one_file=one_file, align=align,
-                    api=api)
+                    api=api, timeout=timeout)
 
 
 class _safe_open_handle(_Open):  # noqa: N801 (safetensors' name)
