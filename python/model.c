@@ -872,7 +872,7 @@ static PyObject *model_get_info(ModelObject *self, void *c)
 	const char *choice =
 	    in.auto_choice < sizeof(why) / sizeof(why[0]) ? why[in.auto_choice] : "?";
 	return Py_BuildValue(
-	    "{s:K,s:K,s:K,s:K,s:K,s:K,s:i,s:i,s:O,s:O,s:s,s:i,s:i,s:i,s:I,s:K,s:I,s:s}",
+	    "{s:K,s:K,s:K,s:K,s:K,s:K,s:i,s:i,s:O,s:O,s:s,s:i,s:i,s:i,s:I,s:K,s:I,s:s,s:i}",
 	    "tensor_count", (unsigned long long)in.tensor_count, "name_bytes",
 	    (unsigned long long)names, "payload_bytes", (unsigned long long)payload,
 	    "directory_bytes", (unsigned long long)directory, "payload_base",
@@ -882,7 +882,8 @@ static PyObject *model_get_info(ModelObject *self, void *c)
 	    "source", src ? src : "unknown", "direct_fallback", (int)in.direct_fallback,
 	    "uring_fallback", (int)in.uring_fallback, "advice_errno", (int)in.advice_errno,
 	    "dio_align", (unsigned int)in.dio_align, "pinned", (unsigned long long)in.pinned,
-	    "shards", (unsigned int)in.files, "auto_choice", choice);
+	    "shards", (unsigned int)in.files, "auto_choice", choice, "cache_refused",
+	    (int)in.cache_refused);
 }
 
 /* A metadata value as Python gives it: int, float, bool, str (bytes when not UTF-8), list. */
@@ -1240,6 +1241,13 @@ PyObject *mod_open(PyObject *mod, PyObject *args, PyObject *kw)
 		return raise_kiln(rc, &err);
 	}
 	owner->model = model;
+	kiln_model_info mi;
+	kiln_model_get_info(model, &mi);
+	if (mi.cache_refused && kiln_cache_check(opts.remote, &err) &&
+	    PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "%s; fetched uncached", err.message) < 0) {
+		Py_DECREF(d); /* warnings turned into errors */
+		return NULL;
+	}
 	owner->writable =
 	    !dironly && ((cow && opts.source == KILN_SOURCE_MMAP) ||
 			 opts.source == KILN_SOURCE_READ || opts.source == KILN_SOURCE_URING);

@@ -161,6 +161,16 @@ check "klnt --timeout: exit status" "$rc" 3
 case $out in *"/drip/m.klnt"*deadline*) check "klnt --timeout: the message" yes yes ;;
 *) check "klnt --timeout: the message ($out)" no yes ;; esac
 
+# A cache directory others may write is not used, and klnt says why; the check still passes.
+shared_cache="$work/shared-cache"
+mkdir -p "$shared_cache" && chmod 0777 "$shared_cache"
+rc=0
+out=$(KILN_CACHE_DIR="$shared_cache" "$klnt" check s3://models/m.klnt 2>&1) || rc=$?
+check "klnt with a shared cache: exit status" "$rc" 0
+case $out in *"$shared_cache: not used as the cache: others can write to it"*) check "klnt says the cache is not used" yes yes ;;
+*) check "klnt says the cache is not used ($out)" no yes ;; esac
+check "nothing written to a shared cache" "$(ls -A "$shared_cache")" ""
+
 # klnt bench on URLs: every remote row, a series as one set, and the errors a file's have.
 out=$("$klnt" bench s3://models/m.klnt --repeat 1 --connections 4) || check "klnt bench s3://: exit" $? 0
 rows=$(echo "$out" | awk '$1 == "remote" { print $2 }' | sort | tr '\n' ' ')

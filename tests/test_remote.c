@@ -1081,3 +1081,215 @@ Test(remote, cache_has_nothing_partial)
 	cr_assert_eq(count_files(dir), 0);
 	free(dir);
 }
+
+/* --- a cache other users can reach ---------------------------------------------------------- */
+
+/* The two names a load of `u` leaves in an empty private cache (its version, then its link),
+ * learnt by doing it: they are predictable from the URL, the ETag and the size. */
+static void learn_names(const char *u, char version[256], char link_name[256])
+{
+	char *dir = cache_dir("learn");
+	kiln_remote_options r = {.size = sizeof(r), .cache_dir = dir};
+	kiln_open_options o = {.size = sizeof(o), .remote = &r};
+	kiln_model_close(open_ok(u, &o));
+	DIR *d = opendir(dir);
+	cr_assert_not_null(d);
+	version[0] = link_name[0] = '\0';
+	for (struct dirent *e; (e = readdir(d));)
+		if (e->d_name[0] != '.')
+			snprintf(strchr(e->d_name, '-') ? version : link_name, 256, "%s",
+				 e->d_name);
+	closedir(d);
+	cr_assert(version[0] && link_name[0]);
+	remove_regular_files(dir);
+	free(dir);
+}
+
+static int mkdirs(const char *path)
+{
+	char *cmd = NULL;
+	cr_assert_geq(asprintf(&cmd, "mkdir -p '%s'", path), 0);
+	int rc = system(cmd);
+	free(cmd);
+	return rc;
+}
+
+static char *in_dir(const char *dir, const char *name)
+{
+	return url(dir, name);
+}
+
+static void write_file(const char *path, const void *b, size_t n, mode_t mode)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
+	cr_assert_geq(fd, 0, "%s: %s", path, strerror(errno));
+	cr_assert_eq(write(fd, b, n), (ssize_t)n);
+	cr_assert_eq(fchmod(fd, mode), 0);
+	close(fd);
+}
+
+static int file_is(const char *path, const char *want)
+{
+	char got[64] = {0};
+	FILE *f = fopen(path, "rb");
+	size_t n = f ? fread(got, 1, sizeof(got) - 1, f) : 0;
+	if (f)
+		fclose(f);
+	return n == strlen(want) && !memcmp(got, want, n);
+}
+
+/* m.klnt with one payload byte changed: the same size, other bytes. */
+static void plant_substitute(const char *path, mode_t mode)
+{
+	size_t n;
+	uint8_t *b = slurp_local("m.klnt", &n);
+	b[n - 1] ^= 0x5a;
+	write_file(path, b, n, mode);
+	free(b);
+}
+
+/* The cache is a private store or nothing. In a directory others may write, names anyone can
+ * compute were followed (a planted symlink made the cache write overwrite its target) and
+ * entries planted there were served as the model. Such a directory is not used now, and says
+ * why; in the user's own directory, a symlink at a name is replaced, never written through or
+ * served, and an entry others may write is not served. */
+Test(remote, cache_is_private_or_not_used)
+{
+	s3_env();
+	const char *u = "s3://models/m.klnt";
+	char version[256], lnk[256];
+	learn_names(u, version, lnk);
+	char *victim = in_dir(KILN_TEST_TMP, "cache-victim");
+	write_file(victim, "secret", 6, 0600);
+
+	/* A directory anyone may write: links at both names, then substituted entries. */
+	char *pub = cache_dir("pub");
+	kiln_remote_options r = {.size = sizeof(r), .cache_dir = pub, .cache_max_age_ms = 60000};
+	kiln_open_options o = {.size = sizeof(o), .remote = &r};
+	kiln_error err;
+	cr_assert_eq(kiln_cache_check(&r, &err), 0, "%s", err.message); /* not made yet */
+	cr_assert_eq(mkdirs(pub), 0);
+	cr_assert_eq(chmod(pub, 0777), 0);
+	char *pv = in_dir(pub, version), *pl = in_dir(pub, lnk);
+	cr_assert_eq(symlink(victim, pv), 0);
+	cr_assert_eq(symlink(victim, pl), 0);
+	kiln_model *m = open_ok(u, &o);
+	kiln_model_info info;
+	kiln_model_get_info(m, &info);
+	cr_assert_eq(info.source, KILN_SOURCE_REMOTE);
+	cr_assert_eq(info.cache_refused, EPERM);
+	kiln_model_close(m);
+	cr_assert(file_is(victim, "secret"), "the planted link was written through");
+	cr_assert_eq(count_files(pub), 2, "nothing is written to a cache that is not private");
+	cr_assert_eq(kiln_cache_check(&r, &err), KILN_IO);
+	cr_assert_eq(err.sys_errno, EPERM);
+	cr_assert(strstr(err.message, "others can write to it (mode 0777)"), "%s", err.message);
+	unlink(pv);
+	unlink(pl);
+	plant_substitute(pv, 0644);
+	cr_assert_eq(link(pv, pl), 0);
+	same_as_local(u, "m.klnt", &o); /* fetched: the planted bytes are not the model */
+
+	/* The user's own directory. A link at the version's name: the store replaces it. */
+	char *own = cache_dir("own");
+	r.cache_dir = own;
+	cr_assert_eq(mkdirs(own), 0);
+	cr_assert_eq(chmod(own, 0700), 0);
+	char *ov = in_dir(own, version), *ol = in_dir(own, lnk);
+	cr_assert_eq(symlink(victim, ov), 0);
+	same_as_local(u, "m.klnt", &o);
+	cr_assert(file_is(victim, "secret"), "the planted link was written through");
+	struct stat st;
+	cr_assert_eq(lstat(ov, &st), 0);
+	cr_assert(S_ISREG(st.st_mode) && (st.st_mode & 0777) == 0600, "mode %o", st.st_mode);
+	kiln_model_get_info(m = open_ok(u, &o), &info);
+	cr_assert_eq(info.source, KILN_SOURCE_MMAP); /* the entry it made is served */
+	kiln_model_close(m);
+	/* An entry others may write is not served, nor one reached through a symlink. */
+	cr_assert_eq(unlink(ov), 0);
+	cr_assert_eq(unlink(ol), 0);
+	plant_substitute(ov, 0666);
+	cr_assert_eq(link(ov, ol), 0);
+	same_as_local(u, "m.klnt", &o);
+	char *sub = in_dir(KILN_TEST_TMP, "cache-substitute");
+	plant_substitute(sub, 0600);
+	cr_assert_eq(unlink(ov), 0);
+	cr_assert_eq(unlink(ol), 0);
+	cr_assert_eq(symlink(sub, ol), 0);
+	same_as_local(u, "m.klnt", &o);
+	cr_assert_eq(lstat(ol, &st), 0);
+	cr_assert(S_ISREG(st.st_mode), "the link is a file of the cache's own again");
+	unlink(sub);
+	unlink(victim);
+	free(sub);
+	free(ov);
+	free(ol);
+	free(own);
+	free(pv);
+	free(pl);
+	free(pub);
+	free(victim);
+}
+
+/* As root, with `nobody` as the other user (setpriv): a directory nobody owns is not used, and
+ * nothing nobody plants in a root directory it may write reaches root's files or loads. */
+Test(remote, cache_of_another_user_is_not_used)
+{
+	if (geteuid() != 0)
+		cr_skip_test("needs root, to act as a second user (nobody) with setpriv");
+	if (system("command -v setpriv >/dev/null"))
+		cr_skip_test("setpriv (util-linux) is not installed");
+	s3_env();
+	const char *u = "s3://models/m.klnt";
+	char version[256], lnk[256];
+	learn_names(u, version, lnk);
+	/* Under /tmp: nobody cannot reach the build tree of a root checkout. */
+	char base[] = "/tmp/kiln-cache-test-XXXXXX";
+	cr_assert_not_null(mkdtemp(base));
+	cr_assert_eq(chmod(base, 0755), 0);
+	char *victim = in_dir(base, "victim"), *dir = in_dir(base, "shared");
+	write_file(victim, "secret", 6, 0600);
+	cr_assert_eq(mkdir(dir, 0777), 0);
+	cr_assert_eq(chmod(dir, 0777), 0); /* no sticky bit */
+	char *cmd = NULL;
+	const char *as_nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups";
+	cr_assert_geq(asprintf(&cmd, "%s ln -s %s %s/%s && %s ln -s %s %s/%s", as_nobody, victim,
+			       dir, version, as_nobody, victim, dir, lnk),
+		      0);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
+	free(cmd);
+	kiln_remote_options r = {.size = sizeof(r), .cache_dir = dir, .cache_max_age_ms = 60000};
+	kiln_open_options o = {.size = sizeof(o), .remote = &r};
+	same_as_local(u, "m.klnt", &o);
+	cr_assert(file_is(victim, "secret"), "nobody's link made root overwrite its file");
+	/* Bytes nobody wrote, at both names. */
+	cr_assert_geq(asprintf(&cmd, "rm -f %s/*", dir), 0);
+	cr_assert_eq(system(cmd), 0);
+	free(cmd);
+	char *sub = in_dir(base, "sub");
+	plant_substitute(sub, 0644);
+	cr_assert_geq(asprintf(&cmd, "%s sh -c 'cp %s %s/%s && ln %s/%s %s/%s'", as_nobody, sub,
+			       dir, version, dir, version, dir, lnk),
+		      0);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
+	free(cmd);
+	same_as_local(u, "m.klnt", &o);
+	/* A private directory of nobody's: not root's, not used. */
+	char *theirs = in_dir(base, "theirs");
+	cr_assert_eq(mkdir(theirs, 0700), 0);
+	cr_assert_eq(chown(theirs, 65534, 65534), 0);
+	r.cache_dir = theirs;
+	kiln_error err;
+	cr_assert_eq(kiln_cache_check(&r, &err), KILN_IO);
+	cr_assert(strstr(err.message, "it belongs to uid 65534, not to this user (uid 0)"), "%s",
+		  err.message);
+	same_as_local(u, "m.klnt", &o);
+	cr_assert_eq(count_files(theirs), 0);
+	cr_assert_geq(asprintf(&cmd, "rm -rf %s", base), 0);
+	cr_assert_eq(system(cmd), 0);
+	free(cmd);
+	free(theirs);
+	free(sub);
+	free(victim);
+	free(dir);
+}

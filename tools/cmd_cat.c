@@ -180,6 +180,7 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 		return klnt_exit_for(rc);
 	}
 	/* The bytes are the same either way; say why the requested path was not taken. */
+	klnt_note_cache(m);
 	kiln_model_info info;
 	kiln_model_get_info(m, &info);
 	if (info.direct_fallback) {

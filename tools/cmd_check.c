@@ -113,6 +113,8 @@ static int check(const char *path, int all, int quiet)
 	kiln_open_options opts = {
 	    .size = sizeof(opts), .flags = KILN_OPEN_VERIFY_PAYLOAD, .remote = klnt_remote()};
 	int rc = kiln_model_open(path, &opts, &m, &err);
+	if (!rc)
+		klnt_note_cache(m);
 	uint32_t shards = kiln_model_files(m);
 	if (!rc && all)
 		rc = read_all(m, path, &res, &err);

@@ -191,6 +191,7 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 		klnt_report(stderr, files[0], rc, &err);
 		return klnt_exit_for(rc);
 	}
+	klnt_note_cache(m);
 	uint64_t *list = NULL;
 	size_t n = 0;
 	if (order) {

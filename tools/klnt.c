@@ -85,6 +85,15 @@ const kiln_remote_options *klnt_remote(void)
 	return have_remote ? &remote : NULL;
 }
 
+void klnt_note_cache(const kiln_model *m)
+{
+	kiln_model_info info;
+	kiln_model_get_info(m, &info);
+	kiln_error err;
+	if (info.cache_refused && kiln_cache_check(klnt_remote(), &err))
+		fprintf(stderr, "klnt: note: %s; fetched uncached\n", err.message);
+}
+
 static const struct klnt_cmd *find_command(const char *name)
 {
 	for (size_t i = 0; i < NCOMMANDS; i++)

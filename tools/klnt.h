@@ -143,6 +143,8 @@ void klnt_escape(struct klnt_buf *b, const char *s, size_t len, int quote);
 void klnt_fputs_escaped(FILE *f, const char *s);
 /* The options for URLs the command line gave (klnt --timeout), or NULL: every open uses them. */
 const kiln_remote_options *klnt_remote(void);
+/* When a URL's cache directory was refused (not private), say why on stderr. */
+void klnt_note_cache(const kiln_model *m);
 /* A model's path or URL, as kiln's messages show it (a URL's credentials left out), escaped. */
 void klnt_fputs_path(FILE *f, const char *path);
 

@@ -88,7 +88,11 @@ typedef struct kiln_model_info {
 	uint32_t dio_align; /* file offset alignment used for O_DIRECT, 0 when not direct */
 	uint32_t pinned;    /* ranges currently pinned with kiln_tensor_pin() */
 	uint32_t realigned; /* tensors given an aligned owned copy (KILN_OPEN_ALIGN) */
-	uint64_t reserved[3];
+	/* A URL's cache directory was there but not used (EPERM: not the user's own, or others
+	 * may write to it), so the file was fetched uncached: kiln_cache_check() says why. */
+	int32_t cache_refused;
+	uint32_t reserved32;
+	uint64_t reserved[2];
 } kiln_model_info;
 
 /* One file of a model: what its header says and where its payloads are. */

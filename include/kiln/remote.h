@@ -47,9 +47,11 @@ typedef struct kiln_remote_options {
 	/* A local cache of whole objects, one file per object version (URL and ETag), written
 	 * through as the payload arrives and published atomically; a later open of a version
 	 * there opens the cached file with the local source the options ask for (MMAP: a
-	 * mapping). NULL: KILN_CACHE_DIR; no cache when neither is set (or ""). Objects without
-	 * an ETag and directory-only opens are not cached; a cache that cannot be written is
-	 * skipped, the open does not fail for it. */
+	 * mapping). NULL: KILN_CACHE_DIR; no cache when neither is set (or ""). It must be a
+	 * private store: a directory of the effective user's that no one else may write (made
+	 * 0700 when missing), else it is not used (kiln_cache_check). Objects without an ETag
+	 * and directory-only opens are not cached; a cache that cannot be used is skipped, the
+	 * open does not fail for it. */
 	const char *cache_dir;
 	/* Bytes the cache may hold; past it the least recently used files go. 0:
 	 * KILN_CACHE_MAX_BYTES, else no cap. */
@@ -74,6 +76,13 @@ KILN_API int kiln_path_is_url(const char *path);
  * a presigned URL's signature, as "?..."), a local path as it is. Returns the length written.
  * For a program's own messages about a model it opened. */
 KILN_API size_t kiln_path_shown(const char *path, char *buf, size_t cap);
+
+/* Whether the cache `o` asks for (o->cache_dir, else KILN_CACHE_DIR) would be used: 0 when it is
+ * a private store (a directory owned by the effective user that no one else may write) or not
+ * made yet, or when no cache is asked for; else IO naming the directory and why (sys_errno
+ * EPERM, or the errno of opening it). A URL's open goes on uncached and says so in
+ * kiln_model_info.cache_refused; this gives the words for it. */
+KILN_API int kiln_cache_check(const kiln_remote_options *o, kiln_error *err);
 
 /* Takes `len` bytes of a fetch as they arrive; nonzero stops it (CANCELED). */
 typedef int (*kiln_fetch_fn)(void *ctx, const void *data, size_t len);

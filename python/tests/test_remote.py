@@ -4,6 +4,7 @@ same tensors as the local files, and a server's error as the exception. Needs th
 tests/remote_test.sh, which runs this file with their addresses in the environment; skipped
 otherwise (the plain `python` ctest)."""
 
+import errno
 import os
 
 import numpy as np
@@ -186,3 +187,15 @@ def test_timeout_ends_a_dripping_server():
     assert time.monotonic() - t0 < 15
     with pytest.raises(ValueError):
         kiln.open(url, timeout=-1)
+
+
+def test_a_shared_cache_is_not_used_and_says_why(tmp_path, monkeypatch):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    monkeypatch.setenv("KILN_CACHE_DIR", str(shared))
+    with pytest.warns(RuntimeWarning, match="not used as the cache: others can write to it"):
+        with kiln.open("s3://models/m.klnt") as m:
+            assert m.info["cache_refused"] == errno.EPERM
+            assert m.info["source"] == "remote"
+    assert list(shared.iterdir()) == []

@@ -25,6 +25,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -80,6 +81,10 @@ static int link_is_untrusted(const char *link, const struct stat *lst)
  * be thousands, holds none and opens it again to be published. -1 with errno. */
 static int dir_fd(struct kiln__pending *w)
 {
+	if (w->dirfd < 0 && w->private_) { /* known by its descriptor only, never by a path */
+		errno = EBADF;
+		return -1;
+	}
 	if (w->dirfd < 0)
 		w->dirfd = open(w->dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	return w->dirfd;
@@ -198,7 +203,7 @@ static int create_temp(struct kiln__pending *w, kiln_error *err)
 {
 	/* New files get 0666 & ~umask like any other; a replacement starts out no more open than
 	 * its predecessor, before a byte is written. */
-	mode_t mode = w->have_old ? (w->old.st_mode & 0777) : 0666;
+	mode_t mode = w->private_ ? 0600 : w->have_old ? (w->old.st_mode & 0777) : 0666;
 	int e = EOPNOTSUPP;
 	if (can_link_anonymous()) {
 		w->fd = kiln__sys.openat(w->dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, mode);
@@ -220,6 +225,10 @@ static int create_temp(struct kiln__pending *w, kiln_error *err)
 	}
 	if (w->fd < 0)
 		return step_fail(err, w, KILN_IO, e, "cannot create a temporary file");
+	if (w->private_) /* the umask may have taken more: never less than 0600, never more */
+		return fchmod(w->fd, 0600) ? step_fail(err, w, KILN_IO, errno,
+						       "cannot set the mode of the new file")
+					   : 0;
 	return w->have_old ? keep_mode_and_owner(w, err) : 0;
 }
 
@@ -265,6 +274,31 @@ int kiln__pending_create(struct kiln__pending *w, const char *path, uint32_t fla
 	w->live = 1;
 	int rc = resolve_target(w, err);
 	return rc ? rc : create_temp(w, err);
+}
+
+int kiln__pending_create_at(struct kiln__pending *w, int dirfd, const char *name, const char *shown,
+			    uint32_t flags, kiln_error *err)
+{
+	memset(w, 0, sizeof(*w));
+	w->path = shown;
+	w->fd = -1;
+	w->dirfd = -1;
+	w->sync = !(flags & KILN_WRITE_NO_SYNC);
+	w->private_ = 1;
+	w->live = 1;
+	w->target = strdup(name);
+	w->dir = strdup(shown); /* only compared, to sync each directory once */
+	if (!w->target || !w->dir)
+		return kiln__nomem(err, 0, NULL);
+	w->base = w->target;
+	w->dirfd = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
+	if (w->dirfd < 0)
+		return step_fail(err, w, KILN_IO, errno, "cannot open its directory");
+	/* Whatever is at the name, a symlink included, is replaced by the rename, not followed. */
+	w->have_old = !fstatat(w->dirfd, name, &w->old, AT_SYMLINK_NOFOLLOW);
+	if (w->have_old && S_ISDIR(w->old.st_mode))
+		return step_fail(err, w, KILN_IO, EISDIR, "a directory is in its place");
+	return create_temp(w, err);
 }
 
 int kiln__pending_seal(struct kiln__pending *w, int hide, kiln_error *err)

@@ -29,6 +29,7 @@ struct kiln__pending {
 	int sync;         /* fsync the file and its directory (not KILN_WRITE_NO_SYNC) */
 	int published;    /* it has its target's name */
 	int live;         /* created: kiln__pending_drop has something to release */
+	int private_;     /* kiln__pending_create_at: 0600, nothing of an old file kept */
 };
 
 /* Resolve `path` (symlinks followed, as editors do; a link someone else planted in a sticky
@@ -36,6 +37,12 @@ struct kiln__pending {
  * or IO/NOMEM naming the path and the step. `flags`: enum kiln_write_flags. Drop *w either way. */
 int kiln__pending_create(struct kiln__pending *w, const char *path, uint32_t flags,
 			 kiln_error *err);
+/* The same for a private file `name` in the open directory `dirfd` (a cache entry): no symlink
+ * is followed (one at `name` is replaced, never written through), the file is created 0600
+ * whatever the umask, and nothing of a file it replaces is kept. `shown` names it in messages
+ * (kept, not copied). */
+int kiln__pending_create_at(struct kiln__pending *w, int dirfd, const char *name, const char *shown,
+			    uint32_t flags, kiln_error *err);
 /* The writer is done with w->fd: fsync it (unless NO_SYNC) and close it, after giving an
  * anonymous file its hidden name when `hide` (a set of many files holds no descriptor open).
  * IO naming the step; the target is untouched. */

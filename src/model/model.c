@@ -477,6 +477,8 @@ void kiln_model_get_info(const kiln_model *m, kiln_model_info *info)
 			info->advice_errno = l->advice_errno;
 		if (l->dio_align)
 			info->dio_align = l->dio_align;
+		if (l->cache_refused)
+			info->cache_refused = l->cache_refused;
 	}
 	if (!m->nfiles)
 		info->direct = 0;

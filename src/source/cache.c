@@ -9,6 +9,13 @@
  * directory and no symbolic link to follow. A file's modification time is when it was last used or
  * confirmed current: eviction removes the oldest first, and an entry younger than the max age is
  * used without asking the server.
+ *
+ * The names are predictable (anyone who knows the URL and the ETag can compute them), so the
+ * cache is a private store or nothing: the directory must belong to the effective user and be
+ * writable by no one else, every step goes through its descriptor without following a symlink
+ * (entries are created anonymous, O_TMPFILE, and linked or renamed into place: a link planted
+ * at a name is replaced, never written through), and only an entry that is a regular file of the
+ * user's, writable by no one else, is served.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -26,15 +33,17 @@
 #include <xxhash.h>
 
 #include "base/publish.h"
-#include "source/cache.h"
 #include "base/sys.h"
+#include "net/net.h"
 #include "net/url.h"
+#include "source/cache.h"
 
 #define URLHASH_LEN 32
 
 int kiln__cache_settings(const kiln_remote_options *o, struct kiln__cache *c)
 {
 	memset(c, 0, sizeof(*c));
+	c->fd = -1;
 	c->dir = o && o->cache_dir ? o->cache_dir : kiln__env("KILN_CACHE_DIR");
 	if (c->dir && !*c->dir)
 		c->dir = NULL;
@@ -46,6 +55,78 @@ int kiln__cache_settings(const kiln_remote_options *o, struct kiln__cache *c)
 			: (v = kiln__env("KILN_CACHE_MAX_AGE_MS")) ? strtoull(v, NULL, 10)
 								   : 0;
 	return c->dir != NULL;
+}
+
+static int refuse(struct kiln__cache *c, int e, kiln_error *err, const char *why)
+{
+	if (e != ENOENT)
+		c->refused = e;
+	return kiln__fail_sys(err, KILN_IO, e, "%s: not used as the cache: %s", c->dir, why);
+}
+
+int kiln__cache_open(struct kiln__cache *c, int create, kiln_error *err)
+{
+	if (c->fd >= 0)
+		return 0;
+	if (create) { /* as `mkdir -p` would, private to the user */
+		char *dir = strdup(c->dir);
+		if (!dir)
+			return kiln__nomem(err, 0, NULL);
+		for (char *s = dir + 1; *s; s++)
+			if (*s == '/') {
+				*s = '\0';
+				(void)mkdir(dir, 0700);
+				*s = '/';
+			}
+		(void)mkdir(dir, 0700);
+		free(dir);
+	}
+	int fd = open(c->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return refuse(c, errno, err, strerror(errno));
+	struct stat st;
+	char why[160];
+	int e = fstat(fd, &st) ? errno : 0;
+	if (e)
+		snprintf(why, sizeof(why), "%s", strerror(e));
+	else if (st.st_uid != geteuid())
+		snprintf(why, sizeof(why), "it belongs to uid %u, not to this user (uid %u)",
+			 (unsigned)st.st_uid, (unsigned)geteuid());
+	else if (st.st_mode & (S_IWGRP | S_IWOTH))
+		snprintf(why, sizeof(why),
+			 "others can write to it (mode %04o): a cache must be private (chmod go-w)",
+			 (unsigned)(st.st_mode & 07777));
+	else {
+		c->fd = fd;
+		return 0;
+	}
+	close(fd);
+	return refuse(c, e ? e : EPERM, err, why);
+}
+
+int kiln_cache_check(const kiln_remote_options *o, kiln_error *err)
+{
+	kiln__clear_error(err);
+	int rc = kiln__remote_check_options(o, err);
+	if (rc)
+		return rc;
+	struct kiln__cache c;
+	if (!kiln__cache_settings(o, &c))
+		return 0;
+	rc = kiln__cache_open(&c, 0, err);
+	kiln__cache_close(&c);
+	if (rc && !c.refused) { /* not made yet: it will be, private */
+		kiln__clear_error(err);
+		return 0;
+	}
+	return rc;
+}
+
+void kiln__cache_close(struct kiln__cache *c)
+{
+	if (c->fd >= 0)
+		close(c->fd);
+	c->fd = -1;
 }
 
 /* The extension a cache file keeps, so that the readers' by-name rules still apply. */
@@ -69,8 +150,8 @@ static void url_hash(const char *url, char out[URLHASH_LEN + 1], const char **ex
 	*ext = ext_of(url, n);
 }
 
-char *kiln__cache_path(const struct kiln__cache *c, const char *url, const char *etag,
-		       uint64_t size)
+void kiln__cache_name(const char *url, const char *etag, uint64_t size,
+		      char out[KILN__CACHE_NAME_MAX])
 {
 	char uh[URLHASH_LEN + 1];
 	const char *ext;
@@ -79,11 +160,14 @@ char *kiln__cache_path(const struct kiln__cache *c, const char *url, const char 
 	XXH3_64bits_reset(&st);
 	XXH3_64bits_update(&st, etag, strlen(etag) + 1);
 	XXH3_64bits_update(&st, &size, sizeof(size));
+	snprintf(out, KILN__CACHE_NAME_MAX, "%s-%016" PRIx64 "%s", uh,
+		 (uint64_t)XXH3_64bits_digest(&st), ext);
+}
+
+char *kiln__cache_path(const struct kiln__cache *c, const char *name)
+{
 	char *p = NULL;
-	if (asprintf(&p, "%s/%s-%016" PRIx64 "%s", c->dir, uh, (uint64_t)XXH3_64bits_digest(&st),
-		     ext) < 0)
-		return NULL;
-	return p;
+	return asprintf(&p, "%s/%s", c->dir, name) < 0 ? NULL : p;
 }
 
 static uint64_t now_ms(void)
@@ -110,14 +194,20 @@ static int is_entry(const char *name)
 	return name[URLHASH_LEN + 17] == '.';
 }
 
-/* dir/URLHASH.EXT: the link to the newest version of `url`. */
-static char *link_path(const struct kiln__cache *c, const char *url)
+/* Entry `name` opened to be served: a regular file of the user's that no one else may write,
+ * reached without following a symlink (O_NONBLOCK: a FIFO in its place does not block); -1. */
+static int open_entry(const struct kiln__cache *c, const char *name, struct stat *st)
 {
-	char uh[URLHASH_LEN + 1];
-	const char *ext;
-	url_hash(url, uh, &ext);
-	char *p = NULL;
-	return asprintf(&p, "%s/%s%s", c->dir, uh, ext) < 0 ? NULL : p;
+	int d = openat(c->fd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW);
+	if (d < 0)
+		return -1;
+	if (fstat(d, st) || !S_ISREG(st->st_mode) || st->st_uid != geteuid() ||
+	    (st->st_mode & (S_IWGRP | S_IWOTH)) || (uint64_t)st->st_size > SIZE_MAX) {
+		close(d);
+		return -1;
+	}
+	fcntl(d, F_SETFL, 0);
+	return d;
 }
 
 char *kiln__cache_lookup(const struct kiln__cache *c, const char *url, int *fresh, int *fd,
@@ -125,15 +215,18 @@ char *kiln__cache_lookup(const struct kiln__cache *c, const char *url, int *fres
 {
 	*fresh = 0;
 	*fd = -1;
-	char *p = link_path(c, url);
+	char uh[URLHASH_LEN + 1], name[KILN__CACHE_NAME_MAX];
+	const char *ext;
+	url_hash(url, uh, &ext);
+	snprintf(name, sizeof(name), "%s%s", uh, ext);
 	/* Opened, not stat'ed: a fresh copy's descriptor is the one the local source maps, so a
 	 * fresh hit costs no system call a local open does not make. */
-	int d = p ? open(p, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY) : -1;
 	struct stat st; /* of the version the link names */
-	if (d < 0 || fstat(d, &st) || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > SIZE_MAX) {
+	int d = open_entry(c, name, &st);
+	char *p = d >= 0 ? kiln__cache_path(c, name) : NULL;
+	if (!p) {
 		if (d >= 0)
 			close(d);
-		free(p);
 		return NULL;
 	}
 	uint64_t t = mtime_ms(&st), now = now_ms();
@@ -146,73 +239,49 @@ char *kiln__cache_lookup(const struct kiln__cache *c, const char *url, int *fres
 	 * fresh hit a third of the local open it is. */
 	if (t + 60000 < now)
 		(void)futimens(d, NULL);
-	fcntl(d, F_SETFL, 0); /* O_NONBLOCK was for a FIFO in its place */
 	*fd = d;
 	*size = (uint64_t)st.st_size;
 	return p;
 }
 
-int kiln__cache_hit(const char *path, uint64_t size)
+int kiln__cache_hit(const struct kiln__cache *c, const char *name, uint64_t size)
 {
 	struct stat st;
-	if (stat(path, &st) || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != size)
-		return 0;
-	(void)utimensat(AT_FDCWD, path, NULL, 0); /* confirmed now: last to be evicted */
-	return 1;
+	int d = open_entry(c, name, &st);
+	if (d >= 0 && (uint64_t)st.st_size != size) {
+		close(d);
+		return -1;
+	}
+	if (d >= 0)
+		(void)futimens(d, NULL); /* confirmed now: last to be evicted */
+	return d;
 }
 
-struct fill {
-	const uint8_t *bytes;
-	uint64_t len;
-};
-
-static int fill_file(void *ctx, int fd, kiln_error *err)
+/* Make URLHASH.EXT name the version `name`. Between the unlink and the link a reader finds no
+ * name and asks the server, which names this version: a round trip, never a wrong file. */
+static int point_link(const struct kiln__cache *c, const char *name, kiln_error *err)
 {
-	const struct fill *f = ctx;
-	int e = kiln__write_all(fd, f->bytes, (size_t)f->len);
-	return e ? kiln__fail_sys(err, KILN_IO, e, "cannot write: %s", strerror(e)) : 0;
+	char lnk[KILN__CACHE_NAME_MAX];
+	snprintf(lnk, sizeof(lnk), "%.*s%s", URLHASH_LEN, name, name + URLHASH_LEN + 17);
+	(void)unlinkat(c->fd, lnk, 0);
+	if (linkat(c->fd, name, c->fd, lnk, 0) && errno != EEXIST) /* EEXIST: another writer */
+		return kiln__fail_sys(err, KILN_IO, errno, "%s/%s: cannot link the cache entry: %s",
+				      c->dir, lnk, strerror(errno));
+	return 0;
 }
 
-/* The link beside the version at `path` (dir/URLHASH-VERSION.EXT): dir/URLHASH.EXT. */
-static char *link_of(const char *path)
-{
-	const char *base = strrchr(path, '/') + 1;
-	char *lnk = NULL;
-	if (asprintf(&lnk, "%.*s%.*s%s", (int)(base - path), path, URLHASH_LEN, base,
-		     base + URLHASH_LEN + 17) < 0)
-		return NULL;
-	return lnk;
-}
-
-/* Make URLHASH.EXT name the version at `path`. Between the unlink and the link a reader finds
- * no name and asks the server, which names this version: a round trip, never a wrong file. */
-static int point_link(const char *path, kiln_error *err)
-{
-	char *lnk = link_of(path);
-	if (!lnk)
-		return kiln__nomem(err, 0, NULL);
-	int rc = 0;
-	(void)unlink(lnk);
-	if (link(path, lnk) && errno != EEXIST) /* EEXIST: another writer */
-		rc = kiln__fail_sys(err, KILN_IO, errno, "%s: cannot link the cache entry: %s", lnk,
-				    strerror(errno));
-	free(lnk);
-	return rc;
-}
-
-/* Remove the version `name` in d and, when it is that version, the URL's link; 0 when removed. */
-static int remove_version(DIR *d, const char *dir, const char *name)
+/* Remove the version `name` and, when it is that version, the URL's link; 0 when removed. */
+static int remove_version(const struct kiln__cache *c, const char *name)
 {
 	struct stat v, l;
-	char *path = NULL, *lnk = NULL;
-	int have = !fstatat(dirfd(d), name, &v, AT_SYMLINK_NOFOLLOW);
-	if (unlinkat(dirfd(d), name, 0))
+	int have = !fstatat(c->fd, name, &v, AT_SYMLINK_NOFOLLOW);
+	if (unlinkat(c->fd, name, 0))
 		return -1;
-	if (have && asprintf(&path, "%s/%s", dir, name) >= 0 && (lnk = link_of(path)) &&
-	    !lstat(lnk, &l) && l.st_ino == v.st_ino && l.st_dev == v.st_dev)
-		(void)unlink(lnk);
-	free(lnk);
-	free(path);
+	char lnk[KILN__CACHE_NAME_MAX];
+	snprintf(lnk, sizeof(lnk), "%.*s%s", URLHASH_LEN, name, name + URLHASH_LEN + 17);
+	if (have && !fstatat(c->fd, lnk, &l, AT_SYMLINK_NOFOLLOW) && l.st_ino == v.st_ino &&
+	    l.st_dev == v.st_dev)
+		(void)unlinkat(c->fd, lnk, 0);
 	return 0;
 }
 
@@ -231,22 +300,24 @@ static int by_age(const void *a, const void *b)
  * versions of the URL of `keep` (an object that changed). */
 static void evict(const struct kiln__cache *c, const char *keep)
 {
-	const char *kb = strrchr(keep, '/');
-	kb = kb ? kb + 1 : keep;
-	DIR *d = opendir(c->dir);
-	if (!d)
+	int dfd = openat(c->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = dfd < 0 ? NULL : fdopendir(dfd);
+	if (!d) {
+		if (dfd >= 0)
+			close(dfd);
 		return;
+	}
 	struct entry *es = NULL;
 	size_t n = 0, cap = 0;
 	uint64_t total = 0;
 	struct dirent *e;
 	while ((e = readdir(d))) {
 		struct stat st;
-		if (!is_entry(e->d_name) || fstatat(dirfd(d), e->d_name, &st, 0) ||
-		    !S_ISREG(st.st_mode) || !strcmp(e->d_name, kb))
+		if (!is_entry(e->d_name) || fstatat(c->fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) ||
+		    !S_ISREG(st.st_mode) || !strcmp(e->d_name, keep))
 			continue;
-		if (!memcmp(e->d_name, kb, URLHASH_LEN)) { /* an older version of the same URL */
-			unlinkat(dirfd(d), e->d_name, 0);
+		if (!memcmp(e->d_name, keep, URLHASH_LEN)) { /* an older version of the same URL */
+			unlinkat(c->fd, e->d_name, 0);
 			continue;
 		}
 		if (n == cap) {
@@ -265,12 +336,12 @@ static void evict(const struct kiln__cache *c, const char *keep)
 		n++;
 	}
 	struct stat ks;
-	if (!stat(keep, &ks))
+	if (!fstatat(c->fd, keep, &ks, AT_SYMLINK_NOFOLLOW))
 		total += (uint64_t)ks.st_size;
 	if (c->max_bytes && total > c->max_bytes) {
 		qsort(es, n, sizeof(*es), by_age);
 		for (size_t i = 0; i < n && total > c->max_bytes; i++)
-			if (!remove_version(d, c->dir, es[i].name))
+			if (!remove_version(c, es[i].name))
 				total -= es[i].size;
 	}
 	for (size_t i = 0; i < n; i++)
@@ -279,36 +350,36 @@ static void evict(const struct kiln__cache *c, const char *keep)
 	closedir(d);
 }
 
-int kiln__cache_store(const struct kiln__cache *c, const char *path, const uint8_t *bytes,
-		      uint64_t len, kiln_error *err)
+int kiln__cache_store(struct kiln__cache *c, const char *name, const uint8_t *bytes, uint64_t len,
+		      kiln_error *err)
 {
-	/* The directory, made as `mkdir -p` would (private to the user). */
-	char *dir = strdup(c->dir);
-	if (!dir)
-		return kiln__nomem(err, 0, NULL);
-	for (char *s = dir + 1; *s; s++)
-		if (*s == '/') {
-			*s = '\0';
-			mkdir(dir, 0700);
-			*s = '/';
-		}
-	int rc = 0;
-	if (mkdir(dir, 0700) && errno != EEXIST)
-		rc =
-		    kiln__fail_sys(err, KILN_IO, errno, "%s: cannot create the cache directory: %s",
-				   dir, strerror(errno));
-	free(dir);
+	int rc = kiln__cache_open(c, 1, err);
 	if (rc)
 		return rc;
 	if (c->max_bytes && len > c->max_bytes)
 		return 0; /* larger than the whole cache: not kept */
-	struct fill f = {bytes, len};
-	rc = kiln_write_atomic(path, fill_file, &f, 0, err);
+	char *shown = kiln__cache_path(c, name);
+	if (!shown)
+		return kiln__nomem(err, 0, NULL);
+	struct kiln__pending w;
+	rc = kiln__pending_create_at(&w, c->fd, name, shown, 0, err);
+	if (!rc) {
+		int e = kiln__write_all(w.fd, bytes, (size_t)len);
+		if (e)
+			rc = kiln__fail_sys(err, KILN_IO, e, "%s: cannot write: %s", shown,
+					    strerror(e));
+	}
+	if (!rc)
+		rc = kiln__pending_seal(&w, 0, err);
+	if (!rc)
+		rc = kiln__publish(&w, 1, err);
+	kiln__pending_drop(&w);
+	free(shown);
 	if (rc == KILN_UNSYNCED)
 		rc = 0; /* in place; a crash may lose it, which a cache may */
 	if (!rc)
-		rc = point_link(path, err);
+		rc = point_link(c, name, err);
 	if (!rc)
-		evict(c, path);
+		evict(c, name);
 	return rc;
 }

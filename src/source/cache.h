@@ -8,24 +8,37 @@
 struct kiln__cache {
 	const char *dir; /* NULL: no cache */
 	uint64_t max_bytes, max_age_ms;
+	int fd;      /* the directory, open and found private; -1 */
+	int refused; /* errno why a directory that is there is not used (EPERM: not private), or 0
+		      */
 };
 
-/* The cache the options and the environment ask for; returns whether there is one. */
+/* An entry's name: URLHASH-VERSIONHASH.EXT, at most this long with its NUL. */
+#define KILN__CACHE_NAME_MAX 64
+
+/* The cache the options and the environment ask for (not opened); returns whether there is one. */
 int kiln__cache_settings(const kiln_remote_options *o, struct kiln__cache *c);
-/* Where the version (etag, size) of `url` is cached (malloc'ed; NULL: no memory). */
-char *kiln__cache_path(const struct kiln__cache *c, const char *url, const char *etag,
-		       uint64_t size);
-/* The newest cached version of `url` (malloc'ed: the path of the URL's link to it), or NULL. *fresh
- * when it was used or confirmed within max_age_ms: then it may be opened without asking the server,
- * it is marked used (to the minute), and *fd is its open descriptor and *size its size (for the
- * local source to take over; else *fd is -1). */
+/* Open the directory, made (0700, as `mkdir -p`) when `create`, and check that it is a private
+ * store: owned by the effective user, writable by no one else. 0; else IO naming the directory
+ * and why, its errno also in c->refused unless the directory is not there (ENOENT). */
+int kiln__cache_open(struct kiln__cache *c, int create, kiln_error *err);
+void kiln__cache_close(struct kiln__cache *c);
+/* The name of the version (etag, size) of `url`. */
+void kiln__cache_name(const char *url, const char *etag, uint64_t size,
+		      char out[KILN__CACHE_NAME_MAX]);
+/* The newest cached version of `url` in the open cache (malloc'ed: the path of the URL's link to
+ * it, for messages), or NULL. *fresh when it was used or confirmed within max_age_ms: then it may
+ * be opened without asking the server, it is marked used (to the minute), and *fd is its open
+ * descriptor and *size its size (for the local source to take over; else *fd is -1). */
 char *kiln__cache_lookup(const struct kiln__cache *c, const char *url, int *fresh, int *fd,
 			 uint64_t *size);
-/* Whether `path` is a cached file of `size` bytes (the version the server has just confirmed);
- * marks it used when it is. */
-int kiln__cache_hit(const char *path, uint64_t size);
-/* Publish `len` bytes as `path` atomically, then evict to max_bytes. */
-int kiln__cache_store(const struct kiln__cache *c, const char *path, const uint8_t *bytes,
-		      uint64_t len, kiln_error *err);
+/* The open descriptor of entry `name` when it holds `size` bytes (the version the server has just
+ * confirmed), marked used; else -1. */
+int kiln__cache_hit(const struct kiln__cache *c, const char *name, uint64_t size);
+/* dir/name, for messages and the local source (malloc'ed; NULL: no memory). */
+char *kiln__cache_path(const struct kiln__cache *c, const char *name);
+/* Publish `len` bytes as entry `name` atomically, then evict to max_bytes. */
+int kiln__cache_store(struct kiln__cache *c, const char *name, const uint8_t *bytes, uint64_t len,
+		      kiln_error *err);
 
 #endif

@@ -24,6 +24,7 @@ struct kiln__load {
 	uint32_t auto_choice; /* enum kiln_auto_choice */
 	uint8_t direct;
 	int32_t direct_fallback, uring_fallback, advice_errno;
+	int32_t cache_refused; /* errno why the remote cache directory was not used */
 	uint32_t dio_align;
 };
 

@@ -14,6 +14,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "source/cache.h"
 #include "net/net.h"
@@ -42,9 +43,9 @@ struct remote_state {
 	int owned;
 	uint8_t *scratch; /* a fetch far past the head */
 	size_t scratch_cap;
-	struct kiln__cache cache;
-	char *cache_path;            /* where this version goes once fetched; NULL: not cached */
-	pthread_mutex_t window_lock; /* reads may come from several threads */
+	struct kiln__cache cache;              /* its directory open while the file is fetched */
+	char cache_name[KILN__CACHE_NAME_MAX]; /* the entry this version becomes; "": not cached */
+	pthread_mutex_t window_lock;           /* reads may come from several threads */
 	uint8_t *window;
 	uint64_t window_off, window_len;
 };
@@ -92,14 +93,22 @@ static int remote_attach(struct kiln__file *f, const kiln_open_options *o, const
 	f->load.source = KILN_SOURCE_REMOTE;
 	/* A copy confirmed lately needs no server, no HTTP client and no state. */
 	struct kiln__cache cache;
+	kiln_error ignored; /* a cache that cannot be used is skipped; why is in cache.refused */
 	int cached = kiln__cache_settings(o ? o->remote : NULL, &cache), fresh = 0, fd;
+	if (cached && kiln__cache_open(&cache, 0, &ignored))
+		cached = cache.refused == 0; /* not there yet: made when the file is stored */
+	f->load.cache_refused = cache.refused;
 	uint64_t size = 0;
-	char *known = cached ? kiln__cache_lookup(&cache, f->path, &fresh, &fd, &size) : NULL;
-	if (fresh)
+	char *known =
+	    cache.fd >= 0 ? kiln__cache_lookup(&cache, f->path, &fresh, &fd, &size) : NULL;
+	if (fresh) {
+		kiln__cache_close(&cache);
 		return hand_to_cache(f, o, known, fd, size, err);
+	}
 	struct remote_state *s = calloc(1, sizeof(*s));
 	if (!s) {
 		free(known);
+		kiln__cache_close(&cache);
 		return kiln__nomem(err, sizeof(*s), "the file's state");
 	}
 	f->src_state = s;
@@ -123,10 +132,17 @@ static int remote_attach(struct kiln__file *f, const kiln_open_options *o, const
 				      kiln__file_shown(f), f->size);
 	const char *etag = kiln__remote_etag(s->r);
 	if (cached && etag[0]) {
-		char *p = kiln__cache_path(&s->cache, f->path, etag, f->size);
-		if (p && kiln__cache_hit(p, f->size))
-			return hand_to_cache(f, o, p, -1, 0, err);
-		s->cache_path = p;
+		kiln__cache_name(f->path, etag, f->size, s->cache_name);
+		int hit =
+		    s->cache.fd >= 0 ? kiln__cache_hit(&s->cache, s->cache_name, f->size) : -1;
+		if (hit >= 0) {
+			char *p = kiln__cache_path(&s->cache, s->cache_name);
+			if (!p) {
+				close(hit);
+				return kiln__nomem(err, 0, NULL);
+			}
+			return hand_to_cache(f, o, p, hit, f->size, err);
+		}
 	}
 	return 0;
 }
@@ -210,7 +226,7 @@ static int remote_finish(struct kiln__file *f, const kiln_open_options *o, kiln_
 	struct remote_state *s = state(f);
 	/* The payload's proven end: what the format accepted, not what the server claims. */
 	uint64_t end = f->payload_base + f->payload_bytes;
-	if (end > f->size || end < f->payload_base || s->cache_path)
+	if (end > f->size || end < f->payload_base || s->cache_name[0])
 		end = f->size; /* a cached copy is the whole object */
 	int rc = kiln__file_memory(f->size, o ? o->buffer : NULL, o ? o->buffer_size : 0, 1,
 				   &s->block, &s->cap, &s->owned, err);
@@ -224,9 +240,10 @@ static int remote_finish(struct kiln__file *f, const kiln_open_options *o, kiln_
 	s->block_end = end;
 	f->base = s->block;
 	f->mem = end == f->size ? s->block : NULL;
-	if (s->cache_path) {
+	if (s->cache_name[0]) {
 		kiln_error ignored; /* a cache that cannot be written is skipped */
-		(void)kiln__cache_store(&s->cache, s->cache_path, s->block, f->size, &ignored);
+		(void)kiln__cache_store(&s->cache, s->cache_name, s->block, f->size, &ignored);
+		f->load.cache_refused = s->cache.refused;
 	}
 	return 0;
 }
@@ -246,7 +263,7 @@ static void remote_release(struct kiln__file *f)
 	}
 	free(s->scratch);
 	free(s->window);
-	free(s->cache_path);
+	kiln__cache_close(&s->cache);
 	pthread_mutex_destroy(&s->window_lock);
 	free(s);
 	f->src_state = NULL;
