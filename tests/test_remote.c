@@ -761,6 +761,47 @@ Test(remote, progress_and_cancel)
 	cr_assert_gt(calls, 1);
 }
 
+static double mono_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Stops the load after a second; notes when. */
+static int stop_after_a_second(void *ctx, const kiln_load_progress *p)
+{
+	(void)p;
+	double *at = ctx; /* [0]: start, [1]: when it said stop */
+	if (mono_now() - at[0] < 1.0)
+		return 0;
+	if (!at[1])
+		at[1] = mono_now();
+	return 1;
+}
+
+/* A cancel reaches the GETs in flight: a load of a URL stops within a poll of being told to,
+ * not when the ranges it was fetching end (here about 48 s: 24 MiB at 64 KiB/s a connection). */
+Test(remote, a_cancel_reaches_transfers_in_flight, .timeout = 60)
+{
+	char *base = url(need("KILN_TEST_PROXY"), "slow:99"), *u = url(base, "m.klnt");
+	kiln_open_options o = {.size = sizeof(o), .flags = KILN_OPEN_DIRECTORY_ONLY};
+	kiln_model *m = open_ok(u, &o);
+	double at[2] = {mono_now(), 0};
+	kiln_load_options lo = {.size = sizeof(lo), .progress = stop_after_a_second, .ctx = at};
+	kiln_arena *arena = NULL;
+	kiln_error err;
+	int rc = kiln_load(m, NULL, 0, &lo, NULL, &arena, NULL, &err);
+	double took = mono_now() - at[1];
+	cr_assert_eq(rc, KILN_CANCELED, "%s: %s", kiln_code_name(rc), err.message);
+	cr_assert(at[1] > 0);
+	cr_assert_lt(took, 5.0, "the load went on %.1f s after it was stopped", took);
+	cr_assert_null(arena);
+	kiln_model_close(m);
+	free(u);
+	free(base);
+}
+
 /* radosgw killed and restarted while a payload is on its way: the ranges resume. */
 static void *restart_rgw(void *arg)
 {

@@ -361,7 +361,7 @@ static void run_reader(struct run *r, struct kiln__span *spans)
 			for (b = a + 1; b < k && r->slots[b].file == r->slots[a].file; b++)
 				;
 			rc = r->io->read_spans(r->io->read_ctx, r->slots[a].file, spans + a, b - a,
-					       r->err);
+					       r->io->stop, r->err);
 			if (rc) {
 				kiln__error_file(r->err, r->slots[a].file);
 				stop_with(r, rc);

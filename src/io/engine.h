@@ -35,8 +35,9 @@ struct kiln__io {
 	 * KILN_OPEN_DIRECTORY_ONLY): spans of file `file` through its source, up to qd chunks in
 	 * one call (a URL's GETs in flight together). Used when set. */
 	int (*read_spans)(void *ctx, uint32_t file, const struct kiln__span *spans, size_t n,
-			  kiln_error *err);
+			  const _Atomic int *stop, kiln_error *err);
 	void *read_ctx;
+	const _Atomic int *stop; /* passed to read_spans; NULL: none */
 	/* staging mode */
 	void *const *staging;
 	uint32_t nstaging;

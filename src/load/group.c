@@ -228,7 +228,7 @@ static void *read_round(void *arg)
 	kiln__clear_error(&r->err);
 	size_t n = ranges_of(&r->w, r->from, r->len, r->dst);
 	kiln_stream_result sr;
-	r->rc = kiln__stream_ranges(r->m, r->so, r->w.ranges, n, &sr, &r->err);
+	r->rc = kiln__stream_ranges(r->m, r->so, r->w.ranges, n, NULL, &sr, &r->err);
 	return NULL;
 }
 

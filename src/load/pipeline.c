@@ -224,7 +224,8 @@ static int run_piece(struct worker *w, const struct kiln__range *r, size_t n)
 		so.ctx = L;
 	}
 	kiln_stream_result res;
-	int rc = kiln__stream_ranges(L->m, &so, r, n, &res, &w->err);
+	/* The stop flag reaches reads in flight too: a URL's GETs end within a poll. */
+	int rc = kiln__stream_ranges(L->m, &so, r, n, &L->stop, &res, &w->err);
 	if (L->staged) /* every copy of the piece complete before it counts */
 		wait_lanes(w);
 	pthread_mutex_lock(&L->lock);

@@ -13,6 +13,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdarg.h>
@@ -826,13 +827,18 @@ static void stop_all(struct kiln__remote *r, struct xfer *xs, size_t n)
 }
 
 /* Run every transfer to the end, `connections` at a time. */
-static int run(struct kiln__remote *r, struct xfer *xs, size_t n, int progress, kiln_error *err)
+static int run(struct kiln__remote *r, struct xfer *xs, size_t n, int progress,
+	       const _Atomic int *stop, kiln_error *err)
 {
 	uint64_t t0 = now_ms(), last_note = 0;
 	size_t left = n, active = 0;
 	struct xfer *bad = NULL;
-	int canceled = 0, late = 0;
+	int canceled = 0, late = 0, halted = 0;
 	while (left && !bad) {
+		if (stop && atomic_load(stop)) { /* the load this fetch is for has stopped */
+			halted = 1;
+			break;
+		}
 		uint64_t now = now_ms(), next_due = UINT64_MAX;
 		if (r->deadline_ms && now - t0 > r->deadline_ms) {
 			late = 1;
@@ -908,6 +914,10 @@ static int run(struct kiln__remote *r, struct xfer *xs, size_t n, int progress, 
 	if (canceled)
 		return kiln__fail_sys(err, KILN_CANCELED, 0,
 				      "%s: the progress callback stopped the fetch", r->shown);
+	if (halted)
+		return kiln__fail_sys(err, KILN_CANCELED, 0,
+				      "%s: stopped with %zu of %zu ranges to go", r->shown, left,
+				      n);
 	if (late)
 		return kiln__fail_sys(err, KILN_IO, ETIMEDOUT,
 				      "%s: the deadline of %" PRIu64 " ms passed with %zu of %zu "
@@ -933,7 +943,7 @@ int kiln__remote_pin(struct kiln__remote *r, uint64_t want, uint8_t *dst, uint64
 	x.off = 0;
 	x.len = want;
 	x.dst = dst;
-	int rc = run(r, &x, 1, 0, err);
+	int rc = run(r, &x, 1, 0, NULL, err);
 	pthread_mutex_unlock(&r->lock);
 	*got = x.got;
 	return rc;
@@ -959,7 +969,7 @@ static size_t run_end(const struct kiln__remote *r, const struct kiln__span *spa
 }
 
 int kiln__remote_get(struct kiln__remote *r, const struct kiln__span *spans, size_t n, int progress,
-		     kiln_error *err)
+		     const _Atomic int *stop, kiln_error *err)
 {
 	size_t count = 0;
 	for (size_t i = 0, j; i < n; i = j) {
@@ -1000,7 +1010,7 @@ int kiln__remote_get(struct kiln__remote *r, const struct kiln__span *spans, siz
 				      "object: kiln reads such an object only when it comes whole "
 				      "in the first answer (256 KiB)",
 				      r->shown)
-		     : run(r, xs, count, progress, err);
+		     : run(r, xs, count, progress, stop, err);
 	pthread_mutex_unlock(&r->lock);
 	free(xs);
 	return rc;
@@ -1031,7 +1041,7 @@ int kiln__remote_read_small(const char *url, const kiln_remote_options *o, size_
 		} else {
 			buf = more;
 			struct kiln__span s = {got, r->size - got, (uint8_t *)buf + got};
-			rc = kiln__remote_get(r, &s, 1, 0, err);
+			rc = kiln__remote_get(r, &s, 1, 0, NULL, err);
 		}
 	}
 	uint64_t size = r->size;
@@ -1072,7 +1082,7 @@ KILN_API int kiln_remote_fetch(const char *url, const kiln_remote_options *o, ui
 	x.sink = sink;
 	x.sink_ctx = ctx;
 	pthread_mutex_lock(&r->lock);
-	rc = run(r, &x, 1, 1, err);
+	rc = run(r, &x, 1, 1, NULL, err);
 	pthread_mutex_unlock(&r->lock);
 	if (!rc && size)
 		*size = r->size;

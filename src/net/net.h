@@ -29,10 +29,11 @@ const char *kiln__remote_etag(const struct kiln__remote *r);
 /* Bytes [off, off + len) of each span into its dst, many GETs in flight, each span cut into
  * chunks, and spans in ascending order a small gap apart fetched together in one GET (the
  * rows of a slice, small tensors one after another); `progress` says whether the options'
- * progress callback hears of it. Safe from several threads at once (calls are serialized per
- * object). */
+ * progress callback hears of it. `stop` (NULL: none), once nonzero, ends the transfers in
+ * flight within a poll (100 ms): CANCELED. Safe from several threads at once (calls are
+ * serialized per object). */
 int kiln__remote_get(struct kiln__remote *r, const struct kiln__span *spans, size_t n, int progress,
-		     kiln_error *err);
+		     const _Atomic int *stop, kiln_error *err);
 
 /* A whole small object (a safetensors index) of at most `cap` bytes, NUL-terminated, in
  * malloc'ed memory. LIMIT when it is larger. */

@@ -25,8 +25,8 @@ int kiln__slice_runs(const kiln_tensor *t, const kiln_slice *s, struct kiln__run
  * have destinations, else through o->staging; the files fed as their sources say
  * (kiln__file_feed). Safe from several threads at once. For kiln_load and kiln_group_load. */
 int kiln__stream_ranges(const kiln_model *m, const kiln_stream_options *o,
-			const struct kiln__range *ranges, size_t n, kiln_stream_result *result,
-			kiln_error *err);
+			const struct kiln__range *ranges, size_t n, const _Atomic int *stop,
+			kiln_stream_result *result, kiln_error *err);
 
 /* --- pins (src/read/pin.c) ----------------------------------------------------------------- */
 

@@ -120,16 +120,16 @@ static void files_put(struct files *fs)
 }
 
 static int read_through_source(void *ctx, uint32_t file, const struct kiln__span *spans, size_t n,
-			       kiln_error *err)
+			       const _Atomic int *stop, kiln_error *err)
 {
-	return kiln__file_read_spans(&((const kiln_model *)ctx)->files[file], spans, n, err);
+	return kiln__file_read_spans(&((const kiln_model *)ctx)->files[file], spans, n, stop, err);
 }
 
 /* Run the engine over `ranges` of the files (one queue for all of them), staging through
  * o->staging when it is set. */
 static int run(const struct files *fs, const kiln_stream_options *o,
-	       const struct kiln__range *ranges, size_t n, kiln_stream_result *result,
-	       kiln_error *err)
+	       const struct kiln__range *ranges, size_t n, const _Atomic int *stop,
+	       kiln_stream_result *result, kiln_error *err)
 {
 	struct kiln__io io = {
 	    .fd = fs->one_fd,
@@ -143,6 +143,7 @@ static int run(const struct files *fs, const kiln_stream_options *o,
 	    .mem = fs->one_mem,
 	    .read_spans = fs->reader ? read_through_source : NULL,
 	    .read_ctx = (void *)fs->reader,
+	    .stop = stop,
 	    .staging = o->staging,
 	    .nstaging = o->staging_count,
 	    .staging_size = o->staging_size,
@@ -166,23 +167,23 @@ static void name_file(const kiln_model *m, int rc, kiln_error *err)
 
 /* run() over every file of the model as it is. */
 static int run_model(const kiln_model *m, const kiln_stream_options *o,
-		     const struct kiln__range *ranges, size_t n, kiln_stream_result *result,
-		     kiln_error *err)
+		     const struct kiln__range *ranges, size_t n, const _Atomic int *stop,
+		     kiln_stream_result *result, kiln_error *err)
 {
 	struct files fs;
 	int rc = files_get(m, 0, NULL, &fs, err);
 	if (!rc)
-		rc = run(&fs, o, ranges, n, result, err);
+		rc = run(&fs, o, ranges, n, stop, result, err);
 	files_put(&fs);
 	name_file(m, rc, err);
 	return rc;
 }
 
 int kiln__stream_ranges(const kiln_model *m, const kiln_stream_options *o,
-			const struct kiln__range *ranges, size_t n, kiln_stream_result *result,
-			kiln_error *err)
+			const struct kiln__range *ranges, size_t n, const _Atomic int *stop,
+			kiln_stream_result *result, kiln_error *err)
 {
-	return run_model(m, o, ranges, n, result, err);
+	return run_model(m, o, ranges, n, stop, result, err);
 }
 
 /* The two modes of a stream: destinations given (the staging fields do not apply), or else a
@@ -240,7 +241,7 @@ int kiln_stream(const kiln_model *m, const uint64_t *tensors, size_t count, void
 		}
 		ranges[k] = range_of(t, staging ? NULL : dests[k]);
 	}
-	rc = run_model(m, &o, ranges, count, result, err);
+	rc = run_model(m, &o, ranges, count, NULL, result, err);
 	free(ranges);
 	return rc;
 }
@@ -254,7 +255,7 @@ int kiln_tensor_read(const kiln_model *m, uint64_t index, void *dst, size_t cap,
 		return KILN_INVAL;
 	kiln_stream_options o = {.size = sizeof(o), .on_chunk = on_chunk, .ctx = ctx};
 	struct kiln__range r = range_of(t, dst);
-	return run_model(m, &o, &r, 1, NULL, err);
+	return run_model(m, &o, &r, 1, NULL, NULL, err);
 }
 
 /* One tensor's share of a slice read: its runs and where they land. */
@@ -337,7 +338,7 @@ static int read_jobs(const kiln_model *m, const struct slice_job *jobs, size_t c
 							   .tensor_off = k * b->r.len,
 							   .file = b->t->file};
 			if (n == cap) { /* a full batch goes now; the last, shorter one below */
-				rc = run(&fs, o, ranges, n, &one, err);
+				rc = run(&fs, o, ranges, n, NULL, &one, err);
 				if (result)
 					add_result(result, &one);
 				n = 0;
@@ -345,7 +346,7 @@ static int read_jobs(const kiln_model *m, const struct slice_job *jobs, size_t c
 		}
 	}
 	if (!rc && n) {
-		rc = run(&fs, o, ranges, n, &one, err);
+		rc = run(&fs, o, ranges, n, NULL, &one, err);
 		if (result)
 			add_result(result, &one);
 	}
@@ -505,7 +506,7 @@ int kiln_model_read_all(const kiln_model *m, const kiln_stream_options *opts,
 		for (uint32_t i = 0; i < m->nfiles; i++)
 			ranges[i] = (struct kiln__range){
 			    .off = 0, .len = m->files[i].size, .tensor = KILN_NO_INDEX, .file = i};
-		rc = run(&fs, &o, ranges, m->nfiles, result, err);
+		rc = run(&fs, &o, ranges, m->nfiles, NULL, result, err);
 		files_put(&fs);
 		name_file(m, rc, err);
 	}

@@ -200,10 +200,10 @@ int kiln__file_read(const struct kiln__file *f, uint64_t off, void *dst, size_t 
 }
 
 int kiln__file_read_spans(const struct kiln__file *f, const struct kiln__span *spans, size_t n,
-			  kiln_error *err)
+			  const _Atomic int *stop, kiln_error *err)
 {
 	if (f->src->read_spans)
-		return named(f, f->src->read_spans(f, spans, n, err), err);
+		return named(f, f->src->read_spans(f, spans, n, stop, err), err);
 	int rc = 0;
 	for (size_t i = 0; i < n && !rc; i++)
 		rc = f->src->read(f, spans[i].off, spans[i].dst, (size_t)spans[i].len, err);

@@ -119,9 +119,10 @@ void *kiln__keep_alloc(struct kiln__file *f, size_t len, kiln_error *err);
  * open gives IO, not SIGBUS). */
 int kiln__file_read(const struct kiln__file *f, uint64_t off, void *dst, size_t len,
 		    kiln_error *err);
-/* Many reads at once (a URL's GETs in flight together). */
+/* Many reads at once (a URL's GETs in flight together), ended early (CANCELED) once `stop` (NULL:
+ * none) is nonzero. */
 int kiln__file_read_spans(const struct kiln__file *f, const struct kiln__span *spans, size_t n,
-			  kiln_error *err);
+			  const _Atomic int *stop, kiln_error *err);
 
 /* What the chunk engine (src/io/engine.h) reads file f from: its bytes in memory (mem), a
  * descriptor (fd), or neither (read through the source: kiln__file_read_spans). */

@@ -166,7 +166,7 @@ static int grow_head(struct kiln__file *f, uint64_t end, kiln_error *err)
 		return kiln__nomem(err, to, "the file's header");
 	memcpy(head, s->head, (size_t)s->head_len);
 	struct kiln__span sp = {s->head_len, to - s->head_len, head + s->head_len};
-	int rc = kiln__remote_get(s->r, &sp, 1, 0, err);
+	int rc = kiln__remote_get(s->r, &sp, 1, 0, NULL, err);
 	if (rc)
 		return rc;
 	s->head = head;
@@ -194,7 +194,7 @@ static const uint8_t *remote_fetch(struct kiln__file *f, uint64_t off, uint64_t 
 			s->scratch_cap = (size_t)len;
 		}
 		struct kiln__span sp = {off, len, s->scratch};
-		if (kiln__remote_get(s->r, &sp, 1, 0, err))
+		if (kiln__remote_get(s->r, &sp, 1, 0, NULL, err))
 			return NULL;
 		p = s->scratch;
 	}
@@ -235,7 +235,7 @@ static int remote_finish(struct kiln__file *f, const kiln_open_options *o, kiln_
 	uint64_t have = s->head_len < end ? s->head_len : end;
 	memcpy(s->block, s->head, (size_t)have);
 	struct kiln__span sp = {have, end - have, s->block + have};
-	if ((rc = kiln__remote_get(s->r, &sp, 1, 1, err)))
+	if ((rc = kiln__remote_get(s->r, &sp, 1, 1, NULL, err)))
 		return rc;
 	s->block_end = end;
 	f->base = s->block;
@@ -287,7 +287,7 @@ static int remote_read(const struct kiln__file *f, uint64_t off, void *dst, size
 	}
 	if (len >= WINDOW / 2) {
 		struct kiln__span sp = {off, len, dst};
-		return kiln__remote_get(s->r, &sp, 1, 0, err);
+		return kiln__remote_get(s->r, &sp, 1, 0, NULL, err);
 	}
 	int rc = 0;
 	pthread_mutex_lock(&s->window_lock);
@@ -297,7 +297,7 @@ static int remote_read(const struct kiln__file *f, uint64_t off, void *dst, size
 		uint64_t n = f->size - off < WINDOW ? f->size - off : WINDOW;
 		struct kiln__span sp = {off, n, s->window};
 		s->window_len = 0;
-		if (!(rc = kiln__remote_get(s->r, &sp, 1, 0, err))) {
+		if (!(rc = kiln__remote_get(s->r, &sp, 1, 0, NULL, err))) {
 			s->window_off = off;
 			s->window_len = n;
 		}
@@ -311,7 +311,7 @@ static int remote_read(const struct kiln__file *f, uint64_t off, void *dst, size
 /* Spans the memory already holds are copied; the rest go in one batch of GETs, many in flight,
  * neighbours fetched together. */
 static int remote_read_spans(const struct kiln__file *f, const struct kiln__span *spans, size_t n,
-			     kiln_error *err)
+			     const _Atomic int *stop, kiln_error *err)
 {
 	struct remote_state *s = state(f);
 	struct kiln__span *rest = malloc((n ? n : 1) * sizeof(*rest));
@@ -327,7 +327,7 @@ static int remote_read_spans(const struct kiln__file *f, const struct kiln__span
 		else if (p->len)
 			rest[k++] = *p;
 	}
-	int rc = k ? kiln__remote_get(s->r, rest, k, 0, err) : 0;
+	int rc = k ? kiln__remote_get(s->r, rest, k, 0, stop, err) : 0;
 	free(rest);
 	return rc;
 }

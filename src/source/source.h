@@ -43,9 +43,10 @@ struct kiln__source {
 	int (*read)(const struct kiln__file *f, uint64_t off, void *dst, size_t len,
 		    kiln_error *err);
 	/* Many reads at once, each as read() does (spans within the file): a source whose reads
-	 * cost a round trip (a URL) runs them together. NULL: one read() each. */
+	 * cost a round trip (a URL) runs them together, and ends them early (CANCELED) once
+	 * `stop` (NULL: none) is nonzero. NULL: one read() each. */
 	int (*read_spans)(const struct kiln__file *f, const struct kiln__span *spans, size_t n,
-			  kiln_error *err);
+			  const _Atomic int *stop, kiln_error *err);
 	/* What the chunk engine reads the file from (kiln__file_feed). */
 	void (*feed)(const struct kiln__file *f, unsigned how, struct kiln__feed *out);
 	/* Page-cache advice (kiln__file_advise); NULL where the engine does not read through the

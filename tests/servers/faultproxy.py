@@ -29,6 +29,7 @@ the proxy stands in for any host through http_proxy.
   redirect-loop 302 to this same URL
   redirect-host 302 to http://localhost:PORT/ok:xhost/PATH (this proxy under another host name)
   drip         the headers, then the body at 3 bytes a second (a slow loris that never stalls)
+  slow         the first request passed through, later ones send their body at 64 KiB a second
   weaketag     the upstream's ETag made weak (W/"...")
   noetag       no ETag (Last-Modified kept)
   noetag-flip  no ETag, and from the second request on the bytes of PATH-flip (PATH with
@@ -120,7 +121,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if name == "cutnth":
             active, name = seen == int(n) - 1, "cut"
         else:
-            active = name != "ok" and (not n or seen < int(n))
+            active = name != "ok" and (not n or seen < int(n)) and not (name == "slow" and seen == 0)
         if not active:
             status, headers, body = self.upstream(path)
             with lock:
@@ -195,6 +196,20 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     self.wfile.write(body[i:i + 3])
                     self.wfile.flush()
                     time.sleep(1)
+            except OSError:
+                return
+        elif name == "slow":
+            self.send_response_only(status)
+            for k, v in headers:
+                if k.lower() not in ("connection", "keep-alive", "transfer-encoding"):
+                    self.send_header(k, v)
+            self.end_headers()
+            self.close_connection = True
+            try:
+                for i in range(0, len(body), 16384):
+                    self.wfile.write(body[i:i + 16384])
+                    self.wfile.flush()
+                    time.sleep(0.25)
             except OSError:
                 return
         elif name == "stall":
