@@ -781,19 +781,20 @@ static int group_all_gather(void *ctx, const void *mine, void *all, size_t len, 
 }
 
 /*
- * group_load(pairs, rank, world, all_gather, *, chunk_size=0, direct=False): kiln_group_load
+ * group_load(pairs, rank, world, all_gather, *, chunk_size=0, direct=False, verify_all=False):
+ * kiln_group_load
  * into caller buffers; all_gather(mine, all) gets a read-only memoryview of this rank's bytes
  * and a writable one of world times as many, to fill with every rank's in rank order.
  */
 static PyObject *model_group_load(ModelObject *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = {"pairs",      "rank",   "world", "all_gather",
-				 "chunk_size", "direct", NULL};
+	static char *kwlist[] = {"pairs",      "rank",   "world",      "all_gather",
+				 "chunk_size", "direct", "verify_all", NULL};
 	PyObject *pairs, *fn;
 	unsigned int rank, world, chunk = 0;
-	int direct = 0;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OIIO|$Ip:group_load", kwlist, &pairs, &rank,
-					 &world, &fn, &chunk, &direct))
+	int direct = 0, verify_all = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OIIO|$Ipp:group_load", kwlist, &pairs, &rank,
+					 &world, &fn, &chunk, &direct, &verify_all))
 		return NULL;
 	if (!PyCallable_Check(fn))
 		return PyErr_Format(PyExc_TypeError, "all_gather must be callable");
@@ -819,7 +820,7 @@ static PyObject *model_group_load(ModelObject *self, PyObject *args, PyObject *k
 	memset(&go, 0, sizeof(go));
 	go.size = sizeof(go);
 	go.chunk_size = chunk;
-	go.flags = direct ? KILN_LOAD_DIRECT : 0;
+	go.flags = (direct ? KILN_LOAD_DIRECT : 0) | (verify_all ? KILN_GROUP_VERIFY_ALL : 0);
 	kiln_group_result res;
 	kiln_error err;
 	int rc;
@@ -836,10 +837,11 @@ static PyObject *model_group_load(ModelObject *self, PyObject *args, PyObject *k
 		raise_kiln(rc, &err);
 		goto out;
 	}
-	ret = Py_BuildValue("{s:K,s:K,s:K,s:K}", "bytes_read", (unsigned long long)res.bytes_read,
-			    "bytes_received", (unsigned long long)res.bytes_received, "rounds",
-			    (unsigned long long)res.rounds, "staging_bytes",
-			    (unsigned long long)res.staging_bytes);
+	ret = Py_BuildValue(
+	    "{s:K,s:K,s:K,s:K,s:K}", "bytes_read", (unsigned long long)res.bytes_read,
+	    "bytes_received", (unsigned long long)res.bytes_received, "rounds",
+	    (unsigned long long)res.rounds, "staging_bytes", (unsigned long long)res.staging_bytes,
+	    "bytes_verified", (unsigned long long)res.bytes_verified);
 out:
 	pairs_release(&pp);
 	return ret;

@@ -59,7 +59,9 @@ struct board {
 	uint8_t *slots;
 	size_t cap;
 	uint32_t world;
-	int fail_call; /* the call (1, 2, ...) at which every rank's all_gather fails; 0: never */
+	int fail_call;  /* the call (1, 2, ...) at which every rank's all_gather fails; 0: never */
+	int damage;     /* rank 1 receives rank 0's part of the second call with a byte flipped */
+	uint32_t flags; /* kiln_group_options.flags of every rank */
 };
 
 struct rank {
@@ -87,6 +89,8 @@ static int all_gather(void *ctx, const void *mine, void *all, size_t len, kiln_e
 	memcpy(b->slots + r->rank * len, mine, len);
 	pthread_barrier_wait(&b->bar);
 	memcpy(all, b->slots, len * b->world);
+	if (b->damage && r->rank == 1 && r->calls == 2)
+		((uint8_t *)all)[len / 2] ^= 1;
 	pthread_barrier_wait(&b->bar);
 	return 0;
 }
@@ -112,17 +116,17 @@ static void *rank_main(void *arg)
 			     .world = r->b->world,
 			     .ctx = r,
 			     .all_gather = all_gather};
-	kiln_group_options go = {.size = sizeof(go), .chunk_size = CHUNK};
+	kiln_group_options go = {.size = sizeof(go), .chunk_size = CHUNK, .flags = r->b->flags};
 	r->rc = kiln_group_load(m, r->list, r->count, r->dests, &c, &go, &r->res, &r->err);
 	kiln_model_close(m);
 	return NULL;
 }
 
 /* Run `world` ranks, each on its own copy of `bytes` (rank `odd` gets `other` when set). */
-static void run(struct rank *rs, uint32_t world, const uint64_t *list, size_t count,
-		const blob *other, uint32_t odd, int fail_call)
+static void run_with(struct rank *rs, uint32_t world, const uint64_t *list, size_t count,
+		     const blob *other, uint32_t odd, int fail_call, int damage, uint32_t flags)
 {
-	struct board b = {.world = world, .fail_call = fail_call};
+	struct board b = {.world = world, .fail_call = fail_call, .damage = damage, .flags = flags};
 	b.cap = (size_t)world * (CHUNK + 4096);
 	b.slots = malloc(b.cap);
 	pthread_barrier_init(&b.bar, NULL, world);
@@ -142,6 +146,12 @@ static void run(struct rank *rs, uint32_t world, const uint64_t *list, size_t co
 	}
 	pthread_barrier_destroy(&b.bar);
 	free(b.slots);
+}
+
+static void run(struct rank *rs, uint32_t world, const uint64_t *list, size_t count,
+		const blob *other, uint32_t odd, int fail_call)
+{
+	run_with(rs, world, list, count, other, odd, fail_call, 0, 0);
 }
 
 static void free_dests(struct rank *rs, uint32_t world, size_t n)
@@ -167,8 +177,14 @@ Test(group, every_rank_gets_every_byte_read_once)
 				cr_assert_eq(memcmp(rs[q].dests[i], data[i], size_of(i)), 0,
 					     "world %u rank %u tensor %d", world, q, i);
 			cr_assert_eq(rs[q].res.bytes_read + rs[q].res.bytes_received, total);
+			/* A sample of what it received, at most 4 KiB a chunk, compared. */
+			if (world == 1)
+				cr_assert_eq(rs[q].res.bytes_verified, 0);
+			else
+				cr_assert(rs[q].res.bytes_verified > 0 &&
+					  rs[q].res.bytes_verified <= rs[q].res.bytes_received);
 			cr_assert_leq(rs[q].res.staging_bytes,
-				      (uint64_t)(world + 2) * (CHUNK + 128));
+				      (uint64_t)(world + 2) * (CHUNK + 256));
 			read += rs[q].res.bytes_read;
 		}
 		cr_assert_eq(read, total, "world %u: the group read %llu of %llu bytes", world,
@@ -281,4 +297,81 @@ Test(group, arguments_checked)
 	kiln_model_close(m);
 	unlink(p);
 	free(p);
+}
+
+/* Every rank failed, each with a message holding `want`; returns rank 0's error. */
+static kiln_error all_failed(struct rank *rs, uint32_t world, int code, const char *want)
+{
+	for (uint32_t q = 0; q < world; q++) {
+		cr_assert_eq(rs[q].rc, code, "rank %u: %s: %s", q, kiln_code_name(rs[q].rc),
+			     rs[q].err.message);
+		cr_assert(strstr(rs[q].err.message, want), "rank %u: %s", q, rs[q].err.message);
+	}
+	return rs[0].err;
+}
+
+/* Two checkpoints with the same header (every name, dtype, shape and offset) and other bytes:
+ * each rank would get half of each. The samples of the first round find it; every rank fails
+ * naming the first tensor that differs, and where. */
+Test(group, headers_alike_payloads_not)
+{
+	blob other = {malloc(file.len), file.len};
+	memcpy(other.p, file.p, file.len);
+	kiln_model *m;
+	kiln_error err;
+	cr_assert_eq(kiln_model_parse(file.p, file.len, NULL, &m, &err), 0);
+	const kiln_tensor *t = kiln_model_tensor(m, 5); /* (1 MiB + 9 bytes), from byte 0 on */
+	for (uint64_t i = 0; i < t->byte_length; i++)
+		((uint8_t *)other.p)[t->file_offset + i] ^= 0xA5;
+	kiln_model_close(m);
+	struct rank rs[3];
+	run(rs, 3, NULL, 0, &other, 1, 0);
+	all_failed(rs, 3, KILN_INVAL, "the ranks opened different checkpoints");
+	for (uint32_t q = 0; q < 3; q++)
+		cr_assert_eq(rs[q].err.tensor, 5, "rank %u: %s", q, rs[q].err.message);
+	free_dests(rs, 3, NT);
+	blob_free(&other);
+}
+
+/* One byte of a 1 MiB tensor differs: a sample of 4 KiB a chunk may miss it, comparing every
+ * byte (KILN_GROUP_VERIFY_ALL) does not, and names the byte. */
+Test(group, verify_all_finds_one_byte)
+{
+	blob other = {malloc(file.len), file.len};
+	memcpy(other.p, file.p, file.len);
+	kiln_model *m;
+	kiln_error err;
+	cr_assert_eq(kiln_model_parse(file.p, file.len, NULL, &m, &err), 0);
+	const kiln_tensor *t = kiln_model_tensor(m, 11);
+	((uint8_t *)other.p)[t->file_offset + 777777] ^= 1;
+	kiln_model_close(m);
+	struct rank rs[2];
+	run_with(rs, 2, NULL, 0, &other, 1, 0, 0, KILN_GROUP_VERIFY_ALL);
+	all_failed(rs, 2, KILN_INVAL, "differ from this rank's file at byte 777777 of the tensor");
+	for (uint32_t q = 0; q < 2; q++)
+		cr_assert_eq(rs[q].err.tensor, 11, "rank %u: %s", q, rs[q].err.message);
+	free_dests(rs, 2, NT);
+	blob_free(&other);
+	/* The same files: every byte compared, and all agree. */
+	run_with(rs, 2, NULL, 0, NULL, 0, 0, 0, KILN_GROUP_VERIFY_ALL);
+	for (uint32_t q = 0; q < 2; q++) {
+		cr_assert_eq(rs[q].rc, 0, "%s", rs[q].err.message);
+		cr_assert_eq(rs[q].res.bytes_verified, rs[q].res.bytes_received);
+	}
+	free_dests(rs, 2, NT);
+}
+
+/* A collective that damages a byte on its way to one rank: that rank finds it by the chunk's
+ * digest, and every rank fails (the others at the next exchange). */
+Test(group, a_damaged_exchange_fails_every_rank)
+{
+	struct rank rs[2];
+	run_with(rs, 2, NULL, 0, NULL, 0, 0, 1, 0);
+	cr_assert_eq(rs[1].rc, KILN_IO, "%s", rs[1].err.message);
+	cr_assert_eq(rs[1].err.sys_errno, EBADMSG);
+	cr_assert(strstr(rs[1].err.message, "rank 0's chunk at payload byte 0 arrived damaged"),
+		  "%s", rs[1].err.message);
+	cr_assert_neq(rs[0].rc, 0);
+	cr_assert(strstr(rs[0].err.message, "rank 1 failed"), "%s", rs[0].err.message);
+	free_dests(rs, 2, NT);
 }

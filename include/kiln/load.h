@@ -310,10 +310,15 @@ typedef struct kiln_collective {
 	uint64_t reserved[4]; /* zero */
 } kiln_collective;
 
+/* kiln_group_options.flags, besides KILN_LOAD_DIRECT: every rank compares every byte it
+ * receives with its own file (it reads the whole payload; the group then proves the ranks hold
+ * the same bytes, not only the same headers). Without it, 4 KiB of each chunk. */
+#define KILN_GROUP_VERIFY_ALL (1u << 8)
+
 typedef struct kiln_group_options {
 	uint32_t size;       /* 0 or sizeof(kiln_group_options) */
 	uint32_t chunk_size; /* bytes a rank reads per round; 0: 8 MiB */
-	uint32_t flags;      /* KILN_LOAD_DIRECT */
+	uint32_t flags;      /* KILN_LOAD_DIRECT, KILN_GROUP_VERIFY_ALL */
 	uint32_t reserved32;
 	uint64_t reserved[4]; /* zero */
 } kiln_group_options;
@@ -323,7 +328,8 @@ typedef struct kiln_group_result {
 	uint64_t bytes_received; /* payload bytes the other ranks read for it */
 	uint64_t rounds;         /* exchanges of chunks */
 	uint64_t staging_bytes;  /* memory held for the exchange: (world + 2) slots of a chunk */
-	uint64_t reserved[4];
+	uint64_t bytes_verified; /* received bytes compared with this rank's own file */
+	uint64_t reserved[3];
 } kiln_group_result;
 
 /*
@@ -331,10 +337,15 @@ typedef struct kiln_group_result {
  * of the collective. Before any chunk moves, the ranks exchange fingerprints of what they
  * opened (the number of files, their sizes, the bytes of their headers and directories, URLs'
  * ETags, the list, the chunk size, the world) and all fail with INVAL naming the first field
- * that differs. A rank whose read fails tells the others in the next exchange: every rank
- * returns an error naming it. Each round's read runs on a thread of its own while the round
- * before is exchanged. Memory: (world + 2) chunks, each with a 128-byte head. Returns 0, INVAL,
- * NOMEM, IO, or the collective's error.
+ * that differs. Then the payloads: each chunk carries a digest its receivers check (IO, EBADMSG:
+ * damaged by the collective), and each receiver compares 4 KiB of it, at an offset its digest
+ * picks, with its own file (all of it with KILN_GROUP_VERIFY_ALL; not for URLs, whose ETags were
+ * compared): INVAL naming the first tensor and byte that differ, on every rank. Two different
+ * checkpoints with the same headers are found in the first round; a file crafted to differ in
+ * a few bytes only by KILN_GROUP_VERIFY_ALL. A rank whose read fails tells the others in the
+ * next exchange: every rank returns an error naming it. Each round's read runs on a thread of
+ * its own while the round before is exchanged. Memory: (world + 2) chunks, each with a 256-byte
+ * head. Returns 0, INVAL, NOMEM, IO, or the collective's error.
  */
 KILN_API int kiln_group_load(const kiln_model *model, const uint64_t *tensors, size_t count,
 			     void *const *dests, const kiln_collective *collective,

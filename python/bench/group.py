@@ -49,12 +49,12 @@ def rank_main(path, rounds):
     rank, world = dist.get_rank(), dist.get_world_size()
     with kiln.open(path, directory_only=True) as d:
         payload = sum(t.nbytes for t in d)
-    chunk = 8 << 20  # kiln_group_load's default, with its 128-byte head per slot
+    chunk = 8 << 20  # kiln_group_load's default, with its 256-byte head per slot
     slots = (payload + chunk - 1) // chunk
 
     def exchange():
         mine = torch.zeros(chunk + 128, dtype=torch.uint8)
-        every = torch.empty(world * (chunk + 128), dtype=torch.uint8)
+        every = torch.empty(world * (chunk + 256), dtype=torch.uint8)
         for _ in range(1 + (slots + world - 1) // world):  # the fingerprints, then the rounds
             dist.all_gather(list(every.chunk(world)), mine)
         return every

@@ -190,7 +190,10 @@ def load(path, device="cpu", *, threads=None, order=None, progress=None, group=N
     same path on a shared file system), and the group reads it once between them: each byte is
     read by one rank and all-gathered to the others (raw bytes, so gloo's dtype limits do not
     apply), every rank ending with every tensor, bit for bit what a one-process load gives.
-    Copies that differ (sizes, directory bytes, a URL's ETag) raise before any exchange. Every
+    Copies that differ (sizes, directory bytes, a URL's ETag) raise before any exchange; copies
+    with the same headers and other bytes (two fine-tunes) raise in the first round, every rank
+    naming the first tensor that differs (each rank compares 4 KiB of every chunk it receives
+    with its own copy). Every
     rank may pass one URL: each fetches only its chunks. A rank that dies closes its
     connections and the others raise at once; one that stalls makes them raise once the process
     group's timeout passes (``timeout=`` of init_process_group; torch's default is 30 minutes).
@@ -198,7 +201,8 @@ def load(path, device="cpu", *, threads=None, order=None, progress=None, group=N
     ``torch.tensor_split(t, world, dim=axis)[rank]``, read by this rank alone (only its bytes
     from a file; over a URL an inner axis's rows come with the gaps between them); others
     whole.
-    ``stats`` (a dict): filled with bytes_read, bytes_received, tp_bytes_read, rank and world.
+    ``stats`` (a dict): filled with bytes_read, bytes_received, bytes_verified, tp_bytes_read,
+    rank and world.
     ``timeout``: for a URL, seconds each operation (the open, each read) may take, retries
     included, before kiln.FileError (ETIMEDOUT); 0: kiln's own limits per request only.
     With a group, tensors are on the CPU (move them after) and threads/order/progress do not

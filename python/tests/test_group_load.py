@@ -201,6 +201,22 @@ def test_different_copies_are_found(tmp_path, klnt):
         assert "rank 1 opened a different model from rank 0" in res["error"], res
 
 
+def test_same_headers_other_bytes_are_found(tmp_path, klnt):
+    # Every name, dtype, shape and offset alike, the bytes of one tensor not: each rank would
+    # have half of each checkpoint.
+    other = str(tmp_path / "other.klnt")
+    sd = kiln.torch.load(klnt)
+    sd["blk.3.w"] = sd["blk.3.w"] + 1
+    kiln.save_file(sd, other)
+    with kiln.open(klnt) as a, kiln.open(other) as b:
+        assert a.info["directory_bytes"] == b.info["directory_bytes"]
+    results = _run(tmp_path, klnt, 2, name="bytes", other=other)
+    for rc, res in results:
+        assert rc == 3, res
+        assert "the ranks opened different checkpoints" in res["error"], res
+        assert '"blk.3.w"' in res["error"], res
+
+
 def test_a_dead_rank_is_an_error_not_a_hang(tmp_path, klnt):
     # Its sockets close with it: the others know at once, not at the timeout (30 s here).
     results = _run(tmp_path, klnt, 2, name="dead", die_at=3)

@@ -5,6 +5,14 @@
  * exchanged with the caller's all-gather, so every rank ends with every byte and the group reads
  * the model once. Round k + 1 is read while round k is exchanged. Before any exchange the ranks
  * compare fingerprints of what they opened.
+ *
+ * Headers alike do not make payloads alike (two fine-tunes of one architecture), so the bytes
+ * are checked too, without reading the model twice: each chunk travels with a digest of it
+ * (XXH3-64) that every receiver checks (a collective that damages bytes), and every receiver
+ * reads a sample of each chunk it receives from its own file and compares (a different file):
+ * 4 KiB at an offset the chunk's digest picks, or the whole chunk with KILN_GROUP_VERIFY_ALL. A
+ * mismatch is told to every rank at the next exchange, or at one last exchange of heads after
+ * the rounds, so no rank returns success while another found one.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -139,8 +147,9 @@ static int check(const kiln_collective *c, const kiln_group_options *o, kiln_err
 	if (rc)
 		return rc;
 	if (o &&
-	    (o->chunk_size > KILN__REQUEST_MAX || o->flags & ~(uint32_t)KILN_LOAD_DIRECT ||
-	     o->reserved32 || o->reserved[0] || o->reserved[1] || o->reserved[2] || o->reserved[3]))
+	    (o->chunk_size > KILN__REQUEST_MAX ||
+	     o->flags & ~(uint32_t)(KILN_LOAD_DIRECT | KILN_GROUP_VERIFY_ALL) || o->reserved32 ||
+	     o->reserved[0] || o->reserved[1] || o->reserved[2] || o->reserved[3]))
 		return kiln__fail_inval(err, KILN_NO_INDEX, "options",
 					"kiln_group_options: chunk_size above 1 GiB, unknown flags "
 					"or reserved fields not 0");
@@ -149,12 +158,19 @@ static int check(const kiln_collective *c, const kiln_group_options *o, kiln_err
 
 /* Each rank's slot in an exchange: whether it is still going, then its bytes. A rank that fails
  * still takes part once more, saying so, so the others stop too instead of waiting for it. */
-#define HEAD 128u
+#define HEAD 256u
 struct head {
 	int32_t code; /* 0: the bytes follow; else the failure's code */
 	int32_t sys_errno;
-	char message[HEAD - 8];
+	uint64_t digest; /* XXH3-64 of the bytes that follow */
+	uint64_t tensor; /* the failure's tensor, or KILN_NO_INDEX */
+	char message[HEAD - 24];
 };
+
+/* Bytes of each received chunk a rank compares with its own file: at most SAMPLE_SEG of each
+ * tensor in it, at most about SAMPLE in all. */
+#define SAMPLE     (64u << 10)
+#define SAMPLE_SEG 256u
 
 /* Send `len` bytes at slot + HEAD of `own` (and the head: `failed` with *err, or fine), receive
  * every rank's into `all` (W slots of HEAD + len). Returns 0, the collective's failure, or the
@@ -164,9 +180,11 @@ static int exchange(const kiln_collective *c, uint8_t *own, uint8_t *all, size_t
 {
 	struct head h;
 	memset(&h, 0, sizeof(h));
+	h.digest = XXH3_64bits(own + HEAD, len);
 	if (failed) {
 		h.code = failed;
 		h.sys_errno = err ? err->sys_errno : 0;
+		h.tensor = err ? err->tensor : KILN_NO_INDEX;
 		const char *msg = err ? err->message : "";
 		size_t n = strnlen(msg, sizeof(h.message) - 1);
 		memcpy(h.message, msg, n); /* as much of it as the head holds */
@@ -192,11 +210,96 @@ static int exchange(const kiln_collective *c, uint8_t *own, uint8_t *all, size_t
 		memcpy(&h, all + (size_t)q * (HEAD + len), sizeof(h));
 		if (h.code) {
 			h.message[sizeof(h.message) - 1] = '\0';
-			return kiln__fail_sys(err, h.code == KILN_NOMEM ? KILN_NOMEM : KILN_IO,
-					      h.sys_errno, "rank %u failed: %s", q, h.message);
+			/* The class stays where it says what happened to the group (different
+			 * checkpoints, memory); any other failure of a rank is IO to the others. */
+			int code = h.code == KILN_NOMEM || h.code == KILN_INVAL ? h.code : KILN_IO;
+			int rc = kiln__fail_sys(err, code, h.sys_errno, "rank %u failed: %s", q,
+						h.message);
+			if (err)
+				err->tensor = h.tensor;
+			return rc;
 		}
 	}
 	return 0;
+}
+
+/* A mismatch at byte `pos` of the concatenation, found against rank q's bytes. */
+static int differ(const struct walk *w, uint32_t q, uint64_t pos, kiln_error *err)
+{
+	size_t k = position_of(w, pos);
+	const kiln_tensor *t = kiln_model_tensor(w->m, w->list ? w->list[k] : k);
+	uint64_t off = pos - (w->ends[k] - t->byte_length);
+	return kiln__fail_inval(
+	    err, t->index, "group",
+	    "rank %u's bytes of tensor \"%.*s\" differ from this rank's file at "
+	    "byte %" PRIu64 " of the tensor: the ranks opened different checkpoints",
+	    q, t->name ? (int)(t->name_len > 120 ? 120 : t->name_len) : 1, t->name ? t->name : "?",
+	    off);
+}
+
+/* Check the chunk rank q sent (ql bytes at qf of the concatenation; its slot, head first, at
+ * `slot`): the digest it travelled with, then bytes of it against this rank's own file, read
+ * into buf: every byte when `all`, else up to SAMPLE_SEG bytes of each tensor it holds (of every
+ * s-th tensor when there are more than SAMPLE / SAMPLE_SEG), at offsets the digest picks, so a
+ * tensor that differs throughout is found whichever it is. 0; IO (damaged in the collective,
+ * or our read failed); INVAL naming the first tensor and byte where the files differ. */
+static int check_chunk(struct walk *w, const kiln_stream_options *so, uint32_t q, uint64_t qf,
+		       uint64_t ql, uint64_t slot_len, const uint8_t *slot, int sample, int all,
+		       uint8_t *buf, uint64_t *verified, kiln_error *err)
+{
+	const uint8_t *bytes = slot + HEAD;
+	struct head h;
+	memcpy(&h, slot, sizeof(h));
+	uint64_t d = XXH3_64bits(bytes, (size_t)slot_len);
+	if (d != h.digest)
+		return kiln__fail_sys(err, KILN_IO, EBADMSG,
+				      "rank %u's chunk at payload byte %" PRIu64
+				      " arrived damaged through the collective (its digest "
+				      "differs)",
+				      q, qf);
+	if (!sample)
+		return 0;
+	/* The ranges of the chunk, their dst pointing into the received bytes. */
+	size_t n = ranges_of(w, qf, ql, (uint8_t *)bytes), k = 0;
+	size_t stride = all ? 1 : (n * SAMPLE_SEG + SAMPLE - 1) / SAMPLE;
+	uint64_t used = 0;
+	for (size_t i = stride > 1 ? (size_t)(d % stride) : 0; i < n; i += stride) {
+		struct kiln__range r = w->ranges[i];
+		uint64_t sl = all || r.len < SAMPLE_SEG ? r.len : SAMPLE_SEG;
+		uint64_t at =
+		    sl < r.len ? XXH3_64bits_withSeed(&i, sizeof(i), d) % (r.len - sl + 1) : 0;
+		r.off += at;
+		r.tensor_off += at;
+		r.len = sl;
+		r.dst += at; /* the received bytes, for now */
+		w->ranges[k++] = r;
+		used += sl;
+	}
+	/* Read into buf: the received bytes of range j are then at ranges[j].dst before it. */
+	const uint8_t **theirs = malloc((k ? k : 1) * sizeof(*theirs));
+	if (!theirs)
+		return kiln__nomem(err, k * sizeof(*theirs), "the samples");
+	for (size_t j = 0, at = 0; j < k; j++) {
+		theirs[j] = w->ranges[j].dst;
+		w->ranges[j].dst = buf + at;
+		at += (size_t)w->ranges[j].len;
+	}
+	kiln_stream_options plain = {.size = sizeof(plain)}; /* buffered: small, random */
+	kiln_stream_result sr;
+	int rc = kiln__stream_ranges(w->m, all ? so : &plain, w->ranges, k, NULL, &sr, err);
+	for (size_t j = 0; !rc && j < k; j++) {
+		const struct kiln__range *r = &w->ranges[j];
+		if (!memcmp(r->dst, theirs[j], (size_t)r->len))
+			continue;
+		uint64_t i = 0;
+		while (r->dst[i] == theirs[j][i])
+			i++;
+		rc = differ(w, q, (uint64_t)(theirs[j] + i - bytes) + qf, err);
+	}
+	free(theirs);
+	if (!rc)
+		*verified += used;
+	return rc;
 }
 
 /* The bytes rank `rank` reads in round k: [*from, *from + return) of the concatenation. */
@@ -350,6 +453,18 @@ KILN_API int kiln_group_load(const kiln_model *m, const uint64_t *tensors, size_
 				  .flags =
 				      o && (o->flags & KILN_LOAD_DIRECT) ? KILN_STREAM_DIRECT : 0};
 	rd.so = &so;
+	/* The samples of each received chunk, read from this rank's own file. A URL's object is
+	 * the one its ETag names, and the ETags were compared: no second GET for it. */
+	int all = o && (o->flags & KILN_GROUP_VERIFY_ALL), sampled = W > 1;
+	for (uint32_t i = 0; i < m->nfiles && !all; i++)
+		if (kiln__file_version(&m->files[i])[0])
+			sampled = 0;
+	size_t scap = all ? chunk : SAMPLE + SAMPLE_SEG;
+	uint8_t *sample = !rc && nchunks && sampled ? malloc(scap) : NULL;
+	if (!rc && nchunks && sampled && !sample)
+		rc = kiln__nomem(err, scap, "the sample buffer");
+	kiln_error found; /* a mismatch this rank found, for the others at the next exchange */
+	int pending = 0;
 	uint64_t from, len;
 	if (!rc && rounds) {
 		len = mine_of(c->rank, W, chunk, nchunks, total, 0, &from);
@@ -361,6 +476,11 @@ KILN_API int kiln_group_load(const kiln_model *m, const uint64_t *tensors, size_
 			*err = rd.err;
 		else if (!failed)
 			r.bytes_read += rd.len;
+		if (!failed && pending) {
+			failed = pending;
+			if (err)
+				*err = found;
+		}
 		if (!failed && k + 1 < rounds) {
 			uint64_t nf, nl = mine_of(c->rank, W, chunk, nchunks, total, k + 1, &nf);
 			read_start(&rd, nf, nl, own[(k + 1) & 1] + HEAD);
@@ -372,12 +492,23 @@ KILN_API int kiln_group_load(const kiln_model *m, const uint64_t *tensors, size_
 			if (qc >= nchunks)
 				continue;
 			uint64_t ql = total - qf < chunk ? total - qf : chunk;
-			scatter(&w, qf, ql, got + (size_t)q * slot + HEAD);
+			const uint8_t *qs = got + (size_t)q * slot;
+			if (q != c->rank && !pending)
+				pending = check_chunk(&w, &so, q, qf, ql, chunk, qs, sampled, all,
+						      sample, &r.bytes_verified, &found);
+			scatter(&w, qf, ql, qs + HEAD);
 			if (q != c->rank)
 				r.bytes_received += ql;
 		}
 		r.rounds++;
 	}
+	/* The verdict: a mismatch found in the last round reaches every rank too. */
+	if (!rc && rounds && W > 1) {
+		if (pending && err)
+			*err = found;
+		rc = exchange(c, own[0], got, 0, pending, "the verdict", err);
+	}
+	free(sample);
 	read_finish(&rd); /* the read of a round whose exchange did not happen */
 	for (uint32_t i = 0; i < m->nfiles; i++)
 		kiln__file_advise(&m->files[i], 0, 0, KILN__ADVISE_NORMAL);
