@@ -35,6 +35,17 @@ int kiln_fuzz_gguf(const uint8_t *data, size_t size);
  * file): no crash, leak or overread, and only a 2xx answer opens. */
 int kiln_fuzz_http(const uint8_t *data, size_t size);
 
+/* The body of an error answer: the <Code> and <Message> kiln quotes, exactly and printable. */
+int kiln_fuzz_s3error(const uint8_t *data, size_t size);
+/* An AWS credentials or config file (after a section line and a key line): the value the INI
+ * reader gives is the target's own reading's. */
+int kiln_fuzz_awsconfig(const uint8_t *data, size_t size);
+/* A safetensors index at a URL or a local path (the first byte picks): every file an accepted
+ * index names is below its directory, on its side of local/remote. */
+int kiln_fuzz_index(const uint8_t *data, size_t size);
+/* Cache entry names, made from a URL, ETag and size, or found in a directory. */
+int kiln_fuzz_cache(const uint8_t *data, size_t size);
+
 #ifdef KILN_LIBFUZZER
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #endif

@@ -6,13 +6,14 @@
 # to keep what adds coverage, merge it into the committed corpus:
 #   build-fuzz/fuzz/fuzz_parse -merge=1 -use_counters=0 fuzz/corpus/parse WORK/parse
 #
-# usage: fuzz/run.sh BUILD_DIR SECONDS [TARGET...]   (targets: parse roundtrip lookup safetensors gguf http)
+# usage: fuzz/run.sh BUILD_DIR SECONDS [TARGET...]   (targets: parse roundtrip lookup safetensors gguf http
+#   s3error awsconfig index cache)
 # Build first: CC=clang cmake -S . -B build-fuzz -DKILN_FUZZ=ON && cmake --build build-fuzz
 set -eu
 build=$1
 seconds=$2
 shift 2
-targets=${*:-parse roundtrip lookup safetensors gguf http}
+targets=${*:-parse roundtrip lookup safetensors gguf http s3error awsconfig index cache}
 src=$(cd "$(dirname "$0")" && pwd)
 work=${KILN_FUZZ_WORK:-}
 if [ -z "$work" ]; then

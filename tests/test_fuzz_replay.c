@@ -126,6 +126,26 @@ Test(replay, http)
 	replay("http", kiln_fuzz_http);
 }
 
+Test(replay, s3error)
+{
+	replay("s3error", kiln_fuzz_s3error);
+}
+
+Test(replay, awsconfig)
+{
+	replay("awsconfig", kiln_fuzz_awsconfig);
+}
+
+Test(replay, index)
+{
+	replay("index", kiln_fuzz_index);
+}
+
+Test(replay, cache)
+{
+	replay("cache", kiln_fuzz_cache);
+}
+
 /* The same verdict from a file as from the buffer: every parse input is written to a file and
  * opened mapped (the page cache warm: the directory in one read), mapped again after eviction
  * (windows of descriptors with read-ahead hints) and read into owned memory; the error's class,

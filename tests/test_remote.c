@@ -1209,6 +1209,12 @@ Test(remote, cache_is_private_or_not_used)
 	kiln_open_options o = {.size = sizeof(o), .remote = &r};
 	kiln_error err;
 	cr_assert_eq(kiln_cache_check(&r, &err), 0, "%s", err.message); /* not made yet */
+	/* Limits from the environment are numbers or the cache is not used. */
+	setenv("KILN_CACHE_MAX_BYTES", "10G", 1);
+	cr_assert_eq(kiln_cache_check(&r, &err), KILN_IO);
+	cr_assert_eq(err.sys_errno, EINVAL);
+	cr_assert(strstr(err.message, "KILN_CACHE_MAX_BYTES is not a number"), "%s", err.message);
+	unsetenv("KILN_CACHE_MAX_BYTES");
 	cr_assert_eq(mkdirs(pub), 0);
 	cr_assert_eq(chmod(pub, 0777), 0);
 	char *pv = in_dir(pub, version), *pl = in_dir(pub, lnk);

@@ -330,14 +330,28 @@ static int resolve_index(const char *path, int remote, const kiln_open_options *
 {
 	char *text = NULL;
 	size_t len = 0;
+	int rc = read_small(path, remote, o, KILN__ST_HEADER_MAX, &text, &len, err);
+	if (rc) {
+		r->index_shown = path;
+		if (remote) {
+			kiln__url_shown(path, r->url_shown, sizeof(r->url_shown));
+			r->index_shown = r->url_shown;
+		}
+		return rc;
+	}
+	return kiln__resolve_index_text(path, remote, text, len, r, err);
+}
+
+int kiln__resolve_index_text(const char *path, int remote, char *text, size_t len,
+			     struct kiln__resolved *r, kiln_error *err)
+{
 	r->index_shown = path;
 	if (remote) {
 		kiln__url_shown(path, r->url_shown, sizeof(r->url_shown));
 		r->index_shown = r->url_shown;
 	}
-	int rc = read_small(path, remote, o, KILN__ST_HEADER_MAX, &text, &len, err);
-	if (rc || (rc = kiln__st_index_parse(text, len, r->index_shown, shard_check, &remote,
-					     &r->ix, err)))
+	int rc = kiln__st_index_parse(text, len, r->index_shown, shard_check, &remote, &r->ix, err);
+	if (rc)
 		return rc;
 	r->index = path;
 	r->format = KILN_FORMAT_SAFETENSORS;

@@ -38,6 +38,12 @@ struct kiln__resolved {
 int kiln__resolve(const char *const *paths, uint32_t count, const kiln_open_options *o,
 		  struct kiln__resolved *r, kiln_error *err);
 
+/* The files the index text[0, len) read from `path` names (a URL when `remote`), as an open of
+ * the index resolves them: text is taken over (freed with *r, even on failure). For the open
+ * and the fuzz target of the policy (fuzz/fuzz_index.c). */
+int kiln__resolve_index_text(const char *path, int remote, char *text, size_t len,
+			     struct kiln__resolved *r, kiln_error *err);
+
 /* After an open of the files failed with *err about file err->file: say what the caller needs
  * to know of it that only the resolver knows (the shard an index names is missing). */
 void kiln__resolve_explain(const struct kiln__resolved *r, int rc, kiln_error *err);

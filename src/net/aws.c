@@ -13,10 +13,8 @@
 #include "base/sys.h"
 #include "net/aws.h"
 
-/* The value of `key` in section `section` of an INI file of the AWS tools (at most 1 MiB;
- * "#" and ";" start comments; keys and values trimmed). *found_section says whether the
- * section exists. NULL when absent; malloc'ed otherwise. */
-static char *ini_value(const char *text, const char *section, const char *key, int *found_section)
+char *kiln__aws_ini_value(const char *text, const char *section, const char *key,
+			  int *found_section)
 {
 	size_t slen = strlen(section), klen = strlen(key);
 	int in = 0;
@@ -105,7 +103,7 @@ static int has_section(const char *text, const char *section)
 {
 	int found = 0;
 	if (text)
-		free(ini_value(text, section, "", &found));
+		free(kiln__aws_ini_value(text, section, "", &found));
 	return found;
 }
 
@@ -114,10 +112,10 @@ static void keys_from(struct kiln__aws *a, const char *text, const char *section
 {
 	if (a->access || a->secret || !text)
 		return;
-	a->access = ini_value(text, section, "aws_access_key_id", NULL);
-	a->secret = ini_value(text, section, "aws_secret_access_key", NULL);
+	a->access = kiln__aws_ini_value(text, section, "aws_access_key_id", NULL);
+	a->secret = kiln__aws_ini_value(text, section, "aws_secret_access_key", NULL);
 	if (a->access || a->secret)
-		a->token = ini_value(text, section, "aws_session_token", NULL);
+		a->token = kiln__aws_ini_value(text, section, "aws_session_token", NULL);
 }
 
 int kiln__aws_settings(const kiln_remote_options *o, struct kiln__aws *a, kiln_error *err)
@@ -159,12 +157,12 @@ int kiln__aws_settings(const kiln_remote_options *o, struct kiln__aws *a, kiln_e
 	if (!a->region)
 		a->region = dup_opt(kiln__env("AWS_DEFAULT_REGION"));
 	if (!a->region && conf)
-		a->region = ini_value(conf, csect, "region", NULL);
+		a->region = kiln__aws_ini_value(conf, csect, "region", NULL);
 	a->endpoint = dup_opt(o && o->endpoint ? o->endpoint : kiln__env("AWS_ENDPOINT_URL_S3"));
 	if (!a->endpoint)
 		a->endpoint = dup_opt(kiln__env("AWS_ENDPOINT_URL"));
 	if (!a->endpoint && conf)
-		a->endpoint = ini_value(conf, csect, "endpoint_url", NULL);
+		a->endpoint = kiln__aws_ini_value(conf, csect, "endpoint_url", NULL);
 	if (named && !a->access && !kiln__env("AWS_ACCESS_KEY_ID") &&
 	    !has_section(creds, profile) && !has_section(conf, csect)) {
 		rc = kiln__fail_inval(

@@ -540,8 +540,7 @@ static size_t on_body(char *buf, size_t size, size_t n, void *arg)
 	return take(x, buf, len) ? 0 : len;
 }
 
-/* The error code and message of an S3 error body (<Code>..</Code>, <Message>..</Message>). */
-static void xml_field(const char *body, const char *tag, char *out, size_t cap)
+void kiln__xml_field(const char *body, const char *tag, char *out, size_t cap)
 {
 	char open[32], close[32];
 	snprintf(open, sizeof(open), "<%s>", tag);
@@ -561,8 +560,8 @@ static void xml_field(const char *body, const char *tag, char *out, size_t cap)
 static void http_failure(struct xfer *x)
 {
 	char code[64], msg[96];
-	xml_field(x->body, "Code", code, sizeof(code));
-	xml_field(x->body, "Message", msg, sizeof(msg));
+	kiln__xml_field(x->body, "Code", code, sizeof(code));
+	kiln__xml_field(x->body, "Message", msg, sizeof(msg));
 	int e = x->status == 401 || x->status == 403 ? EACCES
 		: x->status == 404                   ? ENOENT
 		: x->status == 412                   ? ESTALE
@@ -776,7 +775,7 @@ static void finished(struct xfer *x, CURLcode res)
 		} else if (x->status == 429 || x->status == 500 || x->status == 502 ||
 			   x->status == 503 || x->status == 504) {
 			char code[64];
-			xml_field(x->body, "Code", code, sizeof(code));
+			kiln__xml_field(x->body, "Code", code, sizeof(code));
 			snprintf(reason, sizeof(reason), "HTTP %ld%s%s", x->status,
 				 code[0] ? " " : "", code);
 		} else {

@@ -35,6 +35,11 @@ const char *kiln__remote_etag(const struct kiln__remote *r);
 int kiln__remote_get(struct kiln__remote *r, const struct kiln__span *spans, size_t n, int progress,
 		     const _Atomic int *stop, kiln_error *err);
 
+/* The text of the first <TAG>..</TAG> of an S3 error body (NUL-terminated, at most `tag` of 30
+ * bytes), into out[0, cap) with every unprintable byte as '?', cut to fit; "" when there is no
+ * such element. Exposed for its fuzz target (fuzz/fuzz_s3error.c). */
+void kiln__xml_field(const char *body, const char *tag, char *out, size_t cap);
+
 /* A whole small object (a safetensors index) of at most `cap` bytes, NUL-terminated, in
  * malloc'ed memory. LIMIT when it is larger. */
 int kiln__remote_read_small(const char *url, const kiln_remote_options *o, size_t cap, char **out,

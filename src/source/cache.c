@@ -40,6 +40,23 @@
 
 #define URLHASH_LEN 32
 
+/* A number from the environment: decimal digits only, no sign, no overflow. */
+static int env_number(const char *name, uint64_t *out, const char **bad)
+{
+	const char *v = kiln__env(name);
+	if (!v)
+		return 0;
+	uint64_t x = 0;
+	int ok = *v != '\0';
+	for (const char *p = v; ok && *p; p++)
+		ok = *p >= '0' && *p <= '9' && x <= (UINT64_MAX - (uint64_t)(*p - '0')) / 10 &&
+		     (x = x * 10 + (uint64_t)(*p - '0'), 1);
+	if (!ok && !*bad)
+		*bad = name;
+	*out = ok ? x : 0;
+	return ok;
+}
+
 int kiln__cache_settings(const kiln_remote_options *o, struct kiln__cache *c)
 {
 	memset(c, 0, sizeof(*c));
@@ -47,13 +64,14 @@ int kiln__cache_settings(const kiln_remote_options *o, struct kiln__cache *c)
 	c->dir = o && o->cache_dir ? o->cache_dir : kiln__env("KILN_CACHE_DIR");
 	if (c->dir && !*c->dir)
 		c->dir = NULL;
-	const char *v;
-	c->max_bytes = o && o->cache_max_bytes                   ? o->cache_max_bytes
-		       : (v = kiln__env("KILN_CACHE_MAX_BYTES")) ? strtoull(v, NULL, 10)
-								 : 0;
-	c->max_age_ms = o && o->cache_max_age_ms                   ? o->cache_max_age_ms
-			: (v = kiln__env("KILN_CACHE_MAX_AGE_MS")) ? strtoull(v, NULL, 10)
-								   : 0;
+	if (o && o->cache_max_bytes)
+		c->max_bytes = o->cache_max_bytes;
+	else
+		env_number("KILN_CACHE_MAX_BYTES", &c->max_bytes, &c->bad_env);
+	if (o && o->cache_max_age_ms)
+		c->max_age_ms = o->cache_max_age_ms;
+	else
+		env_number("KILN_CACHE_MAX_AGE_MS", &c->max_age_ms, &c->bad_env);
 	return c->dir != NULL;
 }
 
@@ -68,6 +86,11 @@ int kiln__cache_open(struct kiln__cache *c, int create, kiln_error *err)
 {
 	if (c->fd >= 0)
 		return 0;
+	if (c->bad_env) { /* a cache of unknown limits: none, rather than a guess */
+		char why[96];
+		snprintf(why, sizeof(why), "%s is not a number (decimal digits only)", c->bad_env);
+		return refuse(c, EINVAL, err, why);
+	}
 	if (create) { /* as `mkdir -p` would, private to the user */
 		char *dir = strdup(c->dir);
 		if (!dir)
@@ -182,8 +205,7 @@ static uint64_t mtime_ms(const struct stat *st)
 	return (uint64_t)st->st_mtim.tv_sec * 1000u + (uint64_t)st->st_mtim.tv_nsec / 1000000u;
 }
 
-/* Whether a directory entry is a cache file (URLHASH-VERSIONHASH.EXT). */
-static int is_entry(const char *name)
+int kiln__cache_is_entry(const char *name)
 {
 	size_t n = strlen(name);
 	if (n < URLHASH_LEN + 18 || name[URLHASH_LEN] != '-')
@@ -191,7 +213,12 @@ static int is_entry(const char *name)
 	for (size_t i = 0; i < URLHASH_LEN + 17; i++)
 		if (i != URLHASH_LEN && !strchr("0123456789abcdef", name[i]))
 			return 0;
-	return name[URLHASH_LEN + 17] == '.';
+	return name[URLHASH_LEN + 17] == '.' && n < KILN__CACHE_NAME_MAX && !strchr(name, '/');
+}
+
+void kiln__cache_link_name(const char *entry, char out[KILN__CACHE_NAME_MAX])
+{
+	snprintf(out, KILN__CACHE_NAME_MAX, "%.*s%s", URLHASH_LEN, entry, entry + URLHASH_LEN + 17);
 }
 
 /* Entry `name` opened to be served: a regular file of the user's that no one else may write,
@@ -262,7 +289,7 @@ int kiln__cache_hit(const struct kiln__cache *c, const char *name, uint64_t size
 static int point_link(const struct kiln__cache *c, const char *name, kiln_error *err)
 {
 	char lnk[KILN__CACHE_NAME_MAX];
-	snprintf(lnk, sizeof(lnk), "%.*s%s", URLHASH_LEN, name, name + URLHASH_LEN + 17);
+	kiln__cache_link_name(name, lnk);
 	(void)unlinkat(c->fd, lnk, 0);
 	if (linkat(c->fd, name, c->fd, lnk, 0) && errno != EEXIST) /* EEXIST: another writer */
 		return kiln__fail_sys(err, KILN_IO, errno, "%s/%s: cannot link the cache entry: %s",
@@ -278,7 +305,7 @@ static int remove_version(const struct kiln__cache *c, const char *name)
 	if (unlinkat(c->fd, name, 0))
 		return -1;
 	char lnk[KILN__CACHE_NAME_MAX];
-	snprintf(lnk, sizeof(lnk), "%.*s%s", URLHASH_LEN, name, name + URLHASH_LEN + 17);
+	kiln__cache_link_name(name, lnk);
 	if (have && !fstatat(c->fd, lnk, &l, AT_SYMLINK_NOFOLLOW) && l.st_ino == v.st_ino &&
 	    l.st_dev == v.st_dev)
 		(void)unlinkat(c->fd, lnk, 0);
@@ -313,8 +340,9 @@ static void evict(const struct kiln__cache *c, const char *keep)
 	struct dirent *e;
 	while ((e = readdir(d))) {
 		struct stat st;
-		if (!is_entry(e->d_name) || fstatat(c->fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) ||
-		    !S_ISREG(st.st_mode) || !strcmp(e->d_name, keep))
+		if (!kiln__cache_is_entry(e->d_name) ||
+		    fstatat(c->fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode) ||
+		    !strcmp(e->d_name, keep))
 			continue;
 		if (!memcmp(e->d_name, keep, URLHASH_LEN)) { /* an older version of the same URL */
 			unlinkat(c->fd, e->d_name, 0);

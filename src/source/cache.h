@@ -8,9 +8,10 @@
 struct kiln__cache {
 	const char *dir; /* NULL: no cache */
 	uint64_t max_bytes, max_age_ms;
-	int fd;      /* the directory, open and found private; -1 */
-	int refused; /* errno why a directory that is there is not used (EPERM: not private), or 0
-		      */
+	int fd; /* the directory, open and found private; -1 */
+	/* errno why a directory that is there is not used (EPERM: not private), or 0 */
+	int refused;
+	const char *bad_env; /* a KILN_CACHE_* number that is none: no cache rather than a guess */
 };
 
 /* An entry's name: URLHASH-VERSIONHASH.EXT, at most this long with its NUL. */
@@ -26,6 +27,12 @@ void kiln__cache_close(struct kiln__cache *c);
 /* The name of the version (etag, size) of `url`. */
 void kiln__cache_name(const char *url, const char *etag, uint64_t size,
 		      char out[KILN__CACHE_NAME_MAX]);
+/* Whether a name found in the directory is an entry (URLHASH-VERSIONHASH.EXT: lowercase hex,
+ * an extension, no '/', shorter than KILN__CACHE_NAME_MAX); only those are evicted. */
+int kiln__cache_is_entry(const char *name);
+/* The name of the link to the newest version beside entry `entry` (one kiln__cache_is_entry
+ * accepts): URLHASH.EXT. */
+void kiln__cache_link_name(const char *entry, char out[KILN__CACHE_NAME_MAX]);
 /* The newest cached version of `url` in the open cache (malloc'ed: the path of the URL's link to
  * it, for messages), or NULL. *fresh when it was used or confirmed within max_age_ms: then it may
  * be opened without asking the server, it is marked used (to the minute), and *fd is its open
