@@ -64,6 +64,19 @@ static inline void kiln__fuzz_fail(const char *file, int line, const char *cond,
 	abort();
 }
 
+/* The input as a C string (malloc'ed, NUL appended; it ends at its first NUL for string
+ * parsers), or NULL when memory runs out (the target then returns 0). */
+static inline char *kiln__fuzz_cstr(const uint8_t *data, size_t size)
+{
+	char *s = (char *)malloc(size + 1);
+	if (s) {
+		for (size_t i = 0; i < size; i++)
+			s[i] = (char)data[i];
+		s[size] = '\0';
+	}
+	return s;
+}
+
 /* Abort with a message unless cond holds. */
 #define FUZZ_CHECK(cond, ...)                                                    \
 	do {                                                                     \

@@ -61,11 +61,9 @@ static char *reference(const char *text, const char *section, const char *key, i
 
 int kiln_fuzz_awsconfig(const uint8_t *data, size_t size)
 {
-	char *in = malloc(size + 1);
+	char *in = kiln__fuzz_cstr(data, size);
 	if (!in)
 		return 0;
-	memcpy(in, data, size);
-	in[size] = '\0';
 	char *section = in, *key = strchr(section, '\n'), *text;
 	if (!key) {
 		free(in);

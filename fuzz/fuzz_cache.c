@@ -38,11 +38,9 @@ int kiln_fuzz_cache(const uint8_t *data, size_t size)
 	const uint8_t *z1 = memchr(data, 0, size);
 	const uint8_t *z2 = z1 ? memchr(z1 + 1, 0, size - (size_t)(z1 + 1 - data)) : NULL;
 	if (!z2 || size - (size_t)(z2 + 1 - data) != 8) {
-		char *name = malloc(size + 1);
+		char *name = kiln__fuzz_cstr(data, size);
 		if (!name)
 			return 0;
-		memcpy(name, data, size);
-		name[size] = '\0';
 		if (kiln__cache_is_entry(name))
 			check_link(name);
 		free(name);

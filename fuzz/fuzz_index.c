@@ -81,11 +81,9 @@ int kiln_fuzz_index(const uint8_t *data, size_t size)
 	if (size < 1)
 		return 0;
 	size_t w = data[0] % (sizeof(where) / sizeof(where[0]));
-	char *text = malloc(size);
+	char *text = kiln__fuzz_cstr(data + 1, size - 1);
 	if (!text)
 		return 0;
-	memcpy(text, data + 1, size - 1);
-	text[size - 1] = '\0';
 	struct kiln__resolved r;
 	memset(&r, 0, sizeof(r));
 	kiln_error err;

@@ -45,11 +45,9 @@ static void check_field(const char *body, const char *tag, size_t cap)
 
 int kiln_fuzz_s3error(const uint8_t *data, size_t size)
 {
-	char *body = malloc(size + 1);
+	char *body = kiln__fuzz_cstr(data, size);
 	if (!body)
 		return 0;
-	memcpy(body, data, size);
-	body[size] = '\0';
 	check_field(body, "Code", 64);
 	check_field(body, "Message", 96);
 	check_field(body, "Code", 1); /* room for the NUL alone */

@@ -299,15 +299,31 @@ Test(group, arguments_checked)
 	free(p);
 }
 
-/* Every rank failed, each with a message holding `want`; returns rank 0's error. */
-static kiln_error all_failed(struct rank *rs, uint32_t world, int code, const char *want)
+/* Every rank failed with `code`, naming tensor `tensor` in a message holding `want`. */
+static void all_failed(struct rank *rs, uint32_t world, int code, uint64_t tensor, const char *want)
 {
 	for (uint32_t q = 0; q < world; q++) {
 		cr_assert_eq(rs[q].rc, code, "rank %u: %s: %s", q, kiln_code_name(rs[q].rc),
 			     rs[q].err.message);
 		cr_assert(strstr(rs[q].err.message, want), "rank %u: %s", q, rs[q].err.message);
+		cr_assert_eq(rs[q].err.tensor, tensor, "rank %u: %s", q, rs[q].err.message);
 	}
-	return rs[0].err;
+}
+
+/* A copy of the file, its header unchanged, with bytes [from, from + len) of tensor i flipped. */
+static blob altered(uint64_t i, uint64_t from, uint64_t len)
+{
+	blob other = {malloc(file.len), file.len};
+	memcpy(other.p, file.p, file.len);
+	kiln_model *m;
+	kiln_error err;
+	cr_assert_eq(kiln_model_parse(file.p, file.len, NULL, &m, &err), 0);
+	const kiln_tensor *t = kiln_model_tensor(m, i);
+	cr_assert_leq(from + len, t->byte_length);
+	for (uint64_t k = from; k < from + len; k++)
+		other.p[t->file_offset + k] ^= 0xA5;
+	kiln_model_close(m);
+	return other;
 }
 
 /* Two checkpoints with the same header (every name, dtype, shape and offset) and other bytes:
@@ -315,41 +331,23 @@ static kiln_error all_failed(struct rank *rs, uint32_t world, int code, const ch
  * naming the first tensor that differs, and where. */
 Test(group, headers_alike_payloads_not)
 {
-	blob other = {malloc(file.len), file.len};
-	memcpy(other.p, file.p, file.len);
-	kiln_model *m;
-	kiln_error err;
-	cr_assert_eq(kiln_model_parse(file.p, file.len, NULL, &m, &err), 0);
-	const kiln_tensor *t = kiln_model_tensor(m, 5); /* (1 MiB + 9 bytes), from byte 0 on */
-	for (uint64_t i = 0; i < t->byte_length; i++)
-		((uint8_t *)other.p)[t->file_offset + i] ^= 0xA5;
-	kiln_model_close(m);
+	blob other = altered(5, 0, size_of(5)); /* all of its 1 MiB + 9 bytes */
 	struct rank rs[3];
 	run(rs, 3, NULL, 0, &other, 1, 0);
-	all_failed(rs, 3, KILN_INVAL, "the ranks opened different checkpoints");
-	for (uint32_t q = 0; q < 3; q++)
-		cr_assert_eq(rs[q].err.tensor, 5, "rank %u: %s", q, rs[q].err.message);
+	all_failed(rs, 3, KILN_INVAL, 5, "the ranks opened different checkpoints");
 	free_dests(rs, 3, NT);
 	blob_free(&other);
 }
 
-/* One byte of a 1 MiB tensor differs: a sample of 4 KiB a chunk may miss it, comparing every
- * byte (KILN_GROUP_VERIFY_ALL) does not, and names the byte. */
+/* One byte of a 1 MiB tensor differs: the samples (256 bytes of each tensor in a chunk) may miss
+ * it, comparing every byte (KILN_GROUP_VERIFY_ALL) does not, and names the byte. */
 Test(group, verify_all_finds_one_byte)
 {
-	blob other = {malloc(file.len), file.len};
-	memcpy(other.p, file.p, file.len);
-	kiln_model *m;
-	kiln_error err;
-	cr_assert_eq(kiln_model_parse(file.p, file.len, NULL, &m, &err), 0);
-	const kiln_tensor *t = kiln_model_tensor(m, 11);
-	((uint8_t *)other.p)[t->file_offset + 777777] ^= 1;
-	kiln_model_close(m);
+	blob other = altered(11, 777777, 1);
 	struct rank rs[2];
 	run_with(rs, 2, NULL, 0, &other, 1, 0, 0, KILN_GROUP_VERIFY_ALL);
-	all_failed(rs, 2, KILN_INVAL, "differ from this rank's file at byte 777777 of the tensor");
-	for (uint32_t q = 0; q < 2; q++)
-		cr_assert_eq(rs[q].err.tensor, 11, "rank %u: %s", q, rs[q].err.message);
+	all_failed(rs, 2, KILN_INVAL, 11,
+		   "differ from this rank's file at byte 777777 of the tensor");
 	free_dests(rs, 2, NT);
 	blob_free(&other);
 	/* The same files: every byte compared, and all agree. */

@@ -81,6 +81,23 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def trickle(self, status, headers, body, piece, pause):
+        """The headers, then the body `piece` bytes every `pause` seconds; the connection closes
+        after it (or when the client goes)."""
+        self.send_response_only(status)
+        for k, v in headers:
+            if k.lower() not in ("connection", "keep-alive", "transfer-encoding"):
+                self.send_header(k, v)
+        self.end_headers()
+        self.close_connection = True
+        try:
+            for i in range(0, len(body), piece):
+                self.wfile.write(body[i:i + piece])
+                self.wfile.flush()
+                time.sleep(pause)
+        except OSError:
+            return
+
     def do_GET(self):
         if self.path.startswith("http://"):  # absolute form: we are someone's proxy
             self.path = "/" + self.path.split("/", 3)[3]
@@ -185,33 +202,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.send(status, headers, body[: len(body) // 2])
             self.close_connection = True
         elif name == "drip":
-            self.send_response_only(status)
-            for k, v in headers:
-                if k.lower() not in ("connection", "keep-alive", "transfer-encoding"):
-                    self.send_header(k, v)
-            self.end_headers()
-            self.close_connection = True
-            try:
-                for i in range(0, len(body), 3):
-                    self.wfile.write(body[i:i + 3])
-                    self.wfile.flush()
-                    time.sleep(1)
-            except OSError:
-                return
+            self.trickle(status, headers, body, 3, 1)
         elif name == "slow":
-            self.send_response_only(status)
-            for k, v in headers:
-                if k.lower() not in ("connection", "keep-alive", "transfer-encoding"):
-                    self.send_header(k, v)
-            self.end_headers()
-            self.close_connection = True
-            try:
-                for i in range(0, len(body), 16384):
-                    self.wfile.write(body[i:i + 16384])
-                    self.wfile.flush()
-                    time.sleep(0.25)
-            except OSError:
-                return
+            self.trickle(status, headers, body, 16384, 0.25)
         elif name == "stall":
             self.send(status, headers, body[:16])
             time.sleep(30)
