@@ -531,13 +531,20 @@ static uint32_t load_place(void *ctx, const kiln_tensor *t)
 static int load_progress(void *ctx, const kiln_load_progress *p)
 {
 	struct load_cb *cb = ctx;
-	if (!cb->progress || cb->failed)
+	if (cb->failed)
 		return cb->failed;
 	PyGILState_STATE g = PyGILState_Ensure();
-	PyObject *r = PyObject_CallFunction(cb->progress, "KK", (unsigned long long)p->bytes,
-					    (unsigned long long)p->bytes_total);
-	cb->failed = r == NULL;
-	Py_XDECREF(r);
+	/* Every 50 ms, with or without a callback: Ctrl-C's KeyboardInterrupt (any signal handler's
+	 * exception) stops the load, reads in flight included, instead of waiting for its end. */
+	if (PyErr_CheckSignals() < 0) {
+		cb->failed = 1;
+	} else if (cb->progress) {
+		PyObject *r =
+		    PyObject_CallFunction(cb->progress, "KK", (unsigned long long)p->bytes,
+					  (unsigned long long)p->bytes_total);
+		cb->failed = r == NULL;
+		Py_XDECREF(r);
+	}
 	PyGILState_Release(g);
 	return cb->failed;
 }

@@ -199,3 +199,34 @@ def test_a_shared_cache_is_not_used_and_says_why(tmp_path, monkeypatch):
             assert m.info["cache_refused"] == errno.EPERM
             assert m.info["source"] == "remote"
     assert list(shared.iterdir()) == []
+
+
+def test_ctrl_c_stops_a_load_of_a_url_in_flight(tmp_path):
+    pytest.importorskip("torch")
+    # The proxy's "slow" mode sends 64 KiB a second a connection after the first request: the
+    # load would take about 48 s. SIGINT after 2 s must end it with KeyboardInterrupt at once.
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "load.py"
+    script.write_text(
+        "import sys, kiln.torch\n"
+        "print('loading', flush=True)\n"
+        "try:\n"
+        "    kiln.torch.load(sys.argv[1])\n"
+        "except KeyboardInterrupt:\n"
+        "    sys.exit(42)\n")
+    url = os.environ["KILN_TEST_PROXY"] + "/slow:%d/m.klnt" % os.getpid()
+    p = subprocess.Popen([sys.executable, str(script), url], stdout=subprocess.PIPE)
+    assert p.stdout.readline() == b"loading\n"  # torch imported: the load is what runs now
+    time.sleep(2)
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    try:
+        rc = p.wait(timeout=30)
+    finally:
+        p.kill()
+    assert rc == 42
+    assert time.monotonic() - t0 < 3
