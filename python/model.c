@@ -1151,6 +1151,19 @@ static ModelObject *new_model(void)
 	return d;
 }
 
+/* A URL's payload arrives on the opening thread, the GIL released: every 50 ms the signal
+ * handlers run (Ctrl-C), and their exception stops the fetch. */
+static int open_progress(void *ctx, uint64_t done, uint64_t total)
+{
+	(void)done, (void)total;
+	int *interrupted = ctx;
+	PyGILState_STATE g = PyGILState_Ensure();
+	if (PyErr_CheckSignals() < 0)
+		*interrupted = 1;
+	PyGILState_Release(g);
+	return *interrupted;
+}
+
 PyObject *mod_open(PyObject *mod, PyObject *args, PyObject *kw)
 {
 	(void)mod;
@@ -1172,16 +1185,17 @@ PyObject *mod_open(PyObject *mod, PyObject *args, PyObject *kw)
 	opts.size = sizeof(opts);
 	/* URLs: each operation (the open, the payload's fetch, each later read) ends with
 	 * FileError (ETIMEDOUT) past `timeout` seconds; 0: kiln's limits per request only. */
-	kiln_remote_options remote = {.size = sizeof(remote)};
+	int interrupted = 0;
+	kiln_remote_options remote = {
+	    .size = sizeof(remote), .progress = open_progress, .progress_ctx = &interrupted};
+	opts.remote = &remote;
 	if (!(timeout >= 0 && timeout < 1e12)) {
 		Py_DECREF(path);
 		return PyErr_Format(PyExc_ValueError, "timeout must be seconds (0: none), not %g",
 				    timeout);
 	}
-	if (timeout > 0) {
+	if (timeout > 0)
 		remote.deadline_ms = (uint64_t)(timeout * 1000) ? (uint64_t)(timeout * 1000) : 1;
-		opts.remote = &remote;
-	}
 	if (!strcmp(source, "mmap"))
 		opts.source = KILN_SOURCE_MMAP;
 	else if (!strcmp(source, "read"))
@@ -1247,7 +1261,7 @@ PyObject *mod_open(PyObject *mod, PyObject *args, PyObject *kw)
 	Py_END_ALLOW_THREADS Py_DECREF(path);
 	if (rc) {
 		Py_DECREF(d);
-		return raise_kiln(rc, &err);
+		return interrupted ? NULL : raise_kiln(rc, &err); /* the handler's exception */
 	}
 	owner->model = model;
 	kiln_model_info mi;

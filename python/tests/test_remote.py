@@ -201,7 +201,8 @@ def test_a_shared_cache_is_not_used_and_says_why(tmp_path, monkeypatch):
     assert list(shared.iterdir()) == []
 
 
-def test_ctrl_c_stops_a_load_of_a_url_in_flight(tmp_path):
+@pytest.mark.parametrize("call", ["kiln.torch.load(sys.argv[1])", "kiln.open(sys.argv[1])"])
+def test_ctrl_c_stops_a_load_of_a_url_in_flight(tmp_path, call):
     pytest.importorskip("torch")
     # The proxy's "slow" mode sends 64 KiB a second a connection after the first request: the
     # load would take about 48 s. SIGINT after 2 s must end it with KeyboardInterrupt at once.
@@ -215,10 +216,10 @@ def test_ctrl_c_stops_a_load_of_a_url_in_flight(tmp_path):
         "import sys, kiln.torch\n"
         "print('loading', flush=True)\n"
         "try:\n"
-        "    kiln.torch.load(sys.argv[1])\n"
+        "    " + call + "\n"
         "except KeyboardInterrupt:\n"
         "    sys.exit(42)\n")
-    url = os.environ["KILN_TEST_PROXY"] + "/slow:%d/m.klnt" % os.getpid()
+    url = os.environ["KILN_TEST_PROXY"] + "/slow:%d%d/m.klnt" % (os.getpid(), len(call))
     p = subprocess.Popen([sys.executable, str(script), url], stdout=subprocess.PIPE)
     assert p.stdout.readline() == b"loading\n"  # torch imported: the load is what runs now
     time.sleep(2)
