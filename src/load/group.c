@@ -275,7 +275,7 @@ static int check_chunk(struct walk *w, const kiln_stream_options *so, uint32_t q
 		w->ranges[k++] = r;
 		used += sl;
 	}
-	/* Read into buf: the received bytes of range j are then at ranges[j].dst before it. */
+	/* Our own bytes are read into buf; theirs[j] keeps where range j's received bytes are. */
 	const uint8_t **theirs = malloc((k ? k : 1) * sizeof(*theirs));
 	if (!theirs)
 		return kiln__nomem(err, k * sizeof(*theirs), "the samples");
