@@ -2165,6 +2165,37 @@ Test(st_series, a_local_index_names_no_url)
 	cr_assert_str_eq(err.field, "weight_map");
 	cr_assert_not_null(strstr(err.message, "names a scheme or a host"), "%s", err.message);
 	cr_assert_not_null(strstr(err.message, "tensor t0"), "%s", err.message);
+	series_free(&s);
+}
+
+/* A deep directory (a hub cache's snapshots/<hash>/ is one) gives way in the message to the
+ * reason: the index's own name and the whole reason stay, the middle of the path goes. */
+Test(st_series, a_deep_path_leaves_the_reason_whole)
+{
+	char *top = temp_dir();
+	char dir[1024];
+	snprintf(dir, sizeof(dir), "%s", top);
+	for (int i = 0; i < 5; i++) {
+		size_t n = strlen(dir);
+		snprintf(dir + n, sizeof(dir) - n, "/%040d", i);
+		cr_assert_eq(mkdir(dir, 0700), 0, "%s", dir);
+	}
+	char *index = write_at(dir, "model.safetensors.index.json",
+			       "{\"weight_map\":{\"t0\":\"./x.safetensors\"}}", 39);
+	cr_assert_gt(strlen(index), sizeof(((kiln_error *)0)->message));
+	kiln_error err;
+	cr_assert_eq(open_fails(index, 0, &err), KILN_TYPE, "%s", err.message);
+	const char *why =
+	    "tensor t0: shard \"./x.safetensors\": it has a \".\" or \"..\" "
+	    "segment; a shard must be a relative path without \"..\" beside the index";
+	size_t n = strlen(err.message), w = strlen(why);
+	cr_assert(n > w && !strcmp(err.message + n - w, why), "%s", err.message);
+	cr_assert_not_null(strstr(err.message, "/model.safetensors.index.json: tensor t0"), "%s",
+			   err.message);
+	cr_assert(!strncmp(err.message, index, 12) && !strncmp(err.message + 12, "...", 3), "%s",
+		  err.message);
+	free(index);
+	free(top);
 }
 
 Test(st_series, index_rules)
@@ -2210,7 +2241,10 @@ Test(st_series, index_rules)
 	INDEX_CASE(&s, "{\"weight_map\":{\"t0\":1}}", KILN_TYPE,
 		   "a weight_map value is not a string");
 	INDEX_CASE(&s, "{\"weight_map\":{\"t0\":\"../model-00001-of-00003.safetensors\"}}",
-		   KILN_TYPE, "tensor t0: the shard must be a relative path without \"..\"");
+		   KILN_TYPE,
+		   "tensor t0: shard \"../model-00001-of-00003.safetensors\": it has a \".\" or "
+		   "\"..\" segment; a shard must be a relative path without \"..\" beside the "
+		   "index");
 	INDEX_CASE(&s, "{\"weight_map\":{\"t0\":\"sub/../../x.safetensors\"}}", KILN_TYPE,
 		   "relative path without");
 	INDEX_CASE(&s, "{\"weight_map\":{\"t0\":\"/etc/passwd\"}}", KILN_TYPE, "relative path");

@@ -54,11 +54,31 @@ void kiln__clear_error(kiln_error *err)
 	err->offset = KILN_NO_OFFSET;
 }
 
+/* A long prefix (a deep path) gives way to the reason after it: it keeps its head and its tail
+ * (the file's name) with "..." between, so that "<path>: <why>" fits, the prefix no shorter
+ * than PREFIX_MIN. What is still too long is cut where any message is: at sizeof(message) - 1. */
+#define PREFIX_MIN  48
+#define PREFIX_HEAD 12
+
 void kiln__error_prefix(kiln_error *err, const char *prefix)
 {
 	if (!err)
 		return;
-	/* The prefixed message is cut where any message is: at sizeof(message) - 1. */
+	size_t room = sizeof(err->message) - 1, n = strlen(prefix), why = strlen(err->message);
+	size_t keep = room > why + 2 + PREFIX_MIN ? room - why - 2 : PREFIX_MIN;
+	char shortened[sizeof(err->message)];
+	if (n > keep) {
+		size_t tail = keep - PREFIX_HEAD - 3, from = n - tail;
+		/* Not inside a UTF-8 character: forward over continuation bytes. */
+		while (from < n && ((unsigned char)prefix[from] & 0xC0) == 0x80)
+			from++;
+		size_t head = PREFIX_HEAD;
+		while (head > 0 && ((unsigned char)prefix[head] & 0xC0) == 0x80)
+			head--;
+		snprintf(shortened, sizeof(shortened), "%.*s...%s", (int)head, prefix,
+			 prefix + from);
+		prefix = shortened;
+	}
 	char msg[2 * sizeof(err->message)];
 	snprintf(msg, sizeof(msg), "%s: %s", prefix, err->message);
 	memcpy(err->message, msg, sizeof(err->message) - 1);

@@ -47,7 +47,9 @@ static int ix_bad(kiln_error *err, int code, const char *path, size_t at, const 
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	return kiln__fail(err, code, KILN_NO_INDEX, "weight_map", at, "%s: %s", path, msg);
+	kiln__fail(err, code, KILN_NO_INDEX, "weight_map", at, "%s", msg);
+	kiln__error_prefix(err, path);
+	return code;
 }
 
 int kiln__st_index_parse(char *text, size_t len, const char *path, kiln__st_shard_check check,
@@ -57,8 +59,7 @@ int kiln__st_index_parse(char *text, size_t len, const char *path, kiln__st_shar
 	ix->text = text;
 	size_t b = kiln__utf8_check((const uint8_t *)text, len);
 	if (b != SIZE_MAX) {
-		kiln__fail(err, KILN_UTF8, KILN_NO_INDEX, "weight_map", b,
-			   "%s: byte %zu is not well-formed UTF-8", path, b);
+		ix_bad(err, KILN_UTF8, path, b, "byte %zu is not well-formed UTF-8", b);
 		goto fail;
 	}
 	struct kiln__json j;
@@ -135,8 +136,8 @@ int kiln__st_index_parse(char *text, size_t len, const char *path, kiln__st_shar
 		if (why) {
 			char nb[KILN__SHOWN];
 			rc = ix_bad(err, KILN_TYPE, path, file.at,
-				    "tensor %.*s: the shard must be a relative path without \"..\" "
-				    "beside the index: \"%s\": %s",
+				    "tensor %.*s: shard \"%s\": %s; a shard must be a relative "
+				    "path without \"..\" beside the index",
 				    (int)(e->len < 60 ? e->len : 60), e->name,
 				    kiln__shown(file.raw, flen, nb), why);
 			break;
