@@ -45,6 +45,9 @@ int kiln_fuzz_awsconfig(const uint8_t *data, size_t size);
 int kiln_fuzz_index(const uint8_t *data, size_t size);
 /* Cache entry names, made from a URL, ETag and size, or found in a directory. */
 int kiln_fuzz_cache(const uint8_t *data, size_t size);
+/* A digest table (a sidecar's bytes): the verdict and fields the target's own reading of its
+ * rules gives. */
+int kiln_fuzz_digest(const uint8_t *data, size_t size);
 
 #ifdef KILN_LIBFUZZER
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

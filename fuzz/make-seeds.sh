@@ -6,7 +6,7 @@
 # (-merge=1 -use_counters=0), with the golden cases kept for parse; this script is how to start
 # over.
 #
-# usage: fuzz/make-seeds.sh BUILD_DIR OUT_DIR   (BUILD_DIR holds tests/test_rules)
+# usage: fuzz/make-seeds.sh BUILD_DIR OUT_DIR   (BUILD_DIR holds tests/test_rules and klnt)
 set -eu
 build=$1
 out=$2
@@ -34,3 +34,18 @@ printf '\001\005\000\000\001\040\004Q4_K\022\002\011' >"$out/roundtrip/opaque"
 printf '\000\003\001a\002bc\003def\001a\002bc\001z' >"$out/lookup/three"
 printf '\002\020blk.0.ffn_up.wei\364\001\001x' >"$out/lookup/prefix-500"
 printf '\006\004blk.\320\007' >"$out/lookup/duplicate-counter"
+
+# Digest tables: byte 0 odd takes the rest as it is, even has its own digest recomputed first
+# (fuzz_digest.c); tables from klnt digest of a golden case (1 MiB chunks: one) and of a GGUF
+# sample (4 KiB chunks: 19), and a table cut inside its head.
+mkdir -p "$out/digest"
+tmp=$(mktemp -d)
+cp "$out/parse/golden-kiln-v2-f32" "$tmp/g.klnt"
+cp "$src/tests/samples/tiny-llama.gguf" "$tmp/a.gguf"
+"$build/klnt" digest "$tmp/g.klnt" >/dev/null
+"$build/klnt" digest --chunk 4K "$tmp/a.gguf" >/dev/null
+{ printf '\001'; cat "$tmp/g.klnt.kiln-digest"; } >"$out/digest/klnt-1m"
+{ printf '\001'; cat "$tmp/a.gguf.kiln-digest"; } >"$out/digest/gguf-4k"
+{ printf '\000'; cat "$tmp/a.gguf.kiln-digest"; } >"$out/digest/gguf-4k-resealed"
+{ printf '\001'; head -c 40 "$tmp/g.klnt.kiln-digest"; } >"$out/digest/short"
+rm -rf "$tmp"

@@ -16,10 +16,10 @@ libjson-c-dev xxd"
 # libclang-rt-14-dev holds clang's sanitizer and libFuzzer runtimes; clang only recommends it.
 # python3-fsspec: kiln.safetensors._safe_open_handle is tested on fsspec's local files.
 # nginx, curl, openssl, Ceph's mon, OSD and S3 gateway: the test servers on 127.0.0.1
-# (tests/servers/).
+# (tests/servers/). xxhash's xxhsum: the digests klnt writes are checked against it.
 TEST_PACKAGES="clang libclang-rt-14-dev clang-format libcriterion-dev libbenchmark-dev \
 python3-dev python3-numpy python3-pytest python3-torch python3-fsspec \
-nginx curl openssl ceph-mon ceph-osd radosgw ceph-common"
+nginx curl openssl ceph-mon ceph-osd radosgw ceph-common xxhash"
 
 case "${1:-}" in
 "") ;;

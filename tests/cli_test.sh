@@ -536,7 +536,38 @@ truncate -s $((256 + 8589934592)) "$TMP/big.klnt"
 expect 0 "$KLNT" check "$TMP/big.klnt"
 interrupted INT 130 "$KLNT" import -o "$TMP/sig/i.klnt" "$TMP/big.klnt"
 interrupted TERM 143 "$KLNT" import --max-shard-size 1M -o "$TMP/sig/i.klnt" "$TMP/gen.klnt" "$TMP/big.klnt"
+interrupted TERM 143 "$KLNT" digest "$TMP/big.klnt"
+[ -e "$TMP/big.klnt.kiln-digest" ] && bad "digest left a sidecar when interrupted" || ok
 rm -f "$TMP/big.klnt"
+
+# 9. digest and verify: a sidecar beside the file, every byte checked, a flipped byte named
+cp "$SRC/tests/samples/tiny-llama.gguf" "$TMP/d.gguf"
+expect 1 "$KLNT" verify "$TMP/d.gguf"
+has "$TMP/out" "$TMP/d.gguf: NOTFOUND: "
+has "$TMP/out" "make them once with: klnt digest $TMP/d.gguf"
+expect 0 "$KLNT" digest --chunk 4K "$TMP/d.gguf"
+has "$TMP/out" "$TMP/d.gguf: 1 file, 19 chunks of 4096 bytes, content "
+[ "$(wc -c <"$TMP/d.gguf.kiln-digest")" -eq $((64 + 19 * 16)) ] && ok || bad "sidecar size"
+expect 0 "$KLNT" verify "$TMP/d.gguf"
+has "$TMP/out" "$TMP/d.gguf: ok (1 file, 19 chunks, 76160 bytes, XXH3-128 from sidecars"
+expect 0 "$KLNT" verify -q "$TMP/d.gguf"
+[ -s "$TMP/out" ] && bad "verify -q printed $(cat "$TMP/out")" || ok
+printf '\125' | dd of="$TMP/d.gguf" bs=1 seek=50000 conv=notrunc 2>/dev/null
+expect 1 "$KLNT" verify "$TMP/d.gguf"
+has "$TMP/out" "$TMP/d.gguf: CORRUPT: chunk 12 (bytes 49152..53248, tensor blk.0.ffn_down.weight) differs from its digest: XXH3-128 "
+expect 3 "$KLNT" verify "$TMP/missing.gguf" "$TMP/d.gguf"
+# One chunk of 1 GiB: its digest is the whole file's, as xxhsum (Debian's xxhash) computes it
+cp "$SRC/tests/samples/tiny-llama.gguf" "$TMP/e.gguf"
+expect 0 "$KLNT" digest --chunk 1G "$TMP/e.gguf"
+want=$(xxhsum -H2 <"$TMP/e.gguf" | cut -d' ' -f1)
+got=$(od -An -tx1 -j64 -N16 "$TMP/e.gguf.kiln-digest" | tr -d ' \n')
+[ -n "$want" ] && [ "$got" = "$want" ] && ok || bad "digest $got, xxhsum says $want"
+expect 2 "$KLNT" digest --chunk 1000 "$TMP/d.gguf"
+has "$TMP/err" "--chunk 1000: a power of two from 4096"
+expect 2 "$KLNT" verify --chunk 4096 "$TMP/d.gguf"
+expect 2 "$KLNT" digest
+expect 0 "$KLNT" verify --help
+has "$TMP/out" "FILE.kiln-digest"
 
 echo "cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -146,6 +146,11 @@ Test(replay, cache)
 	replay("cache", kiln_fuzz_cache);
 }
 
+Test(replay, digest)
+{
+	replay("digest", kiln_fuzz_digest);
+}
+
 /* The same verdict from a file as from the buffer: every parse input is written to a file and
  * opened mapped (the page cache warm: the directory in one read), mapped again after eviction
  * (windows of descriptors with read-ahead hints) and read into owned memory; the error's class,

@@ -19,8 +19,9 @@
 #include "klnt.h"
 
 static const struct klnt_cmd *const commands[] = {
-    &klnt_cmd_check,  &klnt_cmd_inspect, &klnt_cmd_cat,   &klnt_cmd_pack, &klnt_cmd_gen,
-    &klnt_cmd_import, &klnt_cmd_export,  &klnt_cmd_bench, &klnt_cmd_load,
+    &klnt_cmd_check, &klnt_cmd_inspect, &klnt_cmd_cat,    &klnt_cmd_pack,
+    &klnt_cmd_gen,   &klnt_cmd_import,  &klnt_cmd_export, &klnt_cmd_bench,
+    &klnt_cmd_load,  &klnt_cmd_digest,  &klnt_cmd_verify,
 };
 
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
@@ -185,7 +186,7 @@ int klnt_exit_for(int code)
 	/* What the input holds (a format error, a tensor asked for that is not there, one the
 	 * target cannot express) is a rejection like any other; what the system did is IO. */
 	if (kiln_is_format_error(code) || code == KILN_INVAL || code == KILN_NOTFOUND ||
-	    code == KILN_UNSUPPORTED)
+	    code == KILN_UNSUPPORTED || code == KILN_CORRUPT)
 		return KLNT_EXIT_INVALID;
 	return KLNT_EXIT_IO;
 }

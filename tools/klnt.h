@@ -41,6 +41,8 @@ extern const struct klnt_cmd klnt_cmd_bench;
 extern const struct klnt_cmd klnt_cmd_import;
 extern const struct klnt_cmd klnt_cmd_export;
 extern const struct klnt_cmd klnt_cmd_load;
+extern const struct klnt_cmd klnt_cmd_digest;
+extern const struct klnt_cmd klnt_cmd_verify;
 
 /* --- command-line handling (klnt.c) ------------------------------------------------------ */
 

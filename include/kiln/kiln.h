@@ -67,7 +67,8 @@ KILN_API unsigned kiln_version_number(void);
 	X(BUSY, 20, "BUSY", "the model still has pinned ranges")                      \
 	X(CANCELED, 21, "CANCELED", "a callback stopped the operation")               \
 	X(UNSUPPORTED, 22, "UNSUPPORTED", "not available for this source or system")  \
-	X(UNSYNCED, 23, "UNSYNCED", "written and in place, but not yet durable")
+	X(UNSYNCED, 23, "UNSYNCED", "written and in place, but not yet durable")      \
+	X(CORRUPT, 24, "CORRUPT", "bytes differ from their digest")
 
 typedef enum kiln_code {
 #define KILN__ENUM(name, value, short_name, text) KILN_##name = value,
@@ -250,5 +251,6 @@ KILN_API void kiln_free(void *ptr);
 #include "load.h"
 #include "remote.h"
 #include "write.h"
+#include "verify.h"
 
 #endif /* KILN_KILN_H */

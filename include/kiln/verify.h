@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kiln/verify.h: content digests of a model's bytes (docs/integrity.md): a table of XXH3-128
+ * digests, one per fixed chunk of each file, kept in a sidecar beside the file (FILE.kiln-digest),
+ * never in the file itself. kiln_model_write_digests() makes the sidecars once;
+ * kiln_model_verify_digests() reads every byte and checks it against them. Included by kiln/kiln.h.
+ */
+#ifndef KILN_VERIFY_H
+#define KILN_VERIFY_H
+
+#include "kiln.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The digest algorithms a table may name (kiln_verify_report.algorithm). */
+enum kiln_digest_algorithm {
+	KILN_DIGEST_NONE = 0,
+	KILN_DIGEST_XXH3_128 = 1,
+};
+
+/* Where a file's digests came from (kiln_verify_report.source). */
+enum kiln_digest_source {
+	KILN_DIGESTS_NONE = 0,
+	KILN_DIGESTS_SIDECAR = 1, /* FILE.kiln-digest beside the file */
+};
+
+typedef struct kiln_digest_options {
+	uint32_t size;       /* sizeof(kiln_digest_options), or 0 */
+	uint32_t chunk_log2; /* kiln_model_write_digests: chunks of 2^chunk_log2 bytes, 12..30;
+			      * 0 means 20 (1 MiB). kiln_model_verify_digests ignores it. */
+	uint32_t flags;      /* kiln_model_write_digests: enum kiln_write_flags for the sidecars */
+	uint32_t reserved32; /* zero */
+	/* Called after each block read, with the bytes done and the bytes in all; nonzero stops
+	 * the call with CANCELED (a sidecar not yet published is left out). NULL: none. */
+	int (*progress)(void *ctx, uint64_t done, uint64_t total);
+	void *progress_ctx;
+	uint64_t reserved[4]; /* zero */
+} kiln_digest_options;
+
+typedef struct kiln_verify_report {
+	uint32_t files;      /* files of the model */
+	uint32_t algorithm;  /* enum kiln_digest_algorithm of the digests checked */
+	uint32_t source;     /* enum kiln_digest_source they came from */
+	uint32_t chunk_log2; /* the chunk size of the first file's digests */
+	uint64_t chunks;     /* chunk digests checked (written, for kiln_model_write_digests) */
+	uint64_t bytes;      /* bytes hashed */
+	uint8_t content[16]; /* the first file's table digest: its content's identity */
+	uint64_t reserved[4];
+} kiln_verify_report;
+
+/*
+ * Read every byte of every file of the model and write its digests beside it, as
+ * FILE.kiln-digest (published as kiln_write_atomic() does; the model's files are never written).
+ * Not for a buffer (kiln_model_parse): INVAL. The report (NULL: none) says what was written.
+ * Returns 0, UNSYNCED (every sidecar in place, a directory not synced), INVAL, IO, NOMEM,
+ * CANCELED; on a failure no sidecar of that file is left, earlier files' sidecars stay.
+ */
+KILN_API int kiln_model_write_digests(const kiln_model *model, const kiln_digest_options *opts,
+				      kiln_verify_report *report, kiln_error *err);
+
+/*
+ * Read every byte the digests of every file of the model cover and check them. Returns 0 with
+ * the report (NULL: none) saying what was checked; KILN_CORRUPT at the first chunk whose bytes
+ * differ (err->file, err->tensor: the first tensor in the chunk or KILN_NO_INDEX for a header's
+ * bytes, err->offset: the chunk's first byte in the file; the message names the file, the
+ * chunk, its byte range and both digests); NOTFOUND for a file that has no digests (the message
+ * says how to make them: klnt digest); a digest table's own errors (FRAME, TYPE, LIMIT,
+ * UNSUPPORTED, KILN_CORRUPT for a damaged table; TYPE for a table of another file's size),
+ * located in the table; IO, NOMEM, CANCELED, INVAL.
+ */
+KILN_API int kiln_model_verify_digests(const kiln_model *model, const kiln_digest_options *opts,
+				       kiln_verify_report *report, kiln_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

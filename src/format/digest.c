@@ -1,0 +1,163 @@
+/* SPDX-License-Identifier: MIT */
+#include <inttypes.h>
+#include <stdio.h>
+#include "format/digest.h"
+
+#include <xxh_x86dispatch.h>
+
+/* The head's fields, at their offsets. */
+enum {
+	AT_MAGIC = 0,
+	AT_VERSION = 8,
+	AT_ALGORITHM = 10,
+	AT_LOG2 = 12,
+	AT_RESERVED = 13,
+	AT_FILE_SIZE = 16,
+	AT_FROM = 24,
+	AT_TO = 32,
+	AT_CHUNKS = 40,
+	AT_SELF = KILN__DIGEST_SELF,
+};
+
+void kiln__digest_bytes(const void *p, size_t n, uint8_t out[KILN__DIGEST_LEN])
+{
+	XXH128_canonical_t c;
+	XXH128_canonicalFromHash(&c, XXH3_128bits(p, n));
+	memcpy(out, c.digest, KILN__DIGEST_LEN);
+}
+
+void kiln__digest_begin(kiln__digest_state *s)
+{
+	XXH3_128bits_reset(s);
+}
+
+void kiln__digest_add(kiln__digest_state *s, const void *p, size_t n)
+{
+	XXH3_128bits_update(s, p, n);
+}
+
+void kiln__digest_end(kiln__digest_state *s, uint8_t out[KILN__DIGEST_LEN])
+{
+	XXH128_canonical_t c;
+	XXH128_canonicalFromHash(&c, XXH3_128bits_digest(s));
+	memcpy(out, c.digest, KILN__DIGEST_LEN);
+}
+
+void kiln__digest_hex(const uint8_t d[KILN__DIGEST_LEN], char out[2 * KILN__DIGEST_LEN + 1])
+{
+	static const char hex[] = "0123456789abcdef";
+	for (int i = 0; i < KILN__DIGEST_LEN; i++) {
+		out[2 * i] = hex[d[i] >> 4];
+		out[2 * i + 1] = hex[d[i] & 15];
+	}
+	out[2 * KILN__DIGEST_LEN] = '\0';
+}
+
+/* The table's own digest: its head before this field, then every chunk digest. */
+static void self_digest(const uint8_t *table, const uint8_t *entries, uint64_t chunks,
+			uint8_t out[KILN__DIGEST_LEN])
+{
+	XXH3_state_t s;
+	XXH3_128bits_reset(&s);
+	XXH3_128bits_update(&s, table, AT_SELF);
+	XXH3_128bits_update(&s, entries, (size_t)chunks * KILN__DIGEST_LEN);
+	XXH128_canonical_t c;
+	XXH128_canonicalFromHash(&c, XXH3_128bits_digest(&s));
+	memcpy(out, c.digest, KILN__DIGEST_LEN);
+}
+
+static uint64_t chunks_of(uint64_t from, uint64_t to, unsigned log2)
+{
+	uint64_t n = to - from;
+	return (n >> log2) + ((n & ((UINT64_C(1) << log2) - 1)) != 0);
+}
+
+size_t kiln__digests_size(uint64_t from, uint64_t to, unsigned log2)
+{
+	uint64_t bytes;
+	if (to < from || kiln__mul_overflows(chunks_of(from, to, log2), KILN__DIGEST_LEN, &bytes) ||
+	    kiln__add_overflows(bytes, KILN__DIGEST_HEAD, &bytes) || bytes > SIZE_MAX)
+		return 0;
+	return (size_t)bytes;
+}
+
+void kiln__digests_seal(uint8_t *table, size_t len, uint64_t file_size, uint64_t from, uint64_t to,
+			unsigned log2)
+{
+	memset(table, 0, KILN__DIGEST_HEAD);
+	memcpy(table + AT_MAGIC, KILN__DIGEST_MAGIC, 8);
+	kiln__st16(table + AT_VERSION, KILN__DIGEST_VERSION);
+	kiln__st16(table + AT_ALGORITHM, KILN__DIGEST_XXH3_128);
+	table[AT_LOG2] = (uint8_t)log2;
+	kiln__st64(table + AT_FILE_SIZE, file_size);
+	kiln__st64(table + AT_FROM, from);
+	kiln__st64(table + AT_TO, to);
+	uint64_t chunks = (len - KILN__DIGEST_HEAD) / KILN__DIGEST_LEN;
+	kiln__st64(table + AT_CHUNKS, chunks);
+	self_digest(table, table + KILN__DIGEST_HEAD, chunks, table + AT_SELF);
+}
+
+#define BAD(code, at, ...) \
+	kiln__fail(err, code, KILN_NO_INDEX, "digests", at, "%s: digest table: " __VA_ARGS__)
+
+int kiln__digests_parse(const uint8_t *p, size_t len, const char *shown, struct kiln__digests *d,
+			kiln_error *err)
+{
+	memset(d, 0, sizeof(*d));
+	if (len < KILN__DIGEST_HEAD)
+		return BAD(KILN_LIMIT, len, "%zu bytes, shorter than its %d-byte head", shown, len,
+			   KILN__DIGEST_HEAD);
+	if (memcmp(p + AT_MAGIC, KILN__DIGEST_MAGIC, 8))
+		return BAD(KILN_FRAME, AT_MAGIC, "no magic \"" KILN__DIGEST_MAGIC "\"", shown);
+	if (kiln__ld16(p + AT_VERSION) != KILN__DIGEST_VERSION)
+		return BAD(KILN_FRAME, AT_VERSION, "version %u, not %d", shown,
+			   kiln__ld16(p + AT_VERSION), KILN__DIGEST_VERSION);
+	for (int i = AT_RESERVED; i < AT_FILE_SIZE; i++)
+		if (p[i])
+			return BAD(KILN_FRAME, (uint64_t)i, "reserved byte %d is not 0", shown, i);
+	d->algorithm = kiln__ld16(p + AT_ALGORITHM);
+	if (d->algorithm != KILN__DIGEST_XXH3_128)
+		return BAD(KILN_UNSUPPORTED, AT_ALGORITHM,
+			   "algorithm %" PRIu32 " is not one this build knows (1: XXH3-128)", shown,
+			   d->algorithm);
+	d->chunk_log2 = p[AT_LOG2];
+	if (d->chunk_log2 < KILN__DIGEST_LOG2_MIN || d->chunk_log2 > KILN__DIGEST_LOG2_MAX)
+		return BAD(KILN_TYPE, AT_LOG2, "chunks of 2^%" PRIu32 " bytes, outside 2^%d..2^%d",
+			   shown, d->chunk_log2, KILN__DIGEST_LOG2_MIN, KILN__DIGEST_LOG2_MAX);
+	d->file_size = kiln__ld64(p + AT_FILE_SIZE);
+	d->from = kiln__ld64(p + AT_FROM);
+	d->to = kiln__ld64(p + AT_TO);
+	d->chunks = kiln__ld64(p + AT_CHUNKS);
+	if (d->from > d->to || d->to > d->file_size)
+		return BAD(KILN_TYPE, AT_FROM,
+			   "it covers bytes %" PRIu64 "..%" PRIu64 ", not within a file of %" PRIu64
+			   " bytes",
+			   shown, d->from, d->to, d->file_size);
+	uint64_t want = chunks_of(d->from, d->to, d->chunk_log2);
+	if (d->chunks != want)
+		return BAD(KILN_TYPE, AT_CHUNKS,
+			   "%" PRIu64 " chunk digests for bytes %" PRIu64 "..%" PRIu64
+			   ", which are %" PRIu64 " chunks",
+			   shown, d->chunks, d->from, d->to, want);
+	/* The count is proven by the bytes before any use of it. */
+	uint64_t avail = (len - KILN__DIGEST_HEAD) / KILN__DIGEST_LEN;
+	if (d->chunks > avail)
+		return BAD(KILN_LIMIT, AT_CHUNKS,
+			   "%" PRIu64 " chunk digests, but its %zu bytes hold %" PRIu64, shown,
+			   d->chunks, len, avail);
+	uint64_t end = KILN__DIGEST_HEAD + d->chunks * KILN__DIGEST_LEN;
+	if (len != end)
+		return BAD(KILN_FRAME, end, "%zu bytes after its last chunk digest", shown,
+			   (size_t)(len - end));
+	d->entries = p + KILN__DIGEST_HEAD;
+	self_digest(p, d->entries, d->chunks, d->self);
+	if (memcmp(d->self, p + AT_SELF, KILN__DIGEST_LEN)) {
+		char want_hex[33], got_hex[33];
+		kiln__digest_hex(p + AT_SELF, want_hex);
+		kiln__digest_hex(d->self, got_hex);
+		return BAD(KILN_CORRUPT, AT_SELF,
+			   "damaged: its own digest says %s, its bytes give %s", shown, want_hex,
+			   got_hex);
+	}
+	return 0;
+}

@@ -1,0 +1,631 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Content digests (kiln/verify.h, docs/integrity.md): sidecars made by kiln_model_write_digests()
+ * and checked by kiln_model_verify_digests() for KLNT, safetensors and GGUF, one file and many;
+ * a flipped bit anywhere they cover is found and located; the digest table's own rules, one
+ * defect at a time (white box: src/format/digest.h).
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "format/digest.h"
+#include "helpers.h"
+
+#define CHUNK_LOG2 12
+#define CHUNK      ((uint64_t)1 << CHUNK_LOG2)
+
+static char *join(const char *dir, const char *name)
+{
+	char *p;
+	cr_assert(asprintf(&p, "%s/%s", dir, name) > 0);
+	return p;
+}
+
+static char *sidecar(const char *path)
+{
+	char *p;
+	cr_assert(asprintf(&p, "%s.kiln-digest", path) > 0);
+	return p;
+}
+
+static void *slurp(const char *path, size_t *len)
+{
+	int fd = open(path, O_RDONLY);
+	cr_assert(fd >= 0, "%s: %s", path, strerror(errno));
+	struct stat st;
+	cr_assert_eq(fstat(fd, &st), 0);
+	void *p = malloc((size_t)st.st_size + 1);
+	cr_assert_eq(pread(fd, p, (size_t)st.st_size, 0), st.st_size);
+	close(fd);
+	*len = (size_t)st.st_size;
+	return p;
+}
+
+static void put_file(const char *path, const void *p, size_t n)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	cr_assert(fd >= 0, "%s: %s", path, strerror(errno));
+	cr_assert_eq(write(fd, p, n), (ssize_t)n);
+	close(fd);
+}
+
+static void copy_file(const char *from, const char *to)
+{
+	size_t n;
+	void *p = slurp(from, &n);
+	put_file(to, p, n);
+	free(p);
+}
+
+static uint64_t file_size(const char *path)
+{
+	struct stat st;
+	cr_assert_eq(stat(path, &st), 0, "%s", path);
+	return (uint64_t)st.st_size;
+}
+
+/* Flip bit `bit` of byte `at` of a file in place (twice puts it back). */
+static void flip(const char *path, uint64_t at, int bit)
+{
+	int fd = open(path, O_RDWR);
+	cr_assert(fd >= 0);
+	uint8_t b;
+	cr_assert_eq(pread(fd, &b, 1, (off_t)at), 1);
+	b ^= (uint8_t)(1u << bit);
+	cr_assert_eq(pwrite(fd, &b, 1, (off_t)at), 1);
+	close(fd);
+}
+
+static kiln_model *open_ok(const char *path)
+{
+	kiln_model *m;
+	kiln_error err;
+	int rc = kiln_model_open(path, NULL, &m, &err);
+	cr_assert_eq(rc, 0, "%s: %s", path, err.message);
+	return m;
+}
+
+static kiln_verify_report digest_ok(const char *path, unsigned log2)
+{
+	kiln_model *m = open_ok(path);
+	kiln_digest_options o = {
+	    .size = sizeof(o), .chunk_log2 = log2, .flags = KILN_WRITE_NO_SYNC};
+	kiln_verify_report r;
+	kiln_error err;
+	int rc = kiln_model_write_digests(m, &o, &r, &err);
+	cr_assert_eq(rc, 0, "%s: %s", path, err.message);
+	kiln_model_close(m);
+	return r;
+}
+
+static int verify(const char *path, kiln_verify_report *r, kiln_error *err)
+{
+	kiln_model *m = open_ok(path);
+	int rc = kiln_model_verify_digests(m, NULL, r, err);
+	kiln_model_close(m);
+	return rc;
+}
+
+/* A file of u8 tensors of random bytes, written by kiln as KLNT or safetensors. */
+static char *written(const char *dir, const char *name, int safetensors, size_t n,
+		     const char *const *names, const uint64_t *sizes, uint64_t seed)
+{
+	kiln_tensor_spec t[4];
+	uint8_t *data[4];
+	cr_assert_leq(n, 4);
+	for (size_t i = 0; i < n; i++) {
+		data[i] = malloc(sizes[i]);
+		fill_random(data[i], sizes[i], &seed);
+		t[i] = (kiln_tensor_spec){.name = names[i],
+					  .name_len = strlen(names[i]),
+					  .dtype = KILN_DT_U8,
+					  .rank = 1,
+					  .shape = {sizes[i]},
+					  .byte_length = sizes[i],
+					  .data = data[i]};
+	}
+	char *path = join(dir, name);
+	kiln_error err;
+	int rc = safetensors
+		     ? kiln_safetensors_write_file(path, t, n, NULL, 0, KILN_WRITE_NO_SYNC, &err)
+		     : kiln_write_file(path, t, (uint32_t)n, KILN_WRITE_NO_SYNC, &err);
+	cr_assert_eq(rc, 0, "%s", err.message);
+	for (size_t i = 0; i < n; i++)
+		free(data[i]);
+	return path;
+}
+
+/* KLNT: three tensors whose payloads straddle chunks. */
+static char *klnt_model(const char *dir)
+{
+	static const uint64_t sizes[3] = {10000, 70000, 5000};
+	static const char *const names[3] = {"alpha", "beta", "gamma"};
+	return written(dir, "m.klnt", 0, 3, names, sizes, 7);
+}
+
+static char *safetensors_model(const char *dir)
+{
+	static const uint64_t sizes[2] = {24000, 9000};
+	static const char *const names[2] = {"w", "v"};
+	return written(dir, "m.safetensors", 1, 2, names, sizes, 11);
+}
+
+static char *gguf_model(const char *dir)
+{
+	char *path = join(dir, "tiny-llama.gguf");
+	copy_file(KILN_SAMPLES "/tiny-llama.gguf", path);
+	return path;
+}
+
+/* The first tensor of the model with a byte in [off, end) of file `file`, as the error should
+ * name it. */
+static uint64_t tensor_in(const kiln_model *m, uint32_t file, uint64_t off, uint64_t end)
+{
+	for (uint64_t i = 0; i < kiln_model_count(m); i++) {
+		const kiln_tensor *t = kiln_model_tensor(m, i);
+		if (t->file == file && t->byte_length && t->file_offset < end &&
+		    t->file_offset + t->byte_length > off)
+			return i;
+	}
+	return KILN_NO_INDEX;
+}
+
+/* One bit flipped at `at` of file `file` of the model at `path` (whose file that is: `fpath`)
+ * is found: CORRUPT, that file, the chunk's first byte, the first tensor in the chunk, both
+ * digests in the message; put back, the model verifies again. */
+static void caught(const char *path, const char *fpath, uint32_t file, uint64_t at, int bit)
+{
+	flip(fpath, at, bit);
+	kiln_verify_report r;
+	kiln_error err;
+	int rc = verify(path, &r, &err);
+	cr_assert_eq(rc, KILN_CORRUPT, "byte %" PRIu64 ": %s: %s", at, kiln_code_name(rc),
+		     err.message);
+	uint64_t chunk = at / CHUNK;
+	cr_assert_eq(err.file, file, "byte %" PRIu64, at);
+	cr_assert_eq(err.offset, chunk * CHUNK, "byte %" PRIu64 ": %s", at, err.message);
+	cr_assert_str_eq(err.field, "digests");
+	kiln_model *m = open_ok(path);
+	uint64_t end =
+	    (chunk + 1) * CHUNK < file_size(fpath) ? (chunk + 1) * CHUNK : file_size(fpath);
+	uint64_t t = tensor_in(m, file, chunk * CHUNK, end);
+	cr_assert_eq(err.tensor, t, "byte %" PRIu64 ": tensor %" PRIu64 ", want %" PRIu64 ": %s",
+		     at, err.tensor, t, err.message);
+	if (t != KILN_NO_INDEX) {
+		const kiln_tensor *v = kiln_model_tensor(m, t);
+		char want[256];
+		snprintf(want, sizeof(want), "tensor %.*s)", (int)v->name_len, v->name);
+		cr_assert_not_null(strstr(err.message, want), "%s", err.message);
+	} else {
+		cr_assert_not_null(strstr(err.message, "no tensor's bytes"), "%s", err.message);
+	}
+	kiln_model_close(m);
+	char want[128];
+	snprintf(want, sizeof(want), "chunk %" PRIu64 " (bytes %" PRIu64 "..%" PRIu64, chunk,
+		 chunk * CHUNK, end);
+	cr_assert_not_null(strstr(err.message, want), "%s", err.message);
+	cr_assert_not_null(strstr(err.message, "XXH3-128 "), "%s", err.message);
+	cr_assert_not_null(strstr(err.message, "expected, "), "%s", err.message);
+	flip(fpath, at, bit);
+	cr_assert_eq(verify(path, &r, &err), 0, "%s", err.message);
+}
+
+/* Where to flip, in the one file at `path`: its first payload byte, its last byte, both sides of
+ * a chunk boundary inside a payload, the middle of a tensor, and a header byte (in the first
+ * tensor's name, its bit 1: the file stays valid, with a tensor of another name). */
+static void every_place(const char *path)
+{
+	kiln_model *m = open_ok(path);
+	const kiln_tensor *first = kiln_model_tensor(m, 0);
+	uint64_t first_byte = first->file_offset;
+	size_t n;
+	uint8_t *bytes = slurp(path, &n);
+	const uint8_t *name = memmem(bytes, first_byte, first->name, first->name_len);
+	cr_assert_not_null(name);
+	uint64_t header = (uint64_t)(name - bytes);
+	free(bytes);
+	uint64_t boundary = 0, middle = 0;
+	for (uint64_t i = 0; i < kiln_model_count(m) && !boundary; i++) {
+		const kiln_tensor *t = kiln_model_tensor(m, i);
+		uint64_t b = (t->file_offset / CHUNK + 1) * CHUNK;
+		if (t->byte_length > 2 * CHUNK && b + 1 < t->file_offset + t->byte_length) {
+			boundary = b;
+			middle = t->file_offset + t->byte_length / 2;
+		}
+	}
+	kiln_model_close(m);
+	cr_assert(boundary, "%s: no tensor crosses a chunk", path);
+	uint64_t last = file_size(path) - 1;
+	const uint64_t places[] = {first_byte, last, boundary - 1, boundary, middle, header};
+	for (size_t i = 0; i < sizeof(places) / sizeof(places[0]); i++)
+		caught(path, path, 0, places[i], places[i] == header ? 1 : (int)(places[i] % 8));
+}
+
+static void one_file_format(char *(*make)(const char *dir))
+{
+	char *dir = temp_dir();
+	char *path = make(dir);
+	kiln_verify_report w = digest_ok(path, CHUNK_LOG2);
+	uint64_t size = file_size(path), chunks = (size + CHUNK - 1) / CHUNK;
+	cr_assert_eq(w.files, 1);
+	cr_assert_eq(w.chunks, chunks);
+	cr_assert_eq(w.bytes, size);
+	cr_assert_eq(w.chunk_log2, CHUNK_LOG2);
+	cr_assert_eq(file_size(sidecar(path)), KILN__DIGEST_HEAD + chunks * KILN__DIGEST_LEN);
+	kiln_verify_report r;
+	kiln_error err;
+	cr_assert_eq(verify(path, &r, &err), 0, "%s", err.message);
+	cr_assert_eq(r.chunks, chunks);
+	cr_assert_eq(r.bytes, size);
+	cr_assert_eq(r.algorithm, KILN_DIGEST_XXH3_128);
+	cr_assert_eq(r.source, KILN_DIGESTS_SIDECAR);
+	cr_assert_eq(memcmp(r.content, w.content, 16), 0);
+	every_place(path);
+	free(path);
+	free(dir);
+}
+
+Test(verify, klnt_every_flipped_bit_is_found)
+{
+	one_file_format(klnt_model);
+}
+
+Test(verify, safetensors_every_flipped_bit_is_found)
+{
+	one_file_format(safetensors_model);
+}
+
+Test(verify, gguf_every_flipped_bit_is_found)
+{
+	one_file_format(gguf_model);
+}
+
+/* A model of two shards opened through its index: each shard has its sidecar, and a bit flipped
+ * in the second names that file. */
+Test(verify, a_sharded_model_names_the_shard)
+{
+	char *dir = temp_dir();
+	static const char *const names[3] = {"model-00001-of-00002.safetensors",
+					     "model-00002-of-00002.safetensors",
+					     "model.safetensors.index.json"};
+	char *p[3];
+	for (int i = 0; i < 3; i++) {
+		p[i] = join(dir, names[i]);
+		char *from = join(KILN_SAMPLES "/tiny-sharded", names[i]);
+		copy_file(from, p[i]);
+		free(from);
+	}
+	kiln_verify_report w = digest_ok(p[2], CHUNK_LOG2);
+	cr_assert_eq(w.files, 2);
+	cr_assert_eq(w.bytes, file_size(p[0]) + file_size(p[1]));
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(access(sidecar(p[i]), F_OK), 0);
+	kiln_verify_report r;
+	kiln_error err;
+	cr_assert_eq(verify(p[2], &r, &err), 0, "%s", err.message);
+	cr_assert_eq(r.chunks, w.chunks);
+	caught(p[2], p[1], 1, file_size(p[1]) - 100, 3);
+	caught(p[2], p[0], 0, 5000, 6);
+	/* A shard without its sidecar: NOTFOUND saying how to make one. */
+	char *s1 = sidecar(p[1]);
+	cr_assert_eq(unlink(s1), 0);
+	cr_assert_eq(verify(p[2], &r, &err), KILN_NOTFOUND, "%s", err.message);
+	cr_assert_eq(err.file, 1);
+	cr_assert_not_null(strstr(err.message, "klnt digest"), "%s", err.message);
+	free(s1);
+	for (int i = 0; i < 3; i++)
+		free(p[i]);
+	free(dir);
+}
+
+/* Chunks larger than one read (8 MiB): hashed in pieces, the same digest as in one piece, and a
+ * flipped bit in either piece found. 20 MiB in chunks of 16 MiB: chunk 0 spans two reads. */
+Test(verify, chunks_larger_than_a_read)
+{
+	char *dir = temp_dir();
+	static const uint64_t sizes[1] = {20 << 20};
+	static const char *const names[1] = {"big"};
+	char *path = written(dir, "big.klnt", 0, 1, names, sizes, 3);
+	kiln_verify_report w = digest_ok(path, 24);
+	cr_assert_eq(w.chunks, 2);
+	size_t n, tn;
+	uint8_t *bytes = slurp(path, &n);
+	char *s = sidecar(path);
+	uint8_t *table = slurp(s, &tn);
+	uint8_t d[KILN__DIGEST_LEN];
+	kiln__digest_bytes(bytes, 16 << 20, d);
+	cr_assert_eq(memcmp(table + KILN__DIGEST_HEAD, d, KILN__DIGEST_LEN), 0);
+	kiln__digest_bytes(bytes + (16 << 20), n - (16 << 20), d);
+	cr_assert_eq(memcmp(table + KILN__DIGEST_HEAD + KILN__DIGEST_LEN, d, KILN__DIGEST_LEN), 0);
+	const uint64_t places[3] = {(12 << 20) + 5, (8 << 20) - 1, (17 << 20) + 3};
+	for (int i = 0; i < 3; i++) {
+		flip(path, places[i], 4);
+		kiln_verify_report r;
+		kiln_error err;
+		cr_assert_eq(verify(path, &r, &err), KILN_CORRUPT, "%s", err.message);
+		cr_assert_eq(err.offset, places[i] < (16 << 20) ? 0 : 16 << 20, "%s", err.message);
+		flip(path, places[i], 4);
+	}
+	kiln_verify_report r;
+	kiln_error err;
+	cr_assert_eq(verify(path, &r, &err), 0, "%s", err.message);
+	cr_assert_eq(r.bytes, n);
+	free(table);
+	free(s);
+	free(bytes);
+	free(path);
+	free(dir);
+}
+
+/* The table itself: a bit flipped in a chunk digest or the head is the table's error, never
+ * taken as the file's. */
+Test(verify, a_damaged_table_is_refused)
+{
+	char *dir = temp_dir();
+	char *path = klnt_model(dir);
+	digest_ok(path, CHUNK_LOG2);
+	char *s = sidecar(path);
+	kiln_verify_report r;
+	kiln_error err;
+	/* A chunk digest: the table's own digest no longer matches. */
+	flip(s, KILN__DIGEST_HEAD + 3 * KILN__DIGEST_LEN + 5, 2);
+	cr_assert_eq(verify(path, &r, &err), KILN_CORRUPT, "%s", err.message);
+	cr_assert_eq(err.offset, 48);
+	cr_assert_not_null(strstr(err.message, "digest table: damaged"), "%s", err.message);
+	cr_assert_not_null(strstr(err.message, ".kiln-digest"), "%s", err.message);
+	flip(s, KILN__DIGEST_HEAD + 3 * KILN__DIGEST_LEN + 5, 2);
+	/* Its own digest. */
+	flip(s, 50, 0);
+	cr_assert_eq(verify(path, &r, &err), KILN_CORRUPT, "%s", err.message);
+	flip(s, 50, 0);
+	/* The magic. */
+	flip(s, 0, 0);
+	cr_assert_eq(verify(path, &r, &err), KILN_FRAME, "%s", err.message);
+	flip(s, 0, 0);
+	cr_assert_eq(verify(path, &r, &err), 0, "%s", err.message);
+	free(s);
+	free(path);
+	free(dir);
+}
+
+/* A sidecar of another file: the file's size says so. */
+Test(verify, digests_of_another_file)
+{
+	char *dir = temp_dir();
+	char *a = klnt_model(dir);
+	char *b = safetensors_model(dir);
+	digest_ok(a, CHUNK_LOG2);
+	char *sa = sidecar(a), *sb = sidecar(b);
+	copy_file(sa, sb);
+	kiln_verify_report r;
+	kiln_error err;
+	cr_assert_eq(verify(b, &r, &err), KILN_TYPE, "%s", err.message);
+	cr_assert_eq(err.offset, 16);
+	cr_assert_not_null(strstr(err.message, "it describes a file of 85"), "%s", err.message);
+	cr_assert_not_null(strstr(err.message, "the digests of another file"), "%s", err.message);
+	/* The other way round: a table within the cap, whole and good, of another size. */
+	digest_ok(b, CHUNK_LOG2);
+	copy_file(sb, sa);
+	cr_assert_eq(verify(a, &r, &err), KILN_TYPE, "%s", err.message);
+	cr_assert_not_null(strstr(err.message, "the digests of another file"), "%s", err.message);
+	/* Longer than any table of its file can be, though its head says its size: LIMIT. */
+	digest_ok(b, CHUNK_LOG2);
+	size_t n;
+	uint8_t *t = slurp(sb, &n);
+	uint8_t *longer = calloc(1, 4096);
+	memcpy(longer, t, n);
+	put_file(sb, longer, 4096);
+	cr_assert_eq(verify(b, &r, &err), KILN_LIMIT, "%s", err.message);
+	cr_assert_not_null(strstr(err.message, "4096 bytes, more than any table of a file of"),
+			   "%s", err.message);
+	free(longer);
+	free(t);
+	free(sa);
+	free(sb);
+	free(a);
+	free(b);
+	free(dir);
+}
+
+/* A model with no digests: NOTFOUND saying how to make them; a model from memory: INVAL. */
+Test(verify, no_digests)
+{
+	char *dir = temp_dir();
+	char *path = klnt_model(dir);
+	kiln_verify_report r;
+	kiln_error err;
+	cr_assert_eq(verify(path, &r, &err), KILN_NOTFOUND, "%s", err.message);
+	cr_assert_not_null(strstr(err.message, "make them once with: klnt digest"), "%s",
+			   err.message);
+	size_t n;
+	void *bytes = slurp(path, &n);
+	kiln_model *m;
+	cr_assert_eq(kiln_model_parse(bytes, n, NULL, &m, &err), 0, "%s", err.message);
+	cr_assert_eq(kiln_model_verify_digests(m, NULL, &r, &err), KILN_INVAL);
+	cr_assert_eq(kiln_model_write_digests(m, NULL, &r, &err), KILN_INVAL);
+	kiln_model_close(m);
+	free(bytes);
+	free(path);
+	free(dir);
+}
+
+/* The options: chunk sizes 2^12..2^30, size and reserved fields; a progress callback that stops
+ * the call leaves no sidecar. */
+static int stop_at_once(void *ctx, uint64_t done, uint64_t total)
+{
+	(void)done;
+	(void)total;
+	++*(int *)ctx;
+	return 1;
+}
+
+Test(verify, options)
+{
+	char *dir = temp_dir();
+	char *path = klnt_model(dir);
+	kiln_model *m = open_ok(path);
+	kiln_error err;
+	kiln_digest_options o = {.size = sizeof(o), .chunk_log2 = 11};
+	cr_assert_eq(kiln_model_write_digests(m, &o, NULL, &err), KILN_INVAL);
+	cr_assert_str_eq(err.field, "chunk_log2");
+	o.chunk_log2 = 31;
+	cr_assert_eq(kiln_model_write_digests(m, &o, NULL, &err), KILN_INVAL);
+	o = (kiln_digest_options){.size = 3};
+	cr_assert_eq(kiln_model_write_digests(m, &o, NULL, &err), KILN_INVAL);
+	o = (kiln_digest_options){.reserved = {0, 1}};
+	cr_assert_eq(kiln_model_verify_digests(m, &o, NULL, &err), KILN_INVAL);
+	int calls = 0;
+	o = (kiln_digest_options){.progress = stop_at_once, .progress_ctx = &calls};
+	cr_assert_eq(kiln_model_write_digests(m, &o, NULL, &err), KILN_CANCELED, "%s", err.message);
+	cr_assert_eq(calls, 1);
+	char *s = sidecar(path);
+	cr_assert_eq(access(s, F_OK), -1, "a sidecar was left");
+	/* The largest chunks: one chunk for the whole file. */
+	o = (kiln_digest_options){.chunk_log2 = 30};
+	kiln_verify_report r;
+	cr_assert_eq(kiln_model_write_digests(m, &o, &r, &err), 0, "%s", err.message);
+	cr_assert_eq(r.chunks, 1);
+	cr_assert_eq(file_size(s), KILN__DIGEST_HEAD + KILN__DIGEST_LEN);
+	cr_assert_eq(kiln_model_verify_digests(m, NULL, &r, &err), 0, "%s", err.message);
+	kiln_model_close(m);
+	free(s);
+	free(path);
+	free(dir);
+}
+
+/* --- the table's rules, one defect at a time ------------------------------------------------ */
+
+/* A good table over [from, to) of a file of `size` bytes with made-up chunk digests. */
+static uint8_t *table(uint64_t size, uint64_t from, uint64_t to, unsigned log2, size_t *len)
+{
+	*len = kiln__digests_size(from, to, log2);
+	cr_assert_gt(*len, 0);
+	uint8_t *t = calloc(1, *len);
+	for (size_t i = KILN__DIGEST_HEAD; i < *len; i++)
+		t[i] = (uint8_t)(i * 7);
+	kiln__digests_seal(t, *len, size, from, to, log2);
+	return t;
+}
+
+static void rejects(const uint8_t *t, size_t len, int code, uint64_t offset, const char *words)
+{
+	struct kiln__digests d;
+	kiln_error err;
+	int rc = kiln__digests_parse(t, len, "T", &d, &err);
+	cr_assert_eq(rc, code, "%s, want %s: %s", kiln_code_name(rc), kiln_code_name(code),
+		     err.message);
+	cr_assert_eq(err.offset, offset, "%s", err.message);
+	cr_assert_str_eq(err.field, "digests");
+	cr_assert_not_null(strstr(err.message, words), "no \"%s\" in: %s", words, err.message);
+	cr_assert_eq(strncmp(err.message, "T: digest table: ", 17), 0, "%s", err.message);
+}
+
+Test(digest_table, rules)
+{
+	size_t len;
+	uint8_t *t = table(100000, 0, 100000, 12, &len);
+	struct kiln__digests d;
+	kiln_error err;
+	cr_assert_eq(kiln__digests_parse(t, len, "T", &d, &err), 0, "%s", err.message);
+	cr_assert_eq(d.chunks, 25);
+	cr_assert_eq(d.entries, t + KILN__DIGEST_HEAD);
+	cr_assert_eq(d.file_size, 100000);
+	/* Shorter than the head. */
+	rejects(t, 63, KILN_LIMIT, 63, "63 bytes, shorter than its 64-byte head");
+	/* Magic, version, reserved bytes. */
+	uint8_t *c = malloc(len);
+	memcpy(c, t, len);
+	c[7] ^= 1;
+	rejects(c, len, KILN_FRAME, 0, "no magic");
+	memcpy(c, t, len);
+	c[8] = 2;
+	rejects(c, len, KILN_FRAME, 8, "version 2, not 1");
+	memcpy(c, t, len);
+	c[9] = 1;
+	rejects(c, len, KILN_FRAME, 8, "version 257, not 1");
+	for (int i = 13; i < 16; i++) {
+		memcpy(c, t, len);
+		c[i] = 1;
+		char w[64];
+		snprintf(w, sizeof(w), "reserved byte %d is not 0", i);
+		rejects(c, len, KILN_FRAME, (uint64_t)i, w);
+	}
+	memcpy(c, t, len);
+	c[10] = 2;
+	rejects(c, len, KILN_UNSUPPORTED, 10, "algorithm 2 is not one this build knows");
+	memcpy(c, t, len);
+	c[10] = 0;
+	rejects(c, len, KILN_UNSUPPORTED, 10, "algorithm 0");
+	memcpy(c, t, len);
+	c[12] = 11;
+	rejects(c, len, KILN_TYPE, 12, "chunks of 2^11 bytes, outside 2^12..2^30");
+	memcpy(c, t, len);
+	c[12] = 31;
+	rejects(c, len, KILN_TYPE, 12, "2^31");
+	/* The range: within the file, from <= to. */
+	memcpy(c, t, len);
+	kiln__st64(c + 32, 100001);
+	rejects(c, len, KILN_TYPE, 24, "bytes 0..100001, not within a file of 100000 bytes");
+	memcpy(c, t, len);
+	kiln__st64(c + 24, 100001);
+	rejects(c, len, KILN_TYPE, 24, "bytes 100001..100000");
+	/* A count that is not the range's. */
+	memcpy(c, t, len);
+	kiln__st64(c + 40, 24);
+	rejects(c, len, KILN_TYPE, 40, "24 chunk digests for bytes 0..100000, which are 25 chunks");
+	memcpy(c, t, len);
+	kiln__st64(c + 40, UINT64_MAX);
+	rejects(c, len, KILN_TYPE, 40, "which are 25 chunks");
+	/* The chunk digests are not all there: LIMIT before any use of the count. */
+	rejects(t, len - 1, KILN_LIMIT, 40, "25 chunk digests, but its 463 bytes hold 24");
+	rejects(t, 64, KILN_LIMIT, 40, "hold 0");
+	/* A huge range with a short table: the count is proven by the bytes. */
+	size_t hl;
+	uint8_t *h = table(UINT64_C(1) << 50, 0, 4096, 12, &hl);
+	kiln__st64(h + 32, UINT64_C(1) << 50);
+	kiln__st64(h + 40, UINT64_C(1) << 38);
+	rejects(h, hl, KILN_LIMIT, 40, "274877906944 chunk digests");
+	free(h);
+	/* Bytes after the last digest. */
+	uint8_t *longer = malloc(len + 16);
+	memcpy(longer, t, len);
+	memset(longer + len, 0, 16);
+	rejects(longer, len + 16, KILN_FRAME, len, "16 bytes after its last chunk digest");
+	free(longer);
+	/* A damaged chunk digest or head: the table's own digest. */
+	memcpy(c, t, len);
+	c[len - 1] ^= 0x80;
+	rejects(c, len, KILN_CORRUPT, 48, "damaged: its own digest says");
+	memcpy(c, t, len);
+	kiln__st64(c + 16, 100000 + 256); /* the file's size: still within the rules */
+	rejects(c, len, KILN_CORRUPT, 48, "damaged");
+	/* An empty range: no chunk, a table of its head. */
+	size_t el;
+	uint8_t *e = table(10, 10, 10, 20, &el);
+	cr_assert_eq(el, KILN__DIGEST_HEAD);
+	cr_assert_eq(kiln__digests_parse(e, el, "T", &d, &err), 0, "%s", err.message);
+	cr_assert_eq(d.chunks, 0);
+	free(e);
+	free(c);
+	free(t);
+}
+
+/* XXH3-128 as Debian's xxhsum --tag -H2 prints it, in the canonical byte order. */
+Test(digest_table, xxh3_128_known_answers)
+{
+	uint8_t d[16];
+	char hex[33];
+	kiln__digest_bytes("", 0, d);
+	kiln__digest_hex(d, hex);
+	cr_assert_str_eq(hex, "99aa06d3014798d86001c324468d497f");
+	kiln__digest_bytes("abc", 3, d);
+	kiln__digest_hex(d, hex);
+	cr_assert_str_eq(hex, "06b05ab6733a618578af5f94892f3950");
+}
