@@ -425,6 +425,15 @@ Test(verify, digests_of_another_file)
 	cr_assert_eq(verify(b, &r, &err), KILN_LIMIT, "%s", err.message);
 	cr_assert_not_null(strstr(err.message, "4096 bytes, more than any table of a file of"),
 			   "%s", err.message);
+	/* One that covers part of the file (a good table by its own rules): a check would pass on
+	 * bytes it never read. */
+	uint8_t part[KILN__DIGEST_HEAD];
+	memset(part, 0, sizeof(part));
+	kiln__digests_seal(part, sizeof(part), file_size(b), 10, 10, 20);
+	put_file(sb, part, sizeof(part));
+	cr_assert_eq(verify(b, &r, &err), KILN_TYPE, "%s", err.message);
+	cr_assert_eq(err.offset, 24);
+	cr_assert_not_null(strstr(err.message, "it covers bytes 10..10 of"), "%s", err.message);
 	free(longer);
 	free(t);
 	free(sa);

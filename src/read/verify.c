@@ -325,6 +325,13 @@ static int read_sidecar(const struct kiln__file *f, uint8_t **table, struct kiln
 	rc = kiln__digests_parse(*table, len, name, d, err);
 	if (!rc && d->file_size != f->size)
 		rc = another(name, d->file_size, f, err);
+	/* A sidecar covers its whole file: one that covered less would let a check pass on bytes
+	 * it never looked at. */
+	if (!rc && (d->from != 0 || d->to != f->size))
+		rc = kiln__fail(err, KILN_TYPE, KILN_NO_INDEX, "digests", 24,
+				"%s: digest table: it covers bytes %" PRIu64 "..%" PRIu64
+				" of %" PRIu64 "; a sidecar covers its whole file",
+				name, d->from, d->to, f->size);
 out:
 	if (fd >= 0)
 		close(fd);
