@@ -217,7 +217,9 @@ if [ "$tools" = ON ] && [ -f "$prefix/bin/klnt" ]; then
 			offer() { COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); COMPREPLY=(); _klnt; echo "${COMPREPLY[*]}"; }
 			expect() { got=$(offer "${@:2}"); [ "$got" = "$1" ] || { echo "completing [${*:2}]: got [$got], want [$1]"; bad=1; }; }
 			complete -p klnt | grep -q -- "-F _klnt" || { echo "klnt is not bound to _klnt"; bad=1; }
-			expect "check inspect cat pack gen import export bench load help" klnt ""
+			expect "check inspect cat pack gen import export bench load digest verify help" klnt ""
+			expect "--chunk --help" klnt digest --
+			expect "--quiet --help" klnt verify --
 			expect "gguf safetensors" klnt export --to ""
 			expect "check" klnt ch
 			expect "--help --version" klnt --

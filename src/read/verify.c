@@ -368,10 +368,14 @@ static int check_chunk(void *ctx, uint64_t k, uint64_t off, uint64_t n,
 		snprintf(tn, sizeof(tn), "tensor %s",
 			 v->name ? kiln__shown(v->name, v->name_len, nb) : "(unnamed)");
 	}
-	return kiln__fail(err, KILN_CORRUPT, t, "digests", off,
-			  "%s: chunk %" PRIu64 " (bytes %" PRIu64 "..%" PRIu64 ", %s) differs from "
-			  "its digest: XXH3-128 %s expected, %s read",
-			  kiln__file_shown(c->f), k, off, off + n, tn, wh, gh);
+	/* The path first, shortened if need be (kiln__error_prefix), then what to act on; the
+	 * digests last, where a cut costs least. */
+	kiln__fail(err, KILN_CORRUPT, t, "digests", off,
+		   "chunk %" PRIu64 " (bytes %" PRIu64 "..%" PRIu64 ", %s) differs from its "
+		   "digest: expected XXH3-128 %s, read %s",
+		   k, off, off + n, tn, wh, gh);
+	kiln__error_prefix(err, kiln__file_shown(c->f));
+	return KILN_CORRUPT;
 }
 
 int kiln_model_verify_digests(const kiln_model *m, const kiln_digest_options *o,
