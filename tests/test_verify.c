@@ -365,6 +365,33 @@ Test(verify, chunks_larger_than_a_read)
 	free(dir);
 }
 
+/* A deep directory gives way in the message: the path's head and tail, then the whole finding. */
+Test(verify, a_deep_path_leaves_the_finding_whole)
+{
+	char *top = temp_dir();
+	char dir[1024];
+	snprintf(dir, sizeof(dir), "%s", top);
+	for (int i = 0; i < 5; i++) {
+		size_t n = strlen(dir);
+		snprintf(dir + n, sizeof(dir) - n, "/%040d", i);
+		cr_assert_eq(mkdir(dir, 0700), 0, "%s", dir);
+	}
+	char *path = klnt_model(dir);
+	digest_ok(path, CHUNK_LOG2);
+	flip(path, 40000, 0);
+	kiln_verify_report r;
+	kiln_error err;
+	cr_assert_eq(verify(path, &r, &err), KILN_CORRUPT, "%s", err.message);
+	cr_assert(!strncmp(err.message, path, 12) && !strncmp(err.message + 12, "...", 3), "%s",
+		  err.message);
+	cr_assert_not_null(strstr(err.message, "/m.klnt: chunk 9 (bytes 36864..40960, tensor beta) "
+					       "differs from its digest: expected XXH3-128 "),
+			   "%s", err.message);
+	cr_assert_not_null(strstr(err.message, ", read "), "%s", err.message);
+	free(path);
+	free(top);
+}
+
 /* The table itself: a bit flipped in a chunk digest or the head is the table's error, never
  * taken as the file's. */
 Test(verify, a_damaged_table_is_refused)

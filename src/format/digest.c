@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
+
 #include "format/digest.h"
 
 #include <xxh_x86dispatch.h>
@@ -97,33 +99,47 @@ void kiln__digests_seal(uint8_t *table, size_t len, uint64_t file_size, uint64_t
 	self_digest(table, table + KILN__DIGEST_HEAD, chunks, table + AT_SELF);
 }
 
-#define BAD(code, at, ...) \
-	kiln__fail(err, code, KILN_NO_INDEX, "digests", at, "%s: digest table: " __VA_ARGS__)
+/* A broken rule: "digest table: WHY" after the table's name, which gives way to the reason when
+ * both do not fit (kiln__error_prefix). */
+static int bad(kiln_error *err, const char *shown, int code, uint64_t at, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static int bad(kiln_error *err, const char *shown, int code, uint64_t at, const char *fmt, ...)
+{
+	char why[sizeof(err->message)];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	kiln__fail(err, code, KILN_NO_INDEX, "digests", at, "digest table: %s", why);
+	kiln__error_prefix(err, shown);
+	return code;
+}
+#define BAD(code, at, ...) bad(err, shown, code, at, __VA_ARGS__)
 
 int kiln__digests_parse(const uint8_t *p, size_t len, const char *shown, struct kiln__digests *d,
 			kiln_error *err)
 {
 	memset(d, 0, sizeof(*d));
 	if (len < KILN__DIGEST_HEAD)
-		return BAD(KILN_LIMIT, len, "%zu bytes, shorter than its %d-byte head", shown, len,
+		return BAD(KILN_LIMIT, len, "%zu bytes, shorter than its %d-byte head", len,
 			   KILN__DIGEST_HEAD);
 	if (memcmp(p + AT_MAGIC, KILN__DIGEST_MAGIC, 8))
-		return BAD(KILN_FRAME, AT_MAGIC, "no magic \"" KILN__DIGEST_MAGIC "\"", shown);
+		return BAD(KILN_FRAME, AT_MAGIC, "no magic \"" KILN__DIGEST_MAGIC "\"");
 	if (kiln__ld16(p + AT_VERSION) != KILN__DIGEST_VERSION)
-		return BAD(KILN_FRAME, AT_VERSION, "version %u, not %d", shown,
-			   kiln__ld16(p + AT_VERSION), KILN__DIGEST_VERSION);
+		return BAD(KILN_FRAME, AT_VERSION, "version %u, not %d", kiln__ld16(p + AT_VERSION),
+			   KILN__DIGEST_VERSION);
 	for (int i = AT_RESERVED; i < AT_FILE_SIZE; i++)
 		if (p[i])
-			return BAD(KILN_FRAME, (uint64_t)i, "reserved byte %d is not 0", shown, i);
+			return BAD(KILN_FRAME, (uint64_t)i, "reserved byte %d is not 0", i);
 	d->algorithm = kiln__ld16(p + AT_ALGORITHM);
 	if (d->algorithm != KILN__DIGEST_XXH3_128)
 		return BAD(KILN_UNSUPPORTED, AT_ALGORITHM,
-			   "algorithm %" PRIu32 " is not one this build knows (1: XXH3-128)", shown,
+			   "algorithm %" PRIu32 " is not one this build knows (1: XXH3-128)",
 			   d->algorithm);
 	d->chunk_log2 = p[AT_LOG2];
 	if (d->chunk_log2 < KILN__DIGEST_LOG2_MIN || d->chunk_log2 > KILN__DIGEST_LOG2_MAX)
 		return BAD(KILN_TYPE, AT_LOG2, "chunks of 2^%" PRIu32 " bytes, outside 2^%d..2^%d",
-			   shown, d->chunk_log2, KILN__DIGEST_LOG2_MIN, KILN__DIGEST_LOG2_MAX);
+			   d->chunk_log2, KILN__DIGEST_LOG2_MIN, KILN__DIGEST_LOG2_MAX);
 	d->file_size = kiln__ld64(p + AT_FILE_SIZE);
 	d->from = kiln__ld64(p + AT_FROM);
 	d->to = kiln__ld64(p + AT_TO);
@@ -132,22 +148,22 @@ int kiln__digests_parse(const uint8_t *p, size_t len, const char *shown, struct 
 		return BAD(KILN_TYPE, AT_FROM,
 			   "it covers bytes %" PRIu64 "..%" PRIu64 ", not within a file of %" PRIu64
 			   " bytes",
-			   shown, d->from, d->to, d->file_size);
+			   d->from, d->to, d->file_size);
 	uint64_t want = chunks_of(d->from, d->to, d->chunk_log2);
 	if (d->chunks != want)
 		return BAD(KILN_TYPE, AT_CHUNKS,
 			   "%" PRIu64 " chunk digests for bytes %" PRIu64 "..%" PRIu64
 			   ", which are %" PRIu64 " chunks",
-			   shown, d->chunks, d->from, d->to, want);
+			   d->chunks, d->from, d->to, want);
 	/* The count is proven by the bytes before any use of it. */
 	uint64_t avail = (len - KILN__DIGEST_HEAD) / KILN__DIGEST_LEN;
 	if (d->chunks > avail)
 		return BAD(KILN_LIMIT, AT_CHUNKS,
-			   "%" PRIu64 " chunk digests, but its %zu bytes hold %" PRIu64, shown,
-			   d->chunks, len, avail);
+			   "%" PRIu64 " chunk digests, but its %zu bytes hold %" PRIu64, d->chunks,
+			   len, avail);
 	uint64_t end = KILN__DIGEST_HEAD + d->chunks * KILN__DIGEST_LEN;
 	if (len != end)
-		return BAD(KILN_FRAME, end, "%zu bytes after its last chunk digest", shown,
+		return BAD(KILN_FRAME, end, "%zu bytes after its last chunk digest",
 			   (size_t)(len - end));
 	d->entries = p + KILN__DIGEST_HEAD;
 	self_digest(p, d->entries, d->chunks, d->self);
@@ -156,8 +172,7 @@ int kiln__digests_parse(const uint8_t *p, size_t len, const char *shown, struct 
 		kiln__digest_hex(p + AT_SELF, want_hex);
 		kiln__digest_hex(d->self, got_hex);
 		return BAD(KILN_CORRUPT, AT_SELF,
-			   "damaged: its own digest says %s, its bytes give %s", shown, want_hex,
-			   got_hex);
+			   "damaged: its own digest says %s, its bytes give %s", want_hex, got_hex);
 	}
 	return 0;
 }

@@ -49,11 +49,10 @@ static char *sidecar_name(const struct kiln__file *f, kiln_error *err)
 		return NULL;
 	}
 	if (f->remote || f->url) {
-		kiln__fail(
-		    err, KILN_UNSUPPORTED, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
-		    "%s: digests of a remote file are not looked for yet; run klnt digest on "
-		    "a local copy",
-		    kiln__file_shown(f));
+		kiln__fail(err, KILN_UNSUPPORTED, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
+			   "digests of a remote file are not looked for yet; run klnt digest on a "
+			   "local copy");
+		kiln__error_prefix(err, kiln__file_shown(f));
 		return NULL;
 	}
 	size_t n = strlen(f->path);
@@ -256,10 +255,12 @@ int kiln_model_write_digests(const kiln_model *m, const kiln_digest_options *o,
 /* TYPE: the table at `name` describes a file of `said` bytes, not f. */
 static int another(const char *name, uint64_t said, const struct kiln__file *f, kiln_error *err)
 {
-	return kiln__fail(err, KILN_TYPE, KILN_NO_INDEX, "digests", 16,
-			  "%s: digest table: it describes a file of %" PRIu64 " bytes, and %s has "
-			  "%" PRIu64 ": the digests of another file",
-			  name, said, kiln__file_shown(f), f->size);
+	kiln__fail(err, KILN_TYPE, KILN_NO_INDEX, "digests", 16,
+		   "digest table: it describes a file of %" PRIu64 " bytes, and its file has "
+		   "%" PRIu64 ": the digests of another file",
+		   said, f->size);
+	kiln__error_prefix(err, name);
+	return KILN_TYPE;
 }
 
 /* The sidecar of file f, read whole and parsed: 0 with *table (malloc'd) and *d; NOTFOUND when
@@ -277,10 +278,10 @@ static int read_sidecar(const struct kiln__file *f, uint8_t **table, struct kiln
 	int fd = open(name, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	struct stat st;
 	if (fd < 0 && errno == ENOENT) {
-		rc = kiln__fail(
-		    err, KILN_NOTFOUND, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
-		    "%s: no digests (no %s beside it); make them once with: klnt digest %s",
-		    kiln__file_shown(f), SIDECAR_SUFFIX, kiln__file_shown(f));
+		rc = kiln__fail(err, KILN_NOTFOUND, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
+				"no digests (no %s beside it); make them once with: klnt digest %s",
+				SIDECAR_SUFFIX, kiln__file_shown(f));
+		kiln__error_prefix(err, kiln__file_shown(f));
 		goto out;
 	}
 	if (fd < 0 || fstat(fd, &st)) {
@@ -316,10 +317,11 @@ static int read_sidecar(const struct kiln__file *f, uint8_t **table, struct kiln
 			rc = another(name, said, f, err);
 		else
 			rc = kiln__fail(err, KILN_LIMIT, KILN_NO_INDEX, "digests", cap,
-					"%s: digest table: %" PRIu64
-					" bytes, more than any table of "
+					"digest table: %" PRIu64 " bytes, more than any table of "
 					"a file of %" PRIu64 " bytes can have (%zu)",
-					name, (uint64_t)st.st_size, f->size, cap);
+					(uint64_t)st.st_size, f->size, cap);
+		if (rc == KILN_LIMIT)
+			kiln__error_prefix(err, name);
 		goto out;
 	}
 	rc = kiln__digests_parse(*table, len, name, d, err);
@@ -327,11 +329,13 @@ static int read_sidecar(const struct kiln__file *f, uint8_t **table, struct kiln
 		rc = another(name, d->file_size, f, err);
 	/* A sidecar covers its whole file: one that covered less would let a check pass on bytes
 	 * it never looked at. */
-	if (!rc && (d->from != 0 || d->to != f->size))
+	if (!rc && (d->from != 0 || d->to != f->size)) {
 		rc = kiln__fail(err, KILN_TYPE, KILN_NO_INDEX, "digests", 24,
-				"%s: digest table: it covers bytes %" PRIu64 "..%" PRIu64
-				" of %" PRIu64 "; a sidecar covers its whole file",
-				name, d->from, d->to, f->size);
+				"digest table: it covers bytes %" PRIu64 "..%" PRIu64 " of %" PRIu64
+				"; a sidecar covers its whole file",
+				d->from, d->to, f->size);
+		kiln__error_prefix(err, name);
+	}
 out:
 	if (fd >= 0)
 		close(fd);
