@@ -259,7 +259,9 @@ static void one_file_format(char *(*make)(const char *dir))
 	cr_assert_eq(w.chunks, chunks);
 	cr_assert_eq(w.bytes, size);
 	cr_assert_eq(w.chunk_log2, CHUNK_LOG2);
-	cr_assert_eq(file_size(sidecar(path)), KILN__DIGEST_HEAD + chunks * KILN__DIGEST_LEN);
+	char *s = sidecar(path);
+	cr_assert_eq(file_size(s), KILN__DIGEST_HEAD + chunks * KILN__DIGEST_LEN);
+	free(s);
 	kiln_verify_report r;
 	kiln_error err;
 	cr_assert_eq(verify(path, &r, &err), 0, "%s", err.message);
@@ -306,8 +308,11 @@ Test(verify, a_sharded_model_names_the_shard)
 	kiln_verify_report w = digest_ok(p[2], CHUNK_LOG2);
 	cr_assert_eq(w.files, 2);
 	cr_assert_eq(w.bytes, file_size(p[0]) + file_size(p[1]));
-	for (int i = 0; i < 2; i++)
-		cr_assert_eq(access(sidecar(p[i]), F_OK), 0);
+	for (int i = 0; i < 2; i++) {
+		char *s = sidecar(p[i]);
+		cr_assert_eq(access(s, F_OK), 0);
+		free(s);
+	}
 	kiln_verify_report r;
 	kiln_error err;
 	cr_assert_eq(verify(p[2], &r, &err), 0, "%s", err.message);
