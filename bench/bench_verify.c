@@ -6,7 +6,7 @@
  *   hash/1MiB_chunks: of a 256 MiB buffer in 1 MiB chunks, out of cache (memory-bound), beside
  *   memcpy/256MiB, the same bytes copied;
  * - verify_warm: kiln_model_verify_digests() of a 256 MiB file in the page cache (every byte
- *   read and hashed), beside read_warm: the same file read with pread in 8 MiB blocks into one
+ *   read and hashed), beside read_warm: the same file read with pread in 1 MiB blocks into one
  *   reused buffer (what the verification reads, without the hash). verify / read is the cost of
  *   checking a warm file.
  * Files go to $KILN_BENCH_DIR (default ./bench-files) and are removed at exit; KILN_BENCH_SMOKE
@@ -98,7 +98,7 @@ static void verify_warm(kb_state *st, uint64_t iters, void *arg)
 static void read_warm(kb_state *st, uint64_t iters, void *arg)
 {
 	(void)arg;
-	size_t block = 8 << 20;
+	size_t block = 1 << 20;
 	uint8_t *buf = malloc(block);
 	int fd = open(file_path, O_RDONLY | O_CLOEXEC);
 	for (uint64_t i = 0; i < iters && fd >= 0 && buf; i++)

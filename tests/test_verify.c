@@ -331,7 +331,7 @@ Test(verify, a_sharded_model_names_the_shard)
 	free(dir);
 }
 
-/* Chunks larger than one read (8 MiB): hashed in pieces, the same digest as in one piece, and a
+/* Chunks larger than one read (1 MiB): hashed in pieces, the same digest as in one piece, and a
  * flipped bit in either piece found. 20 MiB in chunks of 16 MiB: chunk 0 spans two reads. */
 Test(verify, chunks_larger_than_a_read)
 {
