@@ -10,7 +10,7 @@
  * ------------------------------------------------------------------------------------------- */
 
 static PyObject *Error, *FormatError, *FrameError, *FormatTypeError, *LimitError, *UTF8Error,
-    *FileError;
+    *FileError, *CorruptError;
 
 static PyObject *class_for(int code)
 {
@@ -25,6 +25,8 @@ static PyObject *class_for(int code)
 		return UTF8Error;
 	case KILN_IO:
 		return FileError;
+	case KILN_CORRUPT:
+		return CorruptError;
 	default:
 		return Error;
 	}
@@ -126,7 +128,10 @@ int kp_add_errors(PyObject *m)
 	    !(LimitError = new_exc(m, "LimitError", FormatError,
 				   "A count or length does not fit in the bytes available.")) ||
 	    !(UTF8Error =
-		  new_exc(m, "UTF8Error", FormatError, "A name or string is not valid UTF-8.")))
+		  new_exc(m, "UTF8Error", FormatError, "A name or string is not valid UTF-8.")) ||
+	    !(CorruptError = new_exc(m, "CorruptError", Error,
+				     "Bytes differ from their digest (kiln's CORRUPT class): the "
+				     "file, chunk, byte range and tensor are in the message.")))
 		return -1;
 	PyObject *bases = PyTuple_Pack(2, Error, PyExc_OSError);
 	if (!bases)

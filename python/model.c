@@ -1035,6 +1035,9 @@ static PyGetSetDef model_getset[] = {
     {"format", (getter)model_get_format, NULL, "\"klnt\", \"safetensors\" or \"gguf\".", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
+static PyObject *model_write_digests(ModelObject *self, PyObject *args, PyObject *kw);
+static PyObject *model_verify_digests(ModelObject *self, PyObject *unused);
+
 static PyMethodDef model_methods[] = {
     {"keys", (PyCFunction)model_keys, METH_NOARGS, "Names of the named tensors, in file order."},
     {"metadata", (PyCFunction)(void (*)(void))model_metadata, METH_VARARGS | METH_KEYWORDS,
@@ -1046,6 +1049,18 @@ static PyMethodDef model_methods[] = {
     {"verify_payload", (PyCFunction)model_verify_payload, METH_NOARGS,
      "Check the bytes between payloads and the 4-bit padding are zero (raises "
      "FormatTypeError)."},
+    {"write_digests", (PyCFunction)(void (*)(void))model_write_digests,
+     METH_VARARGS | METH_KEYWORDS,
+     "write_digests(*, chunk=None) -> dict\n"
+     "Read every byte of every file and write its XXH3-128 digests, one per chunk (a power of\n"
+     "two from 4096 to 1 GiB; None: 1 MiB), into FILE.kiln-digest beside it (docs/integrity.md).\n"
+     "Returns files, algorithm, source, chunk_bytes, chunks, bytes and content (the first\n"
+     "file's table digest, hex). Ctrl-C stops it, leaving no partial sidecar."},
+    {"verify_digests", (PyCFunction)model_verify_digests, METH_NOARGS,
+     "verify_digests() -> dict\n"
+     "Read every byte the sidecars cover and check it: the same dict as write_digests, or\n"
+     "kiln.CorruptError naming the file, chunk, byte range and tensor; kiln.Error (cls\n"
+     "NOTFOUND) when a file has no digests."},
     {"hint", (PyCFunction)(void (*)(void))model_hint, METH_VARARGS | METH_KEYWORDS,
      "hint(tensors=None, hint=\"willneed\"): advise the kernel about these tensors' pages\n"
      "(names, indices or Tensors; None: all): willneed, dontneed, cold, pageout. mmap only."},
@@ -1162,6 +1177,70 @@ static int open_progress(void *ctx, uint64_t done, uint64_t total)
 		*interrupted = 1;
 	PyGILState_Release(g);
 	return *interrupted;
+}
+
+/* Model.write_digests / Model.verify_digests (kiln/verify.h): the GIL released, the signal
+ * handlers run through open_progress, a dict of what was written or checked. */
+static PyObject *digest_report(const kiln_verify_report *r)
+{
+	char hex[33];
+	for (int i = 0; i < 16; i++)
+		snprintf(hex + 2 * i, 3, "%02x", r->content[i]);
+	return Py_BuildValue("{s:I,s:s,s:s,s:K,s:K,s:K,s:s}", "files", (unsigned)r->files,
+			     "algorithm", "xxh3-128", "source", "sidecar", "chunk_bytes",
+			     1ULL << r->chunk_log2, "chunks", (unsigned long long)r->chunks,
+			     "bytes", (unsigned long long)r->bytes, "content", hex);
+}
+
+static PyObject *run_digests(ModelObject *self, unsigned log2, int write)
+{
+	OwnerObject *o = model_owner(self);
+	if (!o)
+		return NULL;
+	int interrupted = 0, rc;
+	kiln_digest_options opts = {.size = sizeof(opts),
+				    .chunk_log2 = log2,
+				    .progress = open_progress,
+				    .progress_ctx = &interrupted};
+	kiln_verify_report r;
+	kiln_error err;
+	Py_INCREF(o); /* the model stays open even if another thread closes the Model */
+	const kiln_model *m = o->model;
+	Py_BEGIN_ALLOW_THREADS rc = write ? kiln_model_write_digests(m, &opts, &r, &err)
+					  : kiln_model_verify_digests(m, &opts, &r, &err);
+	Py_END_ALLOW_THREADS Py_DECREF(o);
+	if (interrupted)
+		return NULL; /* the signal handler's exception */
+	if (rc && rc != KILN_UNSYNCED)
+		return raise_kiln(rc, &err);
+	return digest_report(&r);
+}
+
+static PyObject *model_write_digests(ModelObject *self, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = {"chunk", NULL};
+	PyObject *chunk = Py_None;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|$O", kwlist, &chunk))
+		return NULL;
+	unsigned log2 = 0;
+	if (chunk != Py_None) {
+		unsigned long long v = PyLong_Check(chunk) ? PyLong_AsUnsignedLongLong(chunk) : 0;
+		if (PyErr_Occurred())
+			PyErr_Clear();
+		while (log2 < 31 && (1ULL << log2) < v)
+			log2++;
+		if (v < 4096 || v > (1ULL << 30) || (1ULL << log2) != v)
+			return PyErr_Format(PyExc_ValueError,
+					    "chunk must be a power of two from 4096 to 1073741824 "
+					    "bytes, or None");
+	}
+	return run_digests(self, log2, 1);
+}
+
+static PyObject *model_verify_digests(ModelObject *self, PyObject *unused)
+{
+	(void)unused;
+	return run_digests(self, 0, 0);
 }
 
 PyObject *mod_open(PyObject *mod, PyObject *args, PyObject *kw)

@@ -31,8 +31,9 @@ fault. With ``source="read"``/``"uring"`` the block is in private memory already
 
 Errors: ``kiln.Error`` (attributes ``code``, ``cls``, ``tensor``, ``field``, ``offset``,
 ``errno``) with ``FormatError`` (``FrameError``, ``FormatTypeError``, ``LimitError``,
-``UTF8Error``) for rejected bytes and ``FileError`` (also an ``OSError``) for failed system
-calls; other codes (``NOMEM``, ``INVAL``, ...) are plain ``kiln.Error`` with ``cls`` set.
+``UTF8Error``) for rejected bytes, ``FileError`` (also an ``OSError``) for failed system
+calls and ``CorruptError`` for bytes that differ from their digest (``Model.verify_digests``);
+other codes (``NOMEM``, ``INVAL``, ...) are plain ``kiln.Error`` with ``cls`` set.
 """
 
 import json as _json
@@ -42,6 +43,7 @@ import numpy as _np
 from . import _dtypes
 from ._kiln import (  # noqa: F401
     METADATA_TENSOR,  # the tensor of the converters' metadata document (docs/convert.md)
+    CorruptError,
     DeviceView,
     Error,
     FileError,
@@ -93,7 +95,7 @@ def _sequence(keys, order, path):
 __all__ = [
     "open", "Model", "Dir", "Tensor", "safe_open", "load_file", "save_file", "write_file",
     "Error", "FormatError", "FrameError", "FormatTypeError", "LimitError", "UTF8Error",
-    "FileError",
+    "FileError", "CorruptError",
 ]
 
 def _is_torch(x):

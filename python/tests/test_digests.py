@@ -1,0 +1,66 @@
+# SPDX-License-Identifier: MIT
+"""Model.write_digests and Model.verify_digests (docs/integrity.md): a sidecar beside each file,
+every byte checked, a flipped byte named with kiln.CorruptError, a model without digests told
+how to get some."""
+
+import os
+import shutil
+
+import pytest
+
+import kiln
+
+SAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests",
+                       "samples")
+
+
+@pytest.fixture
+def gguf(tmp_path):
+    p = tmp_path / "m.gguf"
+    shutil.copy(os.path.join(SAMPLES, "tiny-llama.gguf"), p)
+    return str(p)
+
+
+def test_written_then_verified(gguf):
+    with kiln.open(gguf) as m:
+        w = m.write_digests(chunk=4096)
+        assert w == {"files": 1, "algorithm": "xxh3-128", "source": "sidecar",
+                     "chunk_bytes": 4096, "chunks": 19, "bytes": 76160,
+                     "content": w["content"]}
+        assert len(w["content"]) == 32
+        assert os.path.getsize(gguf + ".kiln-digest") == 64 + 19 * 16
+        assert m.verify_digests() == w
+
+
+def test_a_flipped_byte_is_named(gguf):
+    with kiln.open(gguf) as m:
+        m.write_digests(chunk=4096)
+    with open(gguf, "r+b") as f:
+        f.seek(50000)
+        b = f.read(1)
+        f.seek(50000)
+        f.write(bytes([b[0] ^ 0x10]))
+    with kiln.open(gguf) as m:
+        with pytest.raises(kiln.CorruptError) as e:
+            m.verify_digests()
+    assert isinstance(e.value, kiln.Error)
+    assert e.value.cls == "CORRUPT" and e.value.code == 24
+    assert e.value.offset == 49152 and e.value.field == "digests"
+    assert "chunk 12 (bytes 49152..53248, tensor blk.0.ffn_down.weight) differs from its digest" \
+        in str(e.value)
+
+
+def test_no_digests_says_how_to_get_some(gguf):
+    with kiln.open(gguf) as m:
+        with pytest.raises(kiln.Error) as e:
+            m.verify_digests()
+    assert e.value.cls == "NOTFOUND"
+    assert "make them once with: klnt digest" in str(e.value)
+
+
+@pytest.mark.parametrize("chunk", [0, 4095, 4097, 3 << 12, 1 << 31, -4096, "4096", 1.5])
+def test_chunk_is_a_power_of_two_in_range(gguf, chunk):
+    with kiln.open(gguf) as m:
+        with pytest.raises(ValueError, match="power of two from 4096"):
+            m.write_digests(chunk=chunk)
+    assert not os.path.exists(gguf + ".kiln-digest")
