@@ -130,6 +130,22 @@ char *temp_dir(void)
 	return path;
 }
 
+char *deep_dir(void)
+{
+	char *top = temp_dir(), *path = NULL;
+	size_t n = strlen(top) + 5 * 41 + 1;
+	path = malloc(n);
+	cr_assert_not_null(path);
+	snprintf(path, n, "%s", top);
+	free(top);
+	for (int i = 0; i < 5; i++) {
+		size_t at = strlen(path);
+		snprintf(path + at, n - at, "/%040d", i);
+		cr_assert_eq(mkdir(path, 0700), 0, "%s", path);
+	}
+	return path;
+}
+
 char *write_temp(const void *p, size_t len)
 {
 	char *path;

@@ -59,6 +59,9 @@ void fill_random(uint8_t *p, uint64_t n, uint64_t *state);
 char *write_temp(const void *p, size_t len);
 /* A fresh scratch directory path (malloc'd), created. */
 char *temp_dir(void);
+/* A fresh scratch directory five 40-character names below one (malloc'd), created: its files'
+ * paths pass the 223 bytes of kiln_error.message, as a hub cache's snapshots/<hash>/ can. */
+char *deep_dir(void);
 
 /* A kiln_allocator context that counts the index memory: live and peak bytes, calls; requests
  * above `cap` (when nonzero) fail. Use as {count_alloc, count_free, &counting}. */

@@ -86,8 +86,14 @@ int kiln__fail_desc(kiln_error *err, int code, uint64_t tensor, const char *fiel
 int kiln__fail_sys(kiln_error *err, int code, int sys_errno, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 void kiln__clear_error(kiln_error *err);
-/* Start an error's message with "PREFIX: " (a path). */
+/* Start an error's message with "PREFIX: " (a path): a long one gives way in the middle to the
+ * message after it when both do not fit. */
 void kiln__error_prefix(kiln_error *err, const char *prefix);
+/* kiln__fail with the message after "NAME: " (a file's path or URL), as kiln__error_prefix puts
+ * it: the finding is never what gets cut. Returns code. */
+int kiln__fail_named(kiln_error *err, const char *name, int code, uint64_t tensor,
+		     const char *field, uint64_t offset, const char *fmt, ...)
+    __attribute__((format(printf, 7, 8)));
 /* Start an error's message with "NAME: " unless it starts with it already. */
 void kiln__error_named(kiln_error *err, const char *name);
 /* Say which file of the model an error is about (when err is set and names none yet). */

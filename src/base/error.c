@@ -128,6 +128,17 @@ int kiln__fail(kiln_error *err, int code, uint64_t tensor, const char *field, ui
 	return code;
 }
 
+int kiln__fail_named(kiln_error *err, const char *name, int code, uint64_t tensor,
+		     const char *field, uint64_t offset, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vfail(err, code, 0, tensor, field, offset, fmt, ap);
+	va_end(ap);
+	kiln__error_prefix(err, name);
+	return code;
+}
+
 int kiln__fail_desc(kiln_error *err, int code, uint64_t tensor, const char *field, uint64_t offset,
 		    const char *fmt, ...)
 {

@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: MIT */
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdio.h>
 
 #include "format/digest.h"
@@ -99,22 +98,10 @@ void kiln__digests_seal(uint8_t *table, size_t len, uint64_t file_size, uint64_t
 	self_digest(table, table + KILN__DIGEST_HEAD, chunks, table + AT_SELF);
 }
 
-/* A broken rule: "digest table: WHY" after the table's name, which gives way to the reason when
- * both do not fit (kiln__error_prefix). */
-static int bad(kiln_error *err, const char *shown, int code, uint64_t at, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-static int bad(kiln_error *err, const char *shown, int code, uint64_t at, const char *fmt, ...)
-{
-	char why[sizeof(err->message)];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(why, sizeof(why), fmt, ap);
-	va_end(ap);
-	kiln__fail(err, code, KILN_NO_INDEX, "digests", at, "digest table: %s", why);
-	kiln__error_prefix(err, shown);
-	return code;
-}
-#define BAD(code, at, ...) bad(err, shown, code, at, __VA_ARGS__)
+/* A broken rule: "digest table: WHY" after the table's name (kiln__fail_named). */
+#define BAD(code, at, ...)                                               \
+	kiln__fail_named(err, shown, code, KILN_NO_INDEX, "digests", at, \
+			 "digest table: " __VA_ARGS__)
 
 int kiln__digests_parse(const uint8_t *p, size_t len, const char *shown, struct kiln__digests *d,
 			kiln_error *err)

@@ -38,19 +38,8 @@ void kiln__st_index_free(struct kiln__st_index *ix)
 }
 
 /* An index defect: TYPE (or the JSON reader's class) at byte `at` of the index. */
-static int ix_bad(kiln_error *err, int code, const char *path, size_t at, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-static int ix_bad(kiln_error *err, int code, const char *path, size_t at, const char *fmt, ...)
-{
-	char msg[sizeof(err->message)];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	kiln__fail(err, code, KILN_NO_INDEX, "weight_map", at, "%s", msg);
-	kiln__error_prefix(err, path);
-	return code;
-}
+#define ix_bad(err, code, path, at, ...) \
+	kiln__fail_named(err, path, code, KILN_NO_INDEX, "weight_map", at, __VA_ARGS__)
 
 int kiln__st_index_parse(char *text, size_t len, const char *path, kiln__st_shard_check check,
 			 void *ctx, struct kiln__st_index *ix, kiln_error *err)

@@ -50,10 +50,10 @@ static char *sidecar_name(const struct kiln__file *f, kiln_error *err)
 		return NULL;
 	}
 	if (f->remote || f->url) {
-		kiln__fail(err, KILN_UNSUPPORTED, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
-			   "digests of a remote file are not looked for yet; run klnt digest on a "
-			   "local copy");
-		kiln__error_prefix(err, kiln__file_shown(f));
+		kiln__fail_named(err, kiln__file_shown(f), KILN_UNSUPPORTED, KILN_NO_INDEX, NULL,
+				 KILN_NO_OFFSET,
+				 "digests of a remote file are not looked for yet; run klnt digest "
+				 "on a local copy");
 		return NULL;
 	}
 	size_t n = strlen(f->path);
@@ -256,12 +256,10 @@ int kiln_model_write_digests(const kiln_model *m, const kiln_digest_options *o,
 /* TYPE: the table at `name` describes a file of `said` bytes, not f. */
 static int another(const char *name, uint64_t said, const struct kiln__file *f, kiln_error *err)
 {
-	kiln__fail(err, KILN_TYPE, KILN_NO_INDEX, "digests", 16,
-		   "digest table: it describes a file of %" PRIu64 " bytes, and its file has "
-		   "%" PRIu64 ": the digests of another file",
-		   said, f->size);
-	kiln__error_prefix(err, name);
-	return KILN_TYPE;
+	return kiln__fail_named(err, name, KILN_TYPE, KILN_NO_INDEX, "digests", 16,
+				"digest table: it describes a file of %" PRIu64
+				" bytes, and its file has %" PRIu64 ": the digests of another file",
+				said, f->size);
 }
 
 /* The sidecar of file f, read whole and parsed: 0 with *table (malloc'd) and *d; NOTFOUND when
@@ -279,10 +277,10 @@ static int read_sidecar(const struct kiln__file *f, uint8_t **table, struct kiln
 	int fd = open(name, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	struct stat st;
 	if (fd < 0 && errno == ENOENT) {
-		rc = kiln__fail(err, KILN_NOTFOUND, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
-				"no digests (no %s beside it); make them once with: klnt digest %s",
-				SIDECAR_SUFFIX, kiln__file_shown(f));
-		kiln__error_prefix(err, kiln__file_shown(f));
+		rc = kiln__fail_named(
+		    err, kiln__file_shown(f), KILN_NOTFOUND, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
+		    "no digests (no %s beside it); make them once with: klnt digest %s",
+		    SIDECAR_SUFFIX, kiln__file_shown(f));
 		goto out;
 	}
 	if (fd < 0 || fstat(fd, &st)) {
@@ -317,12 +315,10 @@ static int read_sidecar(const struct kiln__file *f, uint8_t **table, struct kiln
 		if (!memcmp(*table, KILN__DIGEST_MAGIC, 8) && said != f->size)
 			rc = another(name, said, f, err);
 		else
-			rc = kiln__fail(err, KILN_LIMIT, KILN_NO_INDEX, "digests", cap,
-					"digest table: %" PRIu64 " bytes, more than any table of "
-					"a file of %" PRIu64 " bytes can have (%zu)",
-					(uint64_t)st.st_size, f->size, cap);
-		if (rc == KILN_LIMIT)
-			kiln__error_prefix(err, name);
+			rc = kiln__fail_named(err, name, KILN_LIMIT, KILN_NO_INDEX, "digests", cap,
+					      "digest table: %" PRIu64 " bytes, more than any "
+					      "table of a file of %" PRIu64 " bytes can have (%zu)",
+					      (uint64_t)st.st_size, f->size, cap);
 		goto out;
 	}
 	rc = kiln__digests_parse(*table, len, name, d, err);
@@ -331,11 +327,10 @@ static int read_sidecar(const struct kiln__file *f, uint8_t **table, struct kiln
 	/* A sidecar covers its whole file: one that covered less would let a check pass on bytes
 	 * it never looked at. */
 	if (!rc && (d->from != 0 || d->to != f->size)) {
-		rc = kiln__fail(err, KILN_TYPE, KILN_NO_INDEX, "digests", 24,
-				"digest table: it covers bytes %" PRIu64 "..%" PRIu64 " of %" PRIu64
-				"; a sidecar covers its whole file",
-				d->from, d->to, f->size);
-		kiln__error_prefix(err, name);
+		rc = kiln__fail_named(err, name, KILN_TYPE, KILN_NO_INDEX, "digests", 24,
+				      "digest table: it covers bytes %" PRIu64 "..%" PRIu64
+				      " of %" PRIu64 "; a sidecar covers its whole file",
+				      d->from, d->to, f->size);
 	}
 out:
 	if (fd >= 0)
@@ -373,14 +368,12 @@ static int check_chunk(void *ctx, uint64_t k, uint64_t off, uint64_t n,
 		snprintf(tn, sizeof(tn), "tensor %s",
 			 v->name ? kiln__shown(v->name, v->name_len, nb) : "(unnamed)");
 	}
-	/* The path first, shortened if need be (kiln__error_prefix), then what to act on; the
-	 * digests last, where a cut costs least. */
-	kiln__fail(err, KILN_CORRUPT, t, "digests", off,
-		   "chunk %" PRIu64 " (bytes %" PRIu64 "..%" PRIu64 ", %s) differs from its "
-		   "digest: expected XXH3-128 %s, read %s",
-		   k, off, off + n, tn, wh, gh);
-	kiln__error_prefix(err, kiln__file_shown(c->f));
-	return KILN_CORRUPT;
+	/* The path first, shortened if need be, then what to act on; the digests last, where a cut
+	 * costs least. */
+	return kiln__fail_named(err, kiln__file_shown(c->f), KILN_CORRUPT, t, "digests", off,
+				"chunk %" PRIu64 " (bytes %" PRIu64 "..%" PRIu64 ", %s) differs "
+				"from its digest: expected XXH3-128 %s, read %s",
+				k, off, off + n, tn, wh, gh);
 }
 
 int kiln_model_verify_digests(const kiln_model *m, const kiln_digest_options *o,
