@@ -130,6 +130,45 @@ char *temp_dir(void)
 	return path;
 }
 
+char *join(const char *dir, const char *name)
+{
+	char *p;
+	cr_assert(asprintf(&p, "%s/%s", dir, name) > 0);
+	return p;
+}
+
+void put_file(const char *path, const void *bytes, size_t n)
+{
+	FILE *f = fopen(path, "wb");
+	cr_assert_not_null(f, "%s", path);
+	cr_assert_eq(fwrite(bytes, 1, n, f), n);
+	cr_assert_eq(fclose(f), 0);
+}
+
+char *save(const char *dir, const char *name, const void *bytes, size_t n)
+{
+	char *path = join(dir, name);
+	put_file(path, bytes, n);
+	return path;
+}
+
+uint8_t *slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	cr_assert_not_null(f, "%s", path);
+	cr_assert_eq(fseek(f, 0, SEEK_END), 0);
+	long n = ftell(f);
+	cr_assert_geq(n, 0);
+	rewind(f);
+	uint8_t *b = malloc((size_t)n + 1);
+	cr_assert_not_null(b);
+	cr_assert_eq(fread(b, 1, (size_t)n, f), (size_t)n);
+	fclose(f);
+	b[n] = 0;
+	*len = (size_t)n;
+	return b;
+}
+
 char *deep_dir(void)
 {
 	char *top = temp_dir(), *path = NULL;

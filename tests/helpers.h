@@ -55,6 +55,14 @@ uint64_t get64(const blob *b, size_t off);
 /* n pseudo-random bytes into p from the 64-bit LCG at *state (advanced): the same seed gives
  * the same bytes in every suite. */
 void fill_random(uint8_t *p, uint64_t n, uint64_t *state);
+/* "dir/name" (malloc'd). */
+char *join(const char *dir, const char *name);
+/* The file at `path` made to hold exactly bytes[0, n) (created or truncated). */
+void put_file(const char *path, const void *bytes, size_t n);
+/* dir/name holding bytes[0, n); returns the path (malloc'd). */
+char *save(const char *dir, const char *name, const void *bytes, size_t n);
+/* The whole file at `path` (malloc'd, with a NUL after its last byte); its length in *len. */
+uint8_t *slurp(const char *path, size_t *len);
 /* Write bytes to a fresh file under the test scratch directory; returns a malloc'd path. */
 char *write_temp(const void *p, size_t len);
 /* A fresh scratch directory path (malloc'd), created. */

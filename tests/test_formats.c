@@ -128,32 +128,9 @@ static uint32_t low_bit(uint64_t a)
 
 static blob read_whole(const char *path)
 {
-	int fd = open(path, O_RDONLY);
-	cr_assert(fd >= 0, "open %s: %s", path, strerror(errno));
-	struct stat st;
-	cr_assert_eq(fstat(fd, &st), 0);
-	blob b = {malloc((size_t)st.st_size + 1), (size_t)st.st_size};
-	cr_assert_not_null(b.p);
-	cr_assert_eq(pread(fd, b.p, b.len, 0), (ssize_t)b.len);
-	close(fd);
+	blob b;
+	b.p = slurp(path, &b.len);
 	return b;
-}
-
-static char *join(const char *dir, const char *name)
-{
-	char *p;
-	cr_assert(asprintf(&p, "%s/%s", dir, name) > 0);
-	return p;
-}
-
-static char *write_at(const char *dir, const char *name, const void *p, size_t n)
-{
-	char *path = join(dir, name);
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	cr_assert(fd >= 0, "%s: %s", path, strerror(errno));
-	cr_assert_eq(write(fd, p, n), (ssize_t)n);
-	close(fd);
-	return path;
 }
 
 /* A file of `size` bytes, sparse but for `head`. */
@@ -1047,8 +1024,8 @@ Test(st_rules, detection)
 	BAD(&b, 0, KILN_FRAME, NO_INDEX, "magic", 0, "not a safetensors or GGUF file either");
 	/* ... unless the file's name says which reader is to say what is wrong. */
 	char *dir = temp_dir();
-	char *st = write_at(dir, "x.safetensors", b.p, b.len);
-	char *gg = write_at(dir, "x.gguf", b.p, b.len);
+	char *st = save(dir, "x.safetensors", b.p, b.len);
+	char *gg = save(dir, "x.gguf", b.p, b.len);
 	kiln_error err;
 	int rc = open_fails(st, 0, &err);
 	cr_assert_eq(rc, KILN_FRAME, "%s", err.message);
@@ -1906,7 +1883,7 @@ static struct series st_series(void)
 		char name[64];
 		snprintf(name, sizeof(name), "model-%05d-of-00003.safetensors", i + 1);
 		s.b[i] = st_shard(shard_names[i], shard_counts[i], 10u * (unsigned)i, meta[i]);
-		s.path[i] = write_at(s.dir, name, s.b[i].p, s.b[i].len);
+		s.path[i] = save(s.dir, name, s.b[i].p, s.b[i].len);
 	}
 	const char *idx = "{\"metadata\":{\"total_size\":40},\"weight_map\":{"
 			  "\"t0\":\"model-00001-of-00003.safetensors\","
@@ -1914,7 +1891,7 @@ static struct series st_series(void)
 			  "\"t2\":\"model-00002-of-00003.safetensors\","
 			  "\"t3\":\"model-00002-of-00003.safetensors\","
 			  "\"t4\":\"model-00003-of-00003.safetensors\"}}";
-	s.index = write_at(s.dir, "model.safetensors.index.json", idx, strlen(idx));
+	s.index = save(s.dir, "model.safetensors.index.json", idx, strlen(idx));
 	return s;
 }
 
@@ -1935,7 +1912,7 @@ static void series_free(struct series *s)
 /* The index file replaced by `text`. */
 static void write_index(const struct series *s, const char *text)
 {
-	free(write_at(s->dir, "model.safetensors.index.json", text, strlen(text)));
+	free(save(s->dir, "model.safetensors.index.json", text, strlen(text)));
 }
 
 /* The model is the series: 5 tensors over 3 files, in shard order, each with its bytes. */
@@ -2045,7 +2022,7 @@ Test(st_series, a_name_in_two_shards_is_type_naming_both)
 	/* Shard 2 holds t0 too, as its second tensor. */
 	static const char *const again[] = {"t2", "t0"};
 	blob b = st_shard(again, 2, 10, NULL);
-	free(write_at(s.dir, "model-00002-of-00003.safetensors", b.p, b.len));
+	free(save(s.dir, "model-00002-of-00003.safetensors", b.p, b.len));
 	const char *h = (const char *)b.p + 8;
 	uint64_t name_at = at_nth(h, "\"t0\"", 0);
 	const char *ways[] = {s.path[0], s.path[2], s.index};
@@ -2100,7 +2077,7 @@ Test(st_series, a_bad_later_shard_names_its_file)
 	struct series s = st_series();
 	const char *h = "{" E("t4", "F32", "2", "0,9") "}";
 	blob b = st_file(h, 8);
-	free(write_at(s.dir, "model-00003-of-00003.safetensors", b.p, b.len));
+	free(save(s.dir, "model-00003-of-00003.safetensors", b.p, b.len));
 	kiln_error err;
 	int rc = open_fails(s.path[0], 0, &err);
 	cr_assert_eq(rc, KILN_LIMIT, "%s", err.message);
@@ -2114,7 +2091,7 @@ Test(st_series, a_bad_later_shard_names_its_file)
 	blob_free(&b);
 	/* A GGUF file among the shards: a model is of one format. */
 	struct gguf g = g_small();
-	free(write_at(s.dir, "model-00003-of-00003.safetensors", g.b.p, g.b.len));
+	free(save(s.dir, "model-00003-of-00003.safetensors", g.b.p, g.b.len));
 	rc = open_fails(s.path[0], 0, &err);
 	cr_assert_eq(rc, KILN_FRAME, "%s", err.message);
 	cr_assert_eq(err.file, 2);
@@ -2173,8 +2150,8 @@ Test(st_series, a_local_index_names_no_url)
 Test(st_series, a_deep_path_leaves_the_reason_whole)
 {
 	char *dir = deep_dir();
-	char *index = write_at(dir, "model.safetensors.index.json",
-			       "{\"weight_map\":{\"t0\":\"./x.safetensors\"}}", 39);
+	char *index = save(dir, "model.safetensors.index.json",
+			   "{\"weight_map\":{\"t0\":\"./x.safetensors\"}}", 39);
 	cr_assert_gt(strlen(index), sizeof(((kiln_error *)0)->message));
 	kiln_error err;
 	cr_assert_eq(open_fails(index, 0, &err), KILN_TYPE, "%s", err.message);
@@ -2326,7 +2303,7 @@ static void split_write(struct split *s, int i, struct gguf g)
 	char name[64];
 	snprintf(name, sizeof(name), "m-%05d-of-00002.gguf", i + 1);
 	free(s->path[i]);
-	s->path[i] = write_at(s->dir, name, g.b.p, g.b.len);
+	s->path[i] = save(s->dir, name, g.b.p, g.b.len);
 }
 
 static struct split g_split(void)
@@ -2473,7 +2450,7 @@ Test(gguf_split, missing_duplicate_and_unnamed_parts)
 	cr_assert_not_null(strstr(err.message, s.path[1]), "%s", err.message);
 	split_write(&s, 1, g_part(1, 2, -1, part_names[1], 2));
 	/* A part of a split model under another name cannot find the others. */
-	char *plain = write_at(s.dir, "plain.gguf", s.g[0].b.p, s.g[0].b.len);
+	char *plain = save(s.dir, "plain.gguf", s.g[0].b.p, s.g[0].b.len);
 	rc = open_fails(plain, 0, &err);
 	cr_assert_eq(rc, KILN_TYPE, "%s", err.message);
 	cr_assert_str_eq(err.field, "split.count");
@@ -2497,7 +2474,7 @@ Test(gguf_split, missing_duplicate_and_unnamed_parts)
 Test(gguf_split, one_file_opens_a_renamed_part)
 {
 	struct split s = g_split();
-	char *plain = write_at(s.dir, "plain.gguf", s.g[0].b.p, s.g[0].b.len);
+	char *plain = save(s.dir, "plain.gguf", s.g[0].b.p, s.g[0].b.len);
 	kiln_open_options o = {.flags = KILN_OPEN_ONE_FILE};
 	kiln_model *m = NULL;
 	kiln_error err;

@@ -21,39 +21,11 @@
 #define CHUNK_LOG2 12
 #define CHUNK      ((uint64_t)1 << CHUNK_LOG2)
 
-static char *join(const char *dir, const char *name)
-{
-	char *p;
-	cr_assert(asprintf(&p, "%s/%s", dir, name) > 0);
-	return p;
-}
-
 static char *sidecar(const char *path)
 {
 	char *p;
 	cr_assert(asprintf(&p, "%s.kiln-digest", path) > 0);
 	return p;
-}
-
-static void *slurp(const char *path, size_t *len)
-{
-	int fd = open(path, O_RDONLY);
-	cr_assert(fd >= 0, "%s: %s", path, strerror(errno));
-	struct stat st;
-	cr_assert_eq(fstat(fd, &st), 0);
-	void *p = malloc((size_t)st.st_size + 1);
-	cr_assert_eq(pread(fd, p, (size_t)st.st_size, 0), st.st_size);
-	close(fd);
-	*len = (size_t)st.st_size;
-	return p;
-}
-
-static void put_file(const char *path, const void *p, size_t n)
-{
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	cr_assert(fd >= 0, "%s: %s", path, strerror(errno));
-	cr_assert_eq(write(fd, p, n), (ssize_t)n);
-	close(fd);
 }
 
 static void copy_file(const char *from, const char *to)
