@@ -6,17 +6,16 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/publish.h"
 #include "format/digest.h"
 #include "read/read.h"
 #include "source/file.h"
+#include "source/source.h"
 
 #define SIDECAR_SUFFIX ".kiln-digest"
 #define DEFAULT_LOG2   20 /* 1 MiB chunks: a 1 GiB file's table is 16 KiB */
@@ -274,41 +273,32 @@ static int read_sidecar(const struct kiln__file *f, uint8_t **table, struct kiln
 	if (!name)
 		return err ? err->code : KILN_INVAL;
 	int rc = 0;
-	int fd = open(name, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
-	struct stat st;
-	if (fd < 0 && errno == ENOENT) {
-		rc = kiln__fail_named(
-		    err, kiln__file_shown(f), KILN_NOTFOUND, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
-		    "no digests (no %s beside it); make them once with: klnt digest %s",
-		    SIDECAR_SUFFIX, kiln__file_shown(f));
-		goto out;
-	}
-	if (fd < 0 || fstat(fd, &st)) {
-		rc = kiln__fail_sys(err, KILN_IO, errno, "%s: %s", name, strerror(errno));
-		goto out;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		rc = kiln__fail_sys(err, KILN_IO, EINVAL, "%s: not a regular file", name);
+	uint64_t size;
+	kiln_error opened;
+	int fd = kiln__open_file(name, &size, &opened);
+	if (fd < 0) {
+		if (opened.sys_errno == ENOENT)
+			rc = kiln__fail_named(err, kiln__file_shown(f), KILN_NOTFOUND,
+					      KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
+					      "no digests (no %s beside it); make them once with: "
+					      "klnt digest %s",
+					      SIDECAR_SUFFIX, kiln__file_shown(f));
+		else if (err)
+			*err = opened;
+		rc = rc ? rc : opened.code;
 		goto out;
 	}
 	size_t cap = kiln__digests_size(0, f->size, KILN__DIGEST_LOG2_MIN);
-	int too_long = (uint64_t)st.st_size > cap;
-	size_t len = too_long ? KILN__DIGEST_HEAD : (size_t)st.st_size;
+	int too_long = size > cap;
+	size_t len = too_long ? KILN__DIGEST_HEAD : (size_t)size;
 	*table = malloc(len ? len : 1);
 	if (!*table) {
 		rc = kiln__nomem(err, len, "a digest table");
 		goto out;
 	}
-	for (size_t at = 0; at < len;) {
-		ssize_t got = pread(fd, *table + at, len - at, (off_t)at);
-		if (got < 0 && errno == EINTR)
-			continue;
-		if (got <= 0) {
-			rc = kiln__fail_sys(err, KILN_IO, got ? errno : EIO, "%s: reading it: %s",
-					    name, got ? strerror(errno) : "it got shorter");
-			goto out;
-		}
-		at += (size_t)got;
+	if ((rc = kiln__pread_full(fd, *table, len, 0, err))) {
+		kiln__error_prefix(err, name);
+		goto out;
 	}
 	if (too_long) {
 		uint64_t said = kiln__ld64(*table + 16);
@@ -318,7 +308,7 @@ static int read_sidecar(const struct kiln__file *f, uint8_t **table, struct kiln
 			rc = kiln__fail_named(err, name, KILN_LIMIT, KILN_NO_INDEX, "digests", cap,
 					      "digest table: %" PRIu64 " bytes, more than any "
 					      "table of a file of %" PRIu64 " bytes can have (%zu)",
-					      (uint64_t)st.st_size, f->size, cap);
+					      size, f->size, cap);
 		goto out;
 	}
 	rc = kiln__digests_parse(*table, len, name, d, err);
