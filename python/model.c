@@ -881,7 +881,7 @@ static PyObject *model_get_info(ModelObject *self, void *c)
 	const char *choice =
 	    in.auto_choice < sizeof(why) / sizeof(why[0]) ? why[in.auto_choice] : "?";
 	return Py_BuildValue(
-	    "{s:K,s:K,s:K,s:K,s:K,s:K,s:i,s:i,s:O,s:O,s:s,s:i,s:i,s:i,s:I,s:K,s:I,s:s,s:i}",
+	    "{s:K,s:K,s:K,s:K,s:K,s:K,s:i,s:i,s:O,s:O,s:s,s:i,s:i,s:i,s:I,s:K,s:I,s:s,s:i,s:O,s:K}",
 	    "tensor_count", (unsigned long long)in.tensor_count, "name_bytes",
 	    (unsigned long long)names, "payload_bytes", (unsigned long long)payload,
 	    "directory_bytes", (unsigned long long)directory, "payload_base",
@@ -892,7 +892,8 @@ static PyObject *model_get_info(ModelObject *self, void *c)
 	    "uring_fallback", (int)in.uring_fallback, "advice_errno", (int)in.advice_errno,
 	    "dio_align", (unsigned int)in.dio_align, "pinned", (unsigned long long)in.pinned,
 	    "shards", (unsigned int)in.files, "auto_choice", choice, "cache_refused",
-	    (int)in.cache_refused);
+	    (int)in.cache_refused, "digests_verified", in.digests_verified ? Py_True : Py_False,
+	    "digest_chunks", (unsigned long long)in.digest_chunks);
 }
 
 /* A metadata value as Python gives it: int, float, bool, str (bytes when not UTF-8), list. */
@@ -1246,18 +1247,20 @@ static PyObject *model_verify_digests(ModelObject *self, PyObject *unused)
 PyObject *mod_open(PyObject *mod, PyObject *args, PyObject *kw)
 {
 	(void)mod;
-	static char *kwlist[] = {"path",           "source",  "direct", "populate", "verify",
-				 "copy_on_write",  "threads", "format", "align",    "one_file",
-				 "directory_only", "timeout", NULL};
+	static char *kwlist[] = {
+	    "path",           "source",  "direct",         "populate", "verify",
+	    "copy_on_write",  "threads", "format",         "align",    "one_file",
+	    "directory_only", "timeout", "verify_payload", NULL};
 	PyObject *path = NULL;
 	const char *source = "mmap", *format = "auto";
 	int direct = 0, populate = 0, verify = 0, cow = 1, align = 0, one_file = 0, dironly = 0;
+	int verify_payload = 0;
 	unsigned int threads = 0;
 	double timeout = 0;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|$sppppIspppd:open", kwlist,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|$sppppIspppdp:open", kwlist,
 					 PyUnicode_FSConverter, &path, &source, &direct, &populate,
 					 &verify, &cow, &threads, &format, &align, &one_file,
-					 &dironly, &timeout))
+					 &dironly, &timeout, &verify_payload))
 		return NULL;
 	kiln_open_options opts;
 	memset(&opts, 0, sizeof(opts));
@@ -1295,7 +1298,11 @@ PyObject *mod_open(PyObject *mod, PyObject *args, PyObject *kw)
 		opts.flags |= KILN_OPEN_DIRECT;
 	if (populate)
 		opts.flags |= KILN_OPEN_POPULATE;
+	/* verify: every byte against its digests, and the payload rules; verify_payload: the
+	 * rules alone (no digests needed). */
 	if (verify)
+		opts.flags |= KILN_OPEN_VERIFY_DIGESTS | KILN_OPEN_VERIFY_PAYLOAD;
+	if (verify_payload)
 		opts.flags |= KILN_OPEN_VERIFY_PAYLOAD;
 	/* Any DLPack consumer may write (torch has no read-only tensors): a copy-on-write mapping
 	 * turns such a write into a private copy of the page instead of SIGSEGV. Reading costs

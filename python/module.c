@@ -384,7 +384,7 @@ static PyMethodDef module_methods[] = {
     {"open", (PyCFunction)(void (*)(void))mod_open, METH_VARARGS | METH_KEYWORDS,
      "open(path, *, source=\"mmap\", direct=False, populate=False, verify=False,\n"
      "     copy_on_write=True, threads=0, format=\"auto\", align=False, one_file=False,\n"
-     "     directory_only=False, timeout=0) -> Model\n\n"
+     "     directory_only=False, timeout=0, verify_payload=False) -> Model\n\n"
      "Open and validate a model: a KLNT file or any shard of a KLNT series\n"
      "(STEM-NNNNN-of-MMMMM.klnt), a .safetensors file, any shard of a sharded checkpoint or\n"
      "its model.safetensors.index.json, or a .gguf file or any part of a split one: every\n"
@@ -401,7 +401,10 @@ static PyMethodDef module_methods[] = {
      "copy(), read_into(), Model.load() and Model.read_slices() read them through the source\n"
      "(ranged GETs for a URL). timeout: for a URL, seconds each operation (the open, the\n"
      "payload's fetch, each later read) may take, retries included, before FileError\n"
-     "(ETIMEDOUT); 0: none past kiln's own limits per request. Raises a kiln.Error subclass."},
+     "(ETIMEDOUT); 0: none past kiln's own limits per request. verify: check every byte\n"
+     "against the digests beside each file (klnt digest) as it loads, and the payload rules:\n"
+     "CorruptError names a differing chunk, NOTFOUND says how to make digests.\n"
+     "verify_payload: the payload rules alone (KLNT's zero gaps). Raises a kiln.Error subclass."},
     {"write_file", (PyCFunction)(void (*)(void))mod_write_file, METH_VARARGS | METH_KEYWORDS,
      "write_file(path, tensors, *, sync=True, max_shard_size=0, metadata=None) -> str\n\n"
      "Write canonical KLNT: one file, or a series STEM-0000k-of-0000N.klnt beside path when\n"

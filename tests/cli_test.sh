@@ -268,6 +268,17 @@ grep -Eq "^warm   device .* [0-9]+\.[0-9]{2}x$" "$TMP/out" && ok || bad "bench: 
 grep -Eq "^warm   plain-threads .*x  \([0-9]+ threads\)$" "$TMP/out" && ok || bad "bench: no plain-threads row"
 expect 2 "$KLNT" bench "$TMP/gen.klnt" --device cuda:0
 expect 2 "$KLNT" bench "$TMP/gen.klnt" --source device
+# --verify: a twin row under each whole-file source, checked against the sidecar; none yet: the
+# NOTFOUND that says how to make one.
+expect 1 "$KLNT" bench "$TMP/gen.klnt" --warm --source read --repeat 1 --verify
+grep -q "make them once with: klnt digest" "$TMP/err" && ok || bad "bench --verify without digests: $(cat "$TMP/err")"
+expect 0 "$KLNT" digest "$TMP/gen.klnt"
+expect 0 "$KLNT" bench "$TMP/gen.klnt" --warm --source read --source populate --source stream --repeat 2 --verify
+grep -Eq "^warm   read\+verify .* [0-9]+\.[0-9]{3}x$" "$TMP/out" && ok || bad "bench --verify: no read+verify row: $(cat "$TMP/out")"
+grep -Eq "^warm   populate\+verify " "$TMP/out" && ok || bad "bench --verify: no populate+verify row"
+! grep -q "stream+verify" "$TMP/out" && ok || bad "bench --verify: stream is not checked inline yet, and has no verified row"
+rm -f "$TMP/gen.klnt.kiln-digest"
+expect 2 "$KLNT" bench s3://bucket/m.klnt --verify
 
 # 8b. load: every tensor through the pipeline, in a given order, and its errors
 expect 0 "$KLNT" load "$TMP/gen.klnt" --threads 3

@@ -85,6 +85,51 @@ static int verify(const char *path, kiln_verify_report *r, kiln_error *err)
 	return rc;
 }
 
+/* The ways a model's bytes are checked: a pass over an open model, or an open that checks them
+ * as its source lands them (KILN_OPEN_VERIFY_DIGESTS), for each source; 4 KiB requests land many
+ * pieces of a chunk, out of order with io_uring. */
+struct way {
+	const char *name;
+	unsigned source; /* at open; 0 with at_open 0: kiln_model_verify_digests */
+	int at_open;
+	uint32_t threads, chunk_size, flags;
+};
+static const struct way ways[] = {
+    {"kiln_model_verify_digests", 0, 0, 0, 0, 0},
+    {"open, mmap", KILN_SOURCE_MMAP, 1, 0, 0, 0},
+    {"open, mmap, populate", KILN_SOURCE_MMAP, 1, 0, 0, KILN_OPEN_POPULATE},
+    {"open, read", KILN_SOURCE_READ, 1, 0, 0, 0},
+    {"open, uring, 4 KiB requests", KILN_SOURCE_URING, 1, 0, 4096, 0},
+    {"open, read, 2 threads, O_DIRECT", KILN_SOURCE_READ, 1, 2, 0, KILN_OPEN_DIRECT},
+    {"open, auto", KILN_SOURCE_AUTO, 1, 0, 0, 0},
+};
+#define NWAYS (sizeof(ways) / sizeof(ways[0]))
+
+/* Check the model at `path` one way: 0 with r->chunks (and, for an open, nothing handed out on
+ * a failure). */
+static int verify_way(const char *path, const struct way *w, kiln_verify_report *r, kiln_error *err)
+{
+	if (!w->at_open)
+		return verify(path, r, err);
+	kiln_open_options o = {.size = sizeof(o),
+			       .flags = KILN_OPEN_VERIFY_DIGESTS | w->flags,
+			       .source = w->source,
+			       .threads = w->threads,
+			       .chunk_size = w->chunk_size};
+	kiln_model *m = (kiln_model *)1;
+	int rc = kiln_model_open(path, &o, &m, err);
+	if (rc) {
+		cr_assert_null(m, "%s: a failed open handed out a model", w->name);
+		return rc;
+	}
+	kiln_model_info info;
+	kiln_model_get_info(m, &info);
+	cr_assert_eq(info.digests_verified, 1, "%s", w->name);
+	*r = (kiln_verify_report){.chunks = info.digest_chunks};
+	kiln_model_close(m);
+	return 0;
+}
+
 /* A file of u8 tensors of random bytes, written by kiln as KLNT or safetensors. */
 static char *written(const char *dir, const char *name, int safetensors, size_t n,
 		     const char *const *names, const uint64_t *sizes, uint64_t seed)
@@ -149,17 +194,33 @@ static uint64_t tensor_in(const kiln_model *m, uint32_t file, uint64_t off, uint
 	return KILN_NO_INDEX;
 }
 
+static void caught_one(const char *path, const char *fpath, uint32_t file, uint64_t at,
+		       const struct way *way);
+
 /* One bit flipped at `at` of file `file` of the model at `path` (whose file that is: `fpath`)
  * is found: CORRUPT, that file, the chunk's first byte, the first tensor in the chunk, both
  * digests in the message; put back, the model verifies again. */
 static void caught(const char *path, const char *fpath, uint32_t file, uint64_t at, int bit)
 {
 	flip(fpath, at, bit);
+	for (size_t w = 0; w < NWAYS; w++)
+		caught_one(path, fpath, file, at, &ways[w]);
+	flip(fpath, at, bit);
 	kiln_verify_report r;
 	kiln_error err;
-	int rc = verify(path, &r, &err);
-	cr_assert_eq(rc, KILN_CORRUPT, "byte %" PRIu64 ": %s: %s", at, kiln_code_name(rc),
-		     err.message);
+	for (size_t w = 0; w < NWAYS; w++)
+		cr_assert_eq(verify_way(path, &ways[w], &r, &err), 0, "%s: %s", ways[w].name,
+			     err.message);
+}
+
+static void caught_one(const char *path, const char *fpath, uint32_t file, uint64_t at,
+		       const struct way *way)
+{
+	kiln_verify_report r;
+	kiln_error err;
+	int rc = verify_way(path, way, &r, &err);
+	cr_assert_eq(rc, KILN_CORRUPT, "%s, byte %" PRIu64 ": %s: %s", way->name, at,
+		     kiln_code_name(rc), err.message);
 	uint64_t chunk = at / CHUNK;
 	cr_assert_eq(err.file, file, "byte %" PRIu64, at);
 	cr_assert_eq(err.offset, chunk * CHUNK, "byte %" PRIu64 ": %s", at, err.message);
@@ -186,8 +247,6 @@ static void caught(const char *path, const char *fpath, uint32_t file, uint64_t 
 	cr_assert_not_null(strstr(err.message, ") differs from its digest: expected XXH3-128 "),
 			   "%s", err.message);
 	cr_assert_eq(strncmp(err.message, fpath, 12), 0, "%s", err.message);
-	flip(fpath, at, bit);
-	cr_assert_eq(verify(path, &r, &err), 0, "%s", err.message);
 }
 
 /* Where to flip, in the one file at `path`: its first payload byte, its last byte, both sides of
@@ -236,8 +295,12 @@ static void one_file_format(char *(*make)(const char *dir))
 	free(s);
 	kiln_verify_report r;
 	kiln_error err;
+	for (size_t i = 0; i < NWAYS; i++) {
+		cr_assert_eq(verify_way(path, &ways[i], &r, &err), 0, "%s: %s", ways[i].name,
+			     err.message);
+		cr_assert_eq(r.chunks, chunks, "%s", ways[i].name);
+	}
 	cr_assert_eq(verify(path, &r, &err), 0, "%s", err.message);
-	cr_assert_eq(r.chunks, chunks);
 	cr_assert_eq(r.bytes, size);
 	cr_assert_eq(r.algorithm, KILN_DIGEST_XXH3_128);
 	cr_assert_eq(r.source, KILN_DIGESTS_SIDECAR);
@@ -322,6 +385,12 @@ Test(verify, chunks_larger_than_a_read)
 	cr_assert_eq(memcmp(table + KILN__DIGEST_HEAD, d, KILN__DIGEST_LEN), 0);
 	kiln__digest_bytes(bytes + (16 << 20), n - (16 << 20), d);
 	cr_assert_eq(memcmp(table + KILN__DIGEST_HEAD + KILN__DIGEST_LEN, d, KILN__DIGEST_LEN), 0);
+	/* At open, a chunk lands in many pieces (64 KiB requests, from two threads each reading
+	 * its part, the parts splitting chunk 0): checked once, when its last piece is in. */
+	static const struct way big_ways[] = {
+	    {"open, read, 2 threads, 64 KiB requests", KILN_SOURCE_READ, 1, 2, 65536, 0},
+	    {"open, uring, 2 threads, 64 KiB requests", KILN_SOURCE_URING, 1, 2, 65536, 0},
+	};
 	const uint64_t places[3] = {(12 << 20) + 5, (8 << 20) - 1, (17 << 20) + 3};
 	for (int i = 0; i < 3; i++) {
 		flip(path, places[i], 4);
@@ -329,12 +398,24 @@ Test(verify, chunks_larger_than_a_read)
 		kiln_error err;
 		cr_assert_eq(verify(path, &r, &err), KILN_CORRUPT, "%s", err.message);
 		cr_assert_eq(err.offset, places[i] < (16 << 20) ? 0 : 16 << 20, "%s", err.message);
+		for (size_t k = 0; k < NWAYS + 2; k++) {
+			const struct way *way = k < NWAYS ? &ways[k] : &big_ways[k - NWAYS];
+			cr_assert_eq(verify_way(path, way, &r, &err), KILN_CORRUPT, "%s: %s",
+				     way->name, err.message);
+			cr_assert_eq(err.offset, places[i] < (16 << 20) ? 0 : 16 << 20, "%s: %s",
+				     way->name, err.message);
+		}
 		flip(path, places[i], 4);
 	}
 	kiln_verify_report r;
 	kiln_error err;
 	cr_assert_eq(verify(path, &r, &err), 0, "%s", err.message);
 	cr_assert_eq(r.bytes, n);
+	for (size_t k = 0; k < NWAYS + 2; k++) {
+		const struct way *way = k < NWAYS ? &ways[k] : &big_ways[k - NWAYS];
+		cr_assert_eq(verify_way(path, way, &r, &err), 0, "%s: %s", way->name, err.message);
+		cr_assert_eq(r.chunks, 2, "%s", way->name);
+	}
 	free(table);
 	free(s);
 	free(bytes);
@@ -374,10 +455,13 @@ Test(verify, a_damaged_table_is_refused)
 	kiln_error err;
 	/* A chunk digest: the table's own digest no longer matches. */
 	flip(s, KILN__DIGEST_HEAD + 3 * KILN__DIGEST_LEN + 5, 2);
-	cr_assert_eq(verify(path, &r, &err), KILN_CORRUPT, "%s", err.message);
-	cr_assert_eq(err.offset, 48);
-	cr_assert_not_null(strstr(err.message, "digest table: damaged"), "%s", err.message);
-	cr_assert_not_null(strstr(err.message, ".kiln-digest"), "%s", err.message);
+	for (size_t i = 0; i < NWAYS; i++) {
+		cr_assert_eq(verify_way(path, &ways[i], &r, &err), KILN_CORRUPT, "%s: %s",
+			     ways[i].name, err.message);
+		cr_assert_eq(err.offset, 48, "%s", ways[i].name);
+		cr_assert_not_null(strstr(err.message, "digest table: damaged"), "%s", err.message);
+		cr_assert_not_null(strstr(err.message, ".kiln-digest"), "%s", err.message);
+	}
 	flip(s, KILN__DIGEST_HEAD + 3 * KILN__DIGEST_LEN + 5, 2);
 	/* Its own digest. */
 	flip(s, 50, 0);
@@ -451,6 +535,12 @@ Test(verify, no_digests)
 	cr_assert_eq(verify(path, &r, &err), KILN_NOTFOUND, "%s", err.message);
 	cr_assert_not_null(strstr(err.message, "make them once with: klnt digest"), "%s",
 			   err.message);
+	for (size_t i = 1; i < NWAYS; i++) {
+		cr_assert_eq(verify_way(path, &ways[i], &r, &err), KILN_NOTFOUND, "%s: %s",
+			     ways[i].name, err.message);
+		cr_assert_not_null(strstr(err.message, "make them once with: klnt digest"), "%s",
+				   err.message);
+	}
 	size_t n;
 	void *bytes = slurp(path, &n);
 	kiln_model *m;
@@ -458,6 +548,16 @@ Test(verify, no_digests)
 	cr_assert_eq(kiln_model_verify_digests(m, NULL, &r, &err), KILN_INVAL);
 	cr_assert_eq(kiln_model_write_digests(m, NULL, &r, &err), KILN_INVAL);
 	kiln_model_close(m);
+	/* At open: a buffer has no file to keep digests beside; a directory-only open's later
+	 * reads are not checked (yet): both refused, not silently unchecked. */
+	kiln_open_options o = {.size = sizeof(o), .flags = KILN_OPEN_VERIFY_DIGESTS};
+	cr_assert_eq(kiln_model_parse(bytes, n, &o, &m, &err), KILN_INVAL);
+	cr_assert_null(m);
+	cr_assert_not_null(strstr(err.message, "a buffer has no file"), "%s", err.message);
+	o.flags |= KILN_OPEN_DIRECTORY_ONLY;
+	cr_assert_eq(kiln_model_open(path, &o, &m, &err), KILN_INVAL);
+	cr_assert_null(m);
+	cr_assert_not_null(strstr(err.message, "directory-only"), "%s", err.message);
 	free(bytes);
 	free(path);
 	free(dir);

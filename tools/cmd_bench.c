@@ -17,6 +17,7 @@
 
 static const char usage[] =
     "usage: klnt bench FILE... [--cold | --warm] [--source NAME]... [--repeat N] [--device host]\n"
+    "                  [--verify]\n"
     "       klnt bench URL... [--connections N] [--repeat N]\n"
     "\n"
     "Time loading FILE in each way kiln offers, warm (file in the page cache) and cold (its\n"
@@ -56,7 +57,8 @@ static const char usage[] =
     "  plain-threads --device host: pread() on N threads into the same destination, N the\n"
     "                best of 1, 2, 4, ... online CPUs (found first, printed)\n"
     "  floor         open + fstat + mmap + munmap + close of each file, no format at all: what\n"
-    "                any loader of a mapped file pays (timed like open)\n"
+    "                any loader of a mapped file pays (timed like open)\n";
+static const char usage2[] =
     "\n"
     "URLs (s3://, http://, https://; see `klnt --help` for credentials), rows in mode remote:\n"
     "  curl          one libcurl GET of each whole object to a null sink (kiln_remote_fetch: one\n"
@@ -71,6 +73,10 @@ static const char usage[] =
     "  -w, --warm        warm runs only\n"
     "  -s, --source NAME a source from the list (repeatable; the plain rows always run)\n"
     "  -r, --repeat N    rounds (default 5); one untimed warm-up round comes first when warm\n"
+    "      --verify      also time each source that loads whole files with every byte checked\n"
+    "                    against its digests (KILN_OPEN_VERIFY_DIGESTS; make them first with\n"
+    "                    klnt digest): rows NAME+verify, their last column their unverified\n"
+    "                    row's time over their own\n"
     "  -h, --help        show this help and exit\n"
     "\n"
     "read, uring and plain-fresh write into freshly allocated memory each run, so they include\n"
@@ -105,6 +111,14 @@ enum src {
 	NSRC
 };
 #define FIRST_KILN S_OPEN
+/* Rows: each source, then its verified twin (row s + NSRC) where it has one. */
+#define NROW       (2 * NSRC)
+
+/* The sources whose open loads whole files, which KILN_OPEN_VERIFY_DIGESTS checks as they land. */
+static int verifiable(enum src s)
+{
+	return s >= S_MMAP && s <= S_URING_T;
+}
 
 static const char *const src_name[] = {
     "plain",         "plain-fresh",   "plain-fresh-thp",
@@ -345,7 +359,7 @@ static const char *const auto_why[] = {
     "", "cached", "cold: populated", "larger than memory", "cannot be mapped", "owned"};
 
 /* One timed run of source s; returns seconds, or a negative value with the error reported. */
-static double run_once(struct bench *b, enum src s)
+static double run_once(struct bench *b, enum src s, int verified)
 {
 	double t0 = kmeasure_now();
 	if (s == S_PLAIN_THREADS)
@@ -392,6 +406,8 @@ static double run_once(struct bench *b, enum src s)
 	default:
 		break;
 	}
+	if (verified)
+		o.flags |= KILN_OPEN_VERIFY_DIGESTS;
 	kiln_model *set;
 	kiln_error err;
 	int rc = kiln_model_open_files(b->paths, b->npaths, &o, &set, &err);
@@ -435,13 +451,14 @@ static double run_once(struct bench *b, enum src s)
 
 /* A row's time for one round: one run, or for warm open and floor the mean of OPEN_REPS runs
  * (cold, only the first would be cold). Negative when a run failed. */
-static double run_row(struct bench *b, enum src s)
+static double run_row(struct bench *b, int row)
 {
+	enum src s = (enum src)(row % NSRC);
 	if ((s != S_OPEN && s != S_FLOOR) || b->cold)
-		return run_once(b, s);
+		return run_once(b, s, row >= NSRC);
 	double sum = 0;
 	for (int k = 0; k < OPEN_REPS; k++) {
-		double dt = run_once(b, s);
+		double dt = run_once(b, s, 0);
 		if (dt < 0)
 			return dt;
 		sum += dt;
@@ -453,6 +470,7 @@ struct result {
 	double med, min, max, ratio; /* ratio: median over rounds of plain's time / this time */
 	double above;                /* open: median over rounds of its time minus floor's */
 	double dev_ratio;            /* device: median over rounds of plain-threads' time / its */
+	double ver_ratio;            /* NAME+verify: median over rounds of NAME's time / its */
 	int ok;
 };
 
@@ -468,16 +486,21 @@ static uint64_t next_random(uint64_t *x)
 static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 {
 	static const struct option longopts[] = {
-	    {"cold", no_argument, NULL, 'c'},         {"warm", no_argument, NULL, 'w'},
-	    {"source", required_argument, NULL, 's'}, {"repeat", required_argument, NULL, 'r'},
-	    {"help", no_argument, NULL, 'h'},         {"connections", required_argument, NULL, 'n'},
-	    {"device", required_argument, NULL, 'd'}, {NULL, 0, NULL, 0},
+	    {"cold", no_argument, NULL, 'c'},
+	    {"warm", no_argument, NULL, 'w'},
+	    {"source", required_argument, NULL, 's'},
+	    {"repeat", required_argument, NULL, 'r'},
+	    {"help", no_argument, NULL, 'h'},
+	    {"connections", required_argument, NULL, 'n'},
+	    {"device", required_argument, NULL, 'd'},
+	    {"verify", no_argument, NULL, 'V'},
+	    {NULL, 0, NULL, 0},
 	};
-	int want[NSRC] = {0}, any = 0, cold = 1, warm = 1, c;
+	int want[NROW] = {0}, any = 0, cold = 1, warm = 1, verify = 0, c;
 	uint64_t repeat = 5, connections = 0;
 	int local_only = 0, device = 0;
 	while ((c = getopt_long(argc, argv, ":cws:r:n:d:h", longopts, NULL)) != -1) {
-		if (c == 'c' || c == 'w' || c == 's' || c == 'd')
+		if (c == 'c' || c == 'w' || c == 's' || c == 'd' || c == 'V')
 			local_only = c;
 		switch (c) {
 		case 'c':
@@ -516,6 +539,9 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 				return klnt_usage_error(
 				    cmd, "--connections wants 1 to 64, not '%s'", optarg);
 			break;
+		case 'V':
+			verify = 1;
+			break;
 		case 'h':
 			return klnt_help(cmd);
 		default:
@@ -526,8 +552,8 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 		return klnt_usage_error(cmd, "no file given");
 	if (kiln_path_is_url(argv[optind])) {
 		if (local_only)
-			return klnt_usage_error(cmd, "-%c is for files; a URL has the remote rows",
-						local_only);
+			return klnt_usage_error(cmd, "%s is for files; a URL has the remote rows",
+						local_only == 'V' ? "--verify" : "this option");
 		return klnt_bench_remote((const char *const *)argv + optind,
 					 (uint32_t)(argc - optind), repeat, (uint32_t)connections);
 	}
@@ -543,12 +569,15 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 		want[S_DEVICE] = want[S_PLAIN_THREADS] = 1;
 	else if (want[S_DEVICE] || want[S_PLAIN_THREADS])
 		return klnt_usage_error(cmd, "the device rows need --device host");
+	for (int k = 0; k < NSRC && verify; k++)
+		want[NSRC + k] = want[k] && verifiable((enum src)k);
 
 	/* Validate once up front so a bad file gets one clear line, not one per run; a series
 	 * name brings its siblings, whose paths the rows then use. */
 	kiln_model *set;
 	kiln_error err;
-	int rc = kiln_model_open_files(b.paths, b.npaths, NULL, &set, &err);
+	kiln_open_options vo = {.size = sizeof(vo), .flags = KILN_OPEN_VERIFY_DIGESTS};
+	int rc = kiln_model_open_files(b.paths, b.npaths, verify ? &vo : NULL, &set, &err);
 	if (rc) {
 		klnt_report(stderr, b.paths[0], rc, &err);
 		return klnt_exit_for(rc);
@@ -599,12 +628,12 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 		}
 	}
 
-	double *t[NSRC], *ratio[NSRC];
-	for (int s = 0; s < NSRC; s++) {
+	double *t[NROW], *ratio[NROW];
+	for (int s = 0; s < NROW; s++) {
 		t[s] = klnt_xmalloc(repeat * sizeof(double));
 		ratio[s] = klnt_xmalloc(repeat * sizeof(double));
 	}
-	struct result res[2][NSRC] = {{{0}}};
+	struct result res[2][NROW] = {{{0}}};
 	int tty = isatty(STDERR_FILENO), failed = 0;
 	double residual = 0;
 	uint64_t rnd = 0x9e3779b97f4a7c15ull;
@@ -612,30 +641,30 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 		int is_cold = b.cold = mode == 1;
 		if ((is_cold && !cold) || (!is_cold && !warm))
 			continue;
-		int live[NSRC];
-		for (int s = 0; s < NSRC; s++)
+		int live[NROW];
+		for (int s = 0; s < NROW; s++)
 			live[s] = want[s] && !(is_cold && s == S_MEMCPY);
 		/* Warm: one untimed round first, so every row starts from the same cache state. */
 		for (uint64_t round = is_cold ? 1 : 0; round <= repeat; round++) {
-			enum src order[NSRC];
-			for (int s = 0; s < NSRC; s++)
-				order[s] = (enum src)s;
-			for (int s = NSRC - 1; s > 0; s--) {
+			int order[NROW];
+			for (int s = 0; s < NROW; s++)
+				order[s] = s;
+			for (int s = NROW - 1; s > 0; s--) {
 				int k = (int)(next_random(&rnd) % (uint64_t)(s + 1));
-				enum src x = order[s];
+				int x = order[s];
 				order[s] = order[k];
 				order[k] = x;
 			}
-			for (int oi = 0; oi < NSRC; oi++) {
-				enum src s = order[oi];
+			for (int oi = 0; oi < NROW; oi++) {
+				int s = order[oi];
 				if (!live[s])
 					continue;
 				if (tty)
 					fprintf(stderr,
 						"\rklnt bench: %s round %" PRIu64 "/%" PRIu64
-						" %-13s   ",
+						" %-13s%s   ",
 						is_cold ? "cold" : "warm", round, repeat,
-						src_name[s]);
+						src_name[s % NSRC], s >= NSRC ? "+verify" : "");
 				if (is_cold) {
 					double left = evict(&b);
 					if (left > residual)
@@ -652,11 +681,19 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 		}
 		/* Ratios first, while t[][i] are still the rounds' times (kmeasure_median() sorts).
 		 */
-		for (int s = 0; s < NSRC; s++)
+		for (int s = 0; s < NROW; s++)
 			if (live[s] && live[S_PLAIN]) {
 				for (uint64_t i = 0; i < repeat; i++)
 					ratio[s][i] = t[S_PLAIN][i] / t[s][i];
 				res[mode][s].ratio = kmeasure_median(ratio[s], repeat);
+			}
+		/* Verified over unverified, in the same round; ratio[] is reused once done. */
+		for (int s = NSRC; s < NROW; s++)
+			if (live[s] && live[s - NSRC]) {
+				double *v = ratio[s];
+				for (uint64_t i = 0; i < repeat; i++)
+					v[i] = t[s - NSRC][i] / t[s][i];
+				res[mode][s].ver_ratio = kmeasure_median(v, repeat);
 			}
 		if (live[S_DEVICE] && live[S_PLAIN_THREADS]) {
 			for (uint64_t i = 0; i < repeat; i++)
@@ -668,7 +705,7 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 				ratio[S_OPEN][i] = t[S_OPEN][i] - t[S_FLOOR][i];
 			res[mode][S_OPEN].above = kmeasure_median(ratio[S_OPEN], repeat);
 		}
-		for (int s = 0; s < NSRC; s++) {
+		for (int s = 0; s < NROW; s++) {
 			struct result *r = &res[mode][s];
 			if (!live[s])
 				continue;
@@ -689,15 +726,20 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 		printf("set of %" PRIu32 " files (%s, ...): %" PRIu64 " tensors, %" PRIu64
 		       " bytes, %" PRIu64 " rounds\n\n",
 		       b.npaths, b.paths[0], tensors, b.total, repeat);
-	printf("%-5s  %-15s  %10s  %10s  %10s  %8s  %9s\n", "mode", "source", "median ms", "min ms",
-	       "max ms", "GB/s", "vs plain");
+	printf("%-5s  %-20s  %10s  %10s  %10s  %8s  %9s%s\n", "mode", "source", "median ms",
+	       "min ms", "max ms", "GB/s", "vs plain", verify ? "  vs unverified" : "");
 	for (int mode = 0; mode < 2; mode++) {
-		for (int s = 0; s < NSRC; s++) {
+		for (int row = 0; row < NROW; row++) {
+			/* Each verified row right under its source's. */
+			int s = row / 2 + (row % 2 ? NSRC : 0);
 			const struct result *r = &res[mode][s];
 			if (!r->ok)
 				continue;
-			printf("%-5s  %-15s  %10.3f  %10.3f  %10.3f  ", mode ? "cold" : "warm",
-			       src_name[s], r->med * 1e3, r->min * 1e3, r->max * 1e3);
+			char name[32];
+			snprintf(name, sizeof(name), "%s%s", src_name[s % NSRC],
+				 s >= NSRC ? "+verify" : "");
+			printf("%-5s  %-20s  %10.3f  %10.3f  %10.3f  ", mode ? "cold" : "warm",
+			       name, r->med * 1e3, r->min * 1e3, r->max * 1e3);
 			if (s == S_OPEN && res[mode][S_FLOOR].ok) { /* reads the directory only */
 				if (r->above < 1e-3 && r->above > -1e-3)
 					printf("%8s  %+7.1fus", "-", r->above * 1e6);
@@ -713,6 +755,8 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 				printf("  (%" PRIu32 " threads)", b.pt_threads);
 			if (s == S_AUTO)
 				printf("  (%s)", b.auto_choice[mode]);
+			if (s >= NSRC && res[mode][s - NSRC].ok)
+				printf("  %13.3fx", r->ver_ratio);
 			putchar('\n');
 		}
 	}
@@ -721,11 +765,15 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 	       "validation adds)%s\n",
 	       device ? ";\nfor device, the median over rounds of plain-threads' time over its own"
 		      : "");
+	if (verify)
+		printf("vs unverified: the median over rounds of the source's unverified time over "
+		       "its "
+		       "verified one\n");
 	if (cold)
 		printf("cold runs: at most %.2f%% of the files' pages were still cached after "
 		       "eviction (mincore)\n",
 		       residual * 100);
-	for (int s = 0; s < NSRC; s++) {
+	for (int s = 0; s < NROW; s++) {
 		free(t[s]);
 		free(ratio[s]);
 	}
@@ -748,5 +796,6 @@ const struct klnt_cmd klnt_cmd_bench = {
     .name = "bench",
     .summary = "time cold and warm loads of a file or set, every source, against plain programs",
     .usage = usage,
+    .usage2 = usage2,
     .run = run,
 };

@@ -173,6 +173,8 @@ int klnt_bad_option(const struct klnt_cmd *cmd, int c, char **argv)
 int klnt_help(const struct klnt_cmd *cmd)
 {
 	fputs(cmd->usage, stdout);
+	if (cmd->usage2)
+		fputs(cmd->usage2, stdout);
 	return KLNT_EXIT_OK;
 }
 

@@ -28,6 +28,7 @@ struct klnt_cmd {
 	const char *name;
 	const char *summary; /* one line for `klnt --help` */
 	const char *usage;   /* full text for `klnt CMD --help` */
+	const char *usage2;  /* and its rest, where one string would pass C's 4095 bytes; or NULL */
 	/* argv[0] is the command name, as getopt_long expects a program name there. */
 	int (*run)(const struct klnt_cmd *cmd, int argc, char **argv);
 };

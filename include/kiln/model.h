@@ -76,7 +76,8 @@ typedef struct kiln_model_info {
 	uint32_t auto_choice;     /* enum kiln_auto_choice: what KILN_SOURCE_AUTO chose, and why */
 	uint8_t payload_verified; /* 1 once payload verification has passed */
 	uint8_t direct;           /* 1 when every file was read with O_DIRECT */
-	uint8_t reserved8[2];
+	uint8_t digests_verified; /* 1: every byte was checked against its digests at open */
+	uint8_t reserved8;
 	/* Why a requested mode was not used (errno values, 0 when nothing fell back):
 	 * direct_fallback: O_DIRECT was asked for but refused (EINVAL from the file system, or
 	 * no direct I/O alignment), so buffered reads were used; uring_fallback: io_uring was
@@ -92,7 +93,8 @@ typedef struct kiln_model_info {
 	 * may write to it), so the file was fetched uncached: kiln_cache_check() says why. */
 	int32_t cache_refused;
 	uint32_t reserved32;
-	uint64_t reserved[2];
+	uint64_t digest_chunks; /* chunks checked against their digests at open */
+	uint64_t reserved[1];
 } kiln_model_info;
 
 /* One file of a model: what its header says and where its payloads are. */
@@ -168,7 +170,19 @@ enum kiln_open_flags {
 	 * file's source (pread for a local file, ranged GETs for a URL). For inspecting a remote
 	 * checkpoint or taking a few tensors of it. INVAL with POPULATE, LOCK, PRIVATE, ALIGN or a
 	 * load buffer (they are about the payload's memory). */
-	KILN_OPEN_DIRECTORY_ONLY = 1u << 9
+	KILN_OPEN_DIRECTORY_ONLY = 1u << 9,
+	/* Check every byte of every file against its content digests (kiln/verify.h: the sidecar
+	 * FILE.kiln-digest that klnt digest writes) while the source brings it into memory: READ
+	 * and URING hash each chunk as its last read lands, on the thread that read it; MMAP
+	 * faults the mapping in (as POPULATE) and hashes each block just faulted. One pass over
+	 * the bytes; the open fails with KILN_CORRUPT naming the file, tensor, chunk, its byte
+	 * range and both digests, and hands out nothing. NOTFOUND when a file has no digests
+	 * (the message says how to make them), the table's own errors (kiln_model_verify_digests)
+	 * for a damaged or foreign sidecar. INVAL for kiln_model_parse() and with
+	 * KILN_OPEN_DIRECTORY_ONLY (whose reads come later, in parts: not checked yet);
+	 * UNSUPPORTED for a URL. kiln_model_info.digests_verified and digest_chunks say what was
+	 * checked. */
+	KILN_OPEN_VERIFY_DIGESTS = 1u << 10
 };
 
 /* Access advice for a mapping (kiln_open_options.advice), applied after validation. */

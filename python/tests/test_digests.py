@@ -64,3 +64,33 @@ def test_chunk_is_a_power_of_two_in_range(gguf, chunk):
         with pytest.raises(ValueError, match="power of two from 4096"):
             m.write_digests(chunk=chunk)
     assert not os.path.exists(gguf + ".kiln-digest")
+
+
+@pytest.mark.parametrize("source", ["mmap", "read", "uring", "auto"])
+def test_open_verify_checks_every_byte_as_it_loads(gguf, source):
+    with kiln.open(gguf) as m:
+        w = m.write_digests(chunk=4096)
+    with kiln.open(gguf, source=source, verify=True) as m:
+        assert m.info["digests_verified"] is True
+        assert m.info["digest_chunks"] == w["chunks"]
+        assert m.info["payload_verified"] is True
+    with kiln.open(gguf, source=source) as m:
+        assert m.info["digests_verified"] is False and m.info["digest_chunks"] == 0
+    with open(gguf, "r+b") as f:
+        f.seek(50000)
+        b = f.read(1)
+        f.seek(50000)
+        f.write(bytes([b[0] ^ 0x10]))
+    with pytest.raises(kiln.CorruptError) as e:
+        kiln.open(gguf, source=source, verify=True)
+    assert e.value.offset == 49152 and e.value.field == "digests"
+    assert "tensor blk.0.ffn_down.weight" in str(e.value)
+
+
+def test_open_verify_without_digests_says_how_to_get_some(gguf):
+    with pytest.raises(kiln.Error) as e:
+        kiln.open(gguf, verify=True)
+    assert e.value.cls == "NOTFOUND"
+    assert "make them once with: klnt digest" in str(e.value)
+    with kiln.open(gguf, verify_payload=True) as m:  # the payload rules need no digests
+        assert m.info["payload_verified"] is True

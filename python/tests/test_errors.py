@@ -82,7 +82,7 @@ def test_verify_payload(write_bytes, tmp_path):
         assert e.value.offset == gap
         assert d.info["payload_verified"] is False
     with pytest.raises(kiln.FormatTypeError):
-        kiln.open(path, verify=True)
+        kiln.open(path, verify_payload=True)
 
 
 def test_golden_invalid_has_detail(write_bytes):

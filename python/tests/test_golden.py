@@ -23,7 +23,7 @@ def test_golden(write_bytes, name, length, expected, source):
     assert len(data) == length
     path = write_bytes(data)
     if expected == "valid":
-        with kiln.open(path, source=source, verify=True) as d:
+        with kiln.open(path, source=source, verify_payload=True) as d:
             info = d.info
             assert info["block_length"] == length
             assert info["source"] == source

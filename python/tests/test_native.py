@@ -126,7 +126,7 @@ def test_write_quantized_and_opaque(tmp_path):
         ("q.outer", "f32", (), np.float32(0.5).tobytes()),
         ("blk", 4096, (64,), bytes(68), {"layout": "Q8_0", "block_size": 34}),
     ])
-    with kiln.open(p, verify=True) as d:
+    with kiln.open(p, verify_payload=True) as d:
         q = d["q"]
         assert (q.quant_scheme, q.quant_axis, q.group_size) == (2, 1, 16)
         assert q.scale.name == "q.scale" and q.outer.name == "q.outer"

@@ -17,6 +17,8 @@
 
 #define KILN__DIGEST_HEAD     64 /* bytes before the first chunk digest */
 #define KILN__DIGEST_LEN      16 /* bytes of one digest (XXH3-128, canonical: big-endian) */
+#define KILN__DIGEST_SIZE_AT  16 /* where the head keeps the size of the file it describes */
+#define KILN__DIGEST_FROM_AT  24 /* ... and the first byte it covers */
 #define KILN__DIGEST_SELF     48 /* where the head keeps the table's own digest */
 #define KILN__DIGEST_MAGIC    "KILNDGST"
 #define KILN__DIGEST_VERSION  1

@@ -44,7 +44,9 @@ struct kiln_model {
 	uint64_t probes;    /* slots visited while inserting names: tests check it stays linear */
 	/* name-hash key (kiln__hash_key): names from a file are hostile */
 	uint8_t secret[KILN__SECRET_SIZE];
-	int verified; /* payload verification passed; atomic, see kiln_model_verify */
+	int verified;           /* payload verification passed; atomic, see kiln_model_verify */
+	uint64_t digest_chunks; /* chunks checked against their digests at open */
+	int digests_verified;   /* KILN_OPEN_VERIFY_DIGESTS passed for every file */
 	uint32_t realigned;
 	int one_file;      /* opened with KILN_OPEN_ONE_FILE */
 	void *realign_mem; /* KILN_OPEN_ALIGN's copies, one owned block */

@@ -198,6 +198,11 @@ static void land(struct run *r, struct slot *s)
 		memcpy(s->dst, s->rbuf + (s->off - s->roff), s->len);
 	r->io->res.bytes += s->len;
 	r->io->res.chunks++;
+	if (r->io->landed && !r->stop) {
+		int rc = r->io->landed(r->io->landed_ctx, s->file, s->off, s->len, r->err);
+		if (rc)
+			stop_with(r, rc);
+	}
 	if (r->io->on_chunk && !r->stop) {
 		kiln_chunk c = {.tensor = s->tensor,
 				.buffer = s->buffer == UINT32_MAX ? 0 : s->buffer,

@@ -35,7 +35,8 @@ static int check_options(const kiln_open_options *opts, kiln_error *err)
 	const uint32_t known = KILN_OPEN_VERIFY_PAYLOAD | KILN_OPEN_ALLOW_TRAILING |
 			       KILN_OPEN_POPULATE | KILN_OPEN_LOCK | KILN_OPEN_HUGEPAGE |
 			       KILN_OPEN_DIRECT | KILN_OPEN_PRIVATE | KILN_OPEN_ONE_FILE |
-			       KILN_OPEN_ALIGN | KILN_OPEN_DIRECTORY_ONLY;
+			       KILN_OPEN_ALIGN | KILN_OPEN_DIRECTORY_ONLY |
+			       KILN_OPEN_VERIFY_DIGESTS;
 	if (opts->flags & ~known)
 		return kiln__fail_inval(err, KILN_NO_INDEX, "flags", "unknown open flags 0x%x",
 					opts->flags & ~known);
@@ -53,6 +54,12 @@ static int check_options(const kiln_open_options *opts, kiln_error *err)
 		    "KILN_OPEN_DIRECTORY_ONLY leaves the payload where it is: "
 		    "POPULATE, LOCK, PRIVATE, ALIGN and a load buffer are about "
 		    "its memory");
+	if ((opts->flags & KILN_OPEN_DIRECTORY_ONLY) && (opts->flags & KILN_OPEN_VERIFY_DIGESTS))
+		return kiln__fail_inval(
+		    err, KILN_NO_INDEX, "flags",
+		    "KILN_OPEN_VERIFY_DIGESTS checks whole files as they load; "
+		    "the parts a directory-only open reads later are not checked "
+		    "yet (klnt verify checks the whole model)");
 	if (opts->source > KILN_SOURCE_AUTO)
 		return kiln__fail_inval(err, KILN_NO_INDEX, "source", "unknown source %u",
 					opts->source);
@@ -147,6 +154,29 @@ static void name_file(const struct kiln__file *f, kiln_error *err)
 		kiln__error_prefix(err, kiln__file_shown(f));
 }
 
+/* The source brings the file's payload in; with KILN_OPEN_VERIFY_DIGESTS every byte is checked
+ * against the file's digests as it lands. */
+static int finish_file(struct kiln__file *f, const kiln_open_options *o, kiln_error *err)
+{
+	if (!o || !(o->flags & KILN_OPEN_VERIFY_DIGESTS))
+		return kiln__file_finish(f, o, err);
+	struct kiln__verifier *v;
+	int rc = kiln__verifier_open(f->model, f, &v, err);
+	if (rc)
+		return rc;
+	f->landed = kiln__verifier_landed;
+	f->landed_ctx = v;
+	uint64_t chunks = 0;
+	rc = kiln__file_finish(f, o, err);
+	if (!rc)
+		rc = kiln__verifier_finish(v, &chunks, err);
+	f->landed = NULL;
+	f->landed_ctx = NULL;
+	kiln__verifier_free(v);
+	f->model->digest_chunks += chunks;
+	return rc;
+}
+
 /* Attach, read and finish file f: its path set by the resolver, or the caller's buffer when
  * `buffer`. */
 static int open_file(struct kiln__file *f, const kiln_open_options *o, int buffer, const void *buf,
@@ -182,7 +212,7 @@ static int open_file(struct kiln__file *f, const kiln_open_options *o, int buffe
 	}
 	m->count += f->count;
 	int lazy = o && (o->flags & KILN_OPEN_DIRECTORY_ONLY);
-	if (!lazy && (rc = kiln__file_finish(f, o, err))) {
+	if (!lazy && (rc = finish_file(f, o, err))) {
 		name_file(f, err);
 		return rc;
 	}
@@ -245,6 +275,8 @@ static int finish_model(struct kiln_model *m, const kiln_open_options *o, int rc
 		rc = realign(m, err);
 	if (!rc && o && (o->flags & KILN_OPEN_VERIFY_PAYLOAD))
 		rc = kiln_model_verify(m, err);
+	if (!rc && o && (o->flags & KILN_OPEN_VERIFY_DIGESTS))
+		m->digests_verified = 1; /* every file's finish checked every byte */
 	if (rc) {
 		kiln_model_close(m);
 		return rc;
@@ -389,6 +421,12 @@ int kiln_model_parse(const void *buf, size_t len, const kiln_open_options *opts,
 		return kiln__fail_inval(err, KILN_NO_INDEX, "flags",
 					"KILN_OPEN_PRIVATE applies to mapped files; a borrowed "
 					"buffer is the caller's to copy");
+	if (opts && (opts->flags & KILN_OPEN_VERIFY_DIGESTS))
+		return kiln__fail_inval(
+		    err, KILN_NO_INDEX, "flags",
+		    "KILN_OPEN_VERIFY_DIGESTS checks a file against the digests "
+		    "kept beside it; a buffer has no file (check the file with "
+		    "kiln_model_verify_digests)");
 	struct kiln_model *m = model_new(opts, err);
 	if (!m)
 		return KILN_NOMEM;
@@ -486,6 +524,8 @@ void kiln_model_get_info(const kiln_model *m, kiln_model_info *info)
 	info->payload_verified = (uint8_t)__atomic_load_n(&m->verified, __ATOMIC_ACQUIRE);
 	info->pinned = m->pinned;
 	info->realigned = m->realigned;
+	info->digest_chunks = m->digest_chunks;
+	info->digests_verified = (uint8_t)m->digests_verified;
 }
 
 int kiln_model_file_info(const kiln_model *m, uint32_t file, kiln_file_info *info)

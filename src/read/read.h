@@ -28,6 +28,23 @@ int kiln__stream_ranges(const kiln_model *m, const kiln_stream_options *o,
 			const struct kiln__range *ranges, size_t n, const _Atomic int *stop,
 			kiln_stream_result *result, kiln_error *err);
 
+/* --- content digests checked at open (src/read/verify.c) ---------------------------------- */
+
+/* File f's digests (its sidecar) read and ready to check its bytes as its source lands them:
+ * 0 with *out, NOTFOUND (none: the message says how to make them), the table's own errors, INVAL
+ * for a buffer, UNSUPPORTED for a URL, NOMEM. */
+struct kiln__verifier;
+int kiln__verifier_open(const kiln_model *m, const struct kiln__file *f,
+			struct kiln__verifier **out, kiln_error *err);
+/* The landed hook (kiln__file.landed): bytes [off, off + len) are at f->base + off; each chunk
+ * is checked once its last byte has landed. CORRUPT naming file, tensor, chunk, range, digests.
+ */
+int kiln__verifier_landed(void *ctx, uint64_t off, uint64_t len, kiln_error *err);
+/* After the source's finish: any chunk not reported is checked from memory; *chunks says how
+ * many were checked in all. */
+int kiln__verifier_finish(struct kiln__verifier *v, uint64_t *chunks, kiln_error *err);
+void kiln__verifier_free(struct kiln__verifier *v);
+
 /* --- pins (src/read/pin.c) ----------------------------------------------------------------- */
 
 /* Unpin everything still pinned (calling the unpin hooks); used by close. */

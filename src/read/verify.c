@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -255,7 +256,8 @@ int kiln_model_write_digests(const kiln_model *m, const kiln_digest_options *o,
 /* TYPE: the table at `name` describes a file of `said` bytes, not f. */
 static int another(const char *name, uint64_t said, const struct kiln__file *f, kiln_error *err)
 {
-	return kiln__fail_named(err, name, KILN_TYPE, KILN_NO_INDEX, "digests", 16,
+	return kiln__fail_named(err, name, KILN_TYPE, KILN_NO_INDEX, "digests",
+				KILN__DIGEST_SIZE_AT,
 				"digest table: it describes a file of %" PRIu64
 				" bytes, and its file has %" PRIu64 ": the digests of another file",
 				said, f->size);
@@ -301,7 +303,7 @@ static int read_sidecar(const struct kiln__file *f, uint8_t **table, struct kiln
 		goto out;
 	}
 	if (too_long) {
-		uint64_t said = kiln__ld64(*table + 16);
+		uint64_t said = kiln__ld64(*table + KILN__DIGEST_SIZE_AT);
 		if (!memcmp(*table, KILN__DIGEST_MAGIC, 8) && said != f->size)
 			rc = another(name, said, f, err);
 		else
@@ -317,7 +319,8 @@ static int read_sidecar(const struct kiln__file *f, uint8_t **table, struct kiln
 	/* A sidecar covers its whole file: one that covered less would let a check pass on bytes
 	 * it never looked at. */
 	if (!rc && (d->from != 0 || d->to != f->size)) {
-		rc = kiln__fail_named(err, name, KILN_TYPE, KILN_NO_INDEX, "digests", 24,
+		rc = kiln__fail_named(err, name, KILN_TYPE, KILN_NO_INDEX, "digests",
+				      KILN__DIGEST_FROM_AT,
 				      "digest table: it covers bytes %" PRIu64 "..%" PRIu64
 				      " of %" PRIu64 "; a sidecar covers its whole file",
 				      d->from, d->to, f->size);
@@ -330,6 +333,32 @@ out:
 		free(*table);
 		*table = NULL;
 	}
+	return rc;
+}
+
+/* CORRUPT for chunk k of file f, bytes [off, off + n): the file, the chunk, its range, its first
+ * tensor and both digests. */
+static int mismatch(const kiln_model *m, const struct kiln__file *f, uint64_t k, uint64_t off,
+		    uint64_t n, const uint8_t want[KILN__DIGEST_LEN],
+		    const uint8_t got[KILN__DIGEST_LEN], kiln_error *err)
+{
+	char wh[33], gh[33], tn[KILN__SHOWN + 16] = "no tensor's bytes";
+	kiln__digest_hex(want, wh);
+	kiln__digest_hex(got, gh);
+	uint64_t t = tensor_in(m, f, off, off + n);
+	if (t != KILN_NO_INDEX) {
+		const kiln_tensor *v = &m->tensors[t];
+		char nb[KILN__SHOWN];
+		snprintf(tn, sizeof(tn), "tensor %s",
+			 v->name ? kiln__shown(v->name, v->name_len, nb) : "(unnamed)");
+	}
+	/* The path first, shortened if need be, then what to act on; the digests last, where a cut
+	 * costs least. */
+	int rc = kiln__fail_named(err, kiln__file_shown(f), KILN_CORRUPT, t, "digests", off,
+				  "chunk %" PRIu64 " (bytes %" PRIu64 "..%" PRIu64 ", %s) differs "
+				  "from its digest: expected XXH3-128 %s, read %s",
+				  k, off, off + n, tn, wh, gh);
+	kiln__error_file(err, f->no);
 	return rc;
 }
 
@@ -346,24 +375,8 @@ static int check_chunk(void *ctx, uint64_t k, uint64_t off, uint64_t n,
 	struct check *c = ctx;
 	const uint8_t *want = c->d->entries + k * KILN__DIGEST_LEN;
 	c->chunks++;
-	if (!memcmp(got, want, KILN__DIGEST_LEN))
-		return 0;
-	char wh[33], gh[33], tn[KILN__SHOWN + 16] = "no tensor's bytes";
-	kiln__digest_hex(want, wh);
-	kiln__digest_hex(got, gh);
-	uint64_t t = tensor_in(c->m, c->f, off, off + n);
-	if (t != KILN_NO_INDEX) {
-		const kiln_tensor *v = &c->m->tensors[t];
-		char nb[KILN__SHOWN];
-		snprintf(tn, sizeof(tn), "tensor %s",
-			 v->name ? kiln__shown(v->name, v->name_len, nb) : "(unnamed)");
-	}
-	/* The path first, shortened if need be, then what to act on; the digests last, where a cut
-	 * costs least. */
-	return kiln__fail_named(err, kiln__file_shown(c->f), KILN_CORRUPT, t, "digests", off,
-				"chunk %" PRIu64 " (bytes %" PRIu64 "..%" PRIu64 ", %s) differs "
-				"from its digest: expected XXH3-128 %s, read %s",
-				k, off, off + n, tn, wh, gh);
+	return memcmp(got, want, KILN__DIGEST_LEN) ? mismatch(c->m, c->f, k, off, n, want, got, err)
+						   : 0;
 }
 
 int kiln_model_verify_digests(const kiln_model *m, const kiln_digest_options *o,
@@ -401,4 +414,120 @@ int kiln_model_verify_digests(const kiln_model *m, const kiln_digest_options *o,
 	if (!rc && report)
 		*report = r;
 	return rc;
+}
+
+/* --- checking inline, as a source lands the bytes ----------------------------------------- */
+
+struct kiln__verifier {
+	const kiln_model *m;
+	const struct kiln__file *f;
+	uint8_t *table;
+	struct kiln__digests d;
+	/* Bytes of each chunk in place so far; whoever lands a chunk's last byte checks it, from
+	 * the file's memory, while the bytes it just landed are in cache. */
+	_Atomic uint32_t *landed;
+	_Atomic uint64_t checked;
+};
+
+int kiln__verifier_open(const kiln_model *m, const struct kiln__file *f,
+			struct kiln__verifier **out, kiln_error *err)
+{
+	*out = NULL;
+	struct kiln__verifier *v = calloc(1, sizeof(*v));
+	if (!v)
+		return kiln__nomem(err, sizeof(*v), "a digest check");
+	v->m = m;
+	v->f = f;
+	int rc = read_sidecar(f, &v->table, &v->d, err);
+	if (!rc) {
+		/* The count is proven by the table's bytes, read already. */
+		v->landed = calloc(v->d.chunks ? v->d.chunks : 1, sizeof(*v->landed));
+		if (!v->landed)
+			rc = kiln__nomem(err, v->d.chunks * sizeof(*v->landed), "a digest check");
+	}
+	if (rc) {
+		kiln__error_file(err, f->no);
+		kiln__verifier_free(v);
+		return rc;
+	}
+	*out = v;
+	return 0;
+}
+
+void kiln__verifier_free(struct kiln__verifier *v)
+{
+	if (!v)
+		return;
+	free((void *)v->landed);
+	free(v->table);
+	free(v);
+}
+
+/* Chunk k: [*off, *off + return) of the file. */
+static uint64_t chunk_span(const struct kiln__verifier *v, uint64_t k, uint64_t *off)
+{
+	uint64_t c = UINT64_C(1) << v->d.chunk_log2;
+	*off = v->d.from + k * c;
+	return v->d.to - *off < c ? v->d.to - *off : c;
+}
+
+static int check_landed(struct kiln__verifier *v, uint64_t k, kiln_error *err)
+{
+	uint64_t off, n = chunk_span(v, k, &off);
+	uint8_t got[KILN__DIGEST_LEN];
+	kiln__digest_bytes(v->f->base + off, (size_t)n, got);
+	atomic_fetch_add_explicit(&v->checked, 1, memory_order_relaxed);
+	const uint8_t *want = v->d.entries + k * KILN__DIGEST_LEN;
+	return memcmp(got, want, KILN__DIGEST_LEN) ? mismatch(v->m, v->f, k, off, n, want, got, err)
+						   : 0;
+}
+
+int kiln__verifier_landed(void *ctx, uint64_t off, uint64_t len, kiln_error *err)
+{
+	struct kiln__verifier *v = ctx;
+	uint64_t end = off + len;
+	if (end > v->d.to)
+		end = v->d.to;
+	if (off < v->d.from)
+		off = v->d.from;
+	if (off >= end)
+		return 0;
+	const unsigned log2 = v->d.chunk_log2;
+	for (uint64_t k = (off - v->d.from) >> log2; k < v->d.chunks; k++) {
+		uint64_t at, n = chunk_span(v, k, &at);
+		if (at >= end)
+			break;
+		uint64_t a = off > at ? off : at, b = end < at + n ? end : at + n;
+		/* acq_rel: the landing thread's bytes are visible to whoever completes the chunk.
+		 */
+		uint32_t was = atomic_fetch_add_explicit(&v->landed[k], (uint32_t)(b - a),
+							 memory_order_acq_rel);
+		if (was + (b - a) == n) {
+			int rc = check_landed(v, k, err);
+			if (rc)
+				return rc;
+		}
+	}
+	return 0;
+}
+
+int kiln__verifier_finish(struct kiln__verifier *v, uint64_t *chunks, kiln_error *err)
+{
+	/* A chunk a source did not report (none should be left) is checked here from memory:
+	 * nothing is handed out unchecked. */
+	for (uint64_t k = 0; k < v->d.chunks; k++) {
+		uint64_t at, n = chunk_span(v, k, &at);
+		if (atomic_load_explicit(&v->landed[k], memory_order_acquire) == n)
+			continue;
+		if (!v->f->base)
+			return kiln__fail_named(
+			    err, kiln__file_shown(v->f), KILN_INVAL, KILN_NO_INDEX, NULL, at,
+			    "bytes %" PRIu64 "..%" PRIu64 " never reached memory to be checked", at,
+			    at + n);
+		int rc = check_landed(v, k, err);
+		if (rc)
+			return rc;
+	}
+	*chunks = atomic_load_explicit(&v->checked, memory_order_relaxed);
+	return 0;
 }

@@ -61,6 +61,12 @@ struct kiln__file {
 	int64_t split_tensors; /* GGUF: its split.tensors.count, or -1 */
 	/* Bytes the reader kept past open (fetched with keep), freed at close. */
 	struct kiln__kept *kept;
+	/* Told by the source's finish of every byte of the file once it is in place at base
+	 * (each byte once, in any order, from any of its threads), so that the content digests
+	 * are checked while the bytes are in cache (src/read/verify.c). Nonzero stops the finish
+	 * with that code, err set by it. NULL: none. */
+	int (*landed)(void *ctx, uint64_t off, uint64_t len, kiln_error *err);
+	void *landed_ctx;
 
 	/* --- the source's own ---------------------------------------------------------------- */
 	int fd; /* -1 when there is no descriptor (a buffer, a URL) */

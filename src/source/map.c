@@ -265,6 +265,35 @@ static void populate(const uint8_t *p, size_t len)
 	(void)sink;
 }
 
+/* The mapping's pages told to f->landed a block at a time, each faulted in just before
+ * (MADV_POPULATE_READ), so that checking them is the populate: one pass over the file. A file
+ * that shrank since open is IO here, never SIGBUS; a kernel without the call (EINVAL) gets its
+ * pages faulted by the check itself. */
+#define LANDED_BLOCK ((size_t)2 << 20)
+
+static int walk_landed(struct kiln__file *f, kiln_error *err)
+{
+	const struct map_state *s = state(f);
+	for (size_t off = 0; off < s->map_len; off += LANDED_BLOCK) {
+		size_t len = s->map_len - off < LANDED_BLOCK ? s->map_len - off : LANDED_BLOCK;
+#ifdef MADV_POPULATE_READ
+		if (madvise((uint8_t *)s->map_addr + off, len, MADV_POPULATE_READ) &&
+		    errno != EINVAL) {
+			int e = errno;
+			return kiln__fail_sys(
+			    err, KILN_IO, e,
+			    "%s: bytes %zu..%zu cannot be read through the mapping "
+			    "(%s): the file changed since open",
+			    kiln__file_shown(f), off, off + len, strerror(e));
+		}
+#endif
+		int rc = f->landed(f->landed_ctx, off, len, err);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
 /* KILN_SOURCE_AUTO's evidence: AUTO_WINDOWS windows of AUTO_PAGES pages, evenly spread from the
  * start of the payload to the end of the file (the directory was just read, so its pages say
  * nothing about the payload's). */
@@ -393,10 +422,10 @@ static int map_finish(struct kiln__file *f, const kiln_open_options *o, kiln_err
 	if (flags & KILN_OPEN_LOCK) {
 		if (kiln__sys.mlock(p, s->map_len) != 0)
 			return kiln__mlock_fail(err, errno, s->map_len);
-	} else if (flags & KILN_OPEN_POPULATE) {
-		populate(p, s->map_len);
+	} else if ((flags & KILN_OPEN_POPULATE) && !f->landed) {
+		populate(p, s->map_len); /* else the walk below populates */
 	}
-	return 0;
+	return f->landed ? walk_landed(f, err) : 0;
 }
 
 static void map_release(struct kiln__file *f)

@@ -263,6 +263,14 @@ static uint32_t split(uint64_t from, uint64_t to, uint32_t n, uint64_t *bounds)
 	return k;
 }
 
+/* The engine read this file alone, as its file 0. */
+static int landed_chunk(void *ctx, uint32_t file, uint64_t off, uint64_t len, kiln_error *err)
+{
+	(void)file;
+	const struct kiln__file *f = ctx;
+	return f->landed(f->landed_ctx, off, len, err);
+}
+
 /* The rest of the file, [from, size), into the block with the chunk engine. */
 static int read_rest(struct kiln__file *f, uint64_t from, const kiln_open_options *o,
 		     kiln_error *err)
@@ -277,6 +285,8 @@ static int read_rest(struct kiln__file *f, uint64_t from, const kiln_open_option
 	    .chunk = o && o->chunk_size ? o->chunk_size : KILN__CHUNK_DEFAULT,
 	    .qd = o && o->queue_depth ? o->queue_depth : KILN__QD_DEFAULT,
 	    .engine = f->src->id == KILN_SOURCE_URING ? KILN_ENGINE_URING : KILN_ENGINE_PREAD,
+	    .landed = f->landed ? landed_chunk : NULL,
+	    .landed_ctx = f,
 	};
 	uint32_t want = o && o->threads > 1 ? o->threads : 1;
 	uint64_t bounds[KILN__THREADS_MAX + 1];
@@ -351,6 +361,10 @@ static int read_finish(struct kiln__file *f, const kiln_open_options *o, kiln_er
 		return rc;
 	/* What the reader read is there: [0, payload_base) at least, in one piece from 0. */
 	uint64_t from = s->nfilled && s->filled[0].from == 0 ? s->filled[0].to : 0;
+	if (from > f->size)
+		from = f->size;
+	if (f->landed && from && (rc = f->landed(f->landed_ctx, 0, from, err)))
+		return rc;
 	return read_rest(f, from, o, err);
 }
 
