@@ -48,6 +48,9 @@ int kiln_fuzz_cache(const uint8_t *data, size_t size);
 /* A digest table (a sidecar's bytes): the verdict and fields the target's own reading of its
  * rules gives. */
 int kiln_fuzz_digest(const uint8_t *data, size_t size);
+/* A model_signing statement or sigstore bundle (model.sig): a located refusal, or digests in
+ * sorted, non-overlapping ranges. */
+int kiln_fuzz_signing(const uint8_t *data, size_t size);
 
 #ifdef KILN_LIBFUZZER
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -49,3 +49,14 @@ cp "$src/tests/samples/tiny-llama.gguf" "$tmp/a.gguf"
 { printf '\000'; cat "$tmp/a.gguf.kiln-digest"; } >"$out/digest/gguf-4k-resealed"
 { printf '\001'; head -c 40 "$tmp/g.klnt.kiln-digest"; } >"$out/digest/short"
 rm -rf "$tmp"
+
+# model_signing statements (fuzz_signing.c: byte 0 bit 0 looks up "." rather than "m", bit 1
+# wraps the rest in a bundle): model_signing's own fixtures, a real bundle as it is and its
+# statement, and a statement that lists "m".
+mkdir -p "$out/signing"
+ms="$src/tests/samples/model-signing"
+{ printf '\000'; cat "$ms/v1.1.0-sigstore/model.sig"; } >"$out/signing/bundle"
+{ printf '\001'; cat "$ms/sample_model_file_small_shards.json"; } >"$out/signing/shards-dot"
+{ printf '\003'; cat "$ms/sample_model_file_small_shards.json"; } >"$out/signing/shards-dot-wrapped"
+{ printf '\000'; sed 's|"d0/f00:0:23"|"m:0:23"|; s|"d0/f01:0:23"|"m:23:40"|' \
+	"$ms/sample_model_folder_shard.json"; } >"$out/signing/shards-m"

@@ -7,13 +7,13 @@
 #   build-fuzz/fuzz/fuzz_parse -merge=1 -use_counters=0 fuzz/corpus/parse WORK/parse
 #
 # usage: fuzz/run.sh BUILD_DIR SECONDS [TARGET...]   (targets: parse roundtrip lookup safetensors gguf http
-#   s3error awsconfig index cache digest)
+#   s3error awsconfig index cache digest signing)
 # Build first: CC=clang cmake -S . -B build-fuzz -DKILN_FUZZ=ON && cmake --build build-fuzz
 set -eu
 build=$1
 seconds=$2
 shift 2
-targets=${*:-parse roundtrip lookup safetensors gguf http s3error awsconfig index cache digest}
+targets=${*:-parse roundtrip lookup safetensors gguf http s3error awsconfig index cache digest signing}
 src=$(cd "$(dirname "$0")" && pwd)
 work=${KILN_FUZZ_WORK:-}
 if [ -z "$work" ]; then

@@ -1187,10 +1187,13 @@ static PyObject *digest_report(const kiln_verify_report *r)
 	char hex[33];
 	for (int i = 0; i < 16; i++)
 		snprintf(hex + 2 * i, 3, "%02x", r->content[i]);
+	const char *alg = kiln_digest_algorithm_name(r->algorithm);
+	const char *src = kiln_digest_source_name(r->source);
 	return Py_BuildValue("{s:I,s:s,s:s,s:K,s:K,s:K,s:s}", "files", (unsigned)r->files,
-			     "algorithm", "xxh3-128", "source", "sidecar", "chunk_bytes",
-			     1ULL << r->chunk_log2, "chunks", (unsigned long long)r->chunks,
-			     "bytes", (unsigned long long)r->bytes, "content", hex);
+			     "algorithm", alg ? alg : "?", "source", src ? src : "?", "chunk_bytes",
+			     r->chunk_log2 ? 1ULL << r->chunk_log2 : 0ULL, "chunks",
+			     (unsigned long long)r->chunks, "bytes", (unsigned long long)r->bytes,
+			     "content", hex);
 }
 
 static PyObject *run_digests(ModelObject *self, unsigned log2, int write)

@@ -10,7 +10,7 @@ set -eu
 
 # The library, klnt and the converters: a C11 compiler, CMake, liburing, libxxhash, libcurl,
 # json-c; xxd turns the golden cases' hex into files.
-PACKAGES="build-essential cmake pkg-config liburing-dev libxxhash-dev libcurl4-openssl-dev \
+PACKAGES="build-essential cmake pkg-config liburing-dev libxxhash-dev libcurl4-openssl-dev libssl-dev \
 libjson-c-dev xxd"
 
 # libclang-rt-14-dev holds clang's sanitizer and libFuzzer runtimes; clang only recommends it.

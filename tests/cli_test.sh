@@ -560,7 +560,7 @@ expect 0 "$KLNT" digest --chunk 4K "$TMP/d.gguf"
 has "$TMP/out" "$TMP/d.gguf: 1 file, 19 chunks of 4096 bytes, content "
 [ "$(wc -c <"$TMP/d.gguf.kiln-digest")" -eq $((64 + 19 * 16)) ] && ok || bad "sidecar size"
 expect 0 "$KLNT" verify "$TMP/d.gguf"
-has "$TMP/out" "$TMP/d.gguf: ok (1 file, 19 chunks, 76160 bytes, XXH3-128 from sidecars"
+has "$TMP/out" "$TMP/d.gguf: ok (1 file, 19 digests, 76160 bytes, xxh3-128 from sidecar, content "
 expect 0 "$KLNT" verify -q "$TMP/d.gguf"
 [ -s "$TMP/out" ] && bad "verify -q printed $(cat "$TMP/out")" || ok
 printf '\125' | dd of="$TMP/d.gguf" bs=1 seek=50000 conv=notrunc 2>/dev/null
@@ -579,6 +579,19 @@ expect 2 "$KLNT" verify --chunk 4096 "$TMP/d.gguf"
 expect 2 "$KLNT" digest
 expect 0 "$KLNT" verify --help
 has "$TMP/out" "FILE.kiln-digest"
+# A Hugging Face cache layout: the snapshot's name links to blobs/<sha256sum of the file>, a
+# digest kiln checks with no sidecar (coreutils' sha256sum names the blob here).
+hf="$TMP/hub/models--o--m"
+mkdir -p "$hf/blobs" "$hf/snapshots/r1"
+cp "$SRC/tests/samples/tiny-llama.gguf" "$TMP/hfsrc.gguf"
+blob=$(sha256sum "$TMP/hfsrc.gguf" | cut -d' ' -f1)
+mv "$TMP/hfsrc.gguf" "$hf/blobs/$blob"
+ln -s "../../blobs/$blob" "$hf/snapshots/r1/model.gguf"
+expect 0 "$KLNT" verify "$hf/snapshots/r1/model.gguf"
+has "$TMP/out" "model.gguf: ok (1 file, 1 digests, 76160 bytes, sha256 from hf-cache)"
+printf '\125' | dd of="$hf/blobs/$blob" bs=1 seek=50000 conv=notrunc 2>/dev/null
+expect 1 "$KLNT" verify "$hf/snapshots/r1/model.gguf"
+has "$TMP/out" "differ from their SHA-256 in its Hugging Face cache blob name"
 
 echo "cli: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

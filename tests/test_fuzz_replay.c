@@ -151,6 +151,11 @@ Test(replay, digest)
 	replay("digest", kiln_fuzz_digest);
 }
 
+Test(replay, signing)
+{
+	replay("signing", kiln_fuzz_signing);
+}
+
 /* The same verdict from a file as from the buffer: every parse input is written to a file and
  * opened mapped (the page cache warm: the directory in one read), mapped again after eviction
  * (windows of descriptors with read-ahead hints) and read into owned memory; the error's class,

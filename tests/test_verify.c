@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "format/digest.h"
+#include "format/signing.h"
 #include "helpers.h"
 
 #define CHUNK_LOG2 12
@@ -735,4 +736,399 @@ Test(digest_table, xxh3_128_known_answers)
 	kiln__digest_bytes("abc", 3, d);
 	kiln__digest_hex(d, hex);
 	cr_assert_str_eq(hex, "06b05ab6733a618578af5f94892f3950");
+}
+
+/* --- digests other tools keep: model_signing statements, the Hugging Face cache ------------ */
+
+#define SIGNING KILN_SAMPLES "/model-signing"
+
+static void sha256_of(const void *p, size_t n, uint8_t out[KILN__SHA256_LEN])
+{
+	struct kiln__sha256 *s = kiln__sha256_new();
+	cr_assert_not_null(s);
+	kiln__sha256_add(s, p, n);
+	kiln__sha256_end(s, out);
+	kiln__sha256_free(s);
+}
+
+static void sha256_hex(const void *p, size_t n, char out[2 * KILN__SHA256_LEN + 1])
+{
+	uint8_t d[KILN__SHA256_LEN];
+	sha256_of(p, n, d);
+	for (int i = 0; i < KILN__SHA256_LEN; i++)
+		sprintf(out + 2 * i, "%02x", d[i]);
+}
+
+/* The digests a statement lists for `name`, expected to parse. */
+static size_t listed(const uint8_t *text, size_t len, const char *name, struct kiln__signed **out)
+{
+	size_t n;
+	kiln_error err;
+	int rc = kiln__signing_digests(text, len, "S", name, out, &n, &err);
+	cr_assert_eq(rc, 0, "%s: %s", name, err.message);
+	return n;
+}
+
+/* The fixtures model_signing's own tests and scripts use, read as it means them: a real signed
+ * bundle (files), a statement over one file in 8-byte shards, one over a folder. */
+Test(signing, the_fixtures_read_as_model_signing_means_them)
+{
+	size_t len;
+	uint8_t *bundle = slurp(SIGNING "/v1.1.0-sigstore/model.sig", &len);
+	struct kiln__signed *d;
+	for (int i = 1; i <= 2; i++) {
+		char name[16], path[256];
+		snprintf(name, sizeof(name), "signme-%d", i);
+		snprintf(path, sizeof(path), SIGNING "/v1.1.0-sigstore/%s", name);
+		size_t fl;
+		uint8_t *bytes = slurp(path, &fl), want[KILN__SHA256_LEN];
+		sha256_of(bytes, fl, want);
+		cr_assert_eq(listed(bundle, len, name, &d), 1, "%s", name);
+		cr_assert_eq(d[0].from, 0);
+		cr_assert_eq(d[0].to, UINT64_MAX, "a file listed whole");
+		cr_assert_eq(memcmp(d[0].sha256, want, sizeof(want)), 0, "%s", name);
+		bytes[3] ^= 1; /* one bit off: another digest */
+		sha256_of(bytes, fl, want);
+		cr_assert_neq(memcmp(d[0].sha256, want, sizeof(want)), 0);
+		free(d);
+		free(bytes);
+	}
+	/* ignore-me is in the statement's ignore_paths, not its resources; model.sig is neither. */
+	cr_assert_eq(listed(bundle, len, "ignore-me", &d), 0);
+	cr_assert_null(d);
+	free(bundle);
+
+	static const char text[] = "This is a simple model";
+	uint8_t *shards = slurp(SIGNING "/sample_model_file_small_shards.json", &len);
+	cr_assert_eq(listed(shards, len, ".", &d), 3);
+	static const uint64_t bounds[4] = {0, 8, 16, 22};
+	for (int i = 0; i < 3; i++) {
+		uint8_t want[KILN__SHA256_LEN];
+		sha256_of(text + bounds[i], bounds[i + 1] - bounds[i], want);
+		cr_assert_eq(d[i].from, bounds[i]);
+		cr_assert_eq(d[i].to, bounds[i + 1]);
+		cr_assert_eq(memcmp(d[i].sha256, want, sizeof(want)), 0, "shard %d", i);
+	}
+	free(d);
+	free(shards);
+
+	uint8_t *folder = slurp(SIGNING "/sample_model_folder_shard.json", &len);
+	static const char *const names[2] = {"f0", "d1/f12"};
+	static const char *const texts[2] = {"This is file f0 in root.", "This is file f12 in d1."};
+	for (int i = 0; i < 2; i++) {
+		uint8_t want[KILN__SHA256_LEN];
+		sha256_of(texts[i], strlen(texts[i]), want);
+		cr_assert_eq(listed(folder, len, names[i], &d), 1);
+		cr_assert_eq(d[0].to, strlen(texts[i]));
+		cr_assert_eq(memcmp(d[0].sha256, want, sizeof(want)), 0, "%s", names[i]);
+		free(d);
+	}
+	cr_assert_eq(listed(folder, len, "d1", &d), 0);
+	free(folder);
+}
+
+/* A statement that breaks one rule at a time: its class, never a crash. */
+Test(signing, hostile_statements)
+{
+	static const char head[] = "{\"_type\":\"https://in-toto.io/Statement/v1\","
+				   "\"predicateType\":\"https://model_signing/signature/v1.0\","
+				   "\"predicate\":{\"resources\":[";
+	static const char hex64[] =
+	    "\"f6310066c7320497ea554260c32c43660bff648cb2a61194832cc086077085e1\"";
+	static const struct {
+		const char *text; /* whole, or resources after `head` when it starts with '@' */
+		int code;
+	} cases[] = {
+	    {"not json", KILN_FRAME},
+	    {"[]", KILN_FRAME},
+	    {"{\"_type\":\"https://in-toto.io/Statement/v9\"}", KILN_FRAME},
+	    {"{\"_type\":\"https://in-toto.io/Statement/v1\",\"predicateType\":\"x\","
+	     "\"predicate\":{}}",
+	     KILN_UNSUPPORTED},
+	    {"{\"_type\":\"https://in-toto.io/Statement/v1\","
+	     "\"predicateType\":\"https://model_signing/signature/v1.0\"}",
+	     KILN_TYPE},
+	    {"@{\"name\":\"m\",\"algorithm\":\"sha256\",\"digest\":\"abc\"}]}}", KILN_TYPE},
+	    {"@{\"name\":\"m\",\"algorithm\":\"blake2\",\"digest\":\"abc\"}]}}", KILN_UNSUPPORTED},
+	    {"@{\"name\":\"m\",\"algorithm\":\"sha256\"}]}}", KILN_TYPE},
+	    {"@{\"name\":\"m:5:5\",\"algorithm\":\"sha256-sharded-8\",\"digest\":#}]}}", KILN_TYPE},
+	    {"@{\"name\":\"m:x:5\",\"algorithm\":\"sha256-sharded-8\",\"digest\":#}]}}", KILN_TYPE},
+	    {"@{\"name\":\"m:0:8\",\"algorithm\":\"sha256-sharded-8\",\"digest\":#},"
+	     "{\"name\":\"m:4:12\",\"algorithm\":\"sha256-sharded-8\",\"digest\":#}]}}",
+	     KILN_TYPE},
+	    {"@{\"name\":\"m\",\"algorithm\":\"sha256\",\"digest\":#},"
+	     "{\"name\":\"m:0:8\",\"algorithm\":\"sha256-sharded-8\",\"digest\":#}]}}",
+	     KILN_TYPE},
+	    {"@{\"name\":\"m\",\"algorithm\":\"sha256\",\"digest\":#}]}} trailing", KILN_FRAME},
+	    {"@{\"name\":\"m\",\"algorithm\":\"sha256\",\"digest\":#}],}}", KILN_FRAME},
+	    {"@{\"name\":\"\xff\",\"algorithm\":\"sha256\",\"digest\":#}]}}", KILN_UTF8},
+	    {"{\"dsseEnvelope\":{\"payload\":\"e30=\",\"payloadType\":\"text/plain\"}}",
+	     KILN_UNSUPPORTED},
+	    {"{\"dsseEnvelope\":{\"payload\":\"e30\",\"payloadType\":"
+	     "\"application/vnd.in-toto+json\"}}",
+	     KILN_FRAME},
+	    {"{\"dsseEnvelope\":{\"payload\":\"!!!!\",\"payloadType\":"
+	     "\"application/vnd.in-toto+json\"}}",
+	     KILN_FRAME},
+	    {"{\"dsseEnvelope\":{\"payload\":\"e30=\",\"payloadType\":"
+	     "\"application/vnd.in-toto+json\"}}",
+	     KILN_FRAME}, /* "{}": no _type */
+	    {"{\"dsseEnvelope\":{\"payloadType\":\"application/vnd.in-toto+json\"}}", KILN_TYPE},
+	    {"@{\"name\":\"m\",\"algorithm\":\"sha256\",\"digest\":#}]}}", 0},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char text[2048] = "";
+		const char *c = cases[i].text;
+		if (*c == '@') {
+			strcpy(text, head);
+			c++;
+		}
+		for (size_t k = strlen(text); *c; c++) {
+			if (*c == '#')
+				k += (size_t)sprintf(text + k, "%s", hex64);
+			else
+				text[k++] = *c, text[k] = 0;
+		}
+		struct kiln__signed *d = NULL;
+		size_t n = 99;
+		kiln_error err;
+		int rc = kiln__signing_digests((const uint8_t *)text, strlen(text), "S", "m", &d,
+					       &n, &err);
+		cr_assert_eq(rc, cases[i].code, "case %zu: %s, not %s: %s", i, kiln_code_name(rc),
+			     kiln_code_name(cases[i].code), rc ? err.message : "");
+		if (rc) {
+			cr_assert_null(d, "case %zu", i);
+			cr_assert_eq(n, 0, "case %zu", i);
+			cr_assert_eq(strncmp(err.message, "S: ", 3), 0, "case %zu: %s", i,
+				     err.message);
+		} else {
+			cr_assert_eq(n, 1);
+			free(d);
+		}
+	}
+}
+
+/* Base64 of n bytes (standard, padded), NUL-terminated. */
+static char *base64(const void *p, size_t n)
+{
+	static const char a[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	const uint8_t *b = p;
+	char *o = malloc((n + 2) / 3 * 4 + 1), *q = o;
+	for (size_t i = 0; i < n; i += 3) {
+		uint32_t v = (uint32_t)b[i] << 16 | (i + 1 < n ? (uint32_t)b[i + 1] << 8 : 0) |
+			     (i + 2 < n ? b[i + 2] : 0);
+		*q++ = a[v >> 18 & 63];
+		*q++ = a[v >> 12 & 63];
+		*q++ = i + 1 < n ? a[v >> 6 & 63] : '=';
+		*q++ = i + 2 < n ? a[v & 63] : '=';
+	}
+	*q = 0;
+	return o;
+}
+
+/* model.sig beside `path` listing it whole (shard 0) or in shards of `shard` bytes, as a bundle
+ * or a bare statement. */
+static void sign(const char *dir, const char *path, uint64_t shard, int bundle)
+{
+	size_t n;
+	uint8_t *bytes = slurp(path, &n);
+	const char *name = strrchr(path, '/') + 1;
+	size_t cap = 4096 + (shard ? n / shard + 1 : 1) * 256, k = 0;
+	char *st = malloc(cap);
+	k += (size_t)snprintf(st + k, cap - k,
+			      "{\"_type\": \"https://in-toto.io/Statement/v1\", \"subject\": [], "
+			      "\"predicateType\": \"https://model_signing/signature/v1.0\", "
+			      "\"predicate\": {\"serialization\": {\"method\": \"%s\"}, "
+			      "\"resources\": [{\"name\": \"other\", \"algorithm\": \"sha256\", "
+			      "\"digest\": \"%064d\"}",
+			      shard ? "shards" : "files", 0);
+	for (uint64_t at = 0; at < n || (!shard && at == 0); at += shard ? shard : n + 1) {
+		uint64_t end = shard && at + shard < n ? at + shard : n;
+		char hex[65], rname[512];
+		sha256_hex(bytes + at, end - at, hex);
+		if (shard)
+			snprintf(rname, sizeof(rname), "%s:%" PRIu64 ":%" PRIu64, name, at, end);
+		else
+			snprintf(rname, sizeof(rname), "%s", name);
+		k += (size_t)snprintf(st + k, cap - k,
+				      ", {\"name\": \"%s\", \"algorithm\": \"%s\", \"digest\": "
+				      "\"%s\"}",
+				      rname, shard ? "sha256-sharded-x" : "sha256", hex);
+		if (!shard)
+			break;
+	}
+	k += (size_t)snprintf(st + k, cap - k, "]}}");
+	char *sig = join(dir, "model.sig");
+	if (bundle) {
+		char *b64 = base64(st, k), *b;
+		cr_assert(
+		    asprintf(&b,
+			     "{\"mediaType\": \"application/vnd.dev.sigstore.bundle.v0.3+json\","
+			     " \"dsseEnvelope\": {\"payload\": \"%s\", \"payloadType\": "
+			     "\"application/vnd.in-toto+json\", \"signatures\": []}}",
+			     b64) > 0);
+		put_file(sig, b, strlen(b));
+		free(b);
+		free(b64);
+	} else {
+		put_file(sig, st, k);
+	}
+	free(sig);
+	free(st);
+	free(bytes);
+}
+
+/* A kiln model with model.sig beside it: checked as it loads through every way, in one piece
+ * and in shards; a flipped byte named with the shard; statements of another version refused. */
+Test(signing, a_signed_model_verifies_as_it_loads)
+{
+	char *dir = temp_dir();
+	char *path = safetensors_model(dir);
+	uint64_t size = file_size(path);
+	kiln_verify_report r;
+	kiln_error err;
+	for (int bundle = 0; bundle < 2; bundle++) {
+		for (uint64_t shard = 0; shard <= 10000; shard += 10000) {
+			sign(dir, path, shard, bundle);
+			uint64_t nshards = shard ? (size + shard - 1) / shard : 1;
+			cr_assert_eq(verify(path, &r, &err), 0, "%s", err.message);
+			cr_assert_eq(r.source, KILN_DIGESTS_MODEL_SIGNING);
+			cr_assert_eq(r.algorithm, KILN_DIGEST_SHA256);
+			cr_assert_eq(r.chunks, nshards);
+			cr_assert_eq(r.bytes, size);
+			for (size_t w = 1; w < NWAYS; w++) {
+				cr_assert_eq(verify_way(path, &ways[w], &r, &err), 0, "%s: %s",
+					     ways[w].name, err.message);
+				cr_assert_eq(r.chunks, nshards, "%s", ways[w].name);
+			}
+			uint64_t at = 15000;
+			flip(path, at, 2);
+			for (size_t w = 0; w < NWAYS; w++) {
+				cr_assert_eq(verify_way(path, &ways[w], &r, &err), KILN_CORRUPT,
+					     "%s: %s", ways[w].name, err.message);
+				cr_assert_eq(err.offset, shard ? 10000 : 0, "%s", err.message);
+				cr_assert_str_eq(err.field, "digests");
+				cr_assert_not_null(strstr(err.message,
+							  "differ from their SHA-256 in "
+							  "model.sig: expected "),
+						   "%s", err.message);
+				cr_assert_not_null(strstr(err.message, " (tensor "), "%s",
+						   err.message);
+				cr_assert_neq(err.tensor, KILN_NO_INDEX);
+			}
+			flip(path, at, 2);
+		}
+	}
+	/* A statement of a shorter version of the file: refused, not half checked. */
+	char *sig = join(dir, "model.sig");
+	size_t n;
+	uint8_t *bytes = slurp(path, &n);
+	char *shorter = join(dir, "short");
+	put_file(shorter, bytes, n - 10);
+	sign(dir, shorter, 10000, 0);
+	size_t sl;
+	char *st = (char *)slurp(sig, &sl);
+	char *renamed = realloc(st, sl + 1);
+	renamed[sl] = 0;
+	char *fixed = NULL;
+	/* The shards named for m.safetensors instead. */
+	size_t cap = sl * 2, k = 0;
+	fixed = malloc(cap);
+	for (const char *c = renamed; *c;) {
+		if (!strncmp(c, "short:", 6)) {
+			k += (size_t)sprintf(fixed + k, "m.safetensors:");
+			c += 6;
+		} else {
+			fixed[k++] = *c++;
+		}
+	}
+	put_file(sig, fixed, k);
+	cr_assert_eq(verify(path, &r, &err), KILN_TYPE, "%s", err.message);
+	cr_assert_not_null(strstr(err.message, "another version of the file"), "%s", err.message);
+	kiln_open_options o = {.size = sizeof(o), .flags = KILN_OPEN_VERIFY_DIGESTS};
+	kiln_model *m = (kiln_model *)1;
+	cr_assert_eq(kiln_model_open(path, &o, &m, &err), KILN_TYPE, "%s", err.message);
+	cr_assert_null(m);
+	/* One that lists other files only. */
+	sign(dir, shorter, 0, 1);
+	cr_assert_eq(verify(path, &r, &err), KILN_NOTFOUND, "%s", err.message);
+	cr_assert_not_null(strstr(err.message, "model.sig beside it lists no digest of "
+					       "m.safetensors"),
+			   "%s", err.message);
+	/* A sidecar wins over model.sig. */
+	digest_ok(path, CHUNK_LOG2);
+	cr_assert_eq(verify(path, &r, &err), 0, "%s", err.message);
+	cr_assert_eq(r.source, KILN_DIGESTS_SIDECAR);
+	free(fixed);
+	free(renamed);
+	free(shorter);
+	free(bytes);
+	free(sig);
+	free(path);
+	free(dir);
+}
+
+/* The Hugging Face cache: a snapshot's name links to blobs/<SHA-256 of the file>; that name is
+ * the digest, checked as the file loads. A git blob (40 hex digits: small files) is no digest. */
+Test(hf_cache, a_snapshot_link_to_its_blob_verifies)
+{
+	char *dir = temp_dir();
+	char *made = safetensors_model(dir);
+	size_t n;
+	uint8_t *bytes = slurp(made, &n);
+	char hex[65], *blobs, *snap, *blob, *link, *target;
+	sha256_hex(bytes, n, hex);
+	cr_assert(asprintf(&blobs, "%s/models--org--m/blobs", dir) > 0);
+	cr_assert(asprintf(&snap, "%s/models--org--m/snapshots/0123abcd", dir) > 0);
+	cr_assert(asprintf(&blob, "%s/%s", blobs, hex) > 0);
+	cr_assert(asprintf(&link, "%s/model.safetensors", snap) > 0);
+	cr_assert(asprintf(&target, "../../blobs/%s", hex) > 0);
+	char *mid;
+	cr_assert(asprintf(&mid, "%s/models--org--m", dir) > 0);
+	cr_assert_eq(mkdir(mid, 0755), 0);
+	cr_assert_eq(mkdir(blobs, 0755), 0);
+	char *snaps;
+	cr_assert(asprintf(&snaps, "%s/models--org--m/snapshots", dir) > 0);
+	cr_assert_eq(mkdir(snaps, 0755), 0);
+	cr_assert_eq(mkdir(snap, 0755), 0);
+	put_file(blob, bytes, n);
+	cr_assert_eq(symlink(target, link), 0);
+	kiln_verify_report r;
+	kiln_error err;
+	cr_assert_eq(verify(link, &r, &err), 0, "%s", err.message);
+	cr_assert_eq(r.source, KILN_DIGESTS_HF_CACHE);
+	cr_assert_eq(r.algorithm, KILN_DIGEST_SHA256);
+	cr_assert_eq(r.chunks, 1);
+	for (size_t w = 1; w < NWAYS; w++)
+		cr_assert_eq(verify_way(link, &ways[w], &r, &err), 0, "%s: %s", ways[w].name,
+			     err.message);
+	flip(blob, n - 1, 0);
+	for (size_t w = 0; w < NWAYS; w++) {
+		cr_assert_eq(verify_way(link, &ways[w], &r, &err), KILN_CORRUPT, "%s: %s",
+			     ways[w].name, err.message);
+		cr_assert_eq(err.offset, 0);
+		cr_assert_not_null(strstr(err.message, "differ from their SHA-256 in its Hugging "
+						       "Face cache blob name"),
+				   "%s", err.message);
+	}
+	flip(blob, n - 1, 0);
+	/* A blob named by a git SHA-1 (how the cache keeps small files): no digest to check. */
+	char *sha1_blob, *sha1_link;
+	cr_assert(asprintf(&sha1_blob, "%s/%.40s", blobs, hex) > 0);
+	cr_assert(asprintf(&sha1_link, "%s/small.safetensors", snap) > 0);
+	put_file(sha1_blob, bytes, n);
+	cr_assert_eq(symlink(sha1_blob, sha1_link), 0);
+	cr_assert_eq(verify(sha1_link, &r, &err), KILN_NOTFOUND, "%s", err.message);
+	free(sha1_blob);
+	free(sha1_link);
+	free(snaps);
+	free(mid);
+	free(target);
+	free(link);
+	free(blob);
+	free(snap);
+	free(blobs);
+	free(bytes);
+	free(made);
+	free(dir);
 }

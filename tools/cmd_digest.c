@@ -32,11 +32,15 @@ static const char digest_usage[] =
 static const char verify_usage[] =
     "usage: klnt verify [-q] MODEL...\n"
     "\n"
-    "Read every byte of each MODEL that its digests cover and check it: the sidecars\n"
-    "FILE.kiln-digest that 'klnt digest' wrote. Progress goes to stderr when it is a terminal.\n"
+    "Read every byte of each MODEL that its digests cover and check it. A file's digests are\n"
+    "its sidecar FILE.kiln-digest that 'klnt digest' wrote; without one, a model_signing\n"
+    "statement model.sig beside it (SHA-256 of the file or its shards; the signature itself\n"
+    "is sigstore's to check: model_signing verify), or the file's name when it is a Hugging\n"
+    "Face cache blob (blobs/SHA-256). Progress goes to stderr when it is a terminal.\n"
     "\n"
     "Prints one line per MODEL on stdout:\n"
-    "  MODEL: ok (N files, C chunks, B bytes, XXH3-128 from sidecars, content HEX)\n"
+    "  MODEL: ok (N files, D digests, B bytes, ALGORITHM from SOURCE[, content HEX])\n"
+    "         ALGORITHM xxh3-128 or sha256, SOURCE sidecar, model-signing or hf-cache\n"
     "  MODEL: CORRUPT: FILE: chunk K (bytes A..B, tensor T) differs from its digest: ...\n"
     "  MODEL: NOTFOUND: FILE: no digests (...); make them once with: klnt digest FILE\n"
     "  MODEL: CLASS: message   a rejected model or digest table (FRAME, TYPE, LIMIT,\n"
@@ -102,9 +106,13 @@ static int one(const struct klnt_cmd *cmd, const char *path, int write, unsigned
 		    r.files, r.files == 1 ? "" : "s", r.chunks, UINT64_C(1) << r.chunk_log2, hex);
 	} else if (!quiet) {
 		klnt_fputs_path(stdout, path);
-		printf(": ok (%" PRIu32 " file%s, %" PRIu64 " chunks, %" PRIu64
-		       " bytes, XXH3-128 from sidecars, content %s)\n",
-		       r.files, r.files == 1 ? "" : "s", r.chunks, r.bytes, hex);
+		printf(": ok (%" PRIu32 " file%s, %" PRIu64 " digests, %" PRIu64
+		       " bytes, %s from %s",
+		       r.files, r.files == 1 ? "" : "s", r.chunks, r.bytes,
+		       kiln_digest_algorithm_name(r.algorithm), kiln_digest_source_name(r.source));
+		if (r.source == KILN_DIGESTS_SIDECAR)
+			printf(", content %s", hex);
+		puts(")");
 	}
 	return KLNT_EXIT_OK;
 }

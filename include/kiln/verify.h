@@ -18,13 +18,23 @@ extern "C" {
 enum kiln_digest_algorithm {
 	KILN_DIGEST_NONE = 0,
 	KILN_DIGEST_XXH3_128 = 1,
+	KILN_DIGEST_SHA256 = 2,
 };
 
 /* Where a file's digests came from (kiln_verify_report.source). */
 enum kiln_digest_source {
 	KILN_DIGESTS_NONE = 0,
-	KILN_DIGESTS_SIDECAR = 1, /* FILE.kiln-digest beside the file */
+	KILN_DIGESTS_SIDECAR = 1,  /* FILE.kiln-digest beside the file (XXH3-128 per chunk) */
+	KILN_DIGESTS_HF_CACHE = 2, /* the file is a Hugging Face cache blob named by its SHA-256 */
+	KILN_DIGESTS_MODEL_SIGNING =
+	    3, /* model.sig beside it (OpenSSF model signing): SHA-256 of
+		* the file or of its shards; the signature is not checked */
 };
+
+/* "xxh3-128", "sha256"; NULL for another value. */
+KILN_API const char *kiln_digest_algorithm_name(unsigned algorithm);
+/* "sidecar", "hf-cache", "model-signing"; NULL for another value. */
+KILN_API const char *kiln_digest_source_name(unsigned source);
 
 typedef struct kiln_digest_options {
 	uint32_t size;       /* sizeof(kiln_digest_options), or 0 */
@@ -41,12 +51,14 @@ typedef struct kiln_digest_options {
 
 typedef struct kiln_verify_report {
 	uint32_t files;      /* files of the model */
-	uint32_t algorithm;  /* enum kiln_digest_algorithm of the digests checked */
+	uint32_t algorithm;  /* enum kiln_digest_algorithm of the first file's digests */
 	uint32_t source;     /* enum kiln_digest_source they came from */
-	uint32_t chunk_log2; /* the chunk size of the first file's digests */
-	uint64_t chunks;     /* chunk digests checked (written, for kiln_model_write_digests) */
+	uint32_t chunk_log2; /* the chunk size of the first file's sidecar; 0 for SHA-256 sources */
+	uint64_t chunks;     /* digests checked (chunks, or SHA-256 ranges; written, for
+			      * kiln_model_write_digests) */
 	uint64_t bytes;      /* bytes hashed */
-	uint8_t content[16]; /* the first file's table digest: its content's identity */
+	uint8_t content[16]; /* the first file's table digest: its content's identity (sidecars;
+			      * zero for the other sources) */
 	uint64_t reserved[4];
 } kiln_verify_report;
 
@@ -61,14 +73,18 @@ KILN_API int kiln_model_write_digests(const kiln_model *model, const kiln_digest
 				      kiln_verify_report *report, kiln_error *err);
 
 /*
- * Read every byte the digests of every file of the model cover and check them. Returns 0 with
- * the report (NULL: none) saying what was checked; KILN_CORRUPT at the first chunk whose bytes
- * differ (err->file, err->tensor: the first tensor in the chunk or KILN_NO_INDEX for a header's
- * bytes, err->offset: the chunk's first byte in the file; the message names the file, the
- * chunk, its byte range and both digests); NOTFOUND for a file that has no digests (the message
- * says how to make them: klnt digest); a digest table's own errors (FRAME, TYPE, LIMIT,
- * UNSUPPORTED, KILN_CORRUPT for a damaged table; TYPE for a table of another file's size),
- * located in the table; IO, NOMEM, CANCELED, INVAL.
+ * Read every byte the digests of every file of the model cover and check them. A file's digests
+ * come from its sidecar; without one, from a model_signing statement beside it (model.sig: the
+ * SHA-256 of the file or of its shards; its signature is sigstore's to check, not kiln's), else
+ * from its name when it is a Hugging Face cache blob (blobs/<SHA-256>, reached through a
+ * snapshot's link). Returns 0 with the report (NULL: none) saying what was checked; KILN_CORRUPT
+ * at the first chunk (or SHA-256 range) whose bytes differ (err->file, err->tensor: the first
+ * tensor in it or KILN_NO_INDEX for a header's bytes, err->offset: its first byte in the file;
+ * the message names the file, the range, where the digests came from and both digests);
+ * NOTFOUND for a file that has no digests (the message says how to make them: klnt digest); the
+ * digests' own errors (FRAME, TYPE, LIMIT, UNSUPPORTED, KILN_CORRUPT for a damaged table; TYPE
+ * for a table or statement of another version of the file), located in them; IO, NOMEM,
+ * CANCELED, INVAL.
  */
 KILN_API int kiln_model_verify_digests(const kiln_model *model, const kiln_digest_options *opts,
 				       kiln_verify_report *report, kiln_error *err);

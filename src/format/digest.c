@@ -2,6 +2,8 @@
 #include <inttypes.h>
 #include <stdio.h>
 
+#include <openssl/evp.h>
+
 #include "format/digest.h"
 
 #include <xxh_x86dispatch.h>
@@ -160,6 +162,55 @@ int kiln__digests_parse(const uint8_t *p, size_t len, const char *shown, struct 
 		kiln__digest_hex(d->self, got_hex);
 		return BAD(KILN_CORRUPT, AT_SELF,
 			   "damaged: its own digest says %s, its bytes give %s", want_hex, got_hex);
+	}
+	return 0;
+}
+
+struct kiln__sha256 *kiln__sha256_new(void)
+{
+	EVP_MD_CTX *c = EVP_MD_CTX_new();
+	if (c && EVP_DigestInit_ex(c, EVP_sha256(), NULL) != 1) {
+		EVP_MD_CTX_free(c);
+		c = NULL;
+	}
+	return (struct kiln__sha256 *)c;
+}
+
+void kiln__sha256_add(struct kiln__sha256 *s, const void *p, size_t n)
+{
+	EVP_DigestUpdate((EVP_MD_CTX *)s, p, n);
+}
+
+void kiln__sha256_end(struct kiln__sha256 *s, uint8_t out[KILN__SHA256_LEN])
+{
+	unsigned len = 0;
+	EVP_DigestFinal_ex((EVP_MD_CTX *)s, out, &len);
+	EVP_DigestInit_ex((EVP_MD_CTX *)s, EVP_sha256(), NULL);
+}
+
+void kiln__sha256_free(struct kiln__sha256 *s)
+{
+	EVP_MD_CTX_free((EVP_MD_CTX *)s);
+}
+
+static int hex_digit(uint8_t c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+int kiln__hex_bytes(const uint8_t *hex, size_t n, uint8_t *out)
+{
+	for (size_t i = 0; i < n; i++) {
+		int hi = hex_digit(hex[2 * i]), lo = hex_digit(hex[2 * i + 1]);
+		if (hi < 0 || lo < 0)
+			return -1;
+		out[i] = (uint8_t)(hi << 4 | lo);
 	}
 	return 0;
 }

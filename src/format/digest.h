@@ -65,6 +65,19 @@ void kiln__digest_begin(kiln__digest_state *s);
 void kiln__digest_add(kiln__digest_state *s, const void *p, size_t n);
 void kiln__digest_end(kiln__digest_state *s, uint8_t out[KILN__DIGEST_LEN]);
 
+/* SHA-256 (the digests the Hugging Face cache and model_signing keep), through OpenSSL's
+ * libcrypto with its run-time choice of SHA-NI. A state is NULL when memory ran out. */
+#define KILN__SHA256_LEN 32
+struct kiln__sha256;
+struct kiln__sha256 *kiln__sha256_new(void);
+void kiln__sha256_add(struct kiln__sha256 *s, const void *p, size_t n);
+/* The digest of what was added since the state was made or last ended; the state starts over. */
+void kiln__sha256_end(struct kiln__sha256 *s, uint8_t out[KILN__SHA256_LEN]);
+void kiln__sha256_free(struct kiln__sha256 *s);
+
+/* n bytes from 2n hex digits (either case): 0, or -1 for any other character. */
+int kiln__hex_bytes(const uint8_t *hex, size_t n, uint8_t *out);
+
 /* A digest as 32 lowercase hex digits and a NUL. */
 void kiln__digest_hex(const uint8_t d[KILN__DIGEST_LEN], char out[2 * KILN__DIGEST_LEN + 1]);
 

@@ -30,9 +30,10 @@ int kiln__stream_ranges(const kiln_model *m, const kiln_stream_options *o,
 
 /* --- content digests checked at open (src/read/verify.c) ---------------------------------- */
 
-/* File f's digests (its sidecar) read and ready to check its bytes as its source lands them:
- * 0 with *out, NOTFOUND (none: the message says how to make them), the table's own errors, INVAL
- * for a buffer, UNSUPPORTED for a URL, NOMEM. */
+/* File f's digests read and ready to check its bytes as its source lands them: its sidecar, else
+ * the model_signing statement beside it, else its Hugging Face cache blob name (SHA-256, hashed
+ * in file order). 0 with *out, NOTFOUND (none: the message says how to make them), the
+ * digests' own errors, INVAL for a buffer, UNSUPPORTED for a URL, NOMEM. */
 struct kiln__verifier;
 int kiln__verifier_open(const kiln_model *m, const struct kiln__file *f,
 			struct kiln__verifier **out, kiln_error *err);
@@ -44,6 +45,8 @@ int kiln__verifier_landed(void *ctx, uint64_t off, uint64_t len, kiln_error *err
  * many were checked in all. */
 int kiln__verifier_finish(struct kiln__verifier *v, uint64_t *chunks, kiln_error *err);
 void kiln__verifier_free(struct kiln__verifier *v);
+/* Where its digests came from: enum kiln_digest_source. */
+uint32_t kiln__verifier_source(const struct kiln__verifier *v);
 
 /* --- pins (src/read/pin.c) ----------------------------------------------------------------- */
 

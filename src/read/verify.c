@@ -7,13 +7,16 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/publish.h"
 #include "format/digest.h"
+#include "format/signing.h"
 #include "read/read.h"
 #include "source/file.h"
 #include "source/source.h"
@@ -23,6 +26,21 @@
 /* Bytes read at a time, at most: the one buffer, whatever the chunk size. 1 MiB stays in the
  * CPU's cache between the kernel's copy and the hash (docs/benchmarks.md, "Integrity"). */
 #define BLOCK          ((size_t)1 << 20)
+
+const char *kiln_digest_algorithm_name(unsigned algorithm)
+{
+	return algorithm == KILN_DIGEST_XXH3_128 ? "xxh3-128"
+	       : algorithm == KILN_DIGEST_SHA256 ? "sha256"
+						 : NULL;
+}
+
+const char *kiln_digest_source_name(unsigned source)
+{
+	static const char *const names[] = {[KILN_DIGESTS_SIDECAR] = "sidecar",
+					    [KILN_DIGESTS_HF_CACHE] = "hf-cache",
+					    [KILN_DIGESTS_MODEL_SIGNING] = "model-signing"};
+	return source && source < sizeof(names) / sizeof(names[0]) ? names[source] : NULL;
+}
 
 static int check_options(const kiln_model *m, const kiln_digest_options *o, kiln_error *err)
 {
@@ -282,9 +300,10 @@ static int read_sidecar(const struct kiln__file *f, uint8_t **table, struct kiln
 		if (opened.sys_errno == ENOENT)
 			rc = kiln__fail_named(err, kiln__file_shown(f), KILN_NOTFOUND,
 					      KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
-					      "no digests (no %s beside it); make them once with: "
-					      "klnt digest %s",
-					      SIDECAR_SUFFIX, kiln__file_shown(f));
+					      "no digests (no %s, %s or Hugging Face cache blob); "
+					      "make them once with: klnt digest %s",
+					      SIDECAR_SUFFIX, KILN__SIGNING_NAME,
+					      kiln__file_shown(f));
 		else if (err)
 			*err = opened;
 		rc = rc ? rc : opened.code;
@@ -379,40 +398,116 @@ static int check_chunk(void *ctx, uint64_t k, uint64_t off, uint64_t n,
 						   : 0;
 }
 
-int kiln_model_verify_digests(const kiln_model *m, const kiln_digest_options *o,
-			      kiln_verify_report *report, kiln_error *err)
+/* --- digests of other tools: the Hugging Face cache, model_signing ---------------------------- */
+
+/* Where a file's SHA-256 digests came from, for messages. */
+static const char *const sha_where[] = {
+    [KILN_DIGESTS_HF_CACHE] = "its Hugging Face cache blob name",
+    [KILN_DIGESTS_MODEL_SIGNING] = KILN__SIGNING_NAME,
+};
+
+/* The Hugging Face cache keeps a large file as blobs/<its SHA-256> and a snapshot's name for it
+ * as a link there: 1 with the digest when f is such a blob (checked to be the file open). */
+static int hf_blob(const struct kiln__file *f, uint8_t want[KILN__SHA256_LEN])
 {
-	int rc = check_options(m, o, err);
-	if (rc)
-		return rc;
-	kiln_verify_report r = {.files = m->nfiles};
-	struct walk w;
-	rc = walk_start(&w, m, o, err);
-	for (uint32_t i = 0; !rc && i < m->nfiles; i++) {
-		const struct kiln__file *f = &m->files[i];
-		uint8_t *table;
-		struct kiln__digests d;
-		rc = read_sidecar(f, &table, &d, err);
-		if (!rc) {
-			struct check c = {.m = m, .f = f, .d = &d};
-			w.f = f;
-			w.total -= f->size - (d.to - d.from);
-			rc = walk_chunks(&w, d.from, d.to, d.chunk_log2, check_chunk, &c, err);
-			r.chunks += c.chunks;
-			r.bytes += d.to - d.from;
-			if (i == 0) {
-				r.algorithm = d.algorithm;
-				r.source = KILN_DIGESTS_SIDECAR;
-				r.chunk_log2 = d.chunk_log2;
-				memcpy(r.content, d.self, sizeof(r.content));
-			}
-		}
-		free(table);
-		kiln__error_file(err, i);
+	char *real = realpath(f->path, NULL);
+	if (!real)
+		return 0;
+	int found = 0;
+	char *base = strrchr(real, '/');
+	struct stat st;
+	if (base && base - real >= 6 && !memcmp(base - 6, "/blobs", 6) &&
+	    strlen(base + 1) == 2 * KILN__SHA256_LEN &&
+	    strspn(base + 1, "0123456789abcdef") == 2 * KILN__SHA256_LEN &&
+	    !kiln__hex_bytes((const uint8_t *)base + 1, KILN__SHA256_LEN, want) &&
+	    stat(real, &st) == 0 && kiln__file_is(f, &st))
+		found = 1;
+	free(real);
+	return found;
+}
+
+/* model.sig beside f: NOTFOUND and *absent when there is none, else its digests of f (by f's name
+ * in the directory, or "." for a statement of one file), checked to cover f whole. */
+static int signing_digests(const struct kiln__file *f, struct kiln__signed **out, size_t *n,
+			   int *absent, kiln_error *err)
+{
+	*out = NULL;
+	*n = 0;
+	*absent = 0;
+	const char *slash = strrchr(f->path, '/');
+	size_t dir = slash ? (size_t)(slash - f->path) + 1 : 0;
+	char *name = malloc(dir + sizeof(KILN__SIGNING_NAME));
+	if (!name)
+		return kiln__nomem(err, dir + sizeof(KILN__SIGNING_NAME), "a statement's name");
+	memcpy(name, f->path, dir);
+	memcpy(name + dir, KILN__SIGNING_NAME, sizeof(KILN__SIGNING_NAME));
+	kiln_error opened;
+	uint64_t size;
+	uint8_t *text = NULL;
+	int rc = 0, fd = kiln__open_file(name, &size, &opened);
+	if (fd < 0) {
+		*absent = opened.sys_errno == ENOENT;
+		rc = *absent ? KILN_NOTFOUND : opened.code;
+		if (!*absent && err)
+			*err = opened;
+		goto out;
 	}
-	free(w.buf);
-	if (!rc && report)
-		*report = r;
+	if (size > KILN__SIGNING_MAX) {
+		rc = kiln__fail_named(err, name, KILN_LIMIT, KILN_NO_INDEX, "model_signing",
+				      KILN__SIGNING_MAX,
+				      "%" PRIu64 " bytes, more than the %zu a statement may have",
+				      size, KILN__SIGNING_MAX);
+		goto out;
+	}
+	text = malloc(size ? (size_t)size : 1);
+	if (!text) {
+		rc = kiln__nomem(err, (size_t)size, "a statement");
+		goto out;
+	}
+	if ((rc = kiln__pread_full(fd, text, (size_t)size, 0, err))) {
+		kiln__error_prefix(err, name);
+		goto out;
+	}
+	const char *fname = f->path + dir;
+	rc = kiln__signing_digests(text, (size_t)size, name, fname, out, n, err);
+	if (!rc && !*n)
+		rc = kiln__signing_digests(text, (size_t)size, name, ".", out, n, err);
+	if (!rc && !*n) {
+		rc = kiln__fail_named(err, kiln__file_shown(f), KILN_NOTFOUND, KILN_NO_INDEX, NULL,
+				      KILN_NO_OFFSET, "%s beside it lists no digest of %s",
+				      KILN__SIGNING_NAME, fname);
+		goto out;
+	}
+	/* The statement must cover the file whole: bytes it does not list would pass unchecked. */
+	uint64_t at = 0;
+	for (size_t i = 0; !rc && i < *n; i++) {
+		struct kiln__signed *r = &(*out)[i];
+		if (r->to == UINT64_MAX)
+			r->to = f->size;
+		if (r->from != at || r->to > f->size)
+			rc = kiln__fail_named(
+			    err, name, KILN_TYPE, KILN_NO_INDEX, "model_signing", KILN_NO_OFFSET,
+			    "its digests of %s cover bytes %" PRIu64 "..%" PRIu64
+			    " of a file of %" PRIu64 " bytes: another version of the file",
+			    fname, r->from, r->to, f->size);
+		at = r->to;
+	}
+	if (!rc && at != f->size)
+		rc = kiln__fail_named(err, name, KILN_TYPE, KILN_NO_INDEX, "model_signing",
+				      KILN_NO_OFFSET,
+				      "its digests of %s end at byte %" PRIu64 " of %" PRIu64
+				      ": another version of the file",
+				      fname, at, f->size);
+out:
+	if (fd >= 0)
+		close(fd);
+	free(text);
+	free(name);
+	if (rc) {
+		free(*out);
+		*out = NULL;
+		*n = 0;
+	}
 	return rc;
 }
 
@@ -421,13 +516,84 @@ int kiln_model_verify_digests(const kiln_model *m, const kiln_digest_options *o,
 struct kiln__verifier {
 	const kiln_model *m;
 	const struct kiln__file *f;
+	uint32_t source; /* enum kiln_digest_source */
+	/* The sidecar's table; for SHA-256 sources a table without entries whose chunks are the
+	 * blocks landed bytes are counted in. */
 	uint8_t *table;
 	struct kiln__digests d;
 	/* Bytes of each chunk in place so far; whoever lands a chunk's last byte checks it, from
 	 * the file's memory, while the bytes it just landed are in cache. */
 	_Atomic uint32_t *landed;
 	_Atomic uint64_t checked;
+	/* SHA-256 (HF cache, model_signing): each range hashed in file order, under lock, as the
+	 * blocks from `mark` on are complete. */
+	struct kiln__signed *sha;
+	size_t nsha, next;
+	struct kiln__sha256 *ctx;
+	uint64_t mark;
+	pthread_mutex_t lock;
 };
+
+#define SHA_BLOCK_LOG2 20
+
+static void sha_hex(const uint8_t d[KILN__SHA256_LEN], char out[17])
+{
+	static const char x[] = "0123456789abcdef";
+	for (int i = 0; i < 8; i++) {
+		out[2 * i] = x[d[i] >> 4];
+		out[2 * i + 1] = x[d[i] & 15];
+	}
+	out[16] = 0;
+}
+
+/* The SHA-256 range just hashed differs: CORRUPT naming the bytes, first tensor, source and the
+ * digests' first 8 bytes (64 hex digits each would not fit the message). */
+static int sha_mismatch(const struct kiln__verifier *v, const struct kiln__signed *r,
+			const uint8_t got[KILN__SHA256_LEN], kiln_error *err)
+{
+	char wh[17], gh[17], tn[KILN__SHOWN + 16] = "no tensor's bytes";
+	sha_hex(r->sha256, wh);
+	sha_hex(got, gh);
+	uint64_t t = tensor_in(v->m, v->f, r->from, r->to);
+	if (t != KILN_NO_INDEX) {
+		const kiln_tensor *tv = &v->m->tensors[t];
+		char nb[KILN__SHOWN];
+		snprintf(tn, sizeof(tn), "tensor %s",
+			 tv->name ? kiln__shown(tv->name, tv->name_len, nb) : "(unnamed)");
+	}
+	int rc =
+	    kiln__fail_named(err, kiln__file_shown(v->f), KILN_CORRUPT, t, "digests", r->from,
+			     "bytes %" PRIu64 "..%" PRIu64 " (%s) differ from their SHA-256 in "
+			     "%s: expected %s..., read %s...",
+			     r->from, r->to, tn, sha_where[v->source], wh, gh);
+	kiln__error_file(err, v->f->no);
+	return rc;
+}
+
+/* Hash bytes [v->mark, v->mark + n) (at p) into the ranges, ending each range reached. */
+static int sha_feed(struct kiln__verifier *v, const uint8_t *p, uint64_t n, kiln_error *err)
+{
+	uint64_t off = v->mark;
+	v->mark += n;
+	for (;;) {
+		/* Ranges that end here (an empty file's, or one just filled). */
+		while (v->next < v->nsha && v->sha[v->next].to == off) {
+			uint8_t got[KILN__SHA256_LEN];
+			kiln__sha256_end(v->ctx, got);
+			atomic_fetch_add_explicit(&v->checked, 1, memory_order_relaxed);
+			const struct kiln__signed *r = &v->sha[v->next++];
+			if (memcmp(got, r->sha256, KILN__SHA256_LEN))
+				return sha_mismatch(v, r, got, err);
+		}
+		if (!n || v->next >= v->nsha)
+			return 0;
+		uint64_t take = v->sha[v->next].to - off < n ? v->sha[v->next].to - off : n;
+		kiln__sha256_add(v->ctx, p, (size_t)take);
+		p += take;
+		off += take;
+		n -= take;
+	}
+}
 
 int kiln__verifier_open(const kiln_model *m, const struct kiln__file *f,
 			struct kiln__verifier **out, kiln_error *err)
@@ -438,9 +604,45 @@ int kiln__verifier_open(const kiln_model *m, const struct kiln__file *f,
 		return kiln__nomem(err, sizeof(*v), "a digest check");
 	v->m = m;
 	v->f = f;
-	int rc = read_sidecar(f, &v->table, &v->d, err);
+	pthread_mutex_init(&v->lock, NULL);
+	kiln_error first;
+	int rc = read_sidecar(f, &v->table, &v->d, &first);
+	v->source = KILN_DIGESTS_SIDECAR;
+	if (rc && rc != KILN_NOTFOUND && err)
+		*err = first;
+	if (rc == KILN_NOTFOUND) {
+		/* No sidecar: the digests other tools keep, model_signing's first (signed), then
+		 * the Hugging Face cache's blob name. */
+		int absent = 0;
+		uint8_t want[KILN__SHA256_LEN];
+		rc = signing_digests(f, &v->sha, &v->nsha, &absent, err);
+		v->source = KILN_DIGESTS_MODEL_SIGNING;
+		if (absent && hf_blob(f, want)) {
+			v->source = KILN_DIGESTS_HF_CACHE;
+			v->sha = malloc(sizeof(*v->sha));
+			rc = v->sha ? 0 : kiln__nomem(err, sizeof(*v->sha), "a digest check");
+			if (v->sha) {
+				v->sha[0] = (struct kiln__signed){.from = 0, .to = f->size};
+				memcpy(v->sha[0].sha256, want, sizeof(want));
+				v->nsha = 1;
+			}
+		} else if (absent && err) {
+			*err = first; /* none at all: the sidecar's NOTFOUND says how to make one */
+		}
+		if (!rc) {
+			v->ctx = kiln__sha256_new();
+			uint64_t block = UINT64_C(1) << SHA_BLOCK_LOG2;
+			v->d = (struct kiln__digests){.chunk_log2 = SHA_BLOCK_LOG2,
+						      .file_size = f->size,
+						      .to = f->size,
+						      .chunks = (f->size + block - 1) / block};
+			if (!v->ctx)
+				rc = kiln__nomem(err, 256, "a SHA-256 state");
+		}
+	}
 	if (!rc) {
-		/* The count is proven by the table's bytes, read already. */
+		/* The count is proven by the table's bytes (read already), or by the file's size.
+		 */
 		v->landed = calloc(v->d.chunks ? v->d.chunks : 1, sizeof(*v->landed));
 		if (!v->landed)
 			rc = kiln__nomem(err, v->d.chunks * sizeof(*v->landed), "a digest check");
@@ -460,6 +662,9 @@ void kiln__verifier_free(struct kiln__verifier *v)
 		return;
 	free((void *)v->landed);
 	free(v->table);
+	free(v->sha);
+	kiln__sha256_free(v->ctx);
+	pthread_mutex_destroy(&v->lock);
 	free(v);
 }
 
@@ -482,6 +687,25 @@ static int check_landed(struct kiln__verifier *v, uint64_t k, kiln_error *err)
 						   : 0;
 }
 
+/* SHA-256: hash the complete blocks from the mark on (all of them when `all`: the file is in
+ * memory whole). */
+static int sha_advance(struct kiln__verifier *v, int all, kiln_error *err)
+{
+	int rc = 0;
+	pthread_mutex_lock(&v->lock);
+	while (!rc && v->mark < v->d.to) {
+		uint64_t at, n = chunk_span(v, v->mark >> SHA_BLOCK_LOG2, &at);
+		if (!all && atomic_load_explicit(&v->landed[at >> SHA_BLOCK_LOG2],
+						 memory_order_acquire) != n)
+			break;
+		rc = sha_feed(v, v->f->base + at, n, err);
+	}
+	if (!rc && all)
+		rc = sha_feed(v, NULL, 0, err); /* the ranges that end with the file */
+	pthread_mutex_unlock(&v->lock);
+	return rc;
+}
+
 int kiln__verifier_landed(void *ctx, uint64_t off, uint64_t len, kiln_error *err)
 {
 	struct kiln__verifier *v = ctx;
@@ -493,6 +717,7 @@ int kiln__verifier_landed(void *ctx, uint64_t off, uint64_t len, kiln_error *err
 	if (off >= end)
 		return 0;
 	const unsigned log2 = v->d.chunk_log2;
+	int sha_ready = 0;
 	for (uint64_t k = (off - v->d.from) >> log2; k < v->d.chunks; k++) {
 		uint64_t at, n = chunk_span(v, k, &at);
 		if (at >= end)
@@ -502,32 +727,113 @@ int kiln__verifier_landed(void *ctx, uint64_t off, uint64_t len, kiln_error *err
 		 */
 		uint32_t was = atomic_fetch_add_explicit(&v->landed[k], (uint32_t)(b - a),
 							 memory_order_acq_rel);
-		if (was + (b - a) == n) {
-			int rc = check_landed(v, k, err);
-			if (rc)
-				return rc;
-		}
-	}
-	return 0;
-}
-
-int kiln__verifier_finish(struct kiln__verifier *v, uint64_t *chunks, kiln_error *err)
-{
-	/* A chunk a source did not report (none should be left) is checked here from memory:
-	 * nothing is handed out unchecked. */
-	for (uint64_t k = 0; k < v->d.chunks; k++) {
-		uint64_t at, n = chunk_span(v, k, &at);
-		if (atomic_load_explicit(&v->landed[k], memory_order_acquire) == n)
+		if (was + (b - a) != n)
 			continue;
-		if (!v->f->base)
-			return kiln__fail_named(
-			    err, kiln__file_shown(v->f), KILN_INVAL, KILN_NO_INDEX, NULL, at,
-			    "bytes %" PRIu64 "..%" PRIu64 " never reached memory to be checked", at,
-			    at + n);
+		if (v->sha) {
+			sha_ready = 1;
+			continue;
+		}
 		int rc = check_landed(v, k, err);
 		if (rc)
 			return rc;
 	}
+	return sha_ready ? sha_advance(v, 0, err) : 0;
+}
+
+int kiln__verifier_finish(struct kiln__verifier *v, uint64_t *chunks, kiln_error *err)
+{
+	if (v->d.to && !v->f->base)
+		return kiln__fail_named(err, kiln__file_shown(v->f), KILN_INVAL, KILN_NO_INDEX,
+					NULL, 0, "its bytes never reached memory to be checked");
+	int rc = 0;
+	if (v->sha) {
+		/* Whatever was not reported is in memory now: hash the rest in order. */
+		rc = sha_advance(v, 1, err);
+	} else {
+		/* A chunk a source did not report (none should be left) is checked here from
+		 * memory: nothing is handed out unchecked. */
+		for (uint64_t k = 0; !rc && k < v->d.chunks; k++) {
+			uint64_t at, n = chunk_span(v, k, &at);
+			if (atomic_load_explicit(&v->landed[k], memory_order_acquire) != n)
+				rc = check_landed(v, k, err);
+		}
+	}
+	if (!rc && v->sha && v->next != v->nsha)
+		rc = kiln__fail_named(err, kiln__file_shown(v->f), KILN_INVAL, KILN_NO_INDEX, NULL,
+				      0, "%zu of its SHA-256 digests were never reached",
+				      v->nsha - v->next);
 	*chunks = atomic_load_explicit(&v->checked, memory_order_relaxed);
-	return 0;
+	return rc;
+}
+
+uint32_t kiln__verifier_source(const struct kiln__verifier *v)
+{
+	return v->source;
+}
+
+/* --- checking in a pass of its own ------------------------------------------------------------ */
+
+/* SHA-256 sources: the file read in order, block by block, into the hashes. */
+static int walk_sha(struct walk *w, struct kiln__verifier *v, kiln_error *err)
+{
+	for (uint64_t off = 0; off < w->f->size;) {
+		size_t n = (size_t)(w->f->size - off < w->cap ? w->f->size - off : w->cap);
+		int rc = kiln__file_read(w->f, off, w->buf, n, err);
+		if (!rc)
+			rc = sha_feed(v, w->buf, n, err);
+		if (rc)
+			return rc;
+		off += n;
+		w->done += n;
+		if (w->o && w->o->progress && w->o->progress(w->o->progress_ctx, w->done, w->total))
+			return kiln__fail(err, KILN_CANCELED, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
+					  "%s: stopped by the progress callback",
+					  kiln__file_shown(w->f));
+	}
+	return sha_feed(v, NULL, 0, err); /* the ranges that end with the file */
+}
+
+int kiln_model_verify_digests(const kiln_model *m, const kiln_digest_options *o,
+			      kiln_verify_report *report, kiln_error *err)
+{
+	int rc = check_options(m, o, err);
+	if (rc)
+		return rc;
+	kiln_verify_report r = {.files = m->nfiles};
+	struct walk w;
+	rc = walk_start(&w, m, o, err);
+	for (uint32_t i = 0; !rc && i < m->nfiles; i++) {
+		const struct kiln__file *f = &m->files[i];
+		struct kiln__verifier *v;
+		rc = kiln__verifier_open(m, f, &v, err);
+		if (rc)
+			break;
+		w.f = f;
+		uint64_t chunks = 0;
+		if (v->sha) {
+			rc = walk_sha(&w, v, err);
+			chunks = atomic_load_explicit(&v->checked, memory_order_relaxed);
+		} else {
+			struct check c = {.m = m, .f = f, .d = &v->d};
+			w.total -= f->size - (v->d.to - v->d.from);
+			rc = walk_chunks(&w, v->d.from, v->d.to, v->d.chunk_log2, check_chunk, &c,
+					 err);
+			chunks = c.chunks;
+		}
+		r.chunks += chunks;
+		r.bytes += v->d.to - v->d.from;
+		if (i == 0) {
+			r.algorithm = v->sha ? KILN_DIGEST_SHA256 : v->d.algorithm;
+			r.source = v->source;
+			r.chunk_log2 = v->sha ? 0 : v->d.chunk_log2;
+			if (!v->sha)
+				memcpy(r.content, v->d.self, sizeof(r.content));
+		}
+		kiln__verifier_free(v);
+		kiln__error_file(err, i);
+	}
+	free(w.buf);
+	if (!rc && report)
+		*report = r;
+	return rc;
 }
