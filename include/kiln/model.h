@@ -171,14 +171,17 @@ enum kiln_open_flags {
 	 * checkpoint or taking a few tensors of it. INVAL with POPULATE, LOCK, PRIVATE, ALIGN or a
 	 * load buffer (they are about the payload's memory). */
 	KILN_OPEN_DIRECTORY_ONLY = 1u << 9,
-	/* Check every byte of every file against its content digests (kiln/verify.h: the sidecar
-	 * FILE.kiln-digest that klnt digest writes) while the source brings it into memory: READ
-	 * and URING hash each chunk as its last read lands, on the thread that read it; MMAP
-	 * faults the mapping in (as POPULATE) and hashes each block just faulted. One pass over
-	 * the bytes; the open fails with KILN_CORRUPT naming the file, tensor, chunk, its byte
-	 * range and both digests, and hands out nothing. NOTFOUND when a file has no digests
-	 * (the message says how to make them), the table's own errors (kiln_model_verify_digests)
-	 * for a damaged or foreign sidecar. INVAL for kiln_model_parse() and with
+	/* Check every byte of every file against its content digests (kiln/verify.h: its sidecar
+	 * FILE.kiln-digest that klnt digest writes, else a model_signing model.sig beside it, else
+	 * its Hugging Face cache blob name) while the source brings it into memory: READ and URING
+	 * hand each chunk to the hash as its last read lands, MMAP faults the mapping in (as
+	 * POPULATE) a block at a time and hands each block over just faulted; the hash runs on a
+	 * thread of its own while the source reads on (with kiln_open_options.threads > 1, on
+	 * the reader that lands a chunk's last byte). One pass over the bytes; the open fails
+	 * with KILN_CORRUPT naming the file, tensor, chunk, its byte range and both digests, and
+	 * hands out nothing. NOTFOUND when a file has no digests (the message says how to make
+	 * them), the digests' own errors (kiln_model_verify_digests) for damaged or foreign
+	 * ones. INVAL for kiln_model_parse() and with
 	 * KILN_OPEN_DIRECTORY_ONLY (whose reads come later, in parts: not checked yet);
 	 * UNSUPPORTED for a URL. kiln_model_info.digests_verified and digest_chunks say what was
 	 * checked. */

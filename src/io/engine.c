@@ -73,14 +73,7 @@ struct run {
 	uint8_t *buffer_busy;
 	int stop; /* a kiln_code once something failed or a callback said stop */
 	kiln_error *err;
-	int hint_ahead;  /* pread of files with a landed hook: keep read-ahead going (below) */
-	uint64_t hinted; /* read-ahead asked for up to here (of the one file) */
 };
-
-/* With a landed hook the pread engine hashes between reads, and the disk would idle meanwhile:
- * keep the page cache's read-ahead this far past each buffered chunk (io_uring keeps its queue
- * full instead). */
-#define LANDED_AHEAD ((uint64_t)16 << 20)
 
 int kiln__file_ended(kiln_error *err, int fd, uint64_t at, uint64_t missing)
 {
@@ -206,12 +199,6 @@ static void land(struct run *r, struct slot *s)
 	r->io->res.bytes += s->len;
 	r->io->res.chunks++;
 	if (r->io->landed && !r->stop) {
-		if (r->hint_ahead && !s->is_direct && s->off + s->len + LANDED_AHEAD > r->hinted) {
-			uint64_t from = s->off + s->len > r->hinted ? s->off + s->len : r->hinted;
-			uint64_t to = s->off + s->len + 2 * LANDED_AHEAD;
-			posix_fadvise(s->fd, (off_t)from, (off_t)(to - from), POSIX_FADV_WILLNEED);
-			r->hinted = to;
-		}
 		int rc = r->io->landed(r->io->landed_ctx, s->file, s->off, s->len, r->err);
 		if (rc)
 			stop_with(r, rc);
@@ -656,14 +643,12 @@ int kiln__io_run(struct kiln__io *io, const struct kiln__range *ranges, size_t n
 	} else if (in_memory) {
 		run_memory(&r);
 	} else if (engine == KILN_ENGINE_PREAD) {
-		r.hint_ahead = io->landed && !io->fds;
 		run_pread(&r);
 	} else {
 		int e = run_uring(&r);
 		if (e < 0) {
 			io->res.uring_fallback = -e;
 			engine = KILN_ENGINE_PREAD;
-			r.hint_ahead = io->landed && !io->fds;
 			run_pread(&r);
 		}
 	}

@@ -41,8 +41,12 @@ int kiln__verifier_open(const kiln_model *m, const struct kiln__file *f,
  * is checked once its last byte has landed. CORRUPT naming file, tensor, chunk, range, digests.
  */
 int kiln__verifier_landed(void *ctx, uint64_t off, uint64_t len, kiln_error *err);
-/* After the source's finish: any chunk not reported is checked from memory; *chunks says how
- * many were checked in all. */
+/* Hash on a thread of its own from here on: the source's thread queues each chunk it completes
+ * and reads on (for a source that reads on one thread, when another core is free). Without
+ * memory or a thread, chunks are hashed where they land, as before. */
+void kiln__verifier_start(struct kiln__verifier *v);
+/* After the source's finish: the hashing thread done, any chunk not reported is checked from
+ * memory; *chunks says how many were checked in all. */
 int kiln__verifier_finish(struct kiln__verifier *v, uint64_t *chunks, kiln_error *err);
 void kiln__verifier_free(struct kiln__verifier *v);
 /* Where its digests came from: enum kiln_digest_source. */

@@ -532,9 +532,22 @@ struct kiln__verifier {
 	struct kiln__sha256 *ctx;
 	uint64_t mark;
 	pthread_mutex_t lock;
+	/* A hashing thread of its own (kiln__verifier_start): chunks complete as the source lands
+	 * them are queued to it, so the source's one thread goes on reading while it hashes. */
+	int threaded, started, closing;
+	uint64_t *queue; /* chunk indices; each chunk completes once, so `chunks` slots suffice */
+	uint64_t head, tail;
+	pthread_mutex_t qlock;
+	pthread_cond_t qcond;
+	pthread_t th;
+	_Atomic int failed; /* the thread's first failure: rc and error */
+	int rc;
+	kiln_error err;
 };
 
 #define SHA_BLOCK_LOG2 20
+
+static void stop_hasher(struct kiln__verifier *v);
 
 static void sha_hex(const uint8_t d[KILN__SHA256_LEN], char out[17])
 {
@@ -660,6 +673,8 @@ void kiln__verifier_free(struct kiln__verifier *v)
 {
 	if (!v)
 		return;
+	stop_hasher(v);
+	free(v->queue);
 	free((void *)v->landed);
 	free(v->table);
 	free(v->sha);
@@ -729,6 +744,13 @@ int kiln__verifier_landed(void *ctx, uint64_t off, uint64_t len, kiln_error *err
 							 memory_order_acq_rel);
 		if (was + (b - a) != n)
 			continue;
+		if (v->threaded) {
+			pthread_mutex_lock(&v->qlock);
+			v->queue[v->tail++] = k;
+			pthread_cond_signal(&v->qcond);
+			pthread_mutex_unlock(&v->qlock);
+			continue;
+		}
 		if (v->sha) {
 			sha_ready = 1;
 			continue;
@@ -737,11 +759,83 @@ int kiln__verifier_landed(void *ctx, uint64_t off, uint64_t len, kiln_error *err
 		if (rc)
 			return rc;
 	}
+	/* The hashing thread's failure stops the source at its next landing. */
+	if (v->threaded && atomic_load_explicit(&v->failed, memory_order_acquire)) {
+		if (err)
+			*err = v->err;
+		return v->rc;
+	}
 	return sha_ready ? sha_advance(v, 0, err) : 0;
+}
+
+/* The hashing thread: each queued chunk checked (for SHA-256, the blocks in order as far as they
+ * are complete), until closed; the first failure kept for the source and finish. */
+static void *hasher(void *arg)
+{
+	struct kiln__verifier *v = arg;
+	pthread_mutex_lock(&v->qlock);
+	for (;;) {
+		while (v->head == v->tail && !v->closing)
+			pthread_cond_wait(&v->qcond, &v->qlock);
+		if (v->head == v->tail)
+			break;
+		uint64_t k = v->queue[v->head++];
+		pthread_mutex_unlock(&v->qlock);
+		int rc = 0;
+		if (!atomic_load_explicit(&v->failed, memory_order_relaxed))
+			rc = v->sha ? sha_advance(v, 0, &v->err) : check_landed(v, k, &v->err);
+		if (rc) {
+			v->rc = rc;
+			atomic_store_explicit(&v->failed, 1, memory_order_release);
+		}
+		pthread_mutex_lock(&v->qlock);
+	}
+	pthread_mutex_unlock(&v->qlock);
+	return NULL;
+}
+
+void kiln__verifier_start(struct kiln__verifier *v)
+{
+	v->queue = malloc((v->d.chunks ? v->d.chunks : 1) * sizeof(*v->queue));
+	if (!v->queue)
+		return; /* no memory for it: the source hashes on its own threads */
+	pthread_mutex_init(&v->qlock, NULL);
+	pthread_cond_init(&v->qcond, NULL);
+	v->threaded = 1;
+	if (pthread_create(&v->th, NULL, hasher, v) != 0) {
+		v->threaded = 0;
+		pthread_cond_destroy(&v->qcond);
+		pthread_mutex_destroy(&v->qlock);
+		return;
+	}
+	v->started = 1;
+}
+
+/* Let the hashing thread finish what is queued and end. */
+static void stop_hasher(struct kiln__verifier *v)
+{
+	if (!v->started)
+		return;
+	pthread_mutex_lock(&v->qlock);
+	v->closing = 1;
+	pthread_cond_signal(&v->qcond);
+	pthread_mutex_unlock(&v->qlock);
+	pthread_join(v->th, NULL);
+	v->started = 0;
+	v->threaded = 0;
+	pthread_cond_destroy(&v->qcond);
+	pthread_mutex_destroy(&v->qlock);
 }
 
 int kiln__verifier_finish(struct kiln__verifier *v, uint64_t *chunks, kiln_error *err)
 {
+	stop_hasher(v);
+	if (atomic_load_explicit(&v->failed, memory_order_acquire)) {
+		if (err)
+			*err = v->err;
+		*chunks = atomic_load_explicit(&v->checked, memory_order_relaxed);
+		return v->rc;
+	}
 	if (v->d.to && !v->f->base)
 		return kiln__fail_named(err, kiln__file_shown(v->f), KILN_INVAL, KILN_NO_INDEX,
 					NULL, 0, "its bytes never reached memory to be checked");

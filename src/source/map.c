@@ -271,24 +271,12 @@ static void populate(const uint8_t *p, size_t len)
  * pages faulted by the check itself. */
 #define LANDED_BLOCK ((size_t)2 << 20)
 
-/* Read-ahead asked for this far past the block being checked, so that the disk keeps reading
- * while the check hashes (a cold file). */
-#define LANDED_AHEAD ((size_t)16 << 20)
-
 static int walk_landed(struct kiln__file *f, kiln_error *err)
 {
 	const struct map_state *s = state(f);
 	uint8_t *base = s->map_addr;
-	size_t hinted = 0;
 	for (size_t off = 0; off < s->map_len; off += LANDED_BLOCK) {
 		size_t len = s->map_len - off < LANDED_BLOCK ? s->map_len - off : LANDED_BLOCK;
-		if (off + LANDED_AHEAD > hinted && hinted < s->map_len) {
-			size_t to = off + 2 * LANDED_AHEAD < s->map_len ? off + 2 * LANDED_AHEAD
-									: s->map_len;
-			size_t from = hinted > off ? hinted : off;
-			madvise(base + from, to - from, MADV_WILLNEED); /* a hint */
-			hinted = to;
-		}
 #ifdef MADV_POPULATE_READ
 		if (madvise(base + off, len, MADV_POPULATE_READ) && errno != EINVAL) {
 			int e = errno;
