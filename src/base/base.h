@@ -224,9 +224,14 @@ size_t kiln__page_size(void);
 void *kiln__owned_alloc(size_t size);
 /* The same, zeroed (without touching the pages of a fresh mapping). */
 void *kiln__owned_zalloc(size_t size);
-/* Address space for up to `size` bytes, zeroed, with huge pages, of which only the pages touched
- * take memory: a buffer that grows in place. NULL when the system refuses. */
+/* Address space for up to `size` bytes, zeroed, of which only the pages touched take memory: a
+ * buffer that grows in place. NULL when the system refuses. */
 void *kiln__owned_reserve(size_t size);
+/* Bytes [from, to) of a reservation are about to be written after [0, from): huge pages for each
+ * 2 MiB block of which at least 1.5 MiB is then used (the bytes already in one collapsed into
+ * it), small pages for a block less used, so that no more than 512 KiB is ever taken beyond
+ * the bytes used. */
+void kiln__owned_reserve_huge(void *p, size_t from, size_t to);
 /* Release a reservation (the size it was made with). */
 void kiln__owned_unreserve(void *p, size_t size);
 void kiln__owned_free(void *p, size_t size);

@@ -59,13 +59,29 @@ void *kiln__owned_reserve(size_t size)
 	if (size > SIZE_MAX - KILN__HUGE_MIN)
 		return NULL;
 	/* No commitment: only the pages touched count, so a reservation as large as a file the
-	 * machine's memory could not hold is still granted. */
+	 * machine's memory could not hold is still granted. Huge pages only where the caller
+	 * knows they fill (kiln__owned_reserve_huge). */
 	void *p = mmap(NULL, huge_round(size), PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (p == MAP_FAILED)
-		return NULL;
-	madvise(p, huge_round(size), MADV_HUGEPAGE);
-	return p;
+	return p == MAP_FAILED ? NULL : p;
+}
+
+/* Linux 6.1's synchronous collapse (Debian 12's headers predate it). */
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25
+#endif
+
+void kiln__owned_reserve_huge(void *p, size_t from, size_t to)
+{
+	const size_t H = KILN__HUGE_MIN, enough = H - H / 4;
+	for (size_t b = from & ~(H - 1); b < to; b += H) {
+		if (to - b < enough)
+			break; /* the last block, too little of it used */
+		uint8_t *q = (uint8_t *)p + b;
+		madvise(q, H, MADV_HUGEPAGE); /* hints: without them the memory still works */
+		if (from > b) /* bytes there already, in small pages: into one huge page */
+			madvise(q, H, MADV_COLLAPSE);
+	}
 }
 
 void kiln__owned_unreserve(void *p, size_t size)

@@ -212,9 +212,10 @@ static const uint8_t *map_prefix(struct kiln__file *f, uint64_t len, kiln_error 
 			if (cap > f->size)
 				cap = f->size;
 			/* A large header (a vocabulary, a 100,000-tensor index) goes into address
-			 * space reserved for the whole file: it never moves again, and its huge
-			 * pages fault once per 2 MiB, where fresh 4 KiB pages fault each (on a VM,
-			 * 6 MiB read into those took 17 ms against 0.8). */
+			 * space reserved for the whole file: it never moves again, and the huge
+			 * pages of the blocks it fills fault once per 2 MiB, where fresh 4 KiB
+			 * pages fault each (on a VM, 6 MiB read into those took 17 ms against 0.8).
+			 */
 			int reserved = cap >= PREFIX_RESERVE;
 			uint8_t *p = reserved ? kiln__owned_reserve((size_t)f->size) : NULL;
 			if (p)
@@ -233,6 +234,10 @@ static const uint8_t *map_prefix(struct kiln__file *f, uint64_t len, kiln_error 
 			s->prefix_cap = (size_t)cap;
 			s->prefix_reserved = reserved;
 		}
+		/* Huge pages for the blocks this read fills whole, small pages for the rest: a
+		 * 300 KB header costs 300 KB, not a 2 MiB page. */
+		if (s->prefix_reserved)
+			kiln__owned_reserve_huge(s->prefix, (size_t)s->prefix_len, (size_t)len);
 		if (kiln__pread_full(f->fd, s->prefix + s->prefix_len,
 				     (size_t)(len - s->prefix_len), s->prefix_len, err))
 			return NULL;
