@@ -9,7 +9,7 @@
 set -eu
 
 # The library, klnt and the converters: a C11 compiler, CMake, liburing, libxxhash, libcurl,
-# json-c; xxd turns the golden cases' hex into files.
+# OpenSSL's libcrypto (SHA-256), json-c; xxd turns the golden cases' hex into files.
 PACKAGES="build-essential cmake pkg-config liburing-dev libxxhash-dev libcurl4-openssl-dev libssl-dev \
 libjson-c-dev xxd"
 
@@ -17,8 +17,10 @@ libjson-c-dev xxd"
 # python3-fsspec: kiln.safetensors._safe_open_handle is tested on fsspec's local files.
 # nginx, curl, openssl, Ceph's mon, OSD and S3 gateway: the test servers on 127.0.0.1
 # (tests/servers/). xxhash's xxhsum: the digests klnt writes are checked against it.
+# setuptools, wheel, pip and venv: the offline `pip install .` the Python suite runs against.
 TEST_PACKAGES="clang libclang-rt-14-dev clang-format libcriterion-dev libbenchmark-dev \
 python3-dev python3-numpy python3-pytest python3-torch python3-fsspec \
+python3-setuptools python3-wheel python3-pip python3-venv \
 nginx curl openssl ceph-mon ceph-osd radosgw ceph-common xxhash"
 
 case "${1:-}" in

@@ -16,6 +16,19 @@ CC=gcc CXX=g++ cmake -S . -B build -DKILN_WERROR=ON -DKILN_BUILD_TESTS=ON -DKILN
 cmake --build build -j"$jobs"
 (cd build && ctest --output-on-failure)
 
+echo "== pip: a wheel built offline, installed in a venv, the Python suite run against it"
+rm -rf build-pip build-setuptools
+mkdir build-pip
+/usr/bin/python3 -m pip wheel --no-build-isolation --no-index --no-deps -w build-pip/wheel . \
+	>build-pip/wheel.log 2>&1 || { cat build-pip/wheel.log; exit 1; }
+/usr/bin/python3 -m venv --system-site-packages build-pip/venv
+build-pip/venv/bin/python -m pip install --no-index --no-deps build-pip/wheel/kiln-*.whl >/dev/null
+# From outside the source tree, so that only the installed package can be imported.
+(cd build-pip && venv/bin/python -c 'import kiln, sys; sys.exit("/build-pip/venv/" not in kiln.__file__)' &&
+	KILN_GOLDEN_DIR="$PWD/../golden" KILN_KLNT="$PWD/../build/klnt" PYTHONDONTWRITEBYTECODE=1 \
+		venv/bin/python -m pytest -q -p no:cacheprovider --basetemp="$PWD/pytest-tmp" \
+		../python/tests)
+
 echo "== clang, ASan + UBSan, -Werror"
 CC=clang CXX=clang++ cmake -S . -B build-asan -DKILN_WERROR=ON -DKILN_SANITIZE=ON \
 	-DCMAKE_BUILD_TYPE=Debug >/dev/null
