@@ -64,6 +64,15 @@ static inline uint32_t kiln__align_of(uint64_t at)
 }
 
 /* align64(x); callers guarantee x <= UINT64_MAX - 63. */
+/* The value of hex digit c (either case), or -1. */
+static inline int kiln__hex_digit(int c)
+{
+	return c >= '0' && c <= '9'   ? c - '0'
+	       : c >= 'a' && c <= 'f' ? c - 'a' + 10
+	       : c >= 'A' && c <= 'F' ? c - 'A' + 10
+				      : -1;
+}
+
 static inline uint64_t kiln__align64(uint64_t x)
 {
 	return (x + 63u) & ~(uint64_t)63u;

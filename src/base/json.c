@@ -83,14 +83,10 @@ static int hex4(const uint8_t *p, unsigned *v)
 {
 	unsigned x = 0;
 	for (int k = 0; k < 4; k++) {
-		uint8_t c = p[k];
-		unsigned d = c >= '0' && c <= '9'   ? (unsigned)(c - '0')
-			     : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
-			     : c >= 'A' && c <= 'F' ? (unsigned)(c - 'A' + 10)
-						    : 16u;
-		if (d == 16)
+		int d = kiln__hex_digit(p[k]);
+		if (d < 0)
 			return -1;
-		x = x << 4 | d;
+		x = x << 4 | (unsigned)d;
 	}
 	*v = x;
 	return 0;

@@ -38,6 +38,12 @@ const char *kiln__env(const char *name)
 	return v && *v ? v : NULL;
 }
 
+uint32_t kiln__online_cpus(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n < 1 ? 1 : n > (long)UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+}
+
 /* MemAvailable from /proc/meminfo, in bytes; 0 when it cannot be read. */
 static uint64_t sys_mem_available(void)
 {

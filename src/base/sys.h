@@ -36,6 +36,8 @@ struct kiln__sys {
 /* An environment variable's value; NULL when it is unset or empty (as the AWS tools read them).
  * The environment is input like any other: its readers check what they take. */
 const char *kiln__env(const char *name);
+/* The online CPUs (sysconf), at least 1. */
+uint32_t kiln__online_cpus(void);
 
 /* The table in use; tests replace entries and restore kiln__sys_default. */
 extern struct kiln__sys kiln__sys;

@@ -193,21 +193,10 @@ void kiln__sha256_free(struct kiln__sha256 *s)
 	EVP_MD_CTX_free((EVP_MD_CTX *)s);
 }
 
-static int hex_digit(uint8_t c)
-{
-	if (c >= '0' && c <= '9')
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
 int kiln__hex_bytes(const uint8_t *hex, size_t n, uint8_t *out)
 {
 	for (size_t i = 0; i < n; i++) {
-		int hi = hex_digit(hex[2 * i]), lo = hex_digit(hex[2 * i + 1]);
+		int hi = kiln__hex_digit(hex[2 * i]), lo = kiln__hex_digit(hex[2 * i + 1]);
 		if (hi < 0 || lo < 0)
 			return -1;
 		out[i] = (uint8_t)(hi << 4 | lo);

@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/sys.h"
 #include "read/read.h"
 
 #define ARENA_ALIGN    64u
@@ -422,8 +423,8 @@ static int check_options(const kiln_load_options *in, kiln_load_options *o, kiln
 
 static uint32_t online_cpus(void)
 {
-	long n = sysconf(_SC_NPROCESSORS_ONLN);
-	return n < 1 ? 1 : n > (long)KILN__LOAD_THREADS_MAX ? KILN__LOAD_THREADS_MAX : (uint32_t)n;
+	uint32_t n = kiln__online_cpus();
+	return n > KILN__LOAD_THREADS_MAX ? KILN__LOAD_THREADS_MAX : n;
 }
 
 /* Each position's device and bytes; need[d]: the arena bytes device d takes. */

@@ -16,7 +16,6 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 #include <sys/stat.h>
 
 #include "format/format.h"
@@ -24,6 +23,7 @@
 #include "model/model.h"
 #include "model/resolve.h"
 #include "net/net.h"
+#include "base/sys.h"
 #include "read/read.h"
 
 static int check_options(const kiln_open_options *opts, kiln_error *err)
@@ -155,18 +155,6 @@ static void name_file(const struct kiln__file *f, kiln_error *err)
 		kiln__error_prefix(err, kiln__file_shown(f));
 }
 
-static long online_cpus(void)
-{
-	static long n;
-	long v = __atomic_load_n(&n, __ATOMIC_RELAXED);
-	if (!v) {
-		v = sysconf(_SC_NPROCESSORS_ONLN);
-		v = v > 0 ? v : 1;
-		__atomic_store_n(&n, v, __ATOMIC_RELAXED);
-	}
-	return v;
-}
-
 /* The source brings the file's payload in; with KILN_OPEN_VERIFY_DIGESTS every byte is checked
  * against the file's digests as it lands. */
 static int finish_file(struct kiln__file *f, const kiln_open_options *o, kiln_error *err)
@@ -181,7 +169,7 @@ static int finish_file(struct kiln__file *f, const kiln_open_options *o, kiln_er
 	f->landed_ctx = v;
 	/* A source that reads on one thread hashes on another core, which then reads on while
 	 * the hash runs; with reader threads (o->threads) the cores are theirs already. */
-	if (o->threads <= 1 && online_cpus() > 1)
+	if (o->threads <= 1 && kiln__online_cpus() > 1)
 		kiln__verifier_start(v);
 	uint64_t chunks = 0;
 	rc = kiln__file_finish(f, o, err);

@@ -245,14 +245,6 @@ static int read_small(const char *path, int remote, const kiln_open_options *o, 
 	return 0;
 }
 
-static int hex(char c)
-{
-	return c >= '0' && c <= '9'   ? c - '0'
-	       : c >= 'a' && c <= 'f' ? c - 'a' + 10
-	       : c >= 'A' && c <= 'F' ? c - 'A' + 10
-				      : -1;
-}
-
 /* What an index may name (one policy, for local and remote indexes alike): a relative name of
  * non-empty segments below the index's own directory. Refused: a scheme or a host ("http://..."
  * would send the fetch wherever the index says, and a local index must name only local files),
@@ -279,7 +271,8 @@ static const char *shard_check(const char *p, size_t n, void *ctx)
 				buf[k++] = p[i];
 				continue;
 			}
-			if (i + 2 >= n || (hi = hex(p[i + 1])) < 0 || (lo = hex(p[i + 2])) < 0)
+			if (i + 2 >= n || (hi = kiln__hex_digit(p[i + 1])) < 0 ||
+			    (lo = kiln__hex_digit(p[i + 2])) < 0)
 				return "it holds a '%' that is no escape";
 			buf[k++] = (char)(hi << 4 | lo);
 			i += 2;
