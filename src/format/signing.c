@@ -172,13 +172,11 @@ static int predicate(const uint8_t *text, size_t len, size_t at, struct scan *sc
 	return found ? 0 : BAD(KILN_TYPE, at, "statement: the predicate lists no resources");
 }
 
-/* A statement: its type and predicate type checked, its resources scanned. */
+/* A statement (its text checked to be UTF-8 already): its type and predicate type checked, its
+ * resources scanned. */
 static int statement(const uint8_t *text, size_t len, struct scan *sc, kiln_error *err)
 {
 	const char *shown = sc->shown;
-	size_t b = kiln__utf8_check(text, len);
-	if (b != SIZE_MAX)
-		return BAD(KILN_UTF8, b, "statement: byte %zu is not well-formed UTF-8", b);
 	struct kiln__json j;
 	kiln__json_init(&j, text, len, 64);
 	struct kiln__json_str key, type = {0}, ptype = {0};
@@ -250,7 +248,8 @@ static int payload(const struct kiln__json_str *p, const char *shown, uint8_t **
 	return 0;
 }
 
-/* The text's statement: itself, or a bundle's DSSE payload (*owned then holds it). */
+/* The text's statement: itself, or a bundle's DSSE payload (*owned then holds it); either
+ * checked to be UTF-8, once, for the two passes over it. */
 static int find_statement(const uint8_t *text, size_t len, const char *shown, const uint8_t **st,
 			  size_t *st_len, uint8_t **owned, kiln_error *err)
 {
@@ -303,6 +302,8 @@ static int find_statement(const uint8_t *text, size_t len, const char *shown, co
 		return BAD(KILN_TYPE, 0, "bundle: its envelope has no payload");
 	int rc = payload(&pl, shown, owned, st_len, err);
 	*st = *owned;
+	if (!rc && (b = kiln__utf8_check(*st, *st_len)) != SIZE_MAX)
+		rc = BAD(KILN_UTF8, b, "statement: byte %zu is not well-formed UTF-8", b);
 	return rc;
 }
 

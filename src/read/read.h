@@ -49,8 +49,6 @@ void kiln__verifier_start(struct kiln__verifier *v);
  * memory; *chunks says how many were checked in all. */
 int kiln__verifier_finish(struct kiln__verifier *v, uint64_t *chunks, kiln_error *err);
 void kiln__verifier_free(struct kiln__verifier *v);
-/* Where its digests came from: enum kiln_digest_source. */
-uint32_t kiln__verifier_source(const struct kiln__verifier *v);
 
 /* --- pins (src/read/pin.c) ----------------------------------------------------------------- */
 

@@ -85,15 +85,22 @@ static char *sidecar_name(const struct kiln__file *f, kiln_error *err)
 	return s;
 }
 
-/* The first tensor of file f with a byte in [off, end), or KILN_NO_INDEX (header bytes, a gap). */
+/* The first tensor of file f with a byte in [off, end), or KILN_NO_INDEX (header bytes, a gap);
+ * `shown` says which for a message ("tensor NAME", "no tensor's bytes"). */
 static uint64_t tensor_in(const kiln_model *m, const struct kiln__file *f, uint64_t off,
-			  uint64_t end)
+			  uint64_t end, char shown[KILN__SHOWN + 16])
 {
 	for (uint64_t i = f->first; i < f->first + f->count; i++) {
 		const kiln_tensor *t = &m->tensors[i];
-		if (t->byte_length && t->file_offset < end && t->file_offset + t->byte_length > off)
+		if (t->byte_length && t->file_offset < end &&
+		    t->file_offset + t->byte_length > off) {
+			char nb[KILN__SHOWN];
+			snprintf(shown, KILN__SHOWN + 16, "tensor %s",
+				 t->name ? kiln__shown(t->name, t->name_len, nb) : "(unnamed)");
 			return i;
+		}
 	}
+	snprintf(shown, KILN__SHOWN + 16, "no tensor's bytes");
 	return KILN_NO_INDEX;
 }
 
@@ -108,6 +115,16 @@ struct walk {
 	uint8_t *buf;
 	size_t cap;
 };
+
+/* n more bytes read: progress, and CANCELED when the callback says stop. */
+static int walk_step(struct walk *w, size_t n, kiln_error *err)
+{
+	w->done += n;
+	if (w->o && w->o->progress && w->o->progress(w->o->progress_ctx, w->done, w->total))
+		return kiln__fail(err, KILN_CANCELED, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
+				  "%s: stopped by the progress callback", kiln__file_shown(w->f));
+	return 0;
+}
 
 typedef int (*chunk_fn)(void *ctx, uint64_t k, uint64_t off, uint64_t n,
 			const uint8_t digest[KILN__DIGEST_LEN], kiln_error *err);
@@ -152,11 +169,8 @@ static int walk_chunks(struct walk *w, uint64_t from, uint64_t to, unsigned log2
 			in_chunk = 0;
 		}
 		off += n;
-		w->done += n;
-		if (w->o && w->o->progress && w->o->progress(w->o->progress_ctx, w->done, w->total))
-			return kiln__fail(err, KILN_CANCELED, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
-					  "%s: stopped by the progress callback",
-					  kiln__file_shown(w->f));
+		if ((rc = walk_step(w, n, err)))
+			return rc;
 	}
 	return 0;
 }
@@ -361,16 +375,10 @@ static int mismatch(const kiln_model *m, const struct kiln__file *f, uint64_t k,
 		    uint64_t n, const uint8_t want[KILN__DIGEST_LEN],
 		    const uint8_t got[KILN__DIGEST_LEN], kiln_error *err)
 {
-	char wh[33], gh[33], tn[KILN__SHOWN + 16] = "no tensor's bytes";
+	char wh[33], gh[33], tn[KILN__SHOWN + 16];
 	kiln__digest_hex(want, wh);
 	kiln__digest_hex(got, gh);
-	uint64_t t = tensor_in(m, f, off, off + n);
-	if (t != KILN_NO_INDEX) {
-		const kiln_tensor *v = &m->tensors[t];
-		char nb[KILN__SHOWN];
-		snprintf(tn, sizeof(tn), "tensor %s",
-			 v->name ? kiln__shown(v->name, v->name_len, nb) : "(unnamed)");
-	}
+	uint64_t t = tensor_in(m, f, off, off + n, tn);
 	/* The path first, shortened if need be, then what to act on; the digests last, where a cut
 	 * costs least. */
 	int rc = kiln__fail_named(err, kiln__file_shown(f), KILN_CORRUPT, t, "digests", off,
@@ -549,35 +557,19 @@ struct kiln__verifier {
 
 static void stop_hasher(struct kiln__verifier *v);
 
-static void sha_hex(const uint8_t d[KILN__SHA256_LEN], char out[17])
-{
-	static const char x[] = "0123456789abcdef";
-	for (int i = 0; i < 8; i++) {
-		out[2 * i] = x[d[i] >> 4];
-		out[2 * i + 1] = x[d[i] & 15];
-	}
-	out[16] = 0;
-}
-
 /* The SHA-256 range just hashed differs: CORRUPT naming the bytes, first tensor, source and the
  * digests' first 8 bytes (64 hex digits each would not fit the message). */
 static int sha_mismatch(const struct kiln__verifier *v, const struct kiln__signed *r,
 			const uint8_t got[KILN__SHA256_LEN], kiln_error *err)
 {
-	char wh[17], gh[17], tn[KILN__SHOWN + 16] = "no tensor's bytes";
-	sha_hex(r->sha256, wh);
-	sha_hex(got, gh);
-	uint64_t t = tensor_in(v->m, v->f, r->from, r->to);
-	if (t != KILN_NO_INDEX) {
-		const kiln_tensor *tv = &v->m->tensors[t];
-		char nb[KILN__SHOWN];
-		snprintf(tn, sizeof(tn), "tensor %s",
-			 tv->name ? kiln__shown(tv->name, tv->name_len, nb) : "(unnamed)");
-	}
+	char wh[33], gh[33], tn[KILN__SHOWN + 16];
+	kiln__digest_hex(r->sha256, wh); /* the first 16 of 32 bytes, of which 8 are shown */
+	kiln__digest_hex(got, gh);
+	uint64_t t = tensor_in(v->m, v->f, r->from, r->to, tn);
 	int rc =
 	    kiln__fail_named(err, kiln__file_shown(v->f), KILN_CORRUPT, t, "digests", r->from,
 			     "bytes %" PRIu64 "..%" PRIu64 " (%s) differ from their SHA-256 in "
-			     "%s: expected %s..., read %s...",
+			     "%s: expected %.16s..., read %.16s...",
 			     r->from, r->to, tn, sha_where[v->source], wh, gh);
 	kiln__error_file(err, v->f->no);
 	return rc;
@@ -860,11 +852,6 @@ int kiln__verifier_finish(struct kiln__verifier *v, uint64_t *chunks, kiln_error
 	return rc;
 }
 
-uint32_t kiln__verifier_source(const struct kiln__verifier *v)
-{
-	return v->source;
-}
-
 /* --- checking in a pass of its own ------------------------------------------------------------ */
 
 /* SHA-256 sources: the file read in order, block by block, into the hashes. */
@@ -875,14 +862,11 @@ static int walk_sha(struct walk *w, struct kiln__verifier *v, kiln_error *err)
 		int rc = kiln__file_read(w->f, off, w->buf, n, err);
 		if (!rc)
 			rc = sha_feed(v, w->buf, n, err);
+		if (!rc)
+			rc = walk_step(w, n, err);
 		if (rc)
 			return rc;
 		off += n;
-		w->done += n;
-		if (w->o && w->o->progress && w->o->progress(w->o->progress_ctx, w->done, w->total))
-			return kiln__fail(err, KILN_CANCELED, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
-					  "%s: stopped by the progress callback",
-					  kiln__file_shown(w->f));
 	}
 	return sha_feed(v, NULL, 0, err); /* the ranges that end with the file */
 }
