@@ -128,6 +128,17 @@ PyObject *kp_bytes_capsule(void *data, uint64_t len, PyObject *owner)
 			   owner);
 }
 
+int kp_dlpack_typed(unsigned code)
+{
+	DLDataType dt;
+	return dl_type(code, &dt) == 0;
+}
+
+PyObject *kp_typed_capsule(const kiln_tensor *t, void *data, PyObject *owner)
+{
+	return tensor_capsule(t, t->index, data, (DLDevice){1, 0}, 0, owner);
+}
+
 /* A DLPack capsule of the payload: typed, or (raw) its bytes as a 1-D uint8 tensor. */
 static PyObject *make_capsule(TensorObject *self, int raw)
 {

@@ -92,6 +92,10 @@ extern const unsigned char empty_payload[64];
 /* A DLPack capsule (CPU, uint8, 1-D) of len bytes at data, holding a reference to owner until
  * the consumer is done with it. */
 PyObject *kp_bytes_capsule(void *data, uint64_t len, PyObject *owner);
+/* Whether DLPack has a type for dtype code (kp_typed_capsule can carry it). */
+int kp_dlpack_typed(unsigned code);
+/* Tensor t's bytes at data as a typed, shaped host capsule (its dtype has a DLPack type). */
+PyObject *kp_typed_capsule(const kiln_tensor *t, void *data, PyObject *owner);
 /* dlpack.c: DeviceView, a tensor kiln_load placed in a device's arena; `arena` is the arena's
  * capsule (held). */
 extern PyTypeObject DeviceViewType;

@@ -628,26 +628,59 @@ fail:
 	return -1;
 }
 
+/* The dtype codes named by typed= (a sequence of kiln dtype names), as a bit per code. */
+static int typed_codes(PyObject *typed, uint64_t *mask)
+{
+	*mask = 0;
+	if (typed == Py_None)
+		return 0;
+	PyObject *seq = PySequence_Fast(typed, "typed must be a sequence of dtype names");
+	if (!seq)
+		return -1;
+	for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+		const char *name = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq, i));
+		unsigned code = name ? kiln_dtype_from_name(name) : 0;
+		if (!name || !code || code >= 64 || !kp_dlpack_typed(code)) {
+			if (name)
+				PyErr_Format(PyExc_ValueError,
+					     "typed: \"%s\" is not a dtype DLPack can carry", name);
+			Py_DECREF(seq);
+			return -1;
+		}
+		*mask |= (uint64_t)1 << code;
+	}
+	Py_DECREF(seq);
+	return 0;
+}
+
 /*
  * load(pairs, *, threads=0, direct=False, drop_cache=False, inflight=0, progress=None,
- * on_ready=None, arena=False, device=None, place=None, register=False): kiln_load into caller
- * buffers, in the order of pairs; with arena=True, pairs are keys alone and the result's
- * "capsules" view kiln's own block; register: KILN_LOAD_REGISTER (a GPU device).
+ * on_ready=None, arena=False, device=None, place=None, register=False, typed=None): kiln_load
+ * into caller buffers, in the order of pairs; with arena=True, pairs are keys alone and the
+ * result's "capsules" view kiln's own block, as uint8 bytes, or typed and shaped for the dtypes
+ * named in typed (the consumer's DLPack decides which it takes: one call per tensor saved);
+ * register: KILN_LOAD_REGISTER (a GPU device).
  */
 static PyObject *model_load(ModelObject *self, PyObject *args, PyObject *kw)
 {
-	static char *kwlist[] = {"pairs",    "threads",  "direct",   "drop_cache",
-				 "inflight", "progress", "on_ready", "arena",
-				 "device",   "place",    "register", NULL};
+	static char *kwlist[] = {"pairs",    "threads",  "direct", "drop_cache", "inflight",
+				 "progress", "on_ready", "arena",  "device",     "place",
+				 "register", "typed",    NULL};
 	PyObject *pairs, *progress = Py_None, *on_ready = Py_None, *device = Py_None,
-			 *place = Py_None;
+			 *place = Py_None, *typed = Py_None;
 	unsigned int threads = 0;
 	int direct = 0, drop = 0, arena = 0, reg = 0;
 	unsigned long long inflight = 0;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$IppKOOpOOp:load", kwlist, &pairs, &threads,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$IppKOOpOOpO:load", kwlist, &pairs, &threads,
 					 &direct, &drop, &inflight, &progress, &on_ready, &arena,
-					 &device, &place, &reg))
+					 &device, &place, &reg, &typed))
 		return NULL;
+	uint64_t typed_mask;
+	if (typed_codes(typed, &typed_mask) < 0)
+		return NULL;
+	if (typed_mask && (!arena || device != Py_None))
+		return PyErr_Format(PyExc_ValueError, "typed= shapes host arena capsules: "
+						      "arena=True without device=");
 	if (device != Py_None && !arena)
 		return PyErr_Format(PyExc_ValueError,
 				    "device= loads into kiln's arena: arena=True");
@@ -726,6 +759,8 @@ static PyObject *model_load(ModelObject *self, PyObject *args, PyObject *kw)
 					     (int32_t)(device_of ? device_of[t->index] : 0))
 				       : NULL;
 				Py_XDECREF(tv);
+			} else if (t->dtype < 64 && typed_mask >> t->dtype & 1) {
+				c = kp_typed_capsule(t, dests[i], owner);
 			} else {
 				c = kp_bytes_capsule(dests[i], t->byte_length, owner);
 			}
