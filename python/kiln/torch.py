@@ -20,7 +20,7 @@ import torch.utils.dlpack
 from . import _dtypes, _kiln, _sequence
 from . import cuda as _cuda
 
-__all__ = ["load"]
+__all__ = ["load", "iter_load", "IterLoad"]
 
 
 def _dtype(t):
@@ -97,6 +97,31 @@ def _share(t, axis, world, rank):
     return axis, start, stop, shape, n
 
 
+def _all_gather(group, rank, world, who):
+    """The collective of kiln's group loads: all_gather(mine, all) over the process group, raw
+    bytes (gloo in torch 1.13 refuses some dtypes; uint8 goes through), its failures said with
+    rank, world and round."""
+    import torch.distributed as dist
+
+    calls = [0]
+
+    def all_gather(mine, all_):
+        with _warnings.catch_warnings():
+            _warnings.simplefilter("ignore")  # frombuffer of a read-only view
+            src = torch.frombuffer(mine, dtype=torch.uint8)
+            dst = torch.frombuffer(all_, dtype=torch.uint8)
+        what = "the fingerprints" if calls[0] == 0 else f"round {calls[0]} of chunks"
+        calls[0] += 1
+        try:
+            dist.all_gather(list(dst.chunk(world)), src, group=group)
+        except Exception as e:
+            # A peer that died (its connection reset) or stalled past the process group's
+            # timeout: gloo's error, said where it happened.
+            raise RuntimeError(f"{who}: rank {rank} of {world}: the all-gather of {what} "
+                               f"failed: {e}") from e
+    return all_gather
+
+
 def _group_load(d, views, sequence, group, tp, stats):
     """Read once per group: tensors matching no tp pattern through kiln_group_load (each byte read
     by one rank, the rest all-gathered), tp shares read by each rank for itself."""
@@ -126,24 +151,7 @@ def _group_load(d, views, sequence, group, tp, stats):
         raw[i] = _host_buffer(t.nbytes, False)
         pairs.append((t, raw[i].numpy()))
 
-    calls = [0]
-
-    def all_gather(mine, all_):
-        with _warnings.catch_warnings():
-            _warnings.simplefilter("ignore")  # frombuffer of a read-only view
-            src = torch.frombuffer(mine, dtype=torch.uint8)
-            dst = torch.frombuffer(all_, dtype=torch.uint8)
-        what = "the fingerprints" if calls[0] == 0 else f"round {calls[0]} of chunks"
-        calls[0] += 1
-        try:
-            # Raw bytes: gloo in torch 1.13 refuses some dtypes, uint8 goes through.
-            dist.all_gather(list(dst.chunk(world)), src, group=group)
-        except Exception as e:
-            # A peer that died (its connection reset) or stalled past the process group's
-            # timeout: gloo's error, said where it happened.
-            raise RuntimeError(f"kiln.torch.load(group=): rank {rank} of {world}: the "
-                               f"all-gather of {what} failed: {e}") from e
-
+    all_gather = _all_gather(group, rank, world, "kiln.torch.load(group=)")
     r = d.group_load(pairs, rank, world, all_gather)
     for i, buf in raw.items():
         final[i] = _shaped(views[i], buf)
@@ -279,3 +287,325 @@ def load(path, device="cpu", *, threads=None, order=None, progress=None, group=N
     if any(dev.type == "cuda" for dev in targets.values()):
         torch.cuda.synchronize()  # the pinned path's copies (kiln's own are done)
     return {keys[i]: final[i] for i in range(len(views))}
+
+
+# ---------------------------------------------------------------------------------------------
+# iter_load: a stream of (name, tensor) with bounded read-ahead
+
+
+def _natural_key(path):
+    """Natural order of file names: runs of digits compared as numbers ("w-2" before "w-10")."""
+    import re
+
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", str(path))]
+
+
+def _typed_dtypes():
+    """kiln dtype names whose typed DLPack capsule this PyTorch takes (the rest come as bytes and
+    are viewed in Python)."""
+    return [row.kiln for row in _dtypes.ROWS if row.kiln and row.torch_dlpack]
+
+
+_DEFAULT_WINDOW = 256 << 20
+
+
+class _Plan:
+    """One tensor to hand out: which model, its index there, its name, bytes, and how to shape
+    it (None: the capsule is typed already)."""
+
+    __slots__ = ("model", "index", "name", "nbytes", "view")
+
+    def __init__(self, model, index, name, nbytes, view):
+        self.model, self.index, self.name, self.nbytes, self.view = model, index, name, nbytes, view
+
+
+class IterLoad:
+    """The iterator kiln.torch.iter_load returns: ``(name, tensor)`` pairs, and ``close()``
+    (also on ``with`` exit and when garbage-collected), which stops the read ahead and frees
+    what was not handed out. Attributes: ``total_bytes`` (payload bytes it will hand out),
+    ``bytes_done`` (handed out so far), ``tensors`` (how many it will hand out),
+    ``peak_ahead`` (the most bytes read but not yet handed out at once)."""
+
+    def __init__(self, models, plan, batches, *, device, threads, group, progress):
+        self._models = models
+        self._plan = plan
+        self._batches = batches  # lists of positions in plan, each at most half the window
+        self._device = device
+        self._threads = threads
+        self._group = group
+        self._progress = progress
+        self._ready = []  # (name, tensor) of the batch being handed out, reversed
+        self._next = 0  # the next batch to read
+        self._future = None
+        self._pool = None
+        self._closed = False
+        self._typed = _typed_dtypes()
+        self.tensors = len(plan)
+        self.total_bytes = sum(p.nbytes for p in plan)
+        self.bytes_done = 0
+        self.bytes_read = 0
+        self.bytes_received = 0
+        self.peak_ahead = 0
+        self._ahead = 0
+        if group is None and len(batches) > 1:
+            # Read ahead on one thread while the consumer takes the previous batch: the reads
+            # release the GIL. Not with a group: its collectives must stay in the consumer's
+            # order on the consumer's thread, where the runtime's own collectives run.
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="kiln-iter-load")
+
+    def __iter__(self):
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 (interpreter shutdown)
+            pass
+
+    def __next__(self):
+        if self._ready:
+            name, tensor, plan = self._ready.pop()
+            self.bytes_done += plan.nbytes
+            self._ahead -= plan.nbytes
+            return name, tensor
+        if self._closed:
+            raise StopIteration
+        try:
+            if self._future is None and self._next < len(self._batches):
+                self._start()
+            if self._future is None:
+                self.close()
+                raise StopIteration
+            fut, self._future = self._future, None
+            got = fut.result() if self._pool is not None else fut()
+            # The next batch is read while this one is consumed: at most two in memory.
+            if self._next < len(self._batches):
+                self._start()
+            self._ready = got[::-1]
+            if self._progress is not None:
+                self._progress(self.bytes_done + sum(p.nbytes for _, _, p in self._ready),
+                               self.total_bytes)
+        except BaseException:
+            self.close()
+            raise
+        return self._hand_out()
+
+    def _hand_out(self):
+        name, tensor, plan = self._ready.pop()
+        self.bytes_done += plan.nbytes
+        self._ahead -= plan.nbytes
+        return name, tensor
+
+    def _start(self):
+        batch = self._batches[self._next]
+        self._next += 1
+        self._ahead += sum(self._plan[i].nbytes for i in batch)
+        self.peak_ahead = max(self.peak_ahead, self._ahead)
+        if self._pool is not None:
+            self._future = self._pool.submit(self._read, batch)
+        else:
+            self._future = lambda: self._read(batch)
+
+    def _inflight(self, positions):
+        # kiln_load cuts its list into pieces of inflight / threads and runs no more threads
+        # than pieces: a batch as large as its default (64 MiB) would be read by one thread.
+        # Half the batch, at least 1 MiB a thread: several pieces a thread, evenly shared.
+        n = sum(self._plan[i].nbytes for i in positions)
+        return max(2 << 20, min(64 << 20, n // 2))
+
+    def _stop_check(self, done, total):
+        # kiln's progress callback on the reading thread: raising stops the read (close()).
+        if self._closed:
+            raise _Closed()
+
+    def _read(self, batch):
+        """Read one batch: [(name, tensor, plan)] in file order."""
+        out = []
+        by_model = {}
+        for i in batch:
+            by_model.setdefault(id(self._plan[i].model), []).append(i)
+        for positions in by_model.values():
+            d = self._plan[positions[0]].model
+            keys = [self._plan[i].index for i in positions]
+            if self._group is not None:
+                got = self._read_group(d, positions)
+            elif self._device is not None and self._device.type == "cuda" and _gpus() is not None:
+                r = d.load(keys, threads=self._threads, arena=True, device=_gpus(),
+                           inflight=self._inflight(positions),
+                           place=self._device.index if self._device.index is not None
+                           else torch.cuda.current_device(), progress=self._stop_check)
+                self.bytes_read += r["bytes"]
+                got = []
+                for i, v in zip(positions, r["views"]):
+                    view = self._plan[i].view
+                    g = torch.utils.dlpack.from_dlpack(v.to_dlpack(raw=view is not None))
+                    got.append(g if view is None else _shaped(view, g))
+            else:
+                # One block per batch and model, each tensor a DLPack capsule holding it: typed
+                # by the C call where DLPack has the dtype, so a small tensor costs one call.
+                r = d.load(keys, threads=self._threads, arena=True, typed=self._typed,
+                           inflight=self._inflight(positions), progress=self._stop_check)
+                self.bytes_read += r["bytes"]
+                got = [torch.utils.dlpack.from_dlpack(c) for c in r["capsules"]]
+                for k, i in enumerate(positions):
+                    p = self._plan[i]
+                    if p.view is not None:
+                        got[k] = _shaped(p.view, got[k])
+                if self._device is not None and self._device.type == "cuda":
+                    got = [g.to(self._device) for g in got]
+            out.extend((self._plan[i].name, g, self._plan[i]) for i, g in zip(positions, got))
+        return out
+
+    def _read_group(self, d, positions):
+        import torch.distributed as dist
+
+        rank, world = dist.get_rank(self._group), dist.get_world_size(self._group)
+        pairs, bufs = [], []
+        for i in positions:
+            p = self._plan[i]
+            buf = _host_buffer(p.nbytes, False)
+            bufs.append(buf)
+            pairs.append((p.index, buf.numpy()))
+        r = d.group_load(pairs, rank, world,
+                         _all_gather(self._group, rank, world, "kiln.torch.iter_load(group=)"))
+        self.bytes_read += r["bytes_read"]
+        self.bytes_received += r["bytes_received"]
+        return [_shaped(d[self._plan[i].index], b) for i, b in zip(positions, bufs)]
+
+    def close(self):
+        """Stop reading ahead and free what was not handed out (tensors handed out stay
+        valid). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._ready = []
+        fut, self._future = self._future, None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            if fut is not None and not fut.cancelled():
+                try:
+                    fut.result()
+                except BaseException:  # noqa: BLE001 (the stop raised in it, or its own error)
+                    pass
+        for d in self._models:
+            d.close()
+        self._models = []
+
+
+class _Closed(Exception):
+    """Raised by the progress hook of an iterator being closed: stops its read."""
+
+
+def _open_for_stream(path, *, one_file, verify, timeout):
+    if verify:
+        # Verified whole as it opens (every byte hashed against the digests beside the file,
+        # fused with populate), then copied out a window at a time from the verified mapping.
+        return _kiln.open(path, one_file=one_file, verify=True, timeout=timeout)
+    return _kiln.open(path, one_file=one_file, directory_only=True, timeout=timeout)
+
+
+def iter_load(path_or_paths, *, device="cpu", window_bytes=_DEFAULT_WINDOW, threads=None,
+              group=None, skip=None, verify=False, progress=None, timeout=0):
+    """A stream of ``(name, tensor)`` over every tensor of a model, with bounded read-ahead.
+
+    ``path_or_paths``: what kiln.open takes (a file, any shard of a series, an index, a URL; a
+    series is read whole), or a list of files, each opened alone and read in natural order
+    (``w-2`` before ``w-10``). Tensors come whole, in the checkpoint's dtype (raw uint8 bytes
+    where PyTorch lacks it, as kiln.torch.load), files in order and each file's tensors in file
+    order; unnamed tensors (KLNT) are named by their index as a string. A name in two files of
+    the list is a ValueError before any byte is read.
+
+    Memory: tensors are read in batches of at most ``window_bytes / 2`` (a larger tensor is a
+    batch alone), the next batch read on another thread while the consumer takes the current
+    one, so at most ``window_bytes`` (or the largest tensor and the batch before it) are read
+    and not yet handed out. Each tensor holds its memory: it stays valid after later ``next()``
+    calls and after the iterator is closed, and a batch's block is freed once the last tensor
+    of it is gone (a consumer keeping a tensor keeps that block). ``close()`` (or leaving a
+    ``with`` block, or dropping the iterator) stops the read ahead and frees what was not handed
+    out.
+
+    ``skip(name) -> bool``: called once per tensor before anything is read; a skipped tensor
+    is never read (expert-parallel ranks). ``device``: "cpu" or "cuda:N" (through kiln's CUDA
+    pipeline where the adapter is built, else copied from host memory). ``threads``: kiln's
+    reader threads per batch (None: its default). ``group`` (a torch.distributed process group,
+    or True for the default one): every rank reads its own copy of the same model and the group
+    reads each byte once, all-gathered (as kiln.torch.load(group=)); every rank consumes the
+    same sequence (``skip`` must agree across ranks), read on the consumer's thread. ``verify``:
+    check every byte against the model's digests (docs/integrity.md); the files are then opened
+    and verified whole first (mapped: the page cache holds them), the window bounding kiln's
+    copies. ``progress(done, total)``: payload bytes read so far, on the consumer's thread, once
+    per batch. ``timeout``: as kiln.torch.load.
+    """
+    if threads is not None and (not isinstance(threads, int) or not 1 <= threads <= 16):
+        raise ValueError(f"threads must be 1 to 16, not {threads!r}")
+    if (not isinstance(window_bytes, int) or isinstance(window_bytes, bool)
+            or window_bytes < 2 << 20):
+        raise ValueError(f"window_bytes must be an int of at least 2 MiB, not {window_bytes!r}")
+    if skip is not None and not callable(skip):
+        raise TypeError("skip must be a callable taking a tensor name")
+    dev = None
+    if device is not None and str(device) != "cpu":
+        dev = torch.device(device)
+        if dev.type != "cuda":
+            raise ValueError(f"device {dev}: kiln.torch.iter_load places tensors on cpu or cuda")
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"device {dev}: this PyTorch ({torch.__version__}) has no CUDA "
+                               f"device (torch.cuda.is_available() is False)")
+        if group is not None:
+            raise ValueError("group=: tensors are loaded on the CPU (move them after)")
+    if group is True:
+        import torch.distributed as dist
+
+        group = dist.group.WORLD
+
+    if isinstance(path_or_paths, (str, bytes, _os.PathLike)):
+        paths, one_file = [path_or_paths], False
+    else:
+        paths = sorted(path_or_paths, key=_natural_key)
+        if not paths:
+            raise ValueError("iter_load: no files given")
+        one_file = True
+    models, plan, seen, typed_of = [], [], {}, {}
+    try:
+        for path in paths:
+            d = _open_for_stream(path, one_file=one_file, verify=verify, timeout=timeout)
+            models.append(d)
+            for i in range(len(d)):
+                t = d[i]
+                name = t.name if t.name is not None else str(i)
+                if name in seen and one_file:
+                    raise ValueError(f"iter_load: tensor {name!r} is in {seen[name]} and in "
+                                     f"{_kiln.shown(str(path))}")
+                seen[name] = _kiln.shown(str(path))
+                if skip is not None and skip(name):
+                    continue
+                typed = typed_of.get(t.dtype)
+                if typed is None:
+                    row = _dtypes.KILN.get(t.dtype)
+                    typed = typed_of[t.dtype] = (row is not None and row.torch_dlpack
+                                                 and row.torch_dtype() is not None)
+                plan.append(_Plan(d, i, name, t.nbytes, None if typed else t))
+    except BaseException:
+        for d in models:
+            d.close()
+        raise
+    half = window_bytes // 2
+    batches, cur, size = [], [], 0
+    for k, p in enumerate(plan):
+        if cur and (size + p.nbytes > half or p.model is not plan[cur[-1]].model):
+            batches.append(cur)
+            cur, size = [], 0
+        cur.append(k)
+        size += p.nbytes
+    if cur:
+        batches.append(cur)
+    return IterLoad(models, plan, batches, device=dev, threads=threads or 0, group=group,
+                    progress=progress)

@@ -65,7 +65,14 @@ WORKER = textwrap.dedent("""
     before, stats = io(), {}
     start = time.monotonic()
     try:
-        sd = kiln.torch.load(path, group=dist.group.WORLD, tp=tp, stats=stats)
+        if os.environ.get("KILN_TEST_ITER"):
+            # The stream: every rank the same sequence, 4 MiB windows, each a group read.
+            it = kiln.torch.iter_load(path, group=dist.group.WORLD, window_bytes=4 << 20)
+            sd = dict(it)
+            stats = {"bytes_read": it.bytes_read, "bytes_received": it.bytes_received,
+                     "batches": len(it._batches)}
+        else:
+            sd = kiln.torch.load(path, group=dist.group.WORLD, tp=tp, stats=stats)
     except Exception as e:
         with open(out, "w") as f:
             json.dump({"error": type(e).__name__ + ": " + str(e),
@@ -111,7 +118,7 @@ def _free_port():
 
 
 def _run(tmp_path, source, world, *, name, tp=None, die_at=0, stall_at=0, pg_timeout=30,
-         other=None):
+         other=None, stream=False):
     """Each rank on its own copy of `source` (a file, or the directory holding it); returns the
     ranks' (exit status, result)."""
     script = tmp_path / "worker.py"
@@ -130,7 +137,7 @@ def _run(tmp_path, source, world, *, name, tp=None, die_at=0, stall_at=0, pg_tim
         env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world),
                    KILN_TEST_RDV=str(tmp_path / f"rdv-{name}"), KILN_TEST_TP=json.dumps(tp),
                    KILN_TEST_DIE_AT=str(die_at), KILN_TEST_STALL_AT=str(stall_at),
-                   KILN_TEST_PG_TIMEOUT=str(pg_timeout))
+                   KILN_TEST_PG_TIMEOUT=str(pg_timeout), KILN_TEST_ITER="1" if stream else "")
         out = tmp_path / f"{name}-{r}.json"
         procs.append((subprocess.Popen([sys.executable, str(script), path, str(out)], env=env,
                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT), out))
@@ -176,6 +183,23 @@ def test_klnt_same_as_one_process_read_once(tmp_path, klnt, world):
     # lazily imported module's pages), and the kernel's read-ahead past the end of each rank's
     # share, up to twice the device's window per rank (8 MiB on this project's VMs).
     slack = (2 << 20) + world * 2 * _readahead_bytes(klnt)
+    assert 0.9 * size <= storage <= 1.1 * size + slack, (storage, size, slack)
+
+
+def test_iter_load_with_a_group_reads_once(tmp_path, klnt):
+    """kiln.torch.iter_load(group=): each batch a group read, every rank the same stream."""
+    want = _digest(kiln.torch.load(klnt))
+    results = _run(tmp_path, klnt, 2, name="i", stream=True)
+    payload = sum(v.numel() * v.element_size() for v in kiln.torch.load(klnt).values())
+    for rc, res in results:
+        assert rc == 0, res
+        assert res["tensors"] == want
+        assert res["stats"]["batches"] > 4
+        assert res["stats"]["bytes_read"] + res["stats"]["bytes_received"] == payload
+    assert sum(res["stats"]["bytes_read"] for _, res in results) == payload
+    size = os.path.getsize(klnt)
+    storage = sum(res["read_bytes"] for _, res in results)
+    slack = (2 << 20) + 2 * 2 * _readahead_bytes(klnt)
     assert 0.9 * size <= storage <= 1.1 * size + slack, (storage, size, slack)
 
 

@@ -75,6 +75,24 @@ def test_torch_load_of_urls():
                                else b[k].reshape(-1)), k
 
 
+def test_iter_load_of_urls():
+    torch = pytest.importorskip("torch")
+    import kiln.torch
+
+    for f in ("m.klnt", "tiny-sharded/model.safetensors.index.json"):
+        it = kiln.torch.iter_load("s3://models/" + f, window_bytes=2 << 20, threads=2)
+        a = list(it)
+        b = kiln.torch.load(os.path.join(ROOT, f))
+        assert [k for k, _ in a] == list(b)
+        assert it.bytes_read == it.total_bytes  # ranged GETs of the tensors, nothing whole
+        for k, v in a:
+            assert v.dtype == b[k].dtype and v.shape == b[k].shape
+            assert torch.equal(v.reshape(-1).view(torch.uint8) if v.dtype != torch.uint8
+                               else v.reshape(-1),
+                               b[k].reshape(-1).view(torch.uint8) if b[k].dtype != torch.uint8
+                               else b[k].reshape(-1)), k
+
+
 GROUP_WORKER = """
 import hashlib, json, os, sys, datetime
 import torch, torch.distributed as dist
