@@ -3,7 +3,8 @@
 """Read once per group against each rank reading alone (docs/benchmarks.md, "Read once"):
 world ranks (processes, gloo on 127.0.0.1), each with its own cold copy of a KLNT file, time from
 a barrier until every rank holds every tensor (the next barrier), and the bytes each read from
-storage (/proc/self/io read_bytes), rounds rotating the modes. A third mode, exchange, runs the
+storage (/proc/self/io read_bytes), rounds rotating the modes. The stream mode is
+kiln.torch.iter_load(group=True), consuming each tensor as it comes. A third mode, exchange, runs the
 group's all-gathers of the same bytes with no reads: the interconnect's floor under the group.
 
     PYTHONPATH=build/python /usr/bin/python3 python/bench/group.py --size-mib 1024 --dir /var/tmp
@@ -38,6 +39,19 @@ def evict(path):
     os.close(fd)
 
 
+# group: kiln.torch.load(group=True); stream: kiln.torch.iter_load(group=True) with a 64 MiB
+# window, each tensor dropped as it comes; alone: each rank loads the whole file itself;
+# exchange: the all-gathers alone.
+MODES = ["group", "stream", "alone", "exchange"]
+
+
+def consume(it):
+    n = 0
+    for _name, t in it:
+        n += t.numel()
+    return n
+
+
 def rank_main(path, rounds):
     import torch.distributed as dist
 
@@ -59,14 +73,17 @@ def rank_main(path, rounds):
             dist.all_gather(list(every.chunk(world)), mine)
         return every
 
-    modes = ["group", "alone", "exchange"]
+    modes = MODES
     rows = []
     for r in range(rounds):
-        for mode in modes[r % 3:] + modes[:r % 3]:
+        k = r % len(modes)
+        for mode in modes[k:] + modes[:k]:
             evict(path)
             dist.barrier()
             before, t0 = read_bytes(), time.perf_counter()
             sd = (kiln.torch.load(path, group=True) if mode == "group" else
+                  consume(kiln.torch.iter_load(path, group=True, window_bytes=64 << 20))
+                  if mode == "stream" else
                   kiln.torch.load(path) if mode == "alone" else exchange())
             dist.barrier()
             t = time.perf_counter() - t0
@@ -110,7 +127,7 @@ def main():
         size = os.path.getsize(os.path.join(work, "rank0.klnt"))
         print(f"{a.size_mib} MiB KLNT file ({size} bytes), world {a.world}, gloo, cold copies, "
               f"{a.rounds} rounds")
-        for mode in ("group", "alone", "exchange"):
+        for mode in MODES:
             times = [out[0]["rows"][i]["seconds"] for i in range(len(out[0]["rows"]))
                      if out[0]["rows"][i]["mode"] == mode]
             reads = [sum(o["rows"][i]["read"] for o in out) for i in range(len(out[0]["rows"]))
@@ -119,10 +136,10 @@ def main():
                   f"{size / 1e9 / statistics.median(times):5.2f} GB/s of the file  "
                   f"read from storage by all ranks: {statistics.median(reads) / size:.2f}x the file")
         rows = out[0]["rows"]
-        for other in ("alone", "exchange"):
+        for other in MODES[1:]:
             ratios = []
-            for i in range(0, len(rows), 3):
-                one = {x["mode"]: x["seconds"] for x in rows[i:i + 3]}
+            for i in range(0, len(rows), len(MODES)):
+                one = {x["mode"]: x["seconds"] for x in rows[i:i + len(MODES)]}
                 ratios.append(one[other] / one["group"])
             print(f"  group vs {other}: {statistics.median(ratios):.2f}x (median of the rounds' "
                   f"{other} time over group time)")
