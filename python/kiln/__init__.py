@@ -76,6 +76,14 @@ def __getattr__(name):
     raise AttributeError(f"module 'kiln' has no attribute {name!r}")
 
 
+def patch_safetensors():
+    """kiln's safetensors drop-in bound in sys.modules and in already-imported transformers,
+    accelerate and diffusers modules; returns a kiln Patch with undo() (docs/python.md)."""
+    from ._patch import patch_safetensors as patch
+
+    return patch()
+
+
 def _sequence(keys, order, path):
     """Positions in load order: the names of ``order`` first (once each, as given), then the
     rest in file order (kiln.torch.load and kiln.cuda.load)."""
@@ -95,7 +103,7 @@ def _sequence(keys, order, path):
 __all__ = [
     "open", "Model", "Dir", "Tensor", "safe_open", "load_file", "save_file", "write_file",
     "Error", "FormatError", "FrameError", "FormatTypeError", "LimitError", "UTF8Error",
-    "FileError", "CorruptError",
+    "FileError", "CorruptError", "patch_safetensors",
 ]
 
 def _is_torch(x):
