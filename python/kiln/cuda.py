@@ -86,7 +86,10 @@ def load(path, device=0, *, threads=None, order=None, progress=None, register=Fa
         def place(name):
             return one
     handle = _handle()
-    with _kiln.open(path, directory_only=not register) as d:
+    # Registered pages are read-only shared ones: pinning a writable private mapping breaks
+    # its copy-on-write (the pages stop following the file, and a write lands in memory CUDA
+    # copies from).
+    with _kiln.open(path, directory_only=not register, copy_on_write=not register) as d:
         views = [d[i] for i in range(len(d))]
         keys = [t.name if t.name is not None else i for i, t in enumerate(views)]
         sequence = _sequence(keys, order, path)

@@ -32,11 +32,11 @@ def _dtype(t):
 _HUGE = 4 << 20
 
 
-def _host_buffer(n, pin):
+def _host_buffer(n):
     """n bytes of host memory a tensor owns. Large ones are a private mapping advised
     MADV_HUGEPAGE, as kiln's own blocks: fresh 4 KiB pages cost more to fault in than the read."""
-    if pin or n < _HUGE:
-        return torch.empty(n, dtype=torch.uint8, pin_memory=pin)
+    if n < _HUGE:
+        return torch.empty(n, dtype=torch.uint8)
     m = _mmap.mmap(-1, n, flags=_mmap.MAP_PRIVATE | _mmap.MAP_ANONYMOUS)
     try:
         m.madvise(_mmap.MADV_HUGEPAGE)
@@ -45,6 +45,43 @@ def _host_buffer(n, pin):
     with _warnings.catch_warnings():
         _warnings.simplefilter("ignore")  # frombuffer's note on shared memory
         return torch.frombuffer(m, dtype=torch.uint8)  # keeps a reference to m
+
+
+def _cudart():
+    """CUDA's runtime as torch binds it (cudaHostRegister and cudaHostUnregister), or None."""
+    try:
+        rt = torch.cuda.cudart()
+    except Exception:  # noqa: BLE001 (no CUDA in this torch, or no driver)
+        return None
+    ok = hasattr(rt, "cudaHostRegister") and hasattr(rt, "cudaHostUnregister")
+    return rt if ok else None
+
+
+class _Staging:
+    """Pinned host memory of exactly n bytes (rounded to pages) for the copies to a GPU: an
+    anonymous mapping registered with cudaHostRegister, not torch's caching host allocator,
+    which rounds each block up to a power of two (up to 2x the checkpoint pinned) and keeps it
+    cached after the load. Pageable where registering fails (the copies are then synchronous).
+    release() unregisters; call it only after the copies from it completed."""
+
+    def __init__(self, n, cudart=None):
+        self.nbytes = n
+        self._map = _mmap.mmap(-1, max(n, 1), flags=_mmap.MAP_PRIVATE | _mmap.MAP_ANONYMOUS)
+        with _warnings.catch_warnings():
+            _warnings.simplefilter("ignore")  # frombuffer's note on shared memory
+            self.buffer = torch.frombuffer(self._map, dtype=torch.uint8)[:n]
+        self._rt = cudart if cudart is not None else _cudart()
+        self.pinned = False
+        if self._rt is not None and n:
+            self._ptr = self.buffer.data_ptr()
+            err = self._rt.cudaHostRegister(self._ptr, len(self._map), 0)
+            self.pinned = int(getattr(err, "value", err)) == 0
+
+    def release(self):
+        if self.pinned:
+            self.pinned = False
+            self._rt.cudaHostUnregister(self._ptr)
+        self.buffer = None  # the mapping goes with the last tensor viewing it
 
 
 def _placement(device):
@@ -144,11 +181,11 @@ def _group_load(d, views, sequence, group, tp, stats):
             # Only this rank's share, read with kiln's slice reads (from any source, all in
             # one queue): no other rank needs these bytes.
             axis, start, stop, shape, n = _share(t, axis, world, rank)
-            buf = _host_buffer(n, False)
+            buf = _host_buffer(n)
             shares.append((i, shape, buf))
             slices.append((t, axis, start, stop, buf.numpy()))
             continue
-        raw[i] = _host_buffer(t.nbytes, False)
+        raw[i] = _host_buffer(t.nbytes)
         pairs.append((t, raw[i].numpy()))
 
     all_gather = _all_gather(group, rank, world, "kiln.torch.load(group=)")
@@ -268,10 +305,20 @@ def load(path, device="cpu", *, threads=None, order=None, progress=None, group=N
                 final[i] = _shaped(views[i], torch.utils.dlpack.from_dlpack(
                     v.to_dlpack(raw=True)))
         else:
-            raw, pairs = {}, []
+            # Tensors for the CPU own their memory; those for a GPU are staged in one pinned
+            # block of their exact size, released once the copies from it are done.
+            raw, pairs, at, end = {}, [], {}, 0
+            for i in sequence:
+                if targets[i].type == "cuda":
+                    at[i] = -(-end // 64) * 64
+                    end = at[i] + views[i].nbytes
+            staging = _Staging(end) if at else None
             for i in sequence:
                 t = views[i]
-                buf = _host_buffer(t.nbytes, targets[i].type == "cuda")
+                if i in at:
+                    buf = staging.buffer[at[i]:at[i] + t.nbytes]
+                else:
+                    buf = _host_buffer(t.nbytes)
                 raw[i] = buf
                 pairs.append((t, buf.numpy()))
             position = {id(views[i]): i for i in sequence}
@@ -283,9 +330,12 @@ def load(path, device="cpu", *, threads=None, order=None, progress=None, group=N
                 out = _shaped(views[i], raw[i])
                 final[i] = out.to(targets[i], non_blocking=True) if targets[i].type == "cuda" else out
 
-            d.load(pairs, threads=threads or 0, progress=progress, on_ready=on_ready)
-    if any(dev.type == "cuda" for dev in targets.values()):
-        torch.cuda.synchronize()  # the pinned path's copies (kiln's own are done)
+            try:
+                d.load(pairs, threads=threads or 0, progress=progress, on_ready=on_ready)
+            finally:
+                if staging is not None:
+                    torch.cuda.synchronize()  # the copies from the staging, failed load or not
+                    staging.release()
     return {keys[i]: final[i] for i in range(len(views))}
 
 
@@ -471,7 +521,7 @@ class IterLoad:
         pairs, bufs = [], []
         for i in positions:
             p = self._plan[i]
-            buf = _host_buffer(p.nbytes, False)
+            buf = _host_buffer(p.nbytes)
             bufs.append(buf)
             pairs.append((p.index, buf.numpy()))
         r = d.group_load(pairs, rank, world,

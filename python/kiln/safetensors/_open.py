@@ -77,8 +77,11 @@ class _Open:
         # Any format; one file (a shard of a series alone) unless one_file=False. Aligned copies
         # of the few tensors misaligned for their dtype (align=None: for PyTorch only, which
         # needs them; numpy reads misaligned data), the rest zero-copy.
+        # For another device every view is copied there at once and never handed out: the
+        # file is mapped read-only shared, so no page is copied on write or pinned writable.
         options = {"source": _BACKENDS[backend], "one_file": one_file,
-                   "align": fw == "pytorch" if align is None else align, "timeout": timeout}
+                   "align": fw == "pytorch" if align is None else align, "timeout": timeout,
+                   "copy_on_write": shown == "cpu"}
         if api == "kiln":
             d = _kiln_open(filename, **options)  # kiln's errors, as they are
         else:
