@@ -67,7 +67,7 @@ def rank_main(path, rounds):
     slots = (payload + chunk - 1) // chunk
 
     def exchange():
-        mine = torch.zeros(chunk + 128, dtype=torch.uint8)
+        mine = torch.zeros(chunk + 256, dtype=torch.uint8)
         every = torch.empty(world * (chunk + 256), dtype=torch.uint8)
         for _ in range(1 + (slots + world - 1) // world):  # the fingerprints, then the rounds
             dist.all_gather(list(every.chunk(world)), mine)
