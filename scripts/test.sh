@@ -25,7 +25,8 @@ mkdir build-pip
 build-pip/venv/bin/python -m pip install --no-index --no-deps build-pip/wheel/kiln-*.whl >/dev/null
 # From outside the source tree, so that only the installed package can be imported.
 (cd build-pip && venv/bin/python -c 'import kiln, sys; sys.exit("/build-pip/venv/" not in kiln.__file__)' &&
-	KILN_GOLDEN_DIR="$PWD/../golden" KILN_KLNT="$PWD/../build/klnt" PYTHONDONTWRITEBYTECODE=1 \
+	KILN_GOLDEN_DIR="$PWD/../golden" KILN_KLNT="$PWD/../build/klnt" KILN_TEST_INSTALLED=1 \
+		PYTHONDONTWRITEBYTECODE=1 \
 		venv/bin/python -m pytest -q -p no:cacheprovider --basetemp="$PWD/pytest-tmp" \
 		../python/tests)
 
