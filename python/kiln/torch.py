@@ -214,7 +214,7 @@ def _gpus():
 
 
 def load(path, device="cpu", *, threads=None, order=None, progress=None, group=None, tp=None,
-         stats=None, timeout=0):
+         stats=None, timeout=0, verify=False):
     """Every tensor of the model at ``path`` as a dict name -> torch.Tensor, in file order.
 
     ``device``: "cpu", "cuda:N", or {fnmatch pattern: device} (the first pattern that matches a
@@ -252,6 +252,12 @@ def load(path, device="cpu", *, threads=None, order=None, progress=None, group=N
     included, before kiln.FileError (ETIMEDOUT); 0: kiln's own limits per request only.
     With a group, tensors are on the CPU (move them after) and threads/order/progress do not
     apply.
+    ``verify=True``: every byte checked against the model's digests (a sidecar from ``klnt
+    digest``, a model_signing statement or a Hugging Face cache blob name; docs/integrity.md)
+    before any tensor is made: the files are opened whole, mapped, and checked as their pages
+    come in (KILN_OPEN_VERIFY_DIGESTS), then copied into the tensors. kiln.CorruptError names
+    the chunk that differs; kiln.Error (NOTFOUND) says how to make digests. Not with group=
+    (each rank would read its whole copy) nor for a URL (no remote digests yet).
     """
     if tp is not None and group is None:
         raise ValueError("tp= needs group=: the shares are of the group's ranks")
@@ -269,8 +275,12 @@ def load(path, device="cpu", *, threads=None, order=None, progress=None, group=N
     # file or with ranged GETs, so a URL is not fetched whole into memory first. A URL with a
     # cache configured (KILN_CACHE_DIR) is opened whole, through the cache, unless a group
     # reads it (each rank then fetches only its chunks).
+    if verify and group is not None:
+        raise ValueError("verify=True checks every byte of this rank's own copy, which reads "
+                         "all of it: not with group= (verify each copy once with klnt verify)")
     whole = (group is None and _kiln.is_url(path) and bool(_os.environ.get("KILN_CACHE_DIR")))
-    with _kiln.open(path, directory_only=not whole, timeout=timeout) as d:
+    whole = whole or bool(verify)
+    with _kiln.open(path, directory_only=not whole, timeout=timeout, verify=bool(verify)) as d:
         views = [d[i] for i in range(len(d))]
         keys = [t.name if t.name is not None else i for i, t in enumerate(views)]
         sequence = _sequence(keys, order, path)

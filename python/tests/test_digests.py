@@ -94,3 +94,80 @@ def test_open_verify_without_digests_says_how_to_get_some(gguf):
     assert "make them once with: klnt digest" in str(e.value)
     with kiln.open(gguf, verify_payload=True) as m:  # the payload rules need no digests
         assert m.info["payload_verified"] is True
+
+
+# The chunk that differs, its bytes and the first tensor with bytes in it (b or c here).
+DIFFERS = r"chunk \d+ \(bytes \d+\.\.\d+, tensor [bc]\) differs from its digest"
+
+
+def _flip(path, at):
+    with open(path, "r+b") as f:
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0x01]))
+
+
+@pytest.fixture
+def st_file(tmp_path):
+    """A safetensors file of 3 tensors (about 40 KiB), digests in 4 KiB chunks beside it."""
+    np = pytest.importorskip("numpy")
+    import kiln.safetensors.numpy as stn
+
+    p = str(tmp_path / "m.safetensors")
+    stn.save_file({"a": np.arange(4096, dtype=np.float32), "b": np.ones((64, 64), np.float16),
+                   "c": np.arange(1000, dtype=np.int64)}, p)
+    with kiln.open(p) as m:
+        m.write_digests(chunk=4096)
+    return p
+
+
+def test_torch_load_verify(st_file, tmp_path):
+    torch = pytest.importorskip("torch")
+    import kiln.torch as kt
+
+    want = kt.load(st_file)
+    got = kt.load(st_file, verify=True)
+    assert list(got) == list(want) and all(torch.equal(got[k], want[k]) for k in want)
+    with pytest.raises(ValueError, match="not with group="):
+        kt.load(st_file, verify=True, group=True)
+    bare = str(tmp_path / "bare.safetensors")
+    shutil.copy(st_file, bare)
+    with pytest.raises(kiln.Error, match="klnt digest"):
+        kt.load(bare, verify=True)
+    kt.load(bare)  # without verify= digests are not asked for
+    _flip(st_file, os.path.getsize(st_file) - 100)  # in c, the last tensor
+    with pytest.raises(kiln.CorruptError, match=DIFFERS):
+        kt.load(st_file, verify=True)
+    kt.load(st_file)  # unverified, the flip goes unseen: why verify= exists
+
+
+@pytest.mark.parametrize("backend", ["mmap", "pread"])
+def test_dropin_verify(st_file, tmp_path, backend):
+    torch = pytest.importorskip("torch")
+    import kiln.safetensors as st
+    import kiln.safetensors.numpy as stn
+    import kiln.safetensors.torch as stt
+
+    with st.safe_open(st_file, "pt", backend=backend, verify=True) as f:
+        assert torch.equal(f.get_tensor("c"), torch.arange(1000))
+    assert stn.load_file(st_file, backend=backend, verify=True)["a"][4095] == 4095
+    assert stt.load_file(st_file, backend=backend, verify=True)["b"].sum() == 4096
+    _flip(st_file, os.path.getsize(st_file) - 100)
+    # kiln's own errors, not "Error while deserializing header"
+    with pytest.raises(kiln.CorruptError, match=DIFFERS):
+        st.safe_open(st_file, "pt", backend=backend, verify=True)
+    with pytest.raises(kiln.CorruptError):
+        stn.load_file(st_file, backend=backend, verify=True)
+    with pytest.raises(kiln.CorruptError):
+        stt.load_file(st_file, backend=backend, verify=True)
+    bare = str(tmp_path / "bare.safetensors")
+    shutil.copy(st_file, bare)
+    with pytest.raises(kiln.Error, match="klnt digest"):
+        st.safe_open(bare, "np", backend=backend, verify=True)
+    # A header safetensors refuses is still safetensors' error.
+    bad = str(tmp_path / "bad.safetensors")
+    with open(bad, "wb") as f:
+        f.write((8).to_bytes(8, "little") + b"not json")
+    with pytest.raises(st.SafetensorError, match="Error while deserializing header"):
+        st.safe_open(bad, "np", backend=backend, verify=True)

@@ -470,12 +470,15 @@ def test_load_file_onto_a_gpu_goes_through_kiln_torch_load(tmp_path, monkeypatch
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     for dev in ("cuda", "cuda:1", 0, 3):
         assert list(stpt.load_file(p, device=dev)) == ["a"]
-    assert seen == [(p, "cuda:0", {}), (p, "cuda:1", {}), (p, "cuda:0", {}), (p, "cuda:3", {})]
-    assert stpt.load_file(p)["a"].device.type == "cpu" and len(seen) == 4  # cpu: the mapping
+    assert list(stpt.load_file(p, device=2, verify=True)) == ["a"]
+    no = {"verify": False}
+    assert seen == [(p, "cuda:0", no), (p, "cuda:1", no), (p, "cuda:0", no), (p, "cuda:3", no),
+                    (p, "cuda:2", {"verify": True})]
+    assert stpt.load_file(p)["a"].device.type == "cpu" and len(seen) == 5  # cpu: the mapping
     assert stpt.load_file(p, device=None)["a"].device.type == "cpu"
     with pytest.raises(st.SafetensorError, match="invalid"):
         stpt.load_file(p, device="cuda:1:2")  # safetensors' own refusal, before any load
-    assert len(seen) == 4
+    assert len(seen) == 5
     monkeypatch.undo()
     if not cuda:
         # Without CUDA in torch: safe_open's error, as the drop-in gives it.

@@ -67,7 +67,7 @@ class _Open:
     API, and of kiln's (api="kiln", which kiln.safe_open gives)."""
 
     def _start(self, filename, framework, device, backend, *, one_file=True, align=True,
-               api="safetensors", timeout=0):
+               api="safetensors", timeout=0, verify=False):
         if api == "safetensors":
             fw, shown, torch_device = _safetensors_arguments(framework, device, backend)
         elif api == "kiln":
@@ -81,7 +81,7 @@ class _Open:
         # file is mapped read-only shared, so no page is copied on write or pinned writable.
         options = {"source": _BACKENDS[backend], "one_file": one_file,
                    "align": fw == "pytorch" if align is None else align, "timeout": timeout,
-                   "copy_on_write": shown == "cpu"}
+                   "copy_on_write": shown == "cpu", "verify": bool(verify)}
         if api == "kiln":
             d = _kiln_open(filename, **options)  # kiln's errors, as they are
         else:
@@ -95,6 +95,10 @@ class _Open:
                         f"No such file or directory: {_kiln.shown(filename)}") from None
                 raise OSError(e.errno, e.strerror or str(e)) from None
             except _KilnError as e:
+                # verify= is kiln's own: a byte that differs from its digest, or no digests,
+                # is kiln's error (CorruptError, NOTFOUND), not a header safetensors refused.
+                if verify and not isinstance(e, _kiln.FormatError):
+                    raise
                 raise SafetensorError(f"Error while deserializing header: {e}") from None
         if shown != "cpu" and fw not in ("pytorch", "paddle"):
             d.close()
@@ -261,16 +265,19 @@ class safe_open(_Open):  # noqa: N801 (safetensors' name)
     an argument or a closed handle), numpy arrays read-only, dtypes and get_slice().get_dtype()
     by kiln's names ("f32"), get_slice() indexing as numpy and torch index (steps, negative
     ones too; a copy for torch), metadata() as kiln.Model.metadata(), numpy and PyTorch on the
-    CPU only.
+    CPU only. ``verify=True``: every byte checked against the file's digests as it is read at
+    open (a sidecar from ``klnt digest``, a model_signing statement or a Hugging Face cache
+    blob name; docs/integrity.md), kiln.CorruptError naming the chunk that differs, kiln.Error
+    (NOTFOUND) where there are no digests.
     """
 
     def __init__(self, filename, framework, device="cpu", *, backend="mmap", one_file=True,
-                 align=True, api="safetensors", timeout=0):
+                 align=True, api="safetensors", timeout=0, verify=False):
         self._dir = None
         if api != "kiln":  # kiln takes any path kiln.open takes (bytes too)
             filename = _path("filename", filename)
         self._start(filename, framework, device, backend, one_file=one_file, align=align,
-                    api=api, timeout=timeout)
+                    api=api, timeout=timeout, verify=verify)
 
 
 class _safe_open_handle(_Open):  # noqa: N801 (safetensors' name)

@@ -63,9 +63,11 @@ def load(data: bytes) -> Dict[str, np.ndarray]:
     return _view2np(deserialize(data))
 
 
-def load_file(filename: Union[str, os.PathLike], *, backend: str = "mmap") -> Dict[str, np.ndarray]:
-    """The arrays of a safetensors (or KLNT, GGUF) file, in file order, viewing its mapping."""
-    with safe_open(filename, framework="np", backend=backend) as f:
+def load_file(filename: Union[str, os.PathLike], *, backend: str = "mmap",
+              verify: bool = False) -> Dict[str, np.ndarray]:
+    """The arrays of a safetensors (or KLNT, GGUF) file, in file order, viewing its mapping.
+    ``verify=True`` (kiln's own): every byte checked against the file's digests (safe_open)."""
+    with safe_open(filename, framework="np", backend=backend, verify=verify) as f:
         return f.get_tensors()
 
 

@@ -212,18 +212,20 @@ def save_file(tensors: Dict[str, torch.Tensor], filename: Union[str, os.PathLike
 
 
 def load_file(filename: Union[str, os.PathLike], device: Union[str, int] = "cpu", *,
-              backend: str = "mmap") -> Dict[str, torch.Tensor]:
+              backend: str = "mmap", verify: bool = False) -> Dict[str, torch.Tensor]:
     """The tensors of a safetensors (or KLNT, GGUF) file, in file order: zero-copy views of a
     private mapping on the CPU. A CUDA device ("cuda", "cuda:N", N) goes through kiln.torch.load
     where torch has CUDA: reader threads into pinned memory or the GPU's own, each tensor on its
-    GPU as soon as it is read. Other devices (mps, xpu, ...) are safe_open's, moved with .to()."""
+    GPU as soon as it is read. Other devices (mps, xpu, ...) are safe_open's, moved with .to().
+    ``verify=True`` (kiln's own): every byte checked against the file's digests (safe_open)."""
     _, target = _device(device)  # safetensors' rules: an int N is cuda:N
     target = f"cuda:{target}" if isinstance(target, int) else target
     if target.startswith("cuda:") and torch.cuda.is_available():
         from .. import torch as _kiln_torch
 
-        return _kiln_torch.load(os.fspath(filename), device=target)
-    with safe_open(filename, framework="pt", device=device, backend=backend) as f:
+        return _kiln_torch.load(os.fspath(filename), device=target, verify=verify)
+    with safe_open(filename, framework="pt", device=device, backend=backend,
+                   verify=verify) as f:
         return f.get_tensors()
 
 
