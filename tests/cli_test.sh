@@ -312,6 +312,24 @@ expect 1 "$KLNT" load "$TMP/kiln-v2-opaque-no-layout.klnt"
 expect 2 "$KLNT" load "$TMP/gen.klnt" --device cuda:0
 expect 2 "$KLNT" load "$TMP/gen.klnt" --threads 0
 expect 3 "$KLNT" load "$TMP/no-such-file.klnt"
+# --verify: every byte checked at open against the sidecar, a flipped byte named, none refused
+expect 1 "$KLNT" load "$TMP/gen.klnt" --verify
+has "$TMP/err" "make them once with: klnt digest"
+expect 0 "$KLNT" digest --chunk 64K "$TMP/gen.klnt"
+expect 0 "$KLNT" load "$TMP/gen.klnt" --verify --threads 2
+grep -Eq "^loaded $TMP/gen.klnt: 40 tensors, .*, every byte checked against its digests \([0-9]+ chunks\)$" "$TMP/out" &&
+	ok || bad "load --verify: $(cat "$TMP/out")"
+expect 0 "$KLNT" load "$TMP/gen.klnt"
+! grep -q "digests" "$TMP/out" && ok || bad "load without --verify said it checked digests"
+cp "$TMP/gen.klnt" "$TMP/flip.klnt"
+cp "$TMP/gen.klnt.kiln-digest" "$TMP/flip.klnt.kiln-digest"
+printf '\377' | dd of="$TMP/flip.klnt" bs=1 seek=$(($(wc -c <"$TMP/flip.klnt") - 7)) conv=notrunc 2>/dev/null
+expect 1 "$KLNT" load "$TMP/flip.klnt" --verify
+has "$TMP/err" "differs from its digest"
+expect 2 "$KLNT" load "$TMP/gen.klnt" --verify --directory-only
+has "$TMP/err" "--verify checks whole files"
+expect 2 "$KLNT" load s3://bucket/m.klnt --verify
+rm -f "$TMP/gen.klnt.kiln-digest" "$TMP/flip.klnt" "$TMP/flip.klnt.kiln-digest"
 
 # 9. writing: a rewrite keeps the mode and follows a symlink; SIGINT/SIGTERM leave nothing
 chmod 600 "$TMP/p-f32.klnt"

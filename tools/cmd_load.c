@@ -13,7 +13,7 @@
 
 static const char usage[] =
     "usage: klnt load [--device DEV] [--threads N] [--direct] [--drop-cache] [--order FILE]\n"
-    "                 [--inflight BYTES] [--directory-only] FILE|URL...\n"
+    "                 [--inflight BYTES] [--directory-only] [--verify] FILE|URL...\n"
     "\n"
     "Load every tensor of a model (any format; a series or index brings its shards) into the\n"
     "memory of DEV with kiln_load: reader threads, each with its own engine, fill the\n"
@@ -21,7 +21,7 @@ static const char usage[] =
     "tensors, GB/s, time left) goes to stderr when it is a terminal; at the end one line on\n"
     "stdout:\n"
     "  loaded FILE: T tensors, B bytes to DEV in S s (R GB/s), N threads, at most M bytes in\n"
-    "  flight[, O_DIRECT]\n"
+    "  flight[, O_DIRECT][, every byte checked against its digests (C chunks)]\n"
     "Ctrl-C stops the load and frees what it took (exit 130).\n"
     "\n"
     "Options:\n"
@@ -34,9 +34,15 @@ static const char usage[] =
     "      --inflight BYTES  bytes being read at once (default 64 MiB; K, M, G suffixes)\n"
     "      --directory-only  open with KILN_OPEN_DIRECTORY_ONLY: the pipeline reads every\n"
     "                        payload byte itself (the default for URLs)\n"
+    "      --verify          check every byte against the model's digests (klnt digest, a\n"
+    "                        model_signing statement, a Hugging Face cache blob name) as the\n"
+    "                        open brings each file in (KILN_OPEN_VERIFY_DIGESTS); the\n"
+    "                        pipeline then copies from the checked pages. Not with\n"
+    "                        --directory-only or a URL, whose reads come later in parts\n"
     "  -h, --help            show this help and exit\n"
     "\n"
-    "Exit status: 0 loaded; 1 a file was rejected or a name in --order is not in the model;\n"
+    "Exit status: 0 loaded; 1 a file was rejected, differs from its digests or has none, or\n"
+    "a name in --order is not in the model;\n"
     "2 usage error; 3 a read failed or memory ran out; 130, 143 interrupted.\n";
 
 struct show {
@@ -120,7 +126,7 @@ static int read_order(const struct klnt_cmd *cmd, const kiln_model *m, const cha
 
 static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 {
-	enum { O_DIRECT_ = 1000, O_DROP, O_INFLIGHT, O_DIRONLY };
+	enum { O_DIRECT_ = 1000, O_DROP, O_INFLIGHT, O_DIRONLY, O_VERIFY };
 	static const struct option longopts[] = {
 	    {"device", required_argument, NULL, 'd'},
 	    {"threads", required_argument, NULL, 't'},
@@ -129,12 +135,13 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 	    {"drop-cache", no_argument, NULL, O_DROP},
 	    {"inflight", required_argument, NULL, O_INFLIGHT},
 	    {"directory-only", no_argument, NULL, O_DIRONLY},
+	    {"verify", no_argument, NULL, O_VERIFY},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
 	kiln_load_options lo = {.size = sizeof(lo)};
 	const char *device = "host", *order = NULL;
-	int dironly = 0, c;
+	int dironly = 0, verify = 0, c;
 	uint64_t v;
 	while ((c = getopt_long(argc, argv, ":d:t:o:h", longopts, NULL)) != -1) {
 		switch (c) {
@@ -166,6 +173,9 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 		case O_DIRONLY:
 			dironly = 1;
 			break;
+		case O_VERIFY:
+			verify = 1;
+			break;
 		case 'h':
 			return klnt_help(cmd);
 		default:
@@ -181,9 +191,14 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 					device);
 	const char *const *files = (const char *const *)argv + optind;
 	uint32_t nfiles = (uint32_t)(argc - optind);
+	if (verify && (dironly || kiln_path_is_url(files[0])))
+		return klnt_usage_error(cmd, "--verify checks whole files as they are opened: not "
+					     "with --directory-only or a URL");
 	kiln_open_options oo = {.size = sizeof(oo), .remote = klnt_remote()};
 	if (dironly || kiln_path_is_url(files[0]))
 		oo.flags = KILN_OPEN_DIRECTORY_ONLY;
+	if (verify)
+		oo.flags |= KILN_OPEN_VERIFY_DIGESTS;
 	kiln_model *m;
 	kiln_error err;
 	int rc = kiln_model_open_files(files, nfiles, &oo, &m, &err);
@@ -218,11 +233,17 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 		klnt_report(stderr, files[0], rc, &err);
 		status = klnt_exit_for(rc);
 	} else {
+		kiln_model_info info;
+		kiln_model_get_info(m, &info);
 		printf("loaded %s: %" PRIu64 " tensors, %" PRIu64 " bytes to %s in %.3f s (%.2f "
-		       "GB/s), %" PRIu32 " threads, at most %" PRIu64 " bytes in flight%s\n",
+		       "GB/s), %" PRIu32 " threads, at most %" PRIu64 " bytes in flight%s",
 		       files[0], res.tensors, res.bytes, device, res.seconds,
 		       res.seconds > 0 ? (double)res.bytes / 1e9 / res.seconds : 0, res.threads,
 		       res.peak_inflight, res.direct ? ", O_DIRECT" : "");
+		if (info.digests_verified)
+			printf(", every byte checked against its digests (%" PRIu64 " chunks)",
+			       info.digest_chunks);
+		printf("\n");
 		if (klnt_flush_stdout())
 			status = KLNT_EXIT_IO;
 	}
