@@ -58,14 +58,13 @@ def _cudart():
 
 
 class _Staging:
-    """Pinned host memory of exactly n bytes (rounded to pages) for the copies to a GPU: an
-    anonymous mapping registered with cudaHostRegister, not torch's caching host allocator,
-    which rounds each block up to a power of two (up to 2x the checkpoint pinned) and keeps it
+    """Pinned host memory of exactly n bytes (CUDA pins the pages they touch) for the copies to
+    a GPU: an anonymous mapping registered with cudaHostRegister, not torch's caching host
+    allocator, which rounds each block up to a power of two (up to 2x the checkpoint pinned) and keeps it
     cached after the load. Pageable where registering fails (the copies are then synchronous).
     release() unregisters; call it only after the copies from it completed."""
 
     def __init__(self, n, cudart=None):
-        self.nbytes = n
         self._map = _mmap.mmap(-1, max(n, 1), flags=_mmap.MAP_PRIVATE | _mmap.MAP_ANONYMOUS)
         with _warnings.catch_warnings():
             _warnings.simplefilter("ignore")  # frombuffer's note on shared memory
@@ -82,6 +81,20 @@ class _Staging:
             self.pinned = False
             self._rt.cudaHostUnregister(self._ptr)
         self.buffer = None  # the mapping goes with the last tensor viewing it
+
+
+def _check_threads(threads):
+    if threads is not None and (not isinstance(threads, int) or not 1 <= threads <= 16):
+        raise ValueError(f"threads must be 1 to 16, not {threads!r}")
+
+
+def _check_device(dev, who):
+    """A torch.device kiln can place tensors on: the CPU, or a GPU this PyTorch has."""
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device {dev}: {who} places tensors on cpu or cuda")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"device {dev}: this PyTorch ({torch.__version__}) has no CUDA "
+                           f"device (torch.cuda.is_available() is False)")
 
 
 def _placement(device):
@@ -261,15 +274,10 @@ def load(path, device="cpu", *, threads=None, order=None, progress=None, group=N
     """
     if tp is not None and group is None:
         raise ValueError("tp= needs group=: the shares are of the group's ranks")
-    if threads is not None and (not isinstance(threads, int) or not 1 <= threads <= 16):
-        raise ValueError(f"threads must be 1 to 16, not {threads!r}")
+    _check_threads(threads)
     place, devices = _placement(device)
     for dev in devices:
-        if dev.type == "cuda" and not torch.cuda.is_available():
-            raise RuntimeError(f"device {dev}: this PyTorch ({torch.__version__}) has no CUDA "
-                               f"device (torch.cuda.is_available() is False)")
-        if dev.type not in ("cpu", "cuda"):
-            raise ValueError(f"device {dev}: kiln.torch.load places tensors on cpu or cuda")
+        _check_device(dev, "kiln.torch.load")
 
     # Directory-only: the pipeline reads the payload straight into the tensors' memory, from a
     # file or with ranged GETs, so a URL is not fetched whole into memory first. A URL with a
@@ -360,10 +368,9 @@ def _natural_key(path):
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", str(path))]
 
 
-def _typed_dtypes():
-    """kiln dtype names whose typed DLPack capsule this PyTorch takes (the rest come as bytes and
-    are viewed in Python)."""
-    return [row.kiln for row in _dtypes.ROWS if row.kiln and row.torch_dlpack]
+# kiln dtype names whose typed DLPack capsule every PyTorch kiln supports takes: the C call hands
+# these out typed; the rest come as bytes and are viewed in Python.
+_TYPED = tuple(row.kiln for row in _dtypes.ROWS if row.kiln and row.torch_dlpack)
 
 
 _DEFAULT_WINDOW = 256 << 20
@@ -399,7 +406,6 @@ class IterLoad:
         self._future = None
         self._pool = None
         self._closed = False
-        self._typed = _typed_dtypes()
         self.tensors = len(plan)
         self.total_bytes = sum(p.nbytes for p in plan)
         self.bytes_done = 0
@@ -432,10 +438,7 @@ class IterLoad:
 
     def __next__(self):
         if self._ready:
-            name, tensor, plan = self._ready.pop()
-            self.bytes_done += plan.nbytes
-            self._ahead -= plan.nbytes
-            return name, tensor
+            return self._hand_out()
         if self._closed:
             raise StopIteration
         try:
@@ -487,42 +490,37 @@ class IterLoad:
             raise _Closed()
 
     def _read(self, batch):
-        """Read one batch: [(name, tensor, plan)] in file order."""
-        out = []
-        by_model = {}
-        for i in batch:
-            by_model.setdefault(id(self._plan[i].model), []).append(i)
-        for positions in by_model.values():
-            d = self._plan[positions[0]].model
-            keys = [self._plan[i].index for i in positions]
-            if self._group is not None:
-                got = self._read_group(d, positions)
-            elif self._device is not None and self._device.type == "cuda" and _gpus() is not None:
-                r = d.load(keys, threads=self._threads, arena=True, device=_gpus(),
-                           inflight=self._inflight(positions),
-                           place=self._device.index if self._device.index is not None
-                           else torch.cuda.current_device(), progress=self._stop_check)
-                self.bytes_read += r["bytes"]
-                got = []
-                for i, v in zip(positions, r["views"]):
-                    view = self._plan[i].view
-                    g = torch.utils.dlpack.from_dlpack(v.to_dlpack(raw=view is not None))
-                    got.append(g if view is None else _shaped(view, g))
-            else:
-                # One block per batch and model, each tensor a DLPack capsule holding it: typed
-                # by the C call where DLPack has the dtype, so a small tensor costs one call.
-                r = d.load(keys, threads=self._threads, arena=True, typed=self._typed,
-                           inflight=self._inflight(positions), progress=self._stop_check)
-                self.bytes_read += r["bytes"]
-                got = [torch.utils.dlpack.from_dlpack(c) for c in r["capsules"]]
-                for k, i in enumerate(positions):
-                    p = self._plan[i]
-                    if p.view is not None:
-                        got[k] = _shaped(p.view, got[k])
-                if self._device is not None and self._device.type == "cuda":
-                    got = [g.to(self._device) for g in got]
-            out.extend((self._plan[i].name, g, self._plan[i]) for i, g in zip(positions, got))
-        return out
+        """Read one batch (of one model: iter_load cuts batches where the model changes):
+        [(name, tensor, plan)] in file order."""
+        d = self._plan[batch[0]].model
+        keys = [self._plan[i].index for i in batch]
+        if self._group is not None:
+            got = self._read_group(d, batch)
+        elif self._device is not None and self._device.type == "cuda" and _gpus() is not None:
+            r = d.load(keys, threads=self._threads, arena=True, device=_gpus(),
+                       inflight=self._inflight(batch),
+                       place=self._device.index if self._device.index is not None
+                       else torch.cuda.current_device(), progress=self._stop_check)
+            self.bytes_read += r["bytes"]
+            got = []
+            for i, v in zip(batch, r["views"]):
+                view = self._plan[i].view
+                g = torch.utils.dlpack.from_dlpack(v.to_dlpack(raw=view is not None))
+                got.append(g if view is None else _shaped(view, g))
+        else:
+            # One block per batch, each tensor a DLPack capsule holding it: typed by the C call
+            # where DLPack has the dtype, so a small tensor costs one call.
+            r = d.load(keys, threads=self._threads, arena=True, typed=_TYPED,
+                       inflight=self._inflight(batch), progress=self._stop_check)
+            self.bytes_read += r["bytes"]
+            got = [torch.utils.dlpack.from_dlpack(c) for c in r["capsules"]]
+            for k, i in enumerate(batch):
+                p = self._plan[i]
+                if p.view is not None:
+                    got[k] = _shaped(p.view, got[k])
+            if self._device is not None and self._device.type == "cuda":
+                got = [g.to(self._device) for g in got]
+        return [(self._plan[i].name, g, self._plan[i]) for i, g in zip(batch, got)]
 
     def _read_group(self, d, positions):
         import torch.distributed as dist
@@ -604,8 +602,7 @@ def iter_load(path_or_paths, *, device="cpu", window_bytes=_DEFAULT_WINDOW, thre
     copies. ``progress(done, total)``: payload bytes read so far, on the consumer's thread, once
     per batch. ``timeout``: as kiln.torch.load.
     """
-    if threads is not None and (not isinstance(threads, int) or not 1 <= threads <= 16):
-        raise ValueError(f"threads must be 1 to 16, not {threads!r}")
+    _check_threads(threads)
     if (not isinstance(window_bytes, int) or isinstance(window_bytes, bool)
             or window_bytes < 2 << 20):
         raise ValueError(f"window_bytes must be an int of at least 2 MiB, not {window_bytes!r}")
@@ -614,11 +611,7 @@ def iter_load(path_or_paths, *, device="cpu", window_bytes=_DEFAULT_WINDOW, thre
     dev = None
     if device is not None and str(device) != "cpu":
         dev = torch.device(device)
-        if dev.type != "cuda":
-            raise ValueError(f"device {dev}: kiln.torch.iter_load places tensors on cpu or cuda")
-        if not torch.cuda.is_available():
-            raise RuntimeError(f"device {dev}: this PyTorch ({torch.__version__}) has no CUDA "
-                               f"device (torch.cuda.is_available() is False)")
+        _check_device(dev, "kiln.torch.iter_load")
         if group is not None:
             raise ValueError("group=: tensors are loaded on the CPU (move them after)")
     if group is True:
@@ -633,7 +626,7 @@ def iter_load(path_or_paths, *, device="cpu", window_bytes=_DEFAULT_WINDOW, thre
         if not paths:
             raise ValueError("iter_load: no files given")
         one_file = True
-    models, plan, seen, typed_of = [], [], {}, {}
+    models, plan, seen = [], [], {}
     try:
         for path in paths:
             d = _open_for_stream(path, one_file=one_file, verify=verify, timeout=timeout)
@@ -647,12 +640,7 @@ def iter_load(path_or_paths, *, device="cpu", window_bytes=_DEFAULT_WINDOW, thre
                 seen[name] = _kiln.shown(str(path))
                 if skip is not None and skip(name):
                     continue
-                typed = typed_of.get(t.dtype)
-                if typed is None:
-                    row = _dtypes.KILN.get(t.dtype)
-                    typed = typed_of[t.dtype] = (row is not None and row.torch_dlpack
-                                                 and row.torch_dtype() is not None)
-                plan.append(_Plan(d, i, name, t.nbytes, None if typed else t))
+                plan.append(_Plan(d, i, name, t.nbytes, None if t.dtype in _TYPED else t))
     except BaseException:
         for d in models:
             d.close()
