@@ -200,3 +200,46 @@ def check_filled(expected, loaded):
     if missing:
         raise ValueError(f"Following weights were not initialized from checkpoint: "
                          f"{sorted(missing)}")
+
+
+class Loader:
+    """What kiln's loaders share, mixed in before the runtime's own BaseModelLoader (whose
+    ``__init__(load_config)`` it calls): the options, read when the runtime picks the loader;
+    where the weights are; ``download_model``; and ``fill``, the stream into
+    ``model.load_weights`` with the check that every parameter was filled. Each runtime's class
+    sets ``who`` and ``logger`` and says how its config names the model, how it downloads a hub
+    id and which CPU group its ranks share."""
+
+    who = "kiln"
+    logger = log
+
+    def __init__(self, load_config):
+        super().__init__(load_config)
+        self.options = options(load_config.model_loader_extra_config, self.who)
+
+    def model_name(self, model_config):
+        raise NotImplementedError
+
+    def download(self, model, model_config):
+        raise NotImplementedError
+
+    def world_group(self):
+        return None
+
+    def where(self, model_config):
+        return locate(self.model_name(model_config), self.options["source"],
+                      lambda m: self.download(m, model_config))
+
+    def download_model(self, model_config):
+        weight_files(self.where(model_config))
+
+    def fill(self, model, model_config, where):
+        """model.load_weights over the stream of the weights at ``where``."""
+        expected = parameter_names(model)
+        loaded = model.load_weights(weights(where, self.options,
+                                            group=group_of(self.options, self.world_group),
+                                            logger=self.logger, who=self.who))
+        # As vLLM's default loader: a quantized model's parameters differ from the
+        # checkpoint's names, so only an unquantized one is checked.
+        if getattr(model_config, "quantization", None) is None:
+            check_filled(expected, loaded)

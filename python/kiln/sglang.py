@@ -87,36 +87,31 @@ def _make_loader():
     from sglang.srt.model_loader.loader import BaseModelLoader, _initialize_model
     from sglang.srt.model_loader.utils import set_default_torch_dtype
 
-    class KilnModelLoader(BaseModelLoader):
+    class KilnModelLoader(_runtime.Loader, BaseModelLoader):
         """SGLang's loader given as ``load_format=``: the checkpoint streamed by
         kiln.torch.iter_load into model.load_weights (module kiln.sglang)."""
 
-        def __init__(self, load_config):
-            super().__init__(load_config)
-            self.options = _runtime.options(load_config.model_loader_extra_config, _WHO)
+        who = _WHO
+        logger = logging.getLogger("sglang.kiln")
 
-        def _where(self, model_config):
-            return _runtime.locate(model_config.model_path, self.options["source"],
-                                   lambda m: _download(m, model_config, self.load_config))
+        def model_name(self, model_config):
+            return model_config.model_path
 
-        def download_model(self, model_config):
-            _runtime.weight_files(self._where(model_config))
+        def download(self, model, model_config):
+            return _download(model, model_config, self.load_config)
+
+        def world_group(self):
+            return _world_group()
 
         def load_model(self, *, model_config, device_config):
-            where = self._where(model_config)
+            where = self.where(model_config)  # a missing model fails before one is built
             target = torch.device(device_config.device)
             with set_default_torch_dtype(model_config.dtype):
                 with _on(target) as placed:
                     model = _initialize_model(model_config, self.load_config)
             if not placed:
                 model = model.to(target)
-            expected = _runtime.parameter_names(model)
-            stream = _runtime.weights(where, self.options,
-                                      group=_runtime.group_of(self.options, _world_group),
-                                      logger=logging.getLogger("sglang.kiln"), who=_WHO)
-            loaded = model.load_weights(stream)
-            if getattr(model_config, "quantization", None) is None:
-                _runtime.check_filled(expected, loaded)
+            self.fill(model, model_config, where)
             # As SGLang's default loader: quantized layers repack their weights once loaded.
             for _, module in model.named_modules():
                 method = getattr(module, "quant_method", None)

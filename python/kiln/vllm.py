@@ -86,33 +86,24 @@ def _world_group():
 def _make_loader():
     from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
-    class KilnModelLoader(BaseModelLoader):
+    class KilnModelLoader(_runtime.Loader, BaseModelLoader):
         """vLLM's loader for load format "kiln": the checkpoint streamed by kiln.torch.iter_load
         into model.load_weights (module kiln.vllm)."""
 
-        def __init__(self, load_config):
-            super().__init__(load_config)
-            # Refused here, when vLLM picks the loader, not after the model is built.
-            self.options = _runtime.options(load_config.model_loader_extra_config, _WHO)
+        who = _WHO
+        logger = logging.getLogger("vllm.kiln")
 
-        def _where(self, model_config):
-            return _runtime.locate(model_config.model, self.options["source"],
-                                   lambda m: _download(m, model_config, self.load_config))
+        def model_name(self, model_config):
+            return model_config.model
 
-        def download_model(self, model_config):
-            _runtime.weight_files(self._where(model_config))
+        def download(self, model, model_config):
+            return _download(model, model_config, self.load_config)
+
+        def world_group(self):
+            return _world_group()
 
         def load_weights(self, model, model_config):
-            where = self._where(model_config)
-            expected = _runtime.parameter_names(model)
-            stream = _runtime.weights(where, self.options,
-                                      group=_runtime.group_of(self.options, _world_group),
-                                      logger=logging.getLogger("vllm.kiln"), who=_WHO)
-            loaded = model.load_weights(stream)
-            # As vLLM's default loader: a quantized model's parameters differ from the
-            # checkpoint's names, so only an unquantized one is checked.
-            if getattr(model_config, "quantization", None) is None:
-                _runtime.check_filled(expected, loaded)
+            self.fill(model, model_config, self.where(model_config))
 
     KilnModelLoader.__module__ = __name__
     return KilnModelLoader
