@@ -24,19 +24,14 @@ import sys
 import tempfile
 import time
 
+from load import drop_cache  # python/bench/load.py, beside this script
+
 
 def read_bytes():
     for line in open("/proc/self/io"):
         if line.startswith("read_bytes:"):
             return int(line.split()[1])
     return 0
-
-
-def evict(path):
-    fd = os.open(path, os.O_RDONLY)
-    os.fsync(fd)
-    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    os.close(fd)
 
 
 # group: kiln.torch.load(group=True); stream: kiln.torch.iter_load(group=True) with a 64 MiB
@@ -78,7 +73,7 @@ def rank_main(path, rounds):
     for r in range(rounds):
         k = r % len(modes)
         for mode in modes[k:] + modes[:k]:
-            evict(path)
+            drop_cache(path)
             dist.barrier()
             before, t0 = read_bytes(), time.perf_counter()
             sd = (kiln.torch.load(path, group=True) if mode == "group" else

@@ -23,6 +23,8 @@ import sys
 import tempfile
 import time
 
+from load import drop_cache  # python/bench/load.py, beside this script
+
 MIB = 1 << 20
 
 
@@ -45,19 +47,6 @@ def make_file(path, size, n_small):
     for k in range(n_small):
         t[f"norms.{k}.weight"] = torch.randn(256, generator=g).half()
     st.save_file(t, path)
-
-
-def evict(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", path],
-                         capture_output=True, text=True)
-    if out.returncode == 0 and int(out.stdout.split()[0]) != 0:
-        raise SystemExit(f"{path}: {out.stdout.strip()} bytes still cached after eviction")
 
 
 def status(key):
@@ -146,7 +135,7 @@ def main():
                 k = r % len(modes)
                 for mode in modes[k:] + modes[:k]:
                     if cache == "cold":
-                        evict(path)
+                        drop_cache(path, check=True)
                     else:
                         with open(path, "rb") as f:  # warm: every page cached
                             while f.read(64 * MIB):

@@ -14,6 +14,7 @@ the end unless --keep.
 
 import argparse
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -29,13 +30,21 @@ def make_file(path, size, count):
     kiln.write_file(path, [(f"t{i}", "f32", (per // 4,), buf) for i in range(count)])
 
 
-def drop_cache(path):
+def drop_cache(path, check=False):
+    """Evict path from the page cache (fsync, POSIX_FADV_DONTNEED); with check, fincore must then
+    find none of its pages, else the run stops (the Python benches' one eviction)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
+    if not check:
+        return
+    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", path],
+                         capture_output=True, text=True)
+    if out.returncode == 0 and int(out.stdout.split()[0]) != 0:
+        raise SystemExit(f"{path}: {out.stdout.strip()} bytes still cached after eviction")
 
 
 def touch(arrays):

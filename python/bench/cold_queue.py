@@ -8,7 +8,7 @@ requests, their mean size and latency, and the mean number in flight (time in qu
 wall time). Rounds interleave the ways in a new random order; medians are printed, with each
 way's time over READ's from the same round.
 
-    PYTHONPATH=build/python /usr/bin/python3 bench/cold_queue.py FILE [--rounds 7]
+    PYTHONPATH=build/python /usr/bin/python3 python/bench/cold_queue.py FILE [--rounds 7]
 
 docs/benchmarks.md, "Cold: io_uring against pread".
 """
@@ -18,10 +18,10 @@ import mmap
 import os
 import random
 import statistics
-import subprocess
 import time
 
 import kiln
+from load import drop_cache  # python/bench/load.py, beside this script
 
 MIB = 1 << 20
 
@@ -30,19 +30,6 @@ def device_stat(path):
     """The /sys/block/.../stat file of the disk holding path (a partition's own counters)."""
     st = os.stat(path)
     return f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}/stat"
-
-
-def evict(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fdatasync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", path],
-                         capture_output=True, text=True)
-    if out.returncode == 0 and int(out.stdout.split()[0]) != 0:
-        raise SystemExit(f"{path}: {out.stdout.strip()} bytes still cached after eviction")
 
 
 def plain(path, fresh):
@@ -87,7 +74,7 @@ def main():
         order = list(WAYS)
         random.shuffle(order)
         for w in order:
-            evict(a.file)
+            drop_cache(a.file, check=True)
             s0 = [int(x) for x in open(stat).read().split()]
             t0 = time.perf_counter()
             WAYS[w](a.file)
