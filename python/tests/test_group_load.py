@@ -203,6 +203,25 @@ def test_iter_load_with_a_group_reads_once(tmp_path, klnt):
     assert 0.9 * size <= storage <= 1.1 * size + slack, (storage, size, slack)
 
 
+def test_iter_load_with_a_group_meets_a_hostile_peer(tmp_path, klnt):
+    """The stream's group reads are kiln_group_load's: a copy with other bytes is named, and a
+    rank that dies mid-stream fails the others at once, not at the timeout."""
+    other = str(tmp_path / "other.klnt")
+    sd = kiln.torch.load(klnt)
+    sd["blk.3.w"] = sd["blk.3.w"] + 1
+    kiln.save_file(sd, other)
+    for rc, res in _run(tmp_path, klnt, 2, name="ibytes", other=other, stream=True):
+        assert rc == 3, res
+        assert "the ranks opened different checkpoints" in res["error"], res
+        assert '"blk.3.w"' in res["error"], res
+    results = _run(tmp_path, klnt, 2, name="idead", die_at=5, stream=True)
+    rc0, res0 = results[0]
+    assert rc0 == 3 and "error" in res0, res0
+    assert "kiln.torch.iter_load(group=): rank 0 of 2: the all-gather of" in res0["error"], res0
+    assert res0["seconds"] < 10, res0
+    assert results[1][0] == 9
+
+
 @pytest.mark.parametrize("source", ["tiny-sharded/model.safetensors.index.json",
                                     "tiny-llama.gguf"])
 def test_stock_formats(tmp_path, source):
