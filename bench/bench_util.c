@@ -295,7 +295,8 @@ char *kbu_tensors_file(uint32_t count, uint64_t payload, uint64_t sparse_total, 
 					  .read = zero_fill};
 	}
 	kiln_error err;
-	if (kiln_write_file(path, t, count, KILN_WRITE_NO_SYNC, &err))
+	/* Without a digest table: the last tensor may be grown in place below. */
+	if (kiln_write_file(path, t, count, KILN_WRITE_NO_SYNC | KILN_WRITE_NO_DIGESTS, &err))
 		die(path, &err);
 	if (sparse_total) {
 		/* Grow the last tensor in place (shape, byte_length, payload_bytes), then extend

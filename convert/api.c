@@ -19,7 +19,7 @@ static int check_options(const kiln_convert_options *o, kiln_error *err)
 		if (o->reserved[i])
 			return kiln_error_set(err, KILN_INVAL, 0,
 					      "options reserved[%zu] is not zero", i);
-	if (o->write_flags & ~(uint64_t)KILN_WRITE_NO_SYNC)
+	if (o->write_flags & ~(uint64_t)(KILN_WRITE_NO_SYNC | KILN_WRITE_NO_DIGESTS))
 		return kiln_error_set(err, KILN_INVAL, 0, "unknown write flags 0x%" PRIx64,
 				      o->write_flags);
 	return 0;

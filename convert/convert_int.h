@@ -25,6 +25,8 @@ struct kc_progress {
 	void *ctx;
 	uint64_t done, total;
 	uint32_t write_flags;
+	/* The output's digest table, fed every byte kc_copy_payload writes; NULL: none. */
+	kiln_digest_builder *dw;
 };
 /* Count bytes; CANCELED (with *err) when the caller's callback asks to stop. */
 int kc_progress_add(struct kc_progress *p, uint64_t bytes, kiln_error *err);
@@ -43,7 +45,7 @@ void kc_list_free(struct kc_list *l);
 /* One of each: out of memory; write all of buf to fd; n zero bytes to fd. */
 int kc_nomem(kiln_error *err);
 int kc_write_all(int fd, const void *buf, size_t len, kiln_error *err);
-int kc_write_zeros(int fd, uint64_t n, kiln_error *err);
+int kc_write_zeros(int fd, uint64_t n, kiln_digest_builder *dw, kiln_error *err);
 
 /* Bytes laid out in two passes: with p NULL only counted, then written into a block of the size
  * counted (GGUF headers and values: no buffer that grows). */
@@ -53,6 +55,7 @@ struct kc_out {
 };
 void kc_out_put(struct kc_out *o, const void *src, size_t n);
 void kc_out_u(struct kc_out *o, uint64_t v, unsigned bytes); /* little-endian, 1 to 8 bytes */
+void kc_out_zeros(struct kc_out *o, size_t n);
 
 /* A name as a message shows it: control bytes as \xNN, cut at about 60 bytes with "...". */
 #define KC_SHOWN 80

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "convert_int.h"
 
@@ -75,14 +76,19 @@ struct gguf_fill {
 	uint64_t head_pad; /* zeros after the header, up to the data section's alignment */
 	uint32_t alignment;
 	struct kc_progress *p;
+	uint64_t data_len; /* the data section's bytes, paddings included */
+	uint64_t table_at; /* where the digest table's bytes go (p->dw) */
+	size_t table_len;
 };
 
 static int gguf_fill(void *ctx, int fd, kiln_error *err)
 {
 	struct gguf_fill *f = ctx;
+	kiln_digest_builder *dw = f->p->dw;
+	kiln_digest_builder_add(dw, f->head->p, f->head->len);
 	int rc = kc_write_all(fd, f->head->p, f->head->len, err);
 	if (!rc)
-		rc = kc_write_zeros(fd, f->head_pad, err);
+		rc = kc_write_zeros(fd, f->head_pad, dw, err);
 	void *buf = kc_copy_buffer();
 	if (!buf)
 		return rc ? rc : kc_nomem(err);
@@ -92,9 +98,19 @@ static int gguf_fill(void *ctx, int fd, kiln_error *err)
 		/* Every payload is padded to the alignment, as ggml's writer does. */
 		if (!rc)
 			rc = kc_write_zeros(
-			    fd, (f->alignment - t->byte_length % f->alignment) % f->alignment, err);
+			    fd, (f->alignment - t->byte_length % f->alignment) % f->alignment, dw,
+			    err);
 	}
 	free(buf);
+	/* The digest table over the data section, in place of its placeholder. */
+	if (!rc && dw) {
+		uint64_t end = f->head->len + f->head_pad + f->data_len;
+		const void *table = kiln_digest_builder_seal(dw, end);
+		ssize_t w = table ? pwrite(fd, table, f->table_len, (off_t)f->table_at) : -1;
+		if (w != (ssize_t)f->table_len)
+			rc = kiln_error_set(err, KILN_IO, w < 0 ? errno : EIO,
+					    "writing the digest table");
+	}
 	return rc;
 }
 
@@ -126,6 +142,20 @@ int kc_gguf_write(const struct kc_list *l, const char *path, struct kc_progress 
 				alignment = a; /* a refused one never reaches the layout below */
 		}
 	}
+	/* The data section's length (each payload padded to the alignment) decides the digest
+	 * table's, which the header holds (kiln/verify.h: the key/value KILN_DIGESTS_KEY, an
+	 * array of u8, last; a placeholder until the data is written). */
+	uint64_t data_len = 0;
+	for (uint64_t i = 0; i < l->n; i++) {
+		uint64_t n = l->t[i]->byte_length;
+		data_len += n + (alignment - n % alignment) % alignment;
+	}
+	int digests = !rc && !(p && (p->write_flags & KILN_WRITE_NO_DIGESTS));
+	kiln_digest_builder *dw = NULL;
+	size_t table_len = 0;
+	uint64_t table_at = 0;
+	if (digests)
+		rc = kiln_digest_builder_new(0, data_len, 0, &dw, &table_len, err);
 	/* The header in two passes: sized, then written into a block of that size. */
 	struct kc_out b = {0};
 	uint64_t total = 0;
@@ -140,12 +170,21 @@ int kc_gguf_write(const struct kc_list *l, const char *path, struct kc_progress 
 		kc_out_put(&b, "GGUF", 4);
 		kc_out_u(&b, kvs.version == 2 ? 2 : 3, 4);
 		kc_out_u(&b, l->n, 8);
-		kc_out_u(&b, kvs.n, 8);
+		kc_out_u(&b, kvs.n + (size_t)digests, 8);
 		for (size_t i = 0; i < kvs.n; i++) {
 			kc_out_u(&b, kvs.v[i].key_len, 8);
 			kc_out_put(&b, kvs.v[i].key, kvs.v[i].key_len);
 			kc_out_u(&b, kvs.v[i].type, 4);
 			kc_out_put(&b, kvs.v[i].value, kvs.v[i].value_len);
+		}
+		if (digests) {
+			kc_out_u(&b, sizeof(KILN_DIGESTS_KEY) - 1, 8);
+			kc_out_put(&b, KILN_DIGESTS_KEY, sizeof(KILN_DIGESTS_KEY) - 1);
+			kc_out_u(&b, KILN_META_ARRAY, 4);
+			kc_out_u(&b, KILN_META_U8, 4);
+			kc_out_u(&b, table_len, 8);
+			table_at = b.len;
+			kc_out_zeros(&b, table_len);
 		}
 		/* The tensor infos, offsets laid out in model order. */
 		uint64_t off = 0;
@@ -170,13 +209,30 @@ int kc_gguf_write(const struct kc_list *l, const char *path, struct kc_progress 
 	}
 	/* The padding to the data section is written, not buffered. */
 	uint64_t head_pad = (alignment - b.len % alignment) % alignment;
+	/* The table covers the data section, which starts after the padding. */
+	if (!rc && dw) {
+		kiln_digest_builder_free(dw);
+		dw = NULL;
+		rc = kiln_digest_builder_new(b.len + head_pad, b.len + head_pad + data_len, 0, &dw,
+					     NULL, err);
+	}
 	if (!rc) {
 		if (p && !p->total)
 			p->total = total;
-		struct gguf_fill f = {
-		    .l = l, .head = &b, .head_pad = head_pad, .alignment = alignment, .p = p};
+		struct kc_progress none = {0};
+		struct gguf_fill f = {.l = l,
+				      .head = &b,
+				      .head_pad = head_pad,
+				      .alignment = alignment,
+				      .p = p ? p : &none,
+				      .data_len = data_len,
+				      .table_at = table_at,
+				      .table_len = table_len};
+		f.p->dw = dw;
 		rc = kc_write_atomic(path, gguf_fill, &f, p, err);
+		f.p->dw = NULL;
 	}
+	kiln_digest_builder_free(dw);
 	free(b.p);
 	kc_kvs_free(&kvs);
 	return rc;

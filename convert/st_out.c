@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "convert_int.h"
 
@@ -81,6 +82,9 @@ struct writer {
 	const char *header;
 	size_t header_len, padded;
 	struct kc_progress *p;
+	kiln_digest_builder *dw;    /* the data region's digest table; NULL: none */
+	size_t table_at, table_len; /* where its text goes in the file */
+	uint64_t end;               /* the file's length */
 };
 
 static int fill(void *ctx, int fd, kiln_error *err)
@@ -102,7 +106,46 @@ static int fill(void *ctx, int fd, kiln_error *err)
 	for (uint64_t i = 0; i < w->l->n && !rc; i++)
 		rc = kc_copy_payload(w->l->m, w->l->t[i], fd, buf, w->p, err);
 	free(buf);
+	/* The digest table's text over its placeholder. */
+	if (!rc && w->dw) {
+		const void *text = kiln_digest_builder_seal(w->dw, w->end);
+		ssize_t n = text ? pwrite(fd, text, w->table_len, (off_t)w->table_at) : -1;
+		if (n != (ssize_t)w->table_len)
+			rc = kiln_error_set(err, KILN_IO, n < 0 ? errno : EIO,
+					    "writing the digest table");
+	}
 	return rc;
+}
+
+/* The text the header starts with when it holds a digest table: its __metadata__ entry first. */
+#define DIGESTS_PREFIX "{\"__metadata__\":{\"" KILN_DIGESTS_KEY "\":\""
+
+/* __metadata__ with the digest table's entry first, a placeholder of its text's length (the
+ * data region's length decides it), then the model's entries (*meta, replaced). */
+static int digests_first(json_object **meta, size_t text_len, kiln_error *err)
+{
+	json_object *m = json_object_new_object();
+	char *holder = malloc(text_len + 1);
+	json_object *v = holder ? json_object_new_string_len(
+				      (const char *)memset(holder, 'A', text_len), (int)text_len)
+				: NULL;
+	free(holder);
+	if (!m || !v || text_len > INT32_MAX) {
+		json_object_put(m);
+		json_object_put(v);
+		return kc_nomem(err);
+	}
+	json_object_object_add(m, KILN_DIGESTS_KEY, v);
+	if (*meta) {
+		json_object_object_foreach(*meta, key, val)
+		{
+			if (strcmp(key, KILN_DIGESTS_KEY)) /* an old table is not this file's */
+				json_object_object_add(m, key, json_object_get(val));
+		}
+		json_object_put(*meta);
+	}
+	*meta = m;
+	return 0;
 }
 
 int kc_st_write(const struct kc_list *l, const char *path, struct kc_progress *p, kiln_error *err)
@@ -116,8 +159,19 @@ int kc_st_write(const struct kc_list *l, const char *path, struct kc_progress *p
 		memcpy(msg, err->message, sizeof(msg));
 		kiln_error_set(err, rc, err->sys_errno, "%s: %s", path, msg);
 	}
+	/* The data region's length, for the digest table's (kiln/verify.h). */
+	uint64_t data = 0;
+	for (uint64_t i = 0; i < l->n; i++)
+		data += l->t[i]->byte_length;
+	kiln_digest_builder *dw = NULL;
+	size_t text_len = 0;
+	int digests = !(p && (p->write_flags & KILN_WRITE_NO_DIGESTS));
+	if (!rc && digests && !(rc = kiln_digest_builder_new(0, data, 1, &dw, &text_len, err)))
+		rc = digests_first(&meta, text_len, err);
 	if (!rc && meta)
 		json_object_object_add(root, "__metadata__", meta);
+	else
+		json_object_put(meta);
 	uint64_t at = 0;
 	char nb[KC_SHOWN];
 	for (uint64_t i = 0; i < l->n && !rc; i++) {
@@ -155,13 +209,42 @@ int kc_st_write(const struct kc_list *l, const char *path, struct kc_progress *p
 		rc = kiln_error_set(err, KILN_INVAL, 0,
 				    "%s: the header would be %zu bytes, above the %u-byte cap",
 				    path, padded, ST_HEADER_CAP);
+	if (!rc && dw &&
+	    (len < sizeof(DIGESTS_PREFIX) - 1 ||
+	     memcmp(text, DIGESTS_PREFIX, sizeof(DIGESTS_PREFIX) - 1)))
+		rc = kiln_error_set(err, KILN_INVAL, 0, "%s: the header does not start with %s",
+				    path, DIGESTS_PREFIX);
+	kiln_digest_builder *fresh = NULL;
+	/* The table covers the data region, which starts after the header. */
+	if (!rc && dw) {
+		kiln_digest_builder_free(dw);
+		dw = NULL;
+		rc = kiln_digest_builder_new(8 + padded, 8 + padded + at, 1, &fresh, NULL, err);
+	}
 	if (!rc) {
 		if (p && !p->total)
 			p->total = at;
-		struct writer w = {
-		    .l = l, .header = text, .header_len = len, .padded = padded, .p = p};
+		struct kc_progress none = {0};
+		struct writer w = {.l = l,
+				   .header = text,
+				   .header_len = len,
+				   .padded = padded,
+				   .p = p ? p : &none,
+				   .dw = fresh,
+				   .table_at = 8 + sizeof(DIGESTS_PREFIX) - 1,
+				   .table_len = text_len,
+				   .end = 8 + padded + at};
+		/* The header and its padding pass the table by; the payloads feed it. */
+		kiln_digest_builder_add(fresh, "        ", 8);
+		kiln_digest_builder_add(fresh, text, len);
+		for (size_t k = len; k < padded; k++)
+			kiln_digest_builder_add(fresh, " ", 1);
+		w.p->dw = fresh;
 		rc = kc_write_atomic(path, fill, &w, p, err);
+		w.p->dw = NULL;
 	}
+	kiln_digest_builder_free(dw);
+	kiln_digest_builder_free(fresh);
 	json_object_put(root);
 	return rc;
 }

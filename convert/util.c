@@ -30,18 +30,14 @@ int kc_list_make(const kiln_model *m, struct kc_list *l, kiln_error *err)
 	memset(l, 0, sizeof(*l));
 	l->m = m;
 	uint64_t n = kiln_model_count(m);
-	kiln_model_info info;
-	kiln_model_get_info(m, &info);
 	l->t = malloc((size_t)(n ? n : 1) * sizeof(*l->t));
 	if (!l->t)
 		return kc_nomem(err);
-	size_t meta = strlen(KILN_METADATA_TENSOR);
 	for (uint64_t i = 0; i < n; i++) {
 		const kiln_tensor *t = kiln_model_tensor(m, i);
-		int is_meta =
-		    t->name && t->name_len == meta && !memcmp(t->name, KILN_METADATA_TENSOR, meta);
-		/* KLNT's document is written anew; in any other format the name is the model's. */
-		if (is_meta && info.format == KILN_FORMAT_KLNT)
+		/* KLNT's own tensors (kiln_tensor_role) are the file's, not the model's: the
+		 * document is written anew, a digest table made for the output's bytes. */
+		if (t->role != KILN_ROLE_MODEL)
 			continue;
 		l->t[l->n++] = t;
 		l->bytes =
@@ -79,6 +75,13 @@ void kc_out_put(struct kc_out *o, const void *src, size_t n)
 	o->len += n;
 }
 
+void kc_out_zeros(struct kc_out *o, size_t n)
+{
+	if (o->p && n)
+		memset(o->p + o->len, 0, n);
+	o->len += n;
+}
+
 void kc_out_u(struct kc_out *o, uint64_t v, unsigned bytes)
 {
 	uint8_t t[8];
@@ -87,13 +90,14 @@ void kc_out_u(struct kc_out *o, uint64_t v, unsigned bytes)
 	kc_out_put(o, t, bytes);
 }
 
-int kc_write_zeros(int fd, uint64_t n, kiln_error *err)
+int kc_write_zeros(int fd, uint64_t n, kiln_digest_builder *dw, kiln_error *err)
 {
 	/* Large writes: a GGUF alignment may be anything up to 2 GiB. */
 	static const uint8_t zeros[64 << 10];
 	int rc = 0;
 	while (!rc && n) {
 		size_t k = n < sizeof(zeros) ? (size_t)n : sizeof(zeros);
+		kiln_digest_builder_add(dw, zeros, k);
 		rc = kc_write_all(fd, zeros, k, err);
 		n -= k;
 	}
@@ -153,8 +157,10 @@ int kc_copy_payload(const kiln_model *m, const kiln_tensor *t, int fd, void *buf
 				  ? (size_t)(t->byte_length - done)
 				  : KC_COPY_CHUNK;
 		int rc = kc_read(m, t, done, buf, step, err);
-		if (!rc)
+		if (!rc) {
+			kiln_digest_builder_add(p ? p->dw : NULL, buf, step);
 			rc = kc_write_all(fd, buf, step, err);
+		}
 		if (!rc)
 			rc = kc_progress_add(p, step, err);
 		if (rc)

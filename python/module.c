@@ -103,15 +103,15 @@ static int spec_extra(PyObject *extra, kiln_tensor_spec *s)
 static PyObject *mod_write_file(PyObject *mod, PyObject *args, PyObject *kw)
 {
 	(void)mod;
-	static char *kwlist[] = {"path",     "tensors",  "sync", "max_shard_size",
-				 "metadata", "one_file", NULL};
+	static char *kwlist[] = {"path",     "tensors",  "sync",    "max_shard_size",
+				 "metadata", "one_file", "digests", NULL};
 	PyObject *path = NULL, *seq_in;
-	int sync = 1, one_file = 0;
+	int sync = 1, one_file = 0, digests = 1;
 	unsigned long long max_shard = 0;
 	Py_buffer meta = {0};
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O|$pKz*p:write_file", kwlist,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&O|$pKz*pp:write_file", kwlist,
 					 PyUnicode_FSConverter, &path, &seq_in, &sync, &max_shard,
-					 &meta, &one_file))
+					 &meta, &one_file, &digests))
 		return NULL;
 	if (one_file && (meta.buf || max_shard)) {
 		PyBuffer_Release(&meta);
@@ -185,7 +185,8 @@ static PyObject *mod_write_file(PyObject *mod, PyObject *args, PyObject *kw)
 	int rc;
 	const char *p = PyBytes_AS_STRING(path);
 	kiln_series_options o = {.size = sizeof(o),
-				 .flags = sync ? 0 : KILN_WRITE_NO_SYNC,
+				 .flags = (sync ? 0 : KILN_WRITE_NO_SYNC) |
+					  (digests ? 0 : KILN_WRITE_NO_DIGESTS),
 				 .max_shard_size = max_shard,
 				 .metadata = meta.buf,
 				 .metadata_len = meta.buf ? (size_t)meta.len : 0};
@@ -215,20 +216,21 @@ out:
 }
 
 /*
- * write_safetensors(path, tensors, metadata=None, *, sync=True): the safetensors writer
- * (kiln_safetensors_write_file, or with path None kiln_safetensors_write_memory into the bytes
- * returned). tensors: (name, safetensors dtype, shape, data_ptr, data_len) tuples; the caller keeps
- * the memory alive (safetensors' TensorSpec contract). metadata: None or a dict of str to str.
- * The GIL is released while the bytes are written.
+ * write_safetensors(path, tensors, metadata=None, *, sync=True, digests=True): the safetensors
+ * writer (kiln_safetensors_write_file, with the file's digest table in __metadata__ unless
+ * digests is false; or with path None kiln_safetensors_write_memory into the bytes returned,
+ * which has none). tensors: (name, safetensors dtype, shape, data_ptr, data_len) tuples; the caller
+ * keeps the memory alive (safetensors' TensorSpec contract). metadata: None or a dict of str to
+ * str. The GIL is released while the bytes are written.
  */
 static PyObject *mod_write_safetensors(PyObject *mod, PyObject *args, PyObject *kw)
 {
 	(void)mod;
-	static char *kwlist[] = {"path", "tensors", "metadata", "sync", NULL};
+	static char *kwlist[] = {"path", "tensors", "metadata", "sync", "digests", NULL};
 	PyObject *path_in, *seq_in, *meta_in = Py_None, *path = NULL;
-	int sync = 1;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O$p:write_safetensors", kwlist, &path_in,
-					 &seq_in, &meta_in, &sync))
+	int sync = 1, digests = 1;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O$pp:write_safetensors", kwlist, &path_in,
+					 &seq_in, &meta_in, &sync, &digests))
 		return NULL;
 	if (path_in != Py_None && !PyUnicode_FSConverter(path_in, &path))
 		return NULL;
@@ -307,7 +309,8 @@ static PyObject *mod_write_safetensors(PyObject *mod, PyObject *args, PyObject *
 	kiln_str_pair *mp = meta_in == Py_None ? NULL : pairs;
 	if (path) {
 		const char *p = PyBytes_AS_STRING(path);
-		uint32_t flags = sync ? 0 : KILN_WRITE_NO_SYNC;
+		uint32_t flags =
+		    (sync ? 0 : KILN_WRITE_NO_SYNC) | (digests ? 0 : KILN_WRITE_NO_DIGESTS);
 		Py_BEGIN_ALLOW_THREADS rc = kiln_safetensors_write_file(p, specs, (size_t)n, mp,
 									(size_t)nmeta, flags, &err);
 		Py_END_ALLOW_THREADS if (rc) raise_kiln(rc, &err);
@@ -402,19 +405,22 @@ static PyMethodDef module_methods[] = {
      "(ranged GETs for a URL). timeout: for a URL, seconds each operation (the open, the\n"
      "payload's fetch, each later read) may take, retries included, before FileError\n"
      "(ETIMEDOUT); 0: none past kiln's own limits per request. verify: check every byte\n"
-     "against the digests beside each file (klnt digest) as it loads, and the payload rules:\n"
+     "against each file's digests (its own, or beside it: klnt digest) as it loads, and the\n"
+     "payload rules:\n"
      "CorruptError names a differing chunk, NOTFOUND says how to make digests.\n"
      "verify_payload: the payload rules alone (KLNT's zero gaps). Raises a kiln.Error subclass."},
     {"write_file", (PyCFunction)(void (*)(void))mod_write_file, METH_VARARGS | METH_KEYWORDS,
-     "write_file(path, tensors, *, sync=True, max_shard_size=0, metadata=None) -> str\n\n"
+     "write_file(path, tensors, *, sync=True, max_shard_size=0, metadata=None, one_file=False,\n"
+     "           digests=True) -> str\n\n"
      "Write canonical KLNT: one file, or a series STEM-0000k-of-0000N.klnt beside path when\n"
      "the names need more than one file's heap or a shard's payload would pass max_shard_size\n"
      "(kiln_write_series). tensors: a sequence of (name or None, dtype name or code, shape,\n"
      "buffer[, fields]), fields a dict of layout, block_size, quant_scheme, quant_axis,\n"
      "group_size, scale_index, outer_index. metadata: the converters' document (bytes), written\n"
      "as kiln.metadata last in the first file. one_file=True writes exactly `path` as one\n"
-     "file (kiln_write_file: a shard written by hand, its name not checked). Returns the path\n"
-     "of the (first) file."},
+     "file (kiln_write_file: a shard written by hand, its name not checked). digests=False:\n"
+     "the tensors alone, without each file's digest table (kiln.digests, its last tensor).\n"
+     "Returns the path of the (first) file."},
     {"dtype_bits", (PyCFunction)mod_dtype_bits, METH_O, "Bits per element of a dtype name."},
 #ifdef KILN_PY_CUDA
     {"cuda_devices", (PyCFunction)(void (*)(void))mod_cuda_devices, METH_VARARGS | METH_KEYWORDS,
@@ -437,8 +443,10 @@ static PyMethodDef module_methods[] = {
      "every check of open(); the tensors view `data`, which the Model keeps alive."},
     {"write_safetensors", (PyCFunction)(void (*)(void))mod_write_safetensors,
      METH_VARARGS | METH_KEYWORDS,
-     "write_safetensors(path, tensors, metadata=None, *, sync=True) -> None or bytes\n\n"
-     "The safetensors writer (kiln_safetensors_write_file; path None: the file as bytes).\n"
+     "write_safetensors(path, tensors, metadata=None, *, sync=True, digests=True)\n"
+     "    -> None or bytes\n\n"
+     "The safetensors writer (kiln_safetensors_write_file, the file's digest table in\n"
+     "__metadata__ unless digests=False; path None: the file as bytes, without one).\n"
      "tensors: (name, safetensors dtype, shape, data_ptr, data_len) tuples."},
     {NULL, NULL, 0, NULL}};
 

@@ -147,6 +147,12 @@ static PyObject *tensor_get_gindex(TensorObject *self, void *c)
 	return PyLong_FromUnsignedLongLong(self->t->index);
 }
 
+static PyObject *tensor_get_role(TensorObject *self, void *c)
+{
+	(void)c;
+	return PyUnicode_FromString(self->t->role == KILN_ROLE_METADATA ? "metadata" : "model");
+}
+
 static PyObject *tensor_get_dtype_code(TensorObject *self, void *c)
 {
 	(void)c;
@@ -185,6 +191,10 @@ static PyGetSetDef tensor_getset[] = {
     {"address", (getter)tensor_get_address, NULL, "Address of the first payload byte.", NULL},
     {"alignment", (getter)tensor_get_alignment, NULL,
      "The largest power of two (up to 4096) dividing the data's address.", NULL},
+    {"role", (getter)tensor_get_role, NULL,
+     "\"model\", or \"metadata\" for the converters' metadata document (kiln.metadata), "
+     "which loads of a model's weights leave out (kiln_tensor_role).",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 /* numpy's type number for a kiln dtype, or -1 when numpy has none. */

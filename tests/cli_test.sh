@@ -219,8 +219,17 @@ printf '\000\000\200\077\000\000\000\300' >"$TMP/f32.raw"
 expect 0 "$KLNT" pack "$TMP/p-f32.klnt" --tensor ":f32:2:$TMP/f32.raw"
 cmp -s "$TMP/p-f32.klnt" "$TMP/kiln-v2-f32.klnt" && ok || bad "pack f32 differs from golden"
 printf '\000\074' >"$TMP/f16.raw"
-expect 0 "$KLNT" pack "$TMP/p-f16.klnt" --tensor "w:f16:1:$TMP/f16.raw"
+# named tensors: the golden file is the tensors alone; by default the file also ends with its
+# digest table, which checks
+expect 0 "$KLNT" pack --no-digests "$TMP/p-f16.klnt" --tensor "w:f16:1:$TMP/f16.raw"
 cmp -s "$TMP/p-f16.klnt" "$TMP/kiln-v2-f16-named.klnt" && ok || bad "pack f16-named differs"
+expect 0 "$KLNT" pack "$TMP/p-f16d.klnt" --tensor "w:f16:1:$TMP/f16.raw"
+cmp -s "$TMP/p-f16d.klnt" "$TMP/kiln-v2-f16-named.klnt" && bad "pack wrote no digest table" || ok
+expect 0 "$KLNT" verify "$TMP/p-f16d.klnt"
+has "$TMP/out" "xxh3-128 from embedded"
+expect 0 "$KLNT" inspect "$TMP/p-f16d.klnt"
+has "$TMP/out" "digests          in the file (kiln.digests)"
+has "$TMP/out" "1 tensor, 2 tensor bytes + 62 gap bytes + 80 digest table bytes = 144 payload bytes"
 printf '\020\062\124\166\230\272\334\376' >"$TMP/e2m1.raw"
 printf '\070' >"$TMP/f8.raw"
 printf '\000\000\200\077' >"$TMP/one.raw"
@@ -235,14 +244,19 @@ expect 1 "$KLNT" pack "$TMP/p-bad.klnt" --tensor ":f32:3:$TMP/f32.raw"
 expect 3 "$KLNT" pack "$TMP/p-bad.klnt" --tensor ":f32:2:$TMP/missing.raw"
 
 # 8. gen and bench
-expect 0 "$KLNT" gen "$TMP/gen.klnt" --tensors 40 --bytes 2M --no-sync
+# without its digest table: the --verify checks below start from a file that has none
+expect 0 "$KLNT" gen "$TMP/gen.klnt" --tensors 40 --bytes 2M --no-sync --no-digests
 [ ! -s "$TMP/err" ] && ok || bad "gen printed progress without a terminal: $(cat "$TMP/err")"
 expect 0 "$KLNT" check "$TMP/gen.klnt"
 expect 0 "$KLNT" inspect "$TMP/gen.klnt"
 has "$TMP/out" "blk.4.ffn_up.weight"
 has "$TMP/out" "block axis=1 group=32"
-"$KLNT" gen "$TMP/gen2.klnt" --tensors 40 --bytes 2M --no-sync
+"$KLNT" gen "$TMP/gen2.klnt" --tensors 40 --bytes 2M --no-sync --no-digests
 cmp -s "$TMP/gen.klnt" "$TMP/gen2.klnt" && ok || bad "gen is not deterministic"
+expect 0 "$KLNT" gen "$TMP/gend.klnt" --tensors 40 --bytes 2M --no-sync
+expect 0 "$KLNT" load "$TMP/gend.klnt" --verify
+grep -Eq ": 40 tensors, .*every byte checked against its digests \([0-9]+ chunks\)$" "$TMP/out" &&
+	ok || bad "load --verify of a file with its digest table: $(cat "$TMP/out")"
 expect 1 "$KLNT" gen "$TMP/gen3.klnt" --tensors 20000 --bytes 1M
 has "$TMP/err" "LIMIT"
 expect 0 "$KLNT" gen "$TMP/gen3.klnt" --tensors 20000 --bytes 1M --unnamed --no-sync
@@ -334,7 +348,7 @@ rm -f "$TMP/gen.klnt.kiln-digest" "$TMP/flip.klnt" "$TMP/flip.klnt.kiln-digest"
 # 9. writing: a rewrite keeps the mode and follows a symlink; SIGINT/SIGTERM leave nothing
 chmod 600 "$TMP/p-f32.klnt"
 ln -s p-f32.klnt "$TMP/p-link.klnt"
-expect 0 "$KLNT" pack "$TMP/p-link.klnt" --tensor "w:f16:1:$TMP/f16.raw"
+expect 0 "$KLNT" pack --no-digests "$TMP/p-link.klnt" --tensor "w:f16:1:$TMP/f16.raw"
 [ -L "$TMP/p-link.klnt" ] && ok || bad "pack replaced a symlink by a file"
 cmp -s "$TMP/p-f32.klnt" "$TMP/kiln-v2-f16-named.klnt" && ok || bad "pack through a symlink"
 [ "$(stat -c %a "$TMP/p-f32.klnt")" = 600 ] && ok || bad "pack changed the mode of OUT"
@@ -438,13 +452,23 @@ expect 0 "$KLNT" import -o "$TMP/st.klnt" "$TMP/m.safetensors"
 has "$TMP/out" "wrote $TMP/st.klnt: 2 tensors, 12 payload bytes"
 expect 0 "$KLNT" inspect "$TMP/st.klnt"
 has "$TMP/out" "metadata         safetensors, 1 key"
-expect 0 "$KLNT" export --to safetensors -o "$TMP/back.safetensors" "$TMP/st.klnt"
+expect 0 "$KLNT" verify "$TMP/st.klnt"
+has "$TMP/out" "xxh3-128 from embedded"
+# the source's bytes again without a digest table; with one (the default), they check
+expect 0 "$KLNT" export --no-digests --to safetensors -o "$TMP/back.safetensors" "$TMP/st.klnt"
 has "$TMP/out" "wrote $TMP/back.safetensors: 2 tensors, 12 payload bytes"
 cmp -s "$TMP/m.safetensors" "$TMP/back.safetensors" && ok || bad "safetensors round trip differs"
+expect 0 "$KLNT" export --to safetensors -o "$TMP/backd.safetensors" "$TMP/st.klnt"
+expect 0 "$KLNT" verify "$TMP/backd.safetensors"
+has "$TMP/out" "xxh3-128 from embedded"
+expect 0 "$KLNT" inspect "$TMP/backd.safetensors"
+has "$TMP/out" "metadata         safetensors, 1 key"
 mkdir "$TMP/stser"
 expect 0 "$KLNT" import --max-shard-size 1 -o "$TMP/stser/st.klnt" "$TMP/m.safetensors"
 has "$TMP/out" "(2 files)"
-expect 0 "$KLNT" export --to safetensors -o "$TMP/back2.safetensors" "$TMP"/stser/st-0000*.klnt
+expect 0 "$KLNT" verify "$TMP"/stser/st-00001-of-00002.klnt
+has "$TMP/out" "2 files, 2 digests"
+expect 0 "$KLNT" export --no-digests --to safetensors -o "$TMP/back2.safetensors" "$TMP"/stser/st-0000*.klnt
 cmp -s "$TMP/m.safetensors" "$TMP/back2.safetensors" && ok || bad "series round trip differs"
 # the shared samples (written by ggml's own GGUF writer and another safetensors writer), when
 # the checkout has ../shared/samples beside it: GGUF -> KLNT -> GGUF gives the same file byte
@@ -457,8 +481,13 @@ if [ -f "$samples/tiny-llama.gguf" ]; then
 	expect 0 "$KLNT" inspect "$TMP/llama.klnt"
 	has "$TMP/out" "metadata         gguf, 12 keys"
 	has "$TMP/out" "Q4_K"
-	expect 0 "$KLNT" export --to gguf -o "$TMP/llama.gguf" "$TMP/llama.klnt"
+	expect 0 "$KLNT" export --no-digests --to gguf -o "$TMP/llama.gguf" "$TMP/llama.klnt"
 	cmp -s "$samples/tiny-llama.gguf" "$TMP/llama.gguf" && ok || bad "GGUF round trip differs"
+	expect 0 "$KLNT" export --to gguf -o "$TMP/llamad.gguf" "$TMP/llama.klnt"
+	expect 0 "$KLNT" verify "$TMP/llamad.gguf"
+	has "$TMP/out" "xxh3-128 from embedded"
+	expect 0 "$KLNT" inspect "$TMP/llamad.gguf"
+	has "$TMP/out" "metadata         gguf, 12 keys"
 	expect 0 "$KLNT" import -o "$TMP/sharded.klnt" "$samples/tiny-sharded/model.safetensors.index.json"
 	expect 0 "$KLNT" check "$TMP/sharded.klnt"
 	expect 0 "$KLNT" cat "$TMP/sharded.klnt" model.layers.0.self_attn.o_proj.weight_scale
@@ -524,7 +553,7 @@ expect 1 "$KLNT" import -o "$TMP/n.klnt" "$TMP/unnamed.klnt"
 has "$TMP/err" "$TMP/unnamed.klnt: UNSUPPORTED: tensor 0 has no name; only named tensors can be converted"
 [ ! -e "$TMP/n.klnt" ] && ok || bad "a failed import wrote its output"
 # --no-sync writes the same files
-expect 0 "$KLNT" export --no-sync --to safetensors -o "$TMP/ns.safetensors" "$TMP/st.klnt"
+expect 0 "$KLNT" export --no-sync --no-digests --to safetensors -o "$TMP/ns.safetensors" "$TMP/st.klnt"
 cmp -s "$TMP/m.safetensors" "$TMP/ns.safetensors" && ok || bad "export --no-sync differs"
 expect 0 "$KLNT" import --no-sync -o "$TMP/ns.klnt" "$TMP/m.safetensors"
 cmp -s "$TMP/st.klnt" "$TMP/ns.klnt" && ok || bad "import --no-sync differs"

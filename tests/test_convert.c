@@ -147,11 +147,39 @@ static char *klnt_source(const char *dir, const char *name, struct mt *t, uint32
 	return path;
 }
 
+/* The tensors of model d by role: the model's, metadata documents. */
+static void count_roles(const kiln_model *d, uint64_t out[2])
+{
+	out[0] = out[1] = 0;
+	for (uint64_t i = 0; i < kiln_model_count(d); i++) {
+		unsigned r = kiln_model_tensor(d, i)->role;
+		cr_assert_leq(r, KILN_ROLE_METADATA);
+		out[r]++;
+	}
+}
+
+/* Whether the files of model d carry digest tables (the default; the helpers above write none):
+ * then they check. */
+static int has_tables(const kiln_model *d)
+{
+	kiln_verify_report r;
+	kiln_error err;
+	int rc = kiln_model_verify_digests(d, NULL, &r, &err);
+	cr_assert(rc == 0 || rc == KILN_NOTFOUND, "%s", err.message);
+	cr_assert(rc || r.source == KILN_DIGESTS_EMBEDDED);
+	return rc == 0;
+}
+
 /* The model written (one file or a series, opened as one model) is the model made: every tensor
- * with its fields and payload, the document last in the first file, the metadata typed. */
+ * with its fields and payload, the document last in the first file, the metadata typed; digest
+ * tables, where the files have them, checking. */
 static void expect_model(kiln_model *d, const struct mt *t, uint32_t n, uint32_t salt)
 {
-	cr_assert_eq(kiln_model_count(d), n + 1ull, "the tensors and the metadata tensor");
+	uint64_t roles[2];
+	count_roles(d, roles);
+	cr_assert_eq(roles[KILN_ROLE_MODEL], n, "the tensors");
+	cr_assert_eq(roles[KILN_ROLE_METADATA], 1, "and the metadata tensor");
+	has_tables(d);
 	for (uint32_t i = 0; i < n; i++) {
 		const kiln_tensor *v = kiln_model_find(d, t[i].name, t[i].len);
 		cr_assert_not_null(v, "%s is missing", t[i].name);
@@ -228,7 +256,10 @@ static void expect_series(char **paths, uint32_t n, const struct mt *t, uint32_t
 		cr_assert_eq(!!kiln_model_find_cstr(d[k], KILN_METADATA_TENSOR), k == 0, "%s",
 			     paths[k]);
 		cr_assert_gt(kiln_model_count(d[k]), 0);
-		seen += (uint32_t)kiln_model_count(d[k]) - (k == 0);
+		uint64_t roles[2];
+		count_roles(d[k], roles);
+		cr_assert_eq(roles[KILN_ROLE_METADATA], k == 0);
+		seen += (uint32_t)roles[KILN_ROLE_MODEL];
 	}
 	cr_assert_eq(seen, nt);
 	for (uint32_t i = 0; i < nt; i++) {
@@ -285,6 +316,8 @@ Test(klnt, one_file_round_trip)
 
 	kiln_model *d = open_model(out, KILN_OPEN_VERIFY_PAYLOAD);
 	cr_assert_eq(kiln_model_files(d), 1);
+	/* Written by default with its digest table (not one of the model's tensors). */
+	cr_assert(has_tables(d));
 	const kiln_tensor *v = kiln_model_tensor(d, kiln_model_count(d) - 1);
 	cr_assert_eq(v->name_len, strlen(KILN_METADATA_TENSOR), "the document is the last tensor");
 	cr_assert_eq(memcmp(v->name, KILN_METADATA_TENSOR, v->name_len), 0);
@@ -874,6 +907,7 @@ Test(klnt, unsynced_series_is_kept_and_reported)
 	cr_assert_eq(res.files, 1);
 	char *g = join(out_dir, "u.gguf");
 	o.format = KILN_FORMAT_GGUF;
+	o.write_flags = KILN_WRITE_NO_DIGESTS; /* the source's bytes exactly */
 	cr_assert_eq(kiln_export(srcs, 1, g, &o, &res, &err), KILN_UNSYNCED, "%s", err.message);
 	cr_assert_eq(res.files, 1);
 	kiln__sys = kiln__sys_default;
@@ -1183,7 +1217,7 @@ Test(api, import_and_export_arguments)
 	cr_assert_eq(kiln_import(srcs, 1, out, &o, &res, &err), KILN_INVAL);
 	o = (kiln_convert_options){.format = 9};
 	cr_assert_eq(kiln_import(srcs, 1, out, &o, &res, &err), KILN_INVAL);
-	o = (kiln_convert_options){.write_flags = KILN_WRITE_NO_SYNC << 1};
+	o = (kiln_convert_options){.write_flags = KILN_WRITE_NO_DIGESTS << 1};
 	cr_assert_eq(kiln_import(srcs, 1, out, &o, &res, &err), KILN_INVAL);
 	cr_assert(strstr(err.message, "write flags"), "%s", err.message);
 	/* a GGUF and a safetensors file together are two models */

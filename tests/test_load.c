@@ -47,7 +47,8 @@ static void make_file(void)
 	cr_assert(asprintf(&path, "%s/load.klnt", dir) > 0);
 	free(dir);
 	kiln_error err;
-	cr_assert_eq(kiln_write_file(path, spec, NT, 0, &err), 0, "%s", err.message);
+	cr_assert_eq(kiln_write_file(path, spec, NT, KILN_WRITE_NO_DIGESTS, &err), 0, "%s",
+		     err.message);
 }
 
 static void drop_file(void)
@@ -1302,7 +1303,8 @@ static char *threads_file(uint8_t **bytes, uint64_t *lens, kiln_tensor_spec *t)
 	cr_assert(asprintf(&p, "%s/threads.klnt", dir) > 0);
 	free(dir);
 	kiln_error err;
-	cr_assert_eq(kiln_write_file(p, t, 4, KILN_WRITE_NO_SYNC, &err), 0, "%s", err.message);
+	cr_assert_eq(kiln_write_file(p, t, 4, KILN_WRITE_NO_SYNC | KILN_WRITE_NO_DIGESTS, &err), 0,
+		     "%s", err.message);
 	return p;
 }
 
@@ -1446,7 +1448,7 @@ Test(faults, sequential_advice_on_a_cold_file_sets_the_read_position)
 	cr_assert(asprintf(&p, "%s/seq.klnt", dir_name) > 0);
 	free(dir_name);
 	kiln_error err;
-	cr_assert_eq(kiln_write_file(p, t, N, 0, &err), 0, "%s", err.message);
+	cr_assert_eq(kiln_write_file(p, t, N, KILN_WRITE_NO_DIGESTS, &err), 0, "%s", err.message);
 	int fd = open(p, O_RDONLY);
 	posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
 	/* A file system that keeps its pages regardless (tmpfs) cannot make a file cold. */

@@ -81,14 +81,28 @@ Test(series_write, many_names_make_a_series_that_opens_whole)
 	for (uint32_t i = 0; i < N; i += 97) {
 		const kiln_tensor *t = kiln_model_find_cstr(m, names[i]);
 		cr_assert(t, "%s", names[i]);
+		cr_assert_eq(t->role, KILN_ROLE_MODEL);
 		cr_assert_eq(*(const float *)t->data, (float)i);
 	}
-	/* The document is the last tensor of the first file. */
+	/* The document is the last tensor of the first file. Every file ends with its digest
+	 * table, a tensor of the same name in each: the file's, not one of the model's tensors
+	 * or names. */
 	kiln_file_info fi;
 	cr_assert_eq(kiln_model_file_info(m, 0, &fi), 0);
 	const kiln_tensor *d = kiln_model_tensor(m, fi.first_tensor + fi.tensor_count - 1);
 	cr_assert(d->name_len == strlen(KILN_METADATA_TENSOR) &&
 		  !memcmp(d->name, KILN_METADATA_TENSOR, d->name_len));
+	cr_assert_eq(d->role, KILN_ROLE_METADATA);
+	for (uint32_t k = 0; k < r.files; k++) {
+		cr_assert_eq(kiln_model_file_info(m, k, &fi), 0);
+		d = kiln_model_tensor(m, fi.first_tensor + fi.tensor_count - 1);
+		cr_assert_lt(d->file_offset + d->byte_length + 64, fi.size, "a table follows");
+	}
+	cr_assert_null(kiln_model_find_cstr(m, KILN_DIGESTS_TENSOR));
+	kiln_verify_report vr;
+	cr_assert_eq(kiln_model_verify_digests(m, NULL, &vr, &err), 0, "%s", err.message);
+	cr_assert_eq(vr.source, KILN_DIGESTS_EMBEDDED);
+	cr_assert_geq(vr.chunks, r.files);
 	kiln_model_close(m);
 
 	/* Written again as one file (few tensors), the series goes; and back to a series of

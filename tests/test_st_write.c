@@ -78,7 +78,9 @@ static void expect_bytes(const kiln_tensor_spec *t, size_t n, const kiln_str_pai
 	}
 	char *dir = temp_dir(), path[4096];
 	snprintf(path, sizeof(path), "%s/out.safetensors", dir);
-	cr_assert_eq(kiln_safetensors_write_file(path, t, n, meta, nmeta, KILN_WRITE_NO_SYNC, &err),
+	/* The reference's bytes exactly: without the digest table kiln adds by default. */
+	cr_assert_eq(kiln_safetensors_write_file(path, t, n, meta, nmeta,
+						 KILN_WRITE_NO_SYNC | KILN_WRITE_NO_DIGESTS, &err),
 		     0, "%s", err.message);
 	FILE *f = fopen(path, "rb");
 	cr_assert(f);
@@ -266,6 +268,19 @@ Test(st_write, reads_back_through_kilns_reader)
 	cr_assert_eq(kiln_model_meta_find(m, "format", 6, &e, &err), 0, "%s", err.message);
 	cr_assert_eq(e->value.str_len, 2);
 	cr_assert(!memcmp(e->value.str, "pt", 2));
+	/* The file carries its digest table (kiln.digests in __metadata__, base64), which is the
+	 * file's bookkeeping, not the model's metadata, and which checks the data region. */
+	uint64_t nm;
+	cr_assert_eq(kiln_model_metadata(m, &e, &nm, &err), 0, "%s", err.message);
+	cr_assert_eq(nm, 1);
+	cr_assert_eq(kiln_model_meta_find(m, KILN_DIGESTS_KEY, strlen(KILN_DIGESTS_KEY), &e, &err),
+		     KILN_NOTFOUND);
+	kiln_verify_report r;
+	cr_assert_eq(kiln_model_verify_digests(m, NULL, &r, &err), 0, "%s", err.message);
+	cr_assert_eq(r.source, KILN_DIGESTS_EMBEDDED);
+	cr_assert_eq(r.algorithm, KILN_DIGEST_XXH3_128);
+	cr_assert_eq(r.chunks, 4); /* 3 MiB and 24 bytes in 1 MiB chunks */
+	cr_assert_eq(r.bytes, BIG + sizeof(a));
 	kiln_model_close(m);
 	unlink(path);
 	rmdir(dir);

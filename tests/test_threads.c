@@ -65,7 +65,8 @@ static void make_file(void)
 	mkdir(KILN_TEST_TMP, 0777);
 	snprintf(path, sizeof(path), "%s/threads.%ld.klnt", KILN_TEST_TMP, (long)getpid());
 	kiln_error err;
-	if (kiln_write_file(path, spec, NT, KILN_WRITE_NO_SYNC, &err) != 0) {
+	if (kiln_write_file(path, spec, NT, KILN_WRITE_NO_SYNC | KILN_WRITE_NO_DIGESTS, &err) !=
+	    0) {
 		fprintf(stderr, "%s: %s\n", path, err.message);
 		exit(1);
 	}
@@ -210,8 +211,9 @@ static void threaded_load(unsigned source)
 	kiln_error err;
 	kiln_model *dir = NULL;
 	kiln_open_options o = {.source = source, .threads = 4};
-	int ok = kiln_write_file(big, &t, 1, KILN_WRITE_NO_SYNC, &err) == 0 &&
-		 kiln_model_open(big, &o, &dir, &err) == 0;
+	int ok =
+	    kiln_write_file(big, &t, 1, KILN_WRITE_NO_SYNC | KILN_WRITE_NO_DIGESTS, &err) == 0 &&
+	    kiln_model_open(big, &o, &dir, &err) == 0;
 	if (!ok)
 		fprintf(stderr, "FAIL: threaded %s: %s\n", kiln_source_name(source), err.message),
 		    failures++;

@@ -10,7 +10,7 @@
 #include "klnt.h"
 
 static const char usage[] =
-    "usage: klnt export --to gguf|safetensors -o OUT [--no-sync] FILE...\n"
+    "usage: klnt export --to gguf|safetensors -o OUT [--no-sync] [--no-digests] FILE...\n"
     "\n"
     "Convert a KLNT file, or the shards of a series in order, to one GGUF or safetensors\n"
     "file OUT, restoring the metadata kept by klnt import: GGUF keys with their value types,\n"
@@ -23,6 +23,8 @@ static const char usage[] =
     "  -t, --to FORMAT   gguf or safetensors (required)\n"
     "  -o, --output OUT  the file to write\n"
     "      --no-sync     do not fsync OUT (faster; a crash may lose or tear it)\n"
+    "      --no-digests  write OUT without its digest table (by default kept in its\n"
+    "                    key/values or __metadata__ as kiln.digests; docs/integrity.md)\n"
     "  -h, --help        show this help and exit\n"
     "\n"
     "Exit status: 0 ok; 1 a FILE was rejected (FRAME, TYPE, LIMIT, UTF8: malformed; INVAL:\n"
@@ -32,10 +34,11 @@ static const char usage[] =
 
 static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 {
-	enum { OPT_NO_SYNC = 256 };
+	enum { OPT_NO_SYNC = 256, OPT_NO_DIGESTS };
 	static const struct option longopts[] = {
 	    {"to", required_argument, NULL, 't'},
 	    {"no-sync", no_argument, NULL, OPT_NO_SYNC},
+	    {"no-digests", no_argument, NULL, OPT_NO_DIGESTS},
 	    {"output", required_argument, NULL, 'o'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
@@ -60,6 +63,9 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 			break;
 		case OPT_NO_SYNC:
 			wflags |= KILN_WRITE_NO_SYNC;
+			break;
+		case OPT_NO_DIGESTS:
+			wflags |= KILN_WRITE_NO_DIGESTS;
 			break;
 		case 'h':
 			return klnt_help(cmd);

@@ -13,7 +13,8 @@
 #include "klnt.h"
 
 static const char usage[] =
-    "usage: klnt gen OUT --tensors N --bytes SIZE [--seed S] [--unnamed] [--no-sync]\n"
+    "usage: klnt gen OUT --tensors N --bytes SIZE [--seed S] [--unnamed] [--no-sync] "
+    "[--no-digests]\n"
     "\n"
     "Write a synthetic model file OUT with exactly N tensors and about SIZE payload bytes,\n"
     "laid out like a transformer checkpoint: token_embd.weight, then per layer\n"
@@ -33,6 +34,8 @@ static const char usage[] =
     "  -u, --unnamed    leave tensors unnamed; names for more than a few thousand tensors do\n"
     "                   not fit the format's 16-bit heap offsets\n"
     "      --no-sync    do not fsync OUT before renaming it into place\n"
+    "      --no-digests write the tensors alone, without the file's digest table\n"
+    "                   (its last tensor, kiln.digests; docs/integrity.md)\n"
     "  -h, --help       show this help and exit\n"
     "\n"
     "OUT is replaced atomically and keeps its mode; a symlink is followed. Nothing is written\n"
@@ -183,13 +186,10 @@ static int write_out(const struct klnt_cmd *cmd, const char *out, const kiln_ten
 static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 {
 	static const struct option longopts[] = {
-	    {"tensors", required_argument, NULL, 'n'},
-	    {"bytes", required_argument, NULL, 'b'},
-	    {"seed", required_argument, NULL, 's'},
-	    {"unnamed", no_argument, NULL, 'u'},
-	    {"no-sync", no_argument, NULL, 'S'},
-	    {"help", no_argument, NULL, 'h'},
-	    {NULL, 0, NULL, 0},
+	    {"tensors", required_argument, NULL, 'n'}, {"bytes", required_argument, NULL, 'b'},
+	    {"seed", required_argument, NULL, 's'},    {"unnamed", no_argument, NULL, 'u'},
+	    {"no-sync", no_argument, NULL, 'S'},       {"no-digests", no_argument, NULL, 'D'},
+	    {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
 	};
 	uint64_t n = 0, bytes = 0, seed = 1;
 	int have_n = 0, have_bytes = 0, unnamed = 0, c;
@@ -218,6 +218,9 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 			break;
 		case 'S':
 			wflags |= KILN_WRITE_NO_SYNC;
+			break;
+		case 'D':
+			wflags |= KILN_WRITE_NO_DIGESTS;
 			break;
 		case 'h':
 			return klnt_help(cmd);

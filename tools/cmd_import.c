@@ -15,7 +15,7 @@
 #include "klnt.h"
 
 static const char usage[] =
-    "usage: klnt import -o OUT [--max-shard-size SIZE] [--no-sync] SRC...\n"
+    "usage: klnt import -o OUT [--max-shard-size SIZE] [--no-sync] [--no-digests] SRC...\n"
     "\n"
     "Convert a model to KLNT v2, losslessly: tensors keep their bytes, and the source's\n"
     "metadata is kept as a JSON document in the tensor \"kiln.metadata\" (see klnt inspect).\n"
@@ -40,6 +40,8 @@ static const char usage[] =
     "                           of 1024); a larger tensor gets a file of its own\n"
     "      --no-sync            do not fsync the files written (faster; a crash may lose\n"
     "                           or tear them)\n"
+    "      --no-digests         write the tensors alone, without each file's digest table\n"
+    "                           (its last tensor, kiln.digests; docs/integrity.md)\n"
     "  -h, --help               show this help and exit\n"
     "\n"
     "Exit status: 0 ok; 1 a source was rejected (FRAME, TYPE, LIMIT, UTF8: not a GGUF or\n"
@@ -133,11 +135,12 @@ static void print_written(const kiln_convert_result *r)
 
 static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 {
-	enum { OPT_MAX_SHARD = 256, OPT_NO_SYNC };
+	enum { OPT_MAX_SHARD = 256, OPT_NO_SYNC, OPT_NO_DIGESTS };
 	static const struct option longopts[] = {
 	    {"output", required_argument, NULL, 'o'},
 	    {"max-shard-size", required_argument, NULL, OPT_MAX_SHARD},
 	    {"no-sync", no_argument, NULL, OPT_NO_SYNC},
+	    {"no-digests", no_argument, NULL, OPT_NO_DIGESTS},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
@@ -158,6 +161,9 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 			break;
 		case OPT_NO_SYNC:
 			wflags |= KILN_WRITE_NO_SYNC;
+			break;
+		case OPT_NO_DIGESTS:
+			wflags |= KILN_WRITE_NO_DIGESTS;
 			break;
 		case 'h':
 			return klnt_help(cmd);

@@ -280,17 +280,27 @@ static void inspect_text(const char *path, const kiln_model *m)
 {
 	uint32_t shards = kiln_model_files(m);
 	first_col = shards > 1 ? C_SHARD : C_INDEX;
-	uint64_t payload = 0;
+	uint64_t payload = 0, tables = 0; /* tables: KLNT digest tables, in the payload region */
+	uint32_t with_table = 0;
 	for (uint32_t s = 0; s < shards; s++) {
 		kiln_file_info info;
 		kiln_model_file_info(m, s, &info);
 		payload += info.payload_bytes;
+		with_table += info.digests_bytes > 0;
+		if (info.format == KILN_FORMAT_KLNT)
+			tables += info.digests_bytes;
 	}
 	if (shards > 1)
 		print_shards(path, m);
 	else
 		print_header(path, m);
 	print_metadata(m);
+	/* The file's own digest table (kiln/verify.h), checked by klnt verify. */
+	if (with_table && shards > 1)
+		printf("digests          in %" PRIu32 " of %" PRIu32 " files (kiln.digests)\n",
+		       with_table, shards);
+	else if (with_table)
+		printf("digests          in the file (kiln.digests)\n");
 
 	uint64_t n = kiln_model_count(m);
 	struct totals tot = {0};
@@ -327,9 +337,11 @@ static void inspect_text(const char *path, const kiln_model *m)
 		for (int c = 0; c < NCOLS; c++)
 			klnt_buf_free(&cell[c]);
 	}
-	printf("\n%" PRIu64 " tensor%s, %" PRIu64 " tensor bytes + %" PRIu64 " gap bytes = %" PRIu64
-	       " payload bytes, ",
-	       n, n == 1 ? "" : "s", tot.tensor_bytes, payload - tot.tensor_bytes, payload);
+	printf("\n%" PRIu64 " tensor%s, %" PRIu64 " tensor bytes + %" PRIu64 " gap bytes", n,
+	       n == 1 ? "" : "s", tot.tensor_bytes, payload - tot.tensor_bytes - tables);
+	if (tables)
+		printf(" + %" PRIu64 " digest table bytes", tables);
+	printf(" = %" PRIu64 " payload bytes, ", payload);
 	if (tot.elements_overflow)
 		printf("more than 2^64-1 elements");
 	else

@@ -17,7 +17,8 @@
 #include "klnt.h"
 
 static const char usage[] =
-    "usage: klnt pack [-v] [--no-sync] OUT [--tensor SPEC [--quant Q] [--layout L]]...\n"
+    "usage: klnt pack [-v] [--no-sync] [--no-digests] OUT [--tensor SPEC [--quant Q] [--layout "
+    "L]]...\n"
     "\n"
     "Write a KLNT v2 file OUT holding the given tensors, in order, in the canonical layout.\n"
     "OUT is replaced atomically (written to a temporary file, synced, then renamed) and keeps\n"
@@ -41,6 +42,8 @@ static const char usage[] =
     "  --layout NAME:BLOCK_SIZE\n"
     "      Layout name and block size of the last --tensor, for an opaque DTYPE.\n"
     "  --no-sync   do not fsync OUT before renaming it into place (faster, not crash safe)\n"
+    "  --no-digests  write the tensors alone, without the file's digest table (its last\n"
+    "              tensor, kiln.digests; docs/integrity.md)\n"
     "  -v, --verbose  describe each tensor and the result on stdout\n"
     "  -h, --help  show this help and exit\n"
     "\n"
@@ -53,7 +56,7 @@ static const char usage[] =
     "RAWFILE has the wrong size; 2 usage error; 3 a file could not be read or written (or OUT\n"
     "not synced); 130, 143 interrupted by SIGINT, SIGTERM.\n";
 
-enum { OPT_QUANT = 256, OPT_LAYOUT, OPT_NO_SYNC };
+enum { OPT_QUANT = 256, OPT_LAYOUT, OPT_NO_SYNC, OPT_NO_DIGESTS };
 
 /* Payload source of one tensor, the read callback's context. */
 struct raw {
@@ -489,6 +492,7 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 	    {"quant", required_argument, NULL, OPT_QUANT},
 	    {"layout", required_argument, NULL, OPT_LAYOUT},
 	    {"no-sync", no_argument, NULL, OPT_NO_SYNC},
+	    {"no-digests", no_argument, NULL, OPT_NO_DIGESTS},
 	    {"verbose", no_argument, NULL, 'v'},
 	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
@@ -512,6 +516,9 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 			break;
 		case OPT_NO_SYNC:
 			flags |= KILN_WRITE_NO_SYNC;
+			break;
+		case OPT_NO_DIGESTS:
+			flags |= KILN_WRITE_NO_DIGESTS;
 			break;
 		case 'v':
 			verbose = 1;

@@ -184,6 +184,16 @@ enum kiln_quant_scheme { KILN_QUANT_NONE = 0, KILN_QUANT_BLOCK = 1, KILN_QUANT_B
  * size for 8- to 64-bit dtypes; 1 for 4-bit, opaque and unknown codes). */
 KILN_API unsigned kiln_dtype_align(unsigned code);
 
+/* What a tensor is for. A KLNT file of the converters holds their metadata document as a u8
+ * tensor (KILN_METADATA_TENSOR, docs/convert.md): an ordinary tensor to any KLNT reader, marked
+ * here so that loaders handing a model its weights leave it out (kiln.torch.load, the
+ * safetensors drop-in, the runtime loaders). (A file's own digest table, KILN_DIGESTS_TENSOR
+ * last in a KLNT file, is not one of the model's tensors at all: kiln/verify.h.) */
+enum kiln_tensor_role {
+	KILN_ROLE_MODEL = 0,    /* a tensor of the model */
+	KILN_ROLE_METADATA = 1, /* the converters' metadata document */
+};
+
 /*
  * A tensor view: plain data describing one tensor, the same for every format. Every pointer in
  * it stays valid until kiln_model_close(). Names are NOT NUL-terminated and may contain any valid
@@ -191,11 +201,11 @@ KILN_API unsigned kiln_dtype_align(unsigned code);
  * Foreign block layouts (GGUF's Q4_K, ...) are opaque dtypes named by `layout`.
  */
 struct kiln_tensor {
-	uint64_t index; /* index in the model: the first file's tensors first, in file order */
-	uint32_t file;  /* the model's file that holds it */
-	uint16_t dtype; /* code from the dtype table */
-	uint8_t rank;   /* 0..8 */
-	uint8_t reserved0;
+	uint64_t index;     /* index in the model: the first file's tensors first, in file order */
+	uint32_t file;      /* the model's file that holds it */
+	uint16_t dtype;     /* code from the dtype table */
+	uint8_t rank;       /* 0..8 */
+	uint8_t role;       /* enum kiln_tensor_role: a model tensor, or kiln's own bookkeeping */
 	const char *name;   /* NULL when unnamed (KLNT only) */
 	size_t name_len;    /* 0 when unnamed */
 	const char *layout; /* opaque layout name; NULL unless opaque */

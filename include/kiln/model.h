@@ -121,7 +121,12 @@ typedef struct kiln_file_info {
 	const void *base;     /* the file's first byte in memory (mapping, owned block, buffer) */
 	uint32_t auto_choice; /* enum kiln_auto_choice for this file */
 	uint32_t reserved32;  /* zero */
-	uint64_t reserved[2];
+	/* The digest table the file carries itself (kiln/verify.h: a KLNT file's last tensor,
+	 * left out of the model's tensors; a safetensors or GGUF key): its bytes in the file as
+	 * stored (base64 text for safetensors), checked only when digests are asked for. 0 and 0
+	 * when it has none. */
+	uint64_t digests_offset;
+	uint64_t digests_bytes;
 } kiln_file_info;
 
 #define KILN_FLAG_NAMES         0x01u

@@ -27,13 +27,47 @@ enum kiln_digest_source {
 	KILN_DIGESTS_SIDECAR = 1,  /* FILE.kiln-digest beside the file (XXH3-128 per chunk) */
 	KILN_DIGESTS_HF_CACHE = 2, /* the file is a Hugging Face cache blob named by its SHA-256 */
 	KILN_DIGESTS_MODEL_SIGNING =
-	    3, /* model.sig beside it (OpenSSF model signing): SHA-256 of
-		* the file or of its shards; the signature is not checked */
+	    3,                     /* model.sig beside it (OpenSSF model signing): SHA-256 of
+				    * the file or of its shards; the signature is not checked */
+	KILN_DIGESTS_EMBEDDED = 4, /* in the file itself, put there by kiln's writers (below) */
 };
+
+/*
+ * Where kiln's writers keep a file's digest table in the file itself (unless
+ * KILN_WRITE_NO_DIGESTS): KLNT, the u8 tensor KILN_DIGESTS_TENSOR, the file's last, covering
+ * every byte before its own payload (a tensor to other KLNT readers; kiln validates it and
+ * leaves it out of the model's tensors, its count and its names); safetensors, the __metadata__
+ * entry KILN_DIGESTS_KEY, the table in standard base64, covering the data region; GGUF, the
+ * key/value KILN_DIGESTS_KEY, an array of u8, covering the data section. A table of its own per
+ * file, XXH3-128 over 1 MiB chunks, in the sidecar's layout (docs/integrity.md). The tensor and the
+ * key are the file's bookkeeping, not the model's: kiln_model_metadata() leaves the key out, and
+ * converters never carry either to another file.
+ */
+#define KILN_DIGESTS_TENSOR "kiln.digests"
+#define KILN_DIGESTS_KEY    "kiln.digests"
+
+/*
+ * A digest table built while a file is written, for writers outside kiln's own (kiln's use it
+ * too): say which bytes it covers, give it every byte of the file in order as it is written,
+ * then seal it and put its bytes where the format keeps them (above). The table's length is
+ * known before the first byte, so a header that holds it can be laid out first.
+ * kiln_digest_builder_new: bytes [from, to) of a file, 1 MiB chunks; `base64` nonzero for the
+ * table as standard base64 text (a safetensors __metadata__ value), else its raw bytes; *len
+ * the bytes seal will give. INVAL for to < from, NOMEM.
+ */
+typedef struct kiln_digest_builder kiln_digest_builder;
+KILN_API int kiln_digest_builder_new(uint64_t from, uint64_t to, int base64,
+				     kiln_digest_builder **out, size_t *len, kiln_error *err);
+/* The file's next n bytes (from its first byte on; those outside [from, to) pass by). */
+KILN_API void kiln_digest_builder_add(kiln_digest_builder *b, const void *p, size_t n);
+/* The table for a file of file_size bytes, once every byte up to `to` was given (NULL before):
+ * the *len bytes of kiln_digest_builder_new, valid until free. */
+KILN_API const void *kiln_digest_builder_seal(kiln_digest_builder *b, uint64_t file_size);
+KILN_API void kiln_digest_builder_free(kiln_digest_builder *b);
 
 /* "xxh3-128", "sha256"; NULL for another value. */
 KILN_API const char *kiln_digest_algorithm_name(unsigned algorithm);
-/* "sidecar", "hf-cache", "model-signing"; NULL for another value. */
+/* "sidecar", "hf-cache", "model-signing", "embedded"; NULL for another value. */
 KILN_API const char *kiln_digest_source_name(unsigned source);
 
 typedef struct kiln_digest_options {

@@ -53,7 +53,11 @@ typedef struct kiln_tensor_spec {
 
 enum kiln_write_flags {
 	/* Skip fsync() of the new file and of its directory (faster, not crash safe). */
-	KILN_WRITE_NO_SYNC = 1u << 0
+	KILN_WRITE_NO_SYNC = 1u << 0,
+	/* Write the tensors alone, without the file's digest table (kiln/verify.h,
+	 * KILN_DIGESTS_TENSOR): the file then holds exactly the tensors given, as
+	 * kiln_write_memory() and kiln_safetensors_write_memory() always write them. */
+	KILN_WRITE_NO_DIGESTS = 1u << 1,
 };
 
 /*
@@ -75,6 +79,12 @@ KILN_API int kiln_write_memory(const kiln_tensor_spec *tensors, uint32_t count, 
  * Write the block to `path`, replacing whatever file is there, so that a reader never sees a
  * partial file and a reader that has the old file mapped keeps its pages. Payloads are streamed
  * in chunks of at most 1 MiB, never held whole. `flags` is a mask of enum kiln_write_flags.
+ *
+ * Named tensors are followed by the file's digest table (kiln/verify.h), hashed as the bytes go
+ * out: one more u8 tensor, KILN_DIGESTS_TENSOR, last, which kiln leaves out of the model it
+ * opens and checks when asked (KILN_OPEN_VERIFY_DIGESTS, kiln_model_verify_digests()). A tensor
+ * of the caller's so named is then TYPE. KILN_WRITE_NO_DIGESTS (and unnamed tensors, which
+ * have no place for one) write the tensors alone: the block kiln_write_memory() writes.
  *
  * How: the new file is written and fsync'ed in the directory of the file it replaces, rename()d
  * over that file, and the directory is fsync'ed so that the new name survives a crash. Where the
@@ -149,7 +159,9 @@ KILN_API int kiln_write_atomic(const char *path, int (*fill)(void *ctx, int fd, 
  * count (readers would find two series) is refused before it starts.
  *
  * Tensors are kiln_tensor_spec as kiln_write_file() takes them; `read` gets the tensor's index
- * in `tensors`. Unnamed tensors can only be written as one file.
+ * in `tensors`. Unnamed tensors can only be written as one file. Every file ends with its own
+ * digest table, as kiln_write_file() writes it (not counted against max_shard_size: 16 bytes a
+ * MiB), unless opts->flags has KILN_WRITE_NO_DIGESTS.
  *
  * Returns 0; UNSYNCED (everything in place, a directory not synced); INVAL for bad arguments, a
  * path with no file name or named like a shard (readers would look for the rest of its series),
@@ -227,7 +239,11 @@ KILN_API int kiln_safetensors_write_memory(const kiln_tensor_spec *tensors, size
 					   size_t cap, size_t *written, kiln_error *err);
 /* The file to `path`, published as kiln_write_file() publishes (atomic replace, fsync unless
  * KILN_WRITE_NO_SYNC, no partial file ever visible); its return codes. Payloads in `data` go to
- * write() as they are; those from `read` through a 1 MiB buffer. */
+ * write() as they are; those from `read` through a 1 MiB buffer. Unless flags has
+ * KILN_WRITE_NO_DIGESTS, __metadata__ gains the file's digest table (kiln/verify.h:
+ * KILN_DIGESTS_KEY, base64, covering the data region; a key of the caller's so named is TYPE),
+ * hashed as the data goes out: the reference writer's bytes are the file with the flag, or
+ * kiln_safetensors_write_memory(). */
 KILN_API int kiln_safetensors_write_file(const char *path, const kiln_tensor_spec *tensors,
 					 size_t count, const kiln_str_pair *metadata, size_t nmeta,
 					 uint32_t flags, kiln_error *err);

@@ -176,7 +176,8 @@ def _metadata_spec(metadata):
     return (METADATA_TENSOR, "u8", (len(raw),), raw)
 
 
-def save_file(tensors, filename, metadata=None, *, max_shard_size=None, one_file=False):
+def save_file(tensors, filename, metadata=None, *, max_shard_size=None, one_file=False,
+              digests=True):
     """Write ``tensors`` (name -> numpy array or torch tensor) as canonical KLNT, of any size.
     It writes KLNT, never safetensors: ``kiln.safetensors.numpy.save_file`` and
     ``kiln.safetensors.torch.save_file`` write safetensors files (docs/python.md, "Which
@@ -199,6 +200,10 @@ def save_file(tensors, filename, metadata=None, *, max_shard_size=None, one_file
     ``one_file=True`` writes exactly ``filename`` as one file, whatever its name (a shard of a
     series written by hand, one per process say; its siblings are the caller's to write), and
     fails where the names do not fit one file.
+
+    Each file ends with its digest table (``kiln.digests``, docs/integrity.md): ``verify=True``
+    on the loads and ``klnt verify`` check every byte against it, and kiln's loads leave it out
+    of the tensors. ``digests=False`` writes the tensors alone.
     """
     for name in tensors:
         if not isinstance(name, str):
@@ -218,6 +223,7 @@ def save_file(tensors, filename, metadata=None, *, max_shard_size=None, one_file
             raise ValueError("one_file=True writes one file: max_shard_size does not apply")
         if metadata is not None:
             specs.append(_metadata_spec(metadata))
-        return write_file(filename, specs, one_file=True)
+        return write_file(filename, specs, one_file=True, digests=digests)
     doc = None if metadata is None else _metadata_spec(metadata)[3]
-    return write_file(filename, specs, max_shard_size=max_shard_size or 0, metadata=doc)
+    return write_file(filename, specs, max_shard_size=max_shard_size or 0, metadata=doc,
+                      digests=digests)

@@ -289,7 +289,8 @@ def load(path, device="cpu", *, threads=None, order=None, progress=None, group=N
     whole = (group is None and _kiln.is_url(path) and bool(_os.environ.get("KILN_CACHE_DIR")))
     whole = whole or bool(verify)
     with _kiln.open(path, directory_only=not whole, timeout=timeout, verify=bool(verify)) as d:
-        views = [d[i] for i in range(len(d))]
+        # The model's tensors: not the converters' metadata document (Tensor.role).
+        views = [t for t in (d[i] for i in range(len(d))) if t.role == "model"]
         keys = [t.name if t.name is not None else i for i, t in enumerate(views)]
         sequence = _sequence(keys, order, path)
 
@@ -633,6 +634,8 @@ def iter_load(path_or_paths, *, device="cpu", window_bytes=_DEFAULT_WINDOW, thre
             models.append(d)
             for i in range(len(d)):
                 t = d[i]
+                if t.role != "model":
+                    continue  # the converters' metadata document is not a weight
                 name = t.name if t.name is not None else str(i)
                 if name in seen and one_file:
                     raise ValueError(f"iter_load: tensor {name!r} is in {seen[name]} and in "

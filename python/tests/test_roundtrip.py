@@ -200,6 +200,9 @@ def test_save_file_metadata_through_klnt_export(tmp_path):
     raw = open(out, "rb").read()
     (hlen,) = struct.unpack("<Q", raw[:8])
     header = json.loads(raw[8:8 + hlen].decode("utf-8"))
+    # The export's own digest table sits beside the metadata (klnt export --no-digests: none).
+    table = header["__metadata__"].pop("kiln.digests")
+    assert isinstance(table, str) and table.startswith("S0lMTkRHU1Q")  # base64 of KILNDGST
     assert header["__metadata__"] == meta
     assert header["w"]["dtype"] == "F32" and header["w"]["shape"] == [2, 3]
     start, end = header["w"]["data_offsets"]

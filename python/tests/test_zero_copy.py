@@ -52,10 +52,11 @@ def rss_kib():
 def sparse_u8(path, n):
     """A file of one u8 tensor "big" of n zero bytes, written as a hole: a 64-byte tensor's
     file with its shape, byte_length (descriptor 0, offsets 48 and 40) and the header's
-    payload_bytes (offset 16) patched, then extended. No disk is spent on the zeros."""
+    payload_bytes (offset 16) patched, then extended (written without a digest table, so that
+    the tensor ends the file). No disk is spent on the zeros."""
     import struct
 
-    kiln.write_file(path, [("big", "u8", (64,), bytes(64))])
+    kiln.write_file(path, [("big", "u8", (64,), bytes(64))], digests=False)  # last: "big"
     with open(path, "r+b") as f:
         base = f.seek(0, 2) - 64
         for off in (16, 64 + 40, 64 + 48):

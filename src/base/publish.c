@@ -248,6 +248,23 @@ int kiln__write_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
+int kiln__pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
+{
+	const uint8_t *b = buf;
+	while (len) {
+		ssize_t w = pwrite(fd, b, len, (off_t)off);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return errno;
+		}
+		b += w;
+		off += (uint64_t)w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
 /* Link an anonymous file to a random hidden name beside its target. */
 static int link_hidden(struct kiln__pending *w, const char *proc, kiln_error *err)
 {
@@ -433,7 +450,7 @@ int kiln_write_atomic(const char *path, int (*fill)(void *ctx, int fd, kiln_erro
 		return kiln__fail_inval(err, KILN_NO_INDEX, NULL, "path is NULL");
 	if (!fill)
 		return kiln__fail_inval(err, KILN_NO_INDEX, NULL, "fill is NULL");
-	if (flags & ~(uint32_t)KILN_WRITE_NO_SYNC)
+	if (flags & ~(uint32_t)KILN__WRITE_FLAGS)
 		return kiln__fail_inval(err, KILN_NO_INDEX, "flags", "unknown write flags 0x%x",
 					flags);
 	struct kiln__pending w;

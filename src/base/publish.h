@@ -14,6 +14,10 @@
 
 #include "base/base.h"
 
+/* Every flag a writer takes (enum kiln_write_flags; kiln_write_atomic() ignores
+ * KILN_WRITE_NO_DIGESTS: what it writes is the fill's). */
+#define KILN__WRITE_FLAGS (KILN_WRITE_NO_SYNC | KILN_WRITE_NO_DIGESTS)
+
 /* A file being written. */
 struct kiln__pending {
 	const char *path; /* as the caller gave it, for messages */
@@ -59,6 +63,8 @@ void kiln__pending_drop(struct kiln__pending *w);
 
 /* write() of every byte, retried on EINTR: 0 or the errno. */
 int kiln__write_all(int fd, const void *buf, size_t len);
+/* The same at file offset off (pwrite: the file position stays). */
+int kiln__pwrite_all(int fd, const void *buf, size_t len, uint64_t off);
 /* A hidden file name nobody can predict: ".kiln-tmp." and 64 random bits in hex. */
 void kiln__random_name(char *out, size_t cap);
 

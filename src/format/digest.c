@@ -100,6 +100,114 @@ void kiln__digests_seal(uint8_t *table, size_t len, uint64_t file_size, uint64_t
 	self_digest(table, table + KILN__DIGEST_HEAD, chunks, table + AT_SELF);
 }
 
+void kiln__digest_writer_init(struct kiln__digest_writer *w, uint8_t *table, size_t len,
+			      uint64_t from, uint64_t to, unsigned log2)
+{
+	*w = (struct kiln__digest_writer){
+	    .table = table, .len = len, .from = from, .to = to, .log2 = log2};
+}
+
+void kiln__digest_writer_add(struct kiln__digest_writer *w, const void *data, size_t n)
+{
+	const uint8_t *p = data;
+	const uint64_t chunk = UINT64_C(1) << w->log2;
+	if (w->at < w->from) { /* bytes before the table's range */
+		uint64_t skip = w->from - w->at < n ? w->from - w->at : n;
+		p += skip;
+		n -= (size_t)skip;
+		w->at += skip;
+	}
+	if (w->at + n > w->to) /* bytes after it */
+		n = w->at < w->to ? (size_t)(w->to - w->at) : 0;
+	while (n) {
+		uint64_t left = chunk - w->in_chunk;
+		if (left > w->to - w->at)
+			left = w->to - w->at; /* the last chunk is shorter */
+		size_t take = (size_t)(left < n ? left : n);
+		uint8_t *out = w->table + KILN__DIGEST_HEAD + w->k * KILN__DIGEST_LEN;
+		if (!w->in_chunk && take == left) {
+			kiln__digest_bytes(p, take, out); /* a whole chunk at once */
+		} else {
+			if (!w->in_chunk)
+				XXH3_128bits_reset(&w->s);
+			XXH3_128bits_update(&w->s, p, take);
+			w->in_chunk += take;
+			if (take == left) {
+				XXH128_canonical_t c;
+				XXH128_canonicalFromHash(&c, XXH3_128bits_digest(&w->s));
+				memcpy(out, c.digest, KILN__DIGEST_LEN);
+			}
+		}
+		if (take == left) {
+			w->k++;
+			w->in_chunk = 0;
+		}
+		p += take;
+		n -= take;
+		w->at += take;
+	}
+}
+
+void kiln__digest_writer_seal(struct kiln__digest_writer *w, uint64_t file_size)
+{
+	kiln__digests_seal(w->table, w->len, file_size, w->from, w->to, w->log2);
+}
+
+size_t kiln__base64_len(size_t n)
+{
+	return (n + 2) / 3 * 4;
+}
+
+void kiln__base64_encode(const uint8_t *p, size_t n, char *out)
+{
+	/* OpenSSL's encoder takes an int: a table past 1.5 GB is encoded in parts. */
+	const size_t part = (size_t)3 << 28;
+	while (n > part) {
+		EVP_EncodeBlock((unsigned char *)out, p, (int)part);
+		p += part;
+		n -= part;
+		out += part / 3 * 4;
+	}
+	EVP_EncodeBlock((unsigned char *)out, p, (int)n);
+}
+
+static int b64(uint8_t c)
+{
+	return c >= 'A' && c <= 'Z'   ? c - 'A'
+	       : c >= 'a' && c <= 'z' ? c - 'a' + 26
+	       : c >= '0' && c <= '9' ? c - '0' + 52
+	       : c == '+'             ? 62
+	       : c == '/'             ? 63
+				      : -1;
+}
+
+int kiln__base64_decode(const uint8_t *s, size_t n, uint8_t *out, size_t *got)
+{
+	*got = 0;
+	if (n % 4)
+		return -1;
+	size_t o = 0;
+	for (size_t i = 0; i < n; i += 4) {
+		int last = i + 4 == n;
+		int v[4];
+		for (int j = 0; j < 4; j++)
+			v[j] = b64(s[i + j]);
+		/* '=' only in the last group's last one or two places. */
+		int pad = last && s[i + 3] == '=' ? (s[i + 2] == '=' ? 2 : 1) : 0;
+		if (v[0] < 0 || v[1] < 0 || (v[2] < 0 && pad < 2) || (v[3] < 0 && pad < 1))
+			return -1;
+		uint32_t x = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 |
+			     (uint32_t)(pad < 2 ? v[2] : 0) << 6 | (uint32_t)(pad < 1 ? v[3] : 0);
+		out[o++] = (uint8_t)(x >> 16);
+		if (pad < 2)
+			out[o++] = (uint8_t)(x >> 8);
+		if (pad < 1)
+			out[o++] = (uint8_t)x;
+	}
+	*got = o;
+	return 0;
+}
+
 /* A broken rule: "digest table: WHY" after the table's name (kiln__fail_named). */
 #define BAD(code, at, ...)                                               \
 	kiln__fail_named(err, shown, code, KILN_NO_INDEX, "digests", at, \

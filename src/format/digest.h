@@ -55,6 +55,32 @@ size_t kiln__digests_size(uint64_t from, uint64_t to, unsigned log2);
 void kiln__digests_seal(uint8_t *table, size_t len, uint64_t file_size, uint64_t from, uint64_t to,
 			unsigned log2);
 
+/* A table built from a file's bytes as a writer writes them, in file order: bytes [from, to) in
+ * chunks of 2^log2, the rest passed over. The table (kiln__digests_size(from, to, log2) bytes,
+ * the caller's) is sealed once byte `to` has gone by. */
+struct kiln__digest_writer {
+	XXH3_state_t s;
+	uint8_t *table;
+	size_t len;
+	uint64_t from, to, at; /* at: the file offset of the next byte given */
+	uint64_t k, in_chunk;  /* the chunk being hashed, and its bytes so far */
+	unsigned log2;
+};
+void kiln__digest_writer_init(struct kiln__digest_writer *w, uint8_t *table, size_t len,
+			      uint64_t from, uint64_t to, unsigned log2);
+/* The next n bytes of the file. */
+void kiln__digest_writer_add(struct kiln__digest_writer *w, const void *p, size_t n);
+/* Seal the table for a file of file_size bytes (every byte up to `to` given). */
+void kiln__digest_writer_seal(struct kiln__digest_writer *w, uint64_t file_size);
+
+/* Standard base64 with padding (a table kept in a JSON string): the characters for n bytes, the
+ * encoding into out (that many characters and a NUL), and the strict decoding of s[0, n) into
+ * out (n / 4 * 3 bytes at most): 0 with *got, or -1 for anything but the alphabet, padding at
+ * the end only, and a multiple of 4 characters. */
+size_t kiln__base64_len(size_t n);
+void kiln__base64_encode(const uint8_t *p, size_t n, char *out);
+int kiln__base64_decode(const uint8_t *s, size_t n, uint8_t *out, size_t *got);
+
 /* XXH3-128 of p[0, n) in its canonical (big-endian) bytes: Debian's libxxhash, with its run-time
  * choice of SSE2, AVX2 or AVX-512. */
 void kiln__digest_bytes(const void *p, size_t n, uint8_t out[KILN__DIGEST_LEN]);

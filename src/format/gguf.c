@@ -709,11 +709,29 @@ static int gguf_read(struct kiln__file *f, int exact, kiln_error *err)
 			goto out;
 		}
 	}
+	/* The file's digest table (kiln/verify.h): its bookkeeping, not the model's metadata;
+	 * an array of u8 holds it, any other value is kept as wrong, said when digests are
+	 * asked for. */
+	const size_t dk = sizeof(KILN_DIGESTS_KEY) - 1;
+	for (uint64_t i = 0; i < nkv; i++) {
+		const struct kv *e = &r.kv[i];
+		if (e->key_len != dk || memcmp(r.p + e->key, KILN_DIGESTS_KEY, dk))
+			continue;
+		int u8s = e->type == KILN_META_ARRAY && e->end - e->at >= 12 &&
+			  kiln__ld32(r.p + e->at) == KILN_META_U8;
+		f->embedded.at = u8s ? e->at + 12 : e->at;
+		f->embedded.len = u8s ? e->end - e->at - 12 : 0;
+		f->embedded.from = data;
+		f->embedded.to = f->size;
+		f->embedded.enc = u8s ? KILN__EMBED_RAW : KILN__EMBED_WRONG;
+	}
 	/* The metadata: the first part's key/values (the others repeat them or hold only the
 	 * split's bookkeeping, which describes the files, not the model). */
 	for (uint64_t i = 0; i < nkv && !rc && (f->no == 0 || m->nfiles < 2); i++) {
 		const struct kv *e = &r.kv[i];
 		if (m->nfiles > 1 && e->key_len > 6 && !memcmp(r.p + e->key, "split.", 6))
+			continue;
+		if (e->key_len == dk && !memcmp(r.p + e->key, KILN_DIGESTS_KEY, dk))
 			continue;
 		kiln_meta meta = {.key = (const char *)r.p + e->key, .key_len = (size_t)e->key_len};
 		kiln__meta_value(r.p + e->at, e->type, e->end - e->at, &meta.value);

@@ -329,6 +329,17 @@ static int desc_4_name(struct pass *s, struct desc *c)
 		return rc;
 	c->t->name = (const char *)name;
 	c->t->name_len = len;
+	/* Every file of a series ends with a digest table of that name (kiln/verify.h): the
+	 * file's, not the model's (mark_roles), so it stays out of the model's names, and only
+	 * an earlier name like it is a duplicate. */
+	const size_t dl = sizeof(KILN_DIGESTS_TENSOR) - 1;
+	if (c->i + 1 == s->f->count && len == dl && !memcmp(name, KILN_DIGESTS_TENSOR, dl)) {
+		const kiln_tensor *o = kiln_model_find(s->f->model, c->t->name, len);
+		if (o)
+			return same_name(s, c, o->index, s->heap + off);
+		s->heap_cursor += len;
+		return 0;
+	}
 	uint64_t prev = kiln__index_insert(s->f->model, s->f->first + c->i, c->t->name, len);
 	if (prev != KILN_NO_INDEX)
 		return same_name(s, c, prev, s->heap + off);
@@ -519,7 +530,7 @@ static int check_descriptor(struct pass *s, uint32_t i, const uint8_t *d)
 	kiln_tensor *t = c.t;
 	t->index = s->f->first + i;
 	t->file = s->f->no;
-	t->reserved0 = 0;
+	t->role = KILN_ROLE_MODEL;
 	t->name = NULL;
 	t->name_len = 0;
 	t->layout = NULL;
@@ -655,6 +666,35 @@ static int after_5_scales(struct pass *s)
 	return 0;
 }
 
+static int is_u8_named(const kiln_tensor *t, const char *name)
+{
+	size_t len = strlen(name);
+	return t->name_len == len && !memcmp(t->name, name, len) && t->dtype == KILN_DT_U8 &&
+	       t->rank == 1;
+}
+
+/* kiln's own tensors, by name (docs/convert.md, docs/integrity.md). The metadata document, an
+ * ordinary tensor anywhere in the file, is marked for loaders to leave out. A digest table as
+ * the file's last tensor is the file's, not the model's: validated as every descriptor is, then
+ * left out of the model's tensors (the count, the views, the names), and kept as the place of
+ * the file's own digests, which must cover every byte before it (checked against the table's
+ * fields when digests are asked for). */
+static void mark_roles(struct kiln__file *f, kiln_tensor *views, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (views[i].name && is_u8_named(&views[i], KILN_METADATA_TENSOR))
+			views[i].role = KILN_ROLE_METADATA;
+	kiln_tensor *last = n ? &views[n - 1] : NULL;
+	if (last && last->name && is_u8_named(last, KILN_DIGESTS_TENSOR)) {
+		f->embedded.at = last->file_offset;
+		f->embedded.len = last->byte_length;
+		f->embedded.from = 0;
+		f->embedded.to = last->file_offset;
+		f->embedded.enc = KILN__EMBED_RAW;
+		f->count = n - 1;
+	}
+}
+
 static int klnt_read(struct kiln__file *f, int exact, kiln_error *err)
 {
 	int rc = check_header(f, exact, err);
@@ -700,6 +740,7 @@ static int klnt_read(struct kiln__file *f, int exact, kiln_error *err)
 	if ((rc = after_1_layouts(&s)) || (rc = after_2_heap(&s)) || (rc = after_3_placement(&s)) ||
 	    (rc = after_4_pad(&s)) || (rc = after_5_scales(&s)))
 		return rc;
+	mark_roles(f, s.views, n);
 	return 0;
 }
 
@@ -757,6 +798,13 @@ static int klnt_verify(const struct kiln__file *f, kiln_error *err)
 		if (rc)
 			return rc;
 		cursor = t->byte_offset + t->byte_length;
+	}
+	if (f->embedded.enc == KILN__EMBED_RAW) {
+		/* The gap before the file's digest table, which has no view (mark_roles). */
+		kiln_tensor table = {.index = f->first + f->count,
+				     .byte_offset = f->embedded.at - f->payload_base,
+				     .file_offset = f->embedded.at};
+		return payload_1_gap(f, &table, cursor, err);
 	}
 	return 0;
 }

@@ -551,6 +551,19 @@ static int add_metadata(struct st *s)
 			return rc;
 	}
 	for (size_t i = 0; i < s->nmeta; i += 2) {
+		if (kiln__json_str_is(&s->meta[i], KILN_DIGESTS_KEY,
+				      sizeof(KILN_DIGESTS_KEY) - 1)) {
+			/* The file's digest table: the file's bookkeeping, not the model's
+			 * metadata. Its value's raw bytes are decoded when digests are asked for
+			 * (an escape is not base64, and says so then). */
+			const struct kiln__json_str *v = &s->meta[i + 1];
+			s->f->embedded.at = 8 + (uint64_t)v->at + 1;
+			s->f->embedded.len = v->raw_len;
+			s->f->embedded.from = s->data_base;
+			s->f->embedded.to = s->f->size;
+			s->f->embedded.enc = KILN__EMBED_BASE64;
+			continue;
+		}
 		const char *key, *val;
 		size_t klen, vlen;
 		int rc = kiln__meta_json_str(s->f, &s->meta[i], &key, &klen, s->err);

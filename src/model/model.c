@@ -555,6 +555,10 @@ int kiln_model_file_info(const kiln_model *m, uint32_t file, kiln_file_info *inf
 	info->base = f->base;
 	info->source = f->load.source;
 	info->auto_choice = f->load.auto_choice;
+	if (f->embedded.enc != KILN__EMBED_NONE) {
+		info->digests_offset = f->embedded.at;
+		info->digests_bytes = f->embedded.len;
+	}
 	return 0;
 }
 

@@ -38,7 +38,8 @@ const char *kiln_digest_source_name(unsigned source)
 {
 	static const char *const names[] = {[KILN_DIGESTS_SIDECAR] = "sidecar",
 					    [KILN_DIGESTS_HF_CACHE] = "hf-cache",
-					    [KILN_DIGESTS_MODEL_SIGNING] = "model-signing"};
+					    [KILN_DIGESTS_MODEL_SIGNING] = "model-signing",
+					    [KILN_DIGESTS_EMBEDDED] = "embedded"};
 	return source && source < sizeof(names) / sizeof(names[0]) ? names[source] : NULL;
 }
 
@@ -369,6 +370,80 @@ out:
 	return rc;
 }
 
+/* The digest table file f carries itself (kiln/verify.h), read and parsed: 0 with *table
+ * (malloc'd) and *d; NOTFOUND when it has none; else its errors, located in the file: TYPE for a
+ * key of another type or a table that does not cover exactly the bytes its format says (all of
+ * them before a KLNT table, a safetensors file's data region, a GGUF data section), LIMIT for
+ * more bytes than any table of the file can have (nothing is read then), FRAME for text that is
+ * not base64, and the table's own rules. */
+static int read_embedded(const struct kiln__file *f, uint8_t **table, struct kiln__digests *d,
+			 kiln_error *err)
+{
+	*table = NULL;
+	const char *shown = kiln__file_shown(f);
+	const int b64 = f->embedded.enc == KILN__EMBED_BASE64;
+	if (f->embedded.enc == KILN__EMBED_NONE)
+		return kiln__fail_named(err, shown, KILN_NOTFOUND, KILN_NO_INDEX, NULL,
+					KILN_NO_OFFSET, "no digests in the file");
+	if (f->embedded.enc == KILN__EMBED_WRONG)
+		return kiln__fail_named(err, shown, KILN_TYPE, KILN_NO_INDEX, KILN_DIGESTS_KEY,
+					f->embedded.at,
+					"the key " KILN_DIGESTS_KEY " is not an array of u8");
+	size_t cap = kiln__digests_size(f->embedded.from, f->embedded.to, KILN__DIGEST_LOG2_MIN);
+	size_t enc_cap = b64 ? kiln__base64_len(cap) : cap;
+	if (!cap || f->embedded.len > enc_cap)
+		return kiln__fail_named(
+		    err, shown, KILN_LIMIT, KILN_NO_INDEX, KILN_DIGESTS_KEY, f->embedded.at,
+		    "its digest table: %" PRIu64 " bytes, more than any table of "
+		    "its %" PRIu64 " bytes can have (%zu)",
+		    f->embedded.len, f->embedded.to - f->embedded.from, enc_cap);
+	size_t len = (size_t)f->embedded.len;
+	uint8_t *raw = malloc(len ? len : 1);
+	uint8_t *t = b64 ? malloc(len / 4 * 3 + 1) : raw;
+	int rc = 0;
+	if (!raw || !t) {
+		rc = kiln__nomem(err, len, "a digest table");
+		goto out;
+	}
+	/* From the descriptor where there is one: an open checks before its source has placed
+	 * the file (a READ block is not filled yet), and a pread is right at any time. */
+	if ((rc = f->fd >= 0 ? kiln__pread_full(f->fd, raw, len, f->embedded.at, err)
+			     : kiln__file_read(f, f->embedded.at, raw, len, err))) {
+		if (f->fd >= 0)
+			kiln__error_prefix(err, shown);
+		goto out;
+	}
+	if (b64 && kiln__base64_decode(raw, len, t, &len)) {
+		rc = kiln__fail_named(err, shown, KILN_FRAME, KILN_NO_INDEX, KILN_DIGESTS_KEY,
+				      f->embedded.at,
+				      "__metadata__ " KILN_DIGESTS_KEY ": the value is not base64");
+		goto out;
+	}
+	if ((rc = kiln__digests_parse(t, len, shown, d, err))) {
+		/* Where in the file: the table's offset, through the encoding. */
+		if (err && err->offset != KILN_NO_OFFSET)
+			err->offset = f->embedded.at + (b64 ? err->offset / 3 * 4 : err->offset);
+		goto out;
+	}
+	if (d->file_size != f->size)
+		rc = another(shown, d->file_size, f, err);
+	else if (d->from != f->embedded.from || d->to != f->embedded.to)
+		rc = kiln__fail_named(err, shown, KILN_TYPE, KILN_NO_INDEX, KILN_DIGESTS_KEY,
+				      f->embedded.at,
+				      "its digest table covers bytes %" PRIu64 "..%" PRIu64
+				      "; the file's are %" PRIu64 "..%" PRIu64,
+				      d->from, d->to, f->embedded.from, f->embedded.to);
+out:
+	if (t != raw)
+		free(raw);
+	if (rc) {
+		free(t);
+		t = NULL;
+	}
+	*table = t;
+	return rc;
+}
+
 /* CORRUPT for chunk k of file f, bytes [off, off + n): the file, the chunk, its range, its first
  * tensor and both digests. */
 static int mismatch(const kiln_model *m, const struct kiln__file *f, uint64_t k, uint64_t off,
@@ -613,6 +688,12 @@ int kiln__verifier_open(const kiln_model *m, const struct kiln__file *f,
 	kiln_error first;
 	int rc = read_sidecar(f, &v->table, &v->d, &first);
 	v->source = KILN_DIGESTS_SIDECAR;
+	/* No sidecar (or no place for one: a URL, a buffer): the file's own table. */
+	if ((rc == KILN_NOTFOUND || rc == KILN_UNSUPPORTED || rc == KILN_INVAL) &&
+	    f->embedded.enc != KILN__EMBED_NONE) {
+		rc = read_embedded(f, &v->table, &v->d, &first);
+		v->source = KILN_DIGESTS_EMBEDDED;
+	}
 	if (rc && rc != KILN_NOTFOUND && err)
 		*err = first;
 	if (rc == KILN_NOTFOUND) {

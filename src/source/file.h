@@ -59,6 +59,13 @@ struct kiln__file {
 	uint64_t payload_base, payload_bytes, directory_bytes;
 	uint64_t first, count; /* its tensors: model indices [first, first + count) */
 	int64_t split_tensors; /* GGUF: its split.tensors.count, or -1 */
+	/* The digest table the file carries itself (kiln's writers put it there; kiln/verify.h),
+	 * as the reader found it: its encoded bytes [at, at + len) of the file, and the bytes a
+	 * table there must cover, [from, to) (src/read/verify.c checks both). */
+	struct {
+		uint64_t at, len, from, to;
+		uint8_t enc; /* enum kiln__embedded */
+	} embedded;
 	/* Bytes the reader kept past open (fetched with keep), freed at close. */
 	struct kiln__kept *kept;
 	/* Told by the source's finish of every byte of the file once it is in place at base
@@ -83,6 +90,13 @@ static inline const char *kiln__file_name(const struct kiln__file *f)
 {
 	return f->url ? f->url : f->path;
 }
+enum kiln__embedded {
+	KILN__EMBED_NONE = 0,
+	KILN__EMBED_RAW,    /* the table's bytes as they are (a KLNT tensor, a GGUF u8 array) */
+	KILN__EMBED_BASE64, /* a JSON string's raw bytes (safetensors __metadata__) */
+	KILN__EMBED_WRONG,  /* the key is there with a value of another type (GGUF): TYPE */
+};
+
 /* A file's name for messages: a URL with its credentials left out (kiln__url_shown). */
 static inline const char *kiln__file_shown(const struct kiln__file *f)
 {

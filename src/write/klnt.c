@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include "base/publish.h"
+#include "format/digest.h"
 #include "format/klnt.h"
 #include "model/model.h"
 #include "write/write.h"
@@ -303,13 +304,22 @@ out:
 }
 
 /* kiln_write_file's fill: the block, head, then each payload after its zero pad, streamed in
- * chunks. */
+ * chunks; with a digest table (its last tensor), every byte before the table hashed as it is
+ * written, and the table sealed just before its own payload goes out. */
 struct block_fill {
 	const char *path;
 	const struct plan *p;
 	const kiln_tensor_spec *tensors;
 	uint8_t *chunk;
+	struct kiln__digest_writer *dw; /* NULL: no digest table */
 };
+
+static int put(const struct block_fill *b, int fd, const void *p, size_t n)
+{
+	if (b->dw)
+		kiln__digest_writer_add(b->dw, p, n);
+	return kiln__write_all(fd, p, n);
+}
 
 static int write_block(void *ctx, int fd, kiln_error *err)
 {
@@ -317,10 +327,12 @@ static int write_block(void *ctx, int fd, kiln_error *err)
 	const struct block_fill *b = ctx;
 	const struct plan *p = b->p;
 	const kiln_tensor_spec *tensors = b->tensors;
-	int e = kiln__write_all(fd, p->head, (size_t)p->payload_base);
+	int e = put(b, fd, p->head, (size_t)p->payload_base);
 	uint64_t cursor = 0;
 	for (uint32_t i = 0; i < p->n && !e; i++) {
-		e = kiln__write_all(fd, zeros, (size_t)(p->offsets[i] - cursor));
+		e = put(b, fd, zeros, (size_t)(p->offsets[i] - cursor));
+		if (b->dw && i == p->n - 1) /* the table: every byte before it is hashed */
+			kiln__digest_writer_seal(b->dw, p->block);
 		uint64_t len = p->lengths[i];
 		uint8_t last = 0;
 		for (uint64_t done = 0; done < len && !e; done += KILN__WRITE_CHUNK) {
@@ -334,7 +346,7 @@ static int write_block(void *ctx, int fd, kiln_error *err)
 				if (rc)
 					return rc;
 			}
-			e = kiln__write_all(fd, src, step);
+			e = put(b, fd, src, step);
 			last = src[step - 1];
 		}
 		if (!e && len) {
@@ -348,30 +360,127 @@ static int write_block(void *ctx, int fd, kiln_error *err)
 		 : 0;
 }
 
+#define DIGESTS_NAME_LEN (sizeof(KILN_DIGESTS_TENSOR) - 1)
+
+/* The tensors as the file will hold them, planned: with the digest table as the last tensor
+ * unless flags say none or the tensors are unnamed (a table needs its name, and every tensor of
+ * a file is named or none is). *all is the list written (tensors itself, or a copy with the
+ * table's spec last, its data at *table, both malloc'd); *dlen the table's bytes (0: none). */
+static int plan_file(const kiln_tensor_spec *tensors, uint32_t count, uint32_t flags,
+		     struct plan *p, kiln_tensor_spec **all, uint8_t **table, size_t *dlen,
+		     kiln_error *err)
+{
+	*all = NULL;
+	*table = NULL;
+	*dlen = 0;
+	if ((flags & KILN_WRITE_NO_DIGESTS) || !count || !tensors || !tensors[0].name) {
+		int rc = plan_build(tensors, count, p, err);
+		if (rc)
+			plan_free(p);
+		return rc;
+	}
+	memset(p, 0, sizeof(*p));
+	if (count == KILN_NONE32 - 1)
+		return kiln__fail(err, KILN_LIMIT, KILN_NO_INDEX, "tensor_count", KILN_NO_OFFSET,
+				  "%" PRIu32
+				  " tensors and the digest table: more than a file holds "
+				  "(KILN_WRITE_NO_DIGESTS writes them alone)",
+				  count);
+	for (uint32_t i = 0; i < count; i++)
+		if (tensors[i].name && tensors[i].name_len == DIGESTS_NAME_LEN &&
+		    !memcmp(tensors[i].name, KILN_DIGESTS_TENSOR, DIGESTS_NAME_LEN))
+			return kiln__fail(err, KILN_TYPE, i, "name", KILN_NO_OFFSET,
+					  "tensor %" PRIu32 ": the name " KILN_DIGESTS_TENSOR
+					  " is the file's digest table (KILN_WRITE_NO_DIGESTS "
+					  "writes the tensors alone)",
+					  i);
+	kiln_tensor_spec *a = malloc(((size_t)count + 1) * sizeof(*a));
+	if (!a)
+		return kiln__nomem(err, ((size_t)count + 1) * sizeof(*a), "the tensor list");
+	memcpy(a, tensors, (size_t)count * sizeof(*a));
+	a[count] = (kiln_tensor_spec){.name = KILN_DIGESTS_TENSOR,
+				      .name_len = DIGESTS_NAME_LEN,
+				      .dtype = KILN_DT_U8,
+				      .rank = 1};
+	/* Where the table starts decides its length, which moves nothing before it. */
+	int rc = plan_build(a, count + 1, p, err);
+	size_t len = 0;
+	if (!rc) {
+		len = kiln__digests_size(0, p->payload_base + p->offsets[count], KILN__DIGEST_LOG2);
+		plan_free(p);
+		a[count].shape[0] = a[count].byte_length = len;
+		if (!(*table = malloc(len)))
+			rc = kiln__nomem(err, len, "a digest table");
+		a[count].data = *table;
+	}
+	if (!rc)
+		rc = plan_build(a, count + 1, p, err);
+	if (rc) {
+		plan_free(p);
+		free(a);
+		free(*table);
+		*table = NULL;
+		return rc;
+	}
+	*all = a;
+	*dlen = len;
+	return 0;
+}
+
 /* Plan the block and publish it through pending file w (created; sealed here unless it fails),
  * or, with w NULL, as kiln_write_file() publishes it alone. */
 static int write_klnt(const char *path, struct kiln__pending *w, const kiln_tensor_spec *tensors,
 		      uint32_t count, uint32_t flags, kiln_error *err)
 {
 	struct plan p;
-	int rc = plan_build(tensors, count, &p, err);
-	uint8_t *chunk = NULL;
-	if (!rc && !(chunk = malloc(KILN__WRITE_CHUNK)))
+	kiln_tensor_spec *all;
+	uint8_t *table, *chunk = NULL;
+	size_t dlen;
+	int rc = plan_file(tensors, count, flags, &p, &all, &table, &dlen, err);
+	if (rc)
+		return rc;
+	if (!(chunk = malloc(KILN__WRITE_CHUNK)))
 		rc = kiln__nomem(err, KILN__WRITE_CHUNK, "a payload chunk");
 	if (!rc) {
-		struct block_fill b = {.path = path, .p = &p, .tensors = tensors, .chunk = chunk};
+		struct kiln__digest_writer dw;
+		struct block_fill b = {
+		    .path = path, .p = &p, .tensors = all ? all : tensors, .chunk = chunk};
+		if (table) {
+			kiln__digest_writer_init(&dw, table, dlen, 0,
+						 p.payload_base + p.offsets[p.n - 1],
+						 KILN__DIGEST_LOG2);
+			b.dw = &dw;
+		}
 		rc = w ? write_block(&b, w->fd, err)
 		       : kiln_write_atomic(path, write_block, &b, flags, err);
 	}
 	free(chunk);
+	free(table);
+	free(all);
 	plan_free(&p);
 	return rc;
 }
 
 int kiln__write_klnt(struct kiln__pending *w, const kiln_tensor_spec *tensors, uint32_t count,
+		     uint32_t flags, kiln_error *err)
+{
+	return write_klnt(w->path, w, tensors, count, flags, err);
+}
+
+int kiln__klnt_check(const kiln_tensor_spec *tensors, uint32_t count, uint32_t flags,
 		     kiln_error *err)
 {
-	return write_klnt(w->path, w, tensors, count, 0, err);
+	struct plan p;
+	kiln_tensor_spec *all;
+	uint8_t *table;
+	size_t dlen;
+	int rc = plan_file(tensors, count, flags, &p, &all, &table, &dlen, err);
+	if (!rc) {
+		free(table);
+		free(all);
+		plan_free(&p);
+	}
+	return rc;
 }
 
 int kiln_write_file(const char *path, const kiln_tensor_spec *tensors, uint32_t count,
@@ -380,7 +489,7 @@ int kiln_write_file(const char *path, const kiln_tensor_spec *tensors, uint32_t 
 	kiln__clear_error(err);
 	if (!path)
 		return kiln__fail_inval(err, KILN_NO_INDEX, NULL, "path is NULL");
-	if (flags & ~(uint32_t)KILN_WRITE_NO_SYNC)
+	if (flags & ~(uint32_t)KILN__WRITE_FLAGS)
 		return kiln__fail_inval(err, KILN_NO_INDEX, "flags", "unknown write flags 0x%x",
 					flags);
 	return write_klnt(path, NULL, tensors, count, flags, err);

@@ -10,8 +10,9 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
-#include "write/write.h"
+#include "format/digest.h"
 #include "format/safetensors.h"
+#include "write/write.h"
 
 #define ST_HEADER_CAP 100000000u /* the reference's MAX_HEADER_SIZE */
 #define CHUNK         (1u << 20)
@@ -29,6 +30,7 @@ struct plan {
 	char *header; /* padded: 8-byte length, JSON, spaces */
 	size_t header_len;
 	uint64_t data_len;
+	size_t digests_at; /* the header offset of the __metadata__ digest table's text; 0: none */
 };
 
 static void plan_free(struct plan *p)
@@ -133,8 +135,14 @@ static void put_str(struct out *o, const char *s, size_t n)
 	put(o, "\"", 1);
 }
 
-static void emit(struct out *o, const struct plan *p, const kiln_str_pair *const *meta,
-		 size_t nmeta, int has_meta)
+static int is_digests_key(const kiln_str_pair *m)
+{
+	return m->key_len == sizeof(KILN_DIGESTS_KEY) - 1 &&
+	       !memcmp(m->key, KILN_DIGESTS_KEY, m->key_len);
+}
+
+static void emit(struct out *o, struct plan *p, const kiln_str_pair *const *meta, size_t nmeta,
+		 int has_meta)
 {
 	put(o, "{", 1);
 	if (has_meta) {
@@ -144,6 +152,8 @@ static void emit(struct out *o, const struct plan *p, const kiln_str_pair *const
 				put(o, ",", 1);
 			put_str(o, meta[i]->key, meta[i]->key_len);
 			put(o, ":", 1);
+			if (is_digests_key(meta[i]))
+				p->digests_at = 8 + o->len + 1; /* past the quote */
 			put_str(o, meta[i]->value, meta[i]->value_len);
 		}
 		put(o, "}", 1);
@@ -395,17 +405,27 @@ struct fill {
 	const struct plan *p;
 	const char *path;
 	uint8_t *chunk;
+	kiln_digest_builder *dw; /* the data region's digest table; NULL: none */
 };
 
+static int put_data(const struct fill *f, int fd, const void *p, size_t n)
+{
+	kiln_digest_builder_add(f->dw, p, n);
+	return kiln__write_all(fd, p, n);
+}
+
+/* The header with a placeholder for the digest table's text, the data hashed as it goes out,
+ * then the table's text written over the placeholder. */
 static int fill_file(void *ctx, int fd, kiln_error *err)
 {
 	const struct fill *f = ctx;
 	const struct plan *p = f->p;
+	kiln_digest_builder_add(f->dw, p->header, p->header_len); /* before its range */
 	int e = kiln__write_all(fd, p->header, p->header_len);
 	for (size_t i = 0; i < p->n && !e; i++) {
 		const kiln_tensor_spec *t = p->items[i].t;
 		if (t->data || !t->byte_length) {
-			e = kiln__write_all(fd, t->data, (size_t)t->byte_length);
+			e = put_data(f, fd, t->data, (size_t)t->byte_length);
 			continue;
 		}
 		for (uint64_t done = 0; done < t->byte_length && !e; done += CHUNK) {
@@ -414,8 +434,14 @@ static int fill_file(void *ctx, int fd, kiln_error *err)
 			int rc = kiln__produce(t, p->items[i].index, done, f->chunk, step, err);
 			if (rc)
 				return rc;
-			e = kiln__write_all(fd, f->chunk, step);
+			e = put_data(f, fd, f->chunk, step);
 		}
+	}
+	if (!e && f->dw) {
+		const char *text = kiln_digest_builder_seal(f->dw, p->header_len + p->data_len);
+		size_t len = kiln__base64_len(
+		    kiln__digests_size(0, p->data_len, KILN__DIGEST_LOG2)); /* the placeholder's */
+		e = text ? kiln__pwrite_all(fd, text, len, p->digests_at) : EINVAL;
 	}
 	return e ? kiln__fail_sys(err, KILN_IO, e, "%s: write failed: %s", f->path, strerror(e))
 		 : 0;
@@ -428,19 +454,70 @@ int kiln_safetensors_write_file(const char *path, const kiln_tensor_spec *tensor
 	kiln__clear_error(err);
 	if (!path)
 		return kiln__fail_inval(err, KILN_NO_INDEX, NULL, "path is NULL");
-	struct plan p;
-	int rc = plan_build(tensors, count, metadata, nmeta, &p, err);
-	if (rc)
-		return rc;
+	if (flags & ~(uint32_t)KILN__WRITE_FLAGS)
+		return kiln__fail_inval(err, KILN_NO_INDEX, "flags", "unknown write flags 0x%x",
+					flags);
+	int digests = !(flags & KILN_WRITE_NO_DIGESTS);
+	/* With digests, __metadata__ gains their entry: a placeholder of the text's length now
+	 * (the header's length depends on it), the table's text once the data is written. */
+	kiln_str_pair *meta = NULL;
+	char *holder = NULL;
+	struct plan p = {0};
+	kiln_digest_builder *dw = NULL;
 	uint8_t *chunk = NULL;
+	int rc = 0;
+	if (digests) {
+		for (size_t i = 0; metadata && i < nmeta; i++)
+			if (is_digests_key(&metadata[i]))
+				return kiln__fail(
+				    err, KILN_TYPE, KILN_NO_INDEX, "__metadata__", KILN_NO_OFFSET,
+				    "metadata key " KILN_DIGESTS_KEY " is the file's digest table "
+				    "(KILN_WRITE_NO_DIGESTS writes the metadata alone)");
+		if (nmeta && !metadata)
+			return kiln__fail_inval(err, KILN_NO_INDEX, "metadata",
+						"metadata is NULL with a count of %zu", nmeta);
+		if (!(meta = malloc((nmeta + 1) * sizeof(*meta))))
+			return kiln__nomem(err, (nmeta + 1) * sizeof(*meta), "the metadata");
+		if (nmeta)
+			memcpy(meta, metadata, nmeta * sizeof(*meta));
+		meta[nmeta] = (kiln_str_pair){.key = KILN_DIGESTS_KEY,
+					      .key_len = sizeof(KILN_DIGESTS_KEY) - 1};
+	}
+	if (digests) {
+		/* The table's length depends on the data's length only. */
+		if ((rc = plan_build(tensors, count, metadata, nmeta, &p, err)))
+			goto out;
+		size_t tlen = kiln__digests_size(0, p.data_len, KILN__DIGEST_LOG2);
+		size_t hlen = tlen ? kiln__base64_len(tlen) : 0;
+		plan_free(&p);
+		if (!tlen || !(holder = malloc(hlen))) {
+			rc = kiln__nomem(err, hlen, "the digest table's text");
+			goto out;
+		}
+		memset(holder, 'A', hlen);
+		meta[nmeta].value = holder;
+		meta[nmeta].value_len = hlen;
+		rc = plan_build(tensors, count, meta, nmeta + 1, &p, err);
+	} else {
+		rc = plan_build(tensors, count, metadata, nmeta, &p, err);
+	}
+	if (rc)
+		goto out;
+	if (digests && (rc = kiln_digest_builder_new(p.header_len, p.header_len + p.data_len, 1,
+						     &dw, NULL, err)))
+		goto out;
 	for (size_t i = 0; i < p.n && !chunk; i++)
 		if (!p.items[i].t->data && p.items[i].t->byte_length && !(chunk = malloc(CHUNK)))
 			rc = kiln__nomem(err, 0, NULL);
 	if (!rc) {
-		struct fill f = {.p = &p, .path = path, .chunk = chunk};
+		struct fill f = {.p = &p, .path = path, .chunk = chunk, .dw = dw};
 		rc = kiln_write_atomic(path, fill_file, &f, flags, err);
 	}
+out:
+	kiln_digest_builder_free(dw);
 	free(chunk);
+	free(holder);
+	free(meta);
 	plan_free(&p);
 	return rc;
 }

@@ -22,6 +22,7 @@
 
 #define NAME_LIMIT    0xFFFFu /* heap slices must start below this offset (u16, 0xFFFF = none) */
 #define META_NAME_LEN (sizeof(KILN_METADATA_TENSOR) - 1)
+#define DIG_NAME_LEN  (sizeof(KILN_DIGESTS_TENSOR) - 1)
 
 static uint64_t align64_sat(uint64_t x)
 {
@@ -74,10 +75,11 @@ static uint32_t find(uint32_t *g, uint32_t i)
 }
 
 /* Would the heap of shard s start every slice below 0xFFFF? The heap is the names in order,
- * then the layout names; with a metadata document its name is the last name of shard 0. */
-static int heap_fits(const struct shard *s, int meta_last)
+ * then the layout names; `tail`, when nonzero, is the length of the last name, one of kiln's
+ * own (the digest table's in every shard, else the metadata document's in shard 0). */
+static int heap_fits(const struct shard *s, uint64_t tail)
 {
-	uint64_t last_name_at = s->names - (meta_last ? META_NAME_LEN : s->last_name);
+	uint64_t last_name_at = s->names - (tail ? tail : s->last_name);
 	if (s->names && last_name_at >= NAME_LIMIT)
 		return 0;
 	return !s->layouts || s->names + s->layouts - s->last_layout < NAME_LIMIT;
@@ -96,11 +98,11 @@ static uint64_t payload_of(const kiln_tensor_spec *t)
 	return bytes;
 }
 
-static void shard_add(struct shard *s, const kiln_tensor_spec *t, uint32_t i, int meta_last)
+static void shard_add(struct shard *s, const kiln_tensor_spec *t, uint32_t i, int fixed_last)
 {
 	if (t->name && t->name_len) {
 		s->names += t->name_len;
-		if (!meta_last && (s->name_at == KILN_NONE32 || i > s->name_at)) {
+		if (!fixed_last && (s->name_at == KILN_NONE32 || i > s->name_at)) {
 			s->name_at = i;
 			s->last_name = (uint32_t)t->name_len;
 		}
@@ -115,9 +117,11 @@ static void shard_add(struct shard *s, const kiln_tensor_spec *t, uint32_t i, in
 	s->payload = sat_add(s->payload, align64_sat(payload_of(t)));
 }
 
-static void shard_start(struct shard *s, uint32_t first)
+/* A shard from tensor `first` on; `names`: the heap bytes of kiln's own tensors in it. */
+static void shard_start(struct shard *s, uint32_t first, uint64_t names)
 {
-	*s = (struct shard){.first = first, .name_at = KILN_NONE32, .layout_at = KILN_NONE32};
+	*s = (struct shard){
+	    .first = first, .names = names, .name_at = KILN_NONE32, .layout_at = KILN_NONE32};
 }
 
 static int links_of(const kiln_tensor_spec *t, uint32_t links[2])
@@ -140,7 +144,7 @@ static int links_of(const kiln_tensor_spec *t, uint32_t links[2])
  * later tensor forward.
  */
 static int plan_shards(const kiln_tensor_spec *ts, uint32_t n, int has_meta, uint64_t meta_len,
-		       uint64_t max_shard, struct plan *p, kiln_error *err)
+		       int digests, uint64_t max_shard, struct plan *p, kiln_error *err)
 {
 	memset(p, 0, sizeof(*p));
 	p->order = malloc((n ? n : 1) * sizeof(uint32_t));
@@ -187,23 +191,25 @@ static int plan_shards(const kiln_tensor_spec *ts, uint32_t n, int has_meta, uin
 		head[p->group[i]] = i;
 	}
 
+	/* Every shard ends with its digest table (unless none are written), the first one with
+	 * the metadata document before it: names the heap must hold, the last one fixed. */
+	const uint64_t dig = digests ? DIG_NAME_LEN : 0;
 	struct shard *cur = &p->shards[0];
-	shard_start(cur, 0);
+	shard_start(cur, 0, dig + (has_meta ? META_NAME_LEN : 0));
 	p->nshards = 1;
-	if (has_meta) {
-		cur->names = META_NAME_LEN;
+	if (has_meta)
 		cur->payload = align64_sat(meta_len);
-	}
 	uint32_t placed = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		if (p->group[i] != i)
 			continue; /* placed with the first tensor of its group */
 		int meta_last = has_meta && cur == &p->shards[0];
+		uint64_t tail = dig ? dig : meta_last ? META_NAME_LEN : 0;
 		struct shard try = *cur;
 		uint32_t members = 0;
 		for (uint32_t j = i; j != KILN_NONE32; j = next[j])
-			shard_add(&try, &ts[j], j, meta_last), members++;
-		int fits = heap_fits(&try, meta_last);
+			shard_add(&try, &ts[j], j, tail != 0), members++;
+		int fits = heap_fits(&try, tail);
 		int too_big = max_shard && try.payload > max_shard;
 		/* A shard holding tensors closes when the group does not fit. The first one, with
 		 * only the metadata document yet, closes when the names do not fit, or when the
@@ -213,10 +219,10 @@ static int plan_shards(const kiln_tensor_spec *ts, uint32_t n, int has_meta, uin
 		if ((cur->n && (!fits || too_big)) ||
 		    (meta_last && !cur->n && (!fits || (too_big && group <= max_shard)))) {
 			cur = &p->shards[p->nshards++];
-			shard_start(cur, placed);
+			shard_start(cur, placed, dig);
 			try = *cur;
 			for (uint32_t j = i; j != KILN_NONE32; j = next[j])
-				shard_add(&try, &ts[j], j, 0);
+				shard_add(&try, &ts[j], j, dig != 0);
 		}
 		*cur = try;
 		cur->n += members;
@@ -448,7 +454,7 @@ int kiln_write_series(const char *path, const kiln_tensor_spec *tensors, uint64_
 	if (rc)
 		return rc;
 	uint32_t flags = opts ? opts->flags : 0;
-	if (flags & ~(uint32_t)KILN_WRITE_NO_SYNC)
+	if (flags & ~(uint32_t)KILN__WRITE_FLAGS)
 		return kiln__fail_inval(err, KILN_NO_INDEX, "flags", "unknown write flags 0x%x",
 					flags);
 	if (opts && !opts->metadata && opts->metadata_len)
@@ -484,6 +490,12 @@ int kiln_write_series(const char *path, const kiln_tensor_spec *tensors, uint64_
 	for (uint32_t i = 0; i < n; i++) {
 		const kiln_tensor_spec *t = &tensors[i];
 		unnamed |= !t->name;
+		if (!(flags & KILN_WRITE_NO_DIGESTS) && t->name && t->name_len == DIG_NAME_LEN &&
+		    !memcmp(t->name, KILN_DIGESTS_TENSOR, DIG_NAME_LEN))
+			return kiln__fail(err, KILN_TYPE, i, "name", KILN_NO_OFFSET,
+					  "tensor %" PRIu32 ": the name %s is the digest table's "
+					  "(KILN_WRITE_NO_DIGESTS writes the tensors alone)",
+					  i, KILN_DIGESTS_TENSOR);
 		if (has_meta && t->name && t->name_len == META_NAME_LEN &&
 		    !memcmp(t->name, KILN_METADATA_TENSOR, META_NAME_LEN))
 			return kiln__fail(err, KILN_TYPE, i, "name", KILN_NO_OFFSET,
@@ -497,7 +509,10 @@ int kiln_write_series(const char *path, const kiln_tensor_spec *tensors, uint64_
 	char **finals = NULL; /* where the shards go */
 	struct kiln__pending *pend = NULL;
 	const kiln_model *keep = opts ? opts->keep : NULL;
-	rc = plan_shards(tensors, n, has_meta, has_meta ? opts->metadata_len : 0,
+	/* Unnamed tensors are one file, which has no digest table (its name would be the only
+	 * one). */
+	int digests = !(flags & KILN_WRITE_NO_DIGESTS) && n && !unnamed;
+	rc = plan_shards(tensors, n, has_meta, has_meta ? opts->metadata_len : 0, digests,
 			 opts ? opts->max_shard_size : 0, &plan, err);
 	if (rc)
 		goto out;
@@ -561,7 +576,7 @@ int kiln_write_series(const char *path, const kiln_tensor_spec *tensors, uint64_
 			rc = kiln__nomem(err, 0, NULL);
 			break;
 		}
-		if ((rc = kiln_write_size(specs, sn, NULL, err)))
+		if ((rc = kiln__klnt_check(specs, sn, flags, err)))
 			name_the_tensor(err, specs, sn, &plan, k);
 		free(specs);
 	}
@@ -579,7 +594,7 @@ int kiln_write_series(const char *path, const kiln_tensor_spec *tensors, uint64_
 			break;
 		}
 		rc = kiln__pending_create(&pend[k], finals[k], flags, err);
-		if (!rc && (rc = kiln__write_klnt(&pend[k], specs, sn, err)))
+		if (!rc && (rc = kiln__write_klnt(&pend[k], specs, sn, flags, err)))
 			name_the_tensor(err, specs, sn, &plan, k);
 		if (!rc)
 			rc = kiln__pending_seal(&pend[k], plan.nshards > 1, err);

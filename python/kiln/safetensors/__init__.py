@@ -223,14 +223,19 @@ def _path(arg, filename):
     return p
 
 
-def serialize_file(tensor_dict, filename, metadata=None):
+def serialize_file(tensor_dict, filename, metadata=None, *, digests=False):
     """Write the safetensors file of ``tensor_dict`` to ``filename``, replacing it atomically
     (a reader that has the old file mapped keeps its pages; no partial file is ever visible),
-    synced to disk. The GIL is released while the file is written."""
+    synced to disk. The GIL is released while the file is written. The bytes are the ones
+    safetensors writes; ``digests=True`` (kiln's own) adds the file's digest table to its
+    ``__metadata__`` (``kiln.digests``, docs/integrity.md), which ``verify=True`` and ``klnt
+    verify`` check and ``metadata()`` leaves out."""
     items, metadata = _writer_input(tensor_dict, metadata)
     path = _path("filename", filename)
+    if not isinstance(digests, bool):
+        raise TypeError(f"digests must be a bool, not {type(digests).__name__}")
     try:
-        _write_safetensors(path, items, metadata)
+        _write_safetensors(path, items, metadata, digests=digests)
     except _KilnError as e:
         raise SafetensorError(f"Error while serializing: {_writer_error(e)}") from None
 

@@ -8,7 +8,6 @@ import errno as _errno
 import json as _json
 
 from .. import _dtypes, _kiln
-from .._kiln import METADATA_TENSOR as _METADATA_TENSOR
 from .._kiln import Error as _KilnError
 from .._kiln import FileError as _KilnFileError
 from .._kiln import open as _kiln_open
@@ -144,7 +143,7 @@ class _Open:
             self._dir = None
 
     def _views(self):
-        return [t for t in self._live() if t.name is not None and t.name != _METADATA_TENSOR]
+        return [t for t in self._live() if t.name is not None and t.role == "model"]
 
     def keys(self):
         """The names of the tensors, sorted (without kiln's metadata tensor)."""
@@ -190,7 +189,7 @@ class _Open:
             t = d[name]
         except KeyError:
             t = None
-        if t is None or name == _METADATA_TENSOR:
+        if t is None or t.role != "model":
             raise SafetensorError(f"File does not contain tensor {name}")
         return t
 

@@ -50,12 +50,14 @@ def save(tensor_dict: Dict[str, np.ndarray], metadata: Optional[Dict[str, str]] 
 
 
 def save_file(tensor_dict: Dict[str, np.ndarray], filename: Union[str, os.PathLike],
-              metadata: Optional[Dict[str, str]] = None) -> None:
+              metadata: Optional[Dict[str, str]] = None, *,
+              digests: bool = False) -> None:
     """Write ``tensor_dict`` (name -> array) to ``filename`` as a safetensors file, one file
     as safetensors writes it. kiln's own ``kiln.save_file`` writes KLNT instead (one file or a
-    series; docs/python.md, "Which save_file writes what")."""
+    series; docs/python.md, "Which save_file writes what"). ``digests=True`` (kiln's own) adds
+    the file's digest table to ``__metadata__`` (serialize_file)."""
     keep = []
-    serialize_file(_flatten(tensor_dict, keep), filename, metadata=metadata)
+    serialize_file(_flatten(tensor_dict, keep), filename, metadata=metadata, digests=digests)
 
 
 def load(data: bytes) -> Dict[str, np.ndarray]:

@@ -203,12 +203,15 @@ def save(tensors: Dict[str, torch.Tensor], metadata: Optional[Dict[str, str]] = 
 
 
 def save_file(tensors: Dict[str, torch.Tensor], filename: Union[str, os.PathLike],
-              metadata: Optional[Dict[str, str]] = None) -> None:
+              metadata: Optional[Dict[str, str]] = None, *,
+              digests: bool = False) -> None:
     """Write ``tensors`` to ``filename`` as a safetensors file (atomic replace, synced), one
     file as safetensors writes it. kiln's own ``kiln.save_file`` writes KLNT instead (one file
-    or a series; docs/python.md, "Which save_file writes what")."""
+    or a series; docs/python.md, "Which save_file writes what"). ``digests=True`` (kiln's own)
+    adds the file's digest table to ``__metadata__`` (serialize_file)."""
     keep = []
-    serialize_file(_flatten_as_ptr(tensors, keep), filename, metadata=metadata)
+    serialize_file(_flatten_as_ptr(tensors, keep), filename, metadata=metadata,
+                   digests=digests)
 
 
 def load_file(filename: Union[str, os.PathLike], device: Union[str, int] = "cpu", *,
