@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Fuzz target: the digest table (src/format/digest.h), what a sidecar beside a model holds. The
- * first byte picks how the rest is taken: odd, as it is; even, with its own digest (bytes 48..63)
- * recomputed first, so that the fuzzer reaches the fields behind that check.
+ * Fuzz target: the digest table (src/format/digest.h), what a sidecar beside a model holds and
+ * what kiln's writers put in the files themselves. The first byte picks how the rest is taken:
+ * bit 0 clear, with its own digest (bytes 48..63) recomputed first, so that the fuzzer reaches
+ * the fields behind that check; bit 1 set, as base64 text (a safetensors __metadata__ value),
+ * decoded strictly first, judged against a decoder written here from RFC 4648.
  *
  * Judged against the target's own reading of the rules (docs/integrity.md, in their order): the
  * verdict's class and offset, and for an accepted table its fields and that sealing a table
@@ -72,6 +74,39 @@ static int judge(const uint8_t *t, size_t len, uint64_t *at)
 	return *at = 0, 0;
 }
 
+/* Standard base64, padded, strictly: -1 for anything else. Bits the padding drops may be
+ * anything (the table's own digest decides what the bytes are worth). */
+static long long unbase64(const uint8_t *s, size_t n, uint8_t *out)
+{
+	static const char abc[] =
+	    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	if (n % 4)
+		return -1;
+	size_t o = 0;
+	for (size_t i = 0; i < n; i += 4) {
+		uint32_t v = 0;
+		int pad = 0;
+		for (int j = 0; j < 4; j++) {
+			const char *c = s[i + j] ? strchr(abc, s[i + j]) : NULL;
+			if (s[i + j] == '=' && i + 4 == n && j >= 2 &&
+			    (j == 3 || s[i + 3] == '=')) {
+				pad++;
+				v <<= 6;
+				continue;
+			}
+			if (!c || pad)
+				return -1;
+			v = v << 6 | (uint32_t)(c - abc);
+		}
+		out[o++] = (uint8_t)(v >> 16);
+		if (pad < 2)
+			out[o++] = (uint8_t)(v >> 8);
+		if (pad < 1)
+			out[o++] = (uint8_t)v;
+	}
+	return (long long)o;
+}
+
 int kiln_fuzz_digest(const uint8_t *data, size_t size)
 {
 	if (size < 1)
@@ -81,6 +116,37 @@ int kiln_fuzz_digest(const uint8_t *data, size_t size)
 	if (!t)
 		return 0;
 	memcpy(t, data + 1, len);
+	if (data[0] & 2) {
+		/* base64 text: kiln's strict decoding against this one's; the table it gives is
+		 * then judged as raw bytes, and its encoding decodes back to it. */
+		uint8_t *want = malloc(len / 4 * 3 + 1), *got = malloc(len / 4 * 3 + 1);
+		FUZZ_CHECK(want && got, "out of memory");
+		long long wn = unbase64(t, len, want);
+		size_t gn;
+		int bad = kiln__base64_decode(t, len, got, &gn);
+		FUZZ_CHECK((wn < 0) == (bad != 0), "base64: kiln %s, the rules %s",
+			   bad ? "refuses" : "accepts", wn < 0 ? "refuse" : "accept");
+		if (!bad) {
+			FUZZ_CHECK((long long)gn == wn && !memcmp(got, want, gn), "base64 bytes");
+			char *text = malloc(kiln__base64_len(gn) + 1);
+			FUZZ_CHECK(text != NULL, "out of memory");
+			kiln__base64_encode(got, gn, text);
+			size_t back;
+			FUZZ_CHECK(!kiln__base64_decode((const uint8_t *)text, strlen(text), want,
+							&back) &&
+				       back == gn && !memcmp(want, got, gn),
+				   "encoded, decoded: other bytes");
+			free(text);
+			memcpy(t, got, gn);
+			len = gn;
+		}
+		free(want);
+		free(got);
+		if (bad) {
+			free(t);
+			return 0;
+		}
+	}
 	if (!(data[0] & 1) && len >= 64)
 		self(t, len, t + 48);
 	uint64_t want_at;

@@ -540,18 +540,35 @@ static void gguf_check(void *ctx, const kiln_model *m, const uint8_t *data, size
 	const kiln_meta *me;
 	uint64_t n;
 	kiln_error err;
-	FUZZ_CHECK(kiln_model_metadata(m, &me, &n, &err) == 0 && n == j->nkv,
+	/* The file's key/values but its digest table (kiln/verify.h), the file's and not the
+	 * model's: kiln_file_info says where it is, an array of u8 or (any other type) nowhere. */
+	const size_t dk = sizeof(KILN_DIGESTS_KEY) - 1;
+	uint64_t tables = 0, u8s = 0;
+	for (uint64_t i = 0; i < j->nkv; i++) {
+		const struct kv *e = &j->kv[i];
+		if (e->key_len == dk && !memcmp(data + e->key, KILN_DIGESTS_KEY, dk)) {
+			tables++;
+			u8s += e->type == KILN_META_ARRAY && ld(data + e->at, 4) == KILN_META_U8;
+		}
+	}
+	FUZZ_CHECK(!fi.digests_offset == !u8s, "a u8 table %s, kiln_file_info says %llu",
+		   u8s ? "in the file" : "nowhere", (unsigned long long)fi.digests_offset);
+	FUZZ_CHECK(fi.digests_offset + fi.digests_bytes <= fi.payload_base, "the table's bytes");
+	FUZZ_CHECK(kiln_model_metadata(m, &me, &n, &err) == 0 && n == j->nkv - tables,
 		   "%llu metadata entries, the file has %llu", (unsigned long long)n,
 		   (unsigned long long)j->nkv);
-	for (uint64_t i = 0; i < n; i++) {
+	for (uint64_t i = 0, k = 0; i < j->nkv; i++) {
 		const struct kv *e = &j->kv[i];
+		if (e->key_len == dk && !memcmp(data + e->key, KILN_DIGESTS_KEY, dk))
+			continue;
 		char key[64];
 		snprintf(key, sizeof(key), "%llu", (unsigned long long)i);
 		FUZZ_CHECK(
-		    me[i].key_len == e->key_len &&
-			(!e->key_len || memcmp(me[i].key, data + e->key, (size_t)e->key_len) == 0),
+		    me[k].key_len == e->key_len &&
+			(!e->key_len || memcmp(me[k].key, data + e->key, (size_t)e->key_len) == 0),
 		    "metadata entry %llu: not the file's key", (unsigned long long)i);
-		same_value(&me[i].value, data + e->at, e->type, key, 0);
+		same_value(&me[k].value, data + e->at, e->type, key, 0);
+		k++;
 	}
 }
 

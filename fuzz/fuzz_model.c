@@ -615,6 +615,24 @@ int fuzz_model_run(const struct fuzz_model_ops *ops, const uint8_t *data, size_t
 		kiln_model_close(ml);
 	}
 
+	/* The file's own digest table (a KLNT kiln.digests tensor, a safetensors or GGUF key):
+	 * hostile bytes give the table's verdict or NOTFOUND, never a crash, and pass only a table
+	 * that checks (a buffer has no sidecar, so the table is the file's own). */
+	if (!r0) {
+		kiln_verify_report vr;
+		kiln_error ev;
+		int rv = kiln_model_verify_digests(m0, NULL, &vr, &ev);
+		FUZZ_CHECK(rv == 0 || rv == KILN_NOTFOUND || rv == KILN_CORRUPT ||
+			       rv == KILN_TYPE || rv == KILN_FRAME || rv == KILN_LIMIT ||
+			       rv == KILN_UNSUPPORTED || rv == KILN_INVAL,
+			   "verify digests: %s (%s)", kiln_code_name(rv), ev.message);
+		kiln_file_info fi;
+		kiln_model_file_info(m0, 0, &fi);
+		FUZZ_CHECK(rv != 0 || (fi.digests_bytes && vr.source == KILN_DIGESTS_EMBEDDED),
+			   "verified without a table of its own");
+		FUZZ_CHECK(fi.digests_offset + fi.digests_bytes <= size, "the table past the file");
+	}
+
 	/* Memory: counted, then each allocation failing in turn. */
 	unsigned calls = counted(data, size, NULL, KILN_SOURCE_BUFFER, ops->format, r0, &e0);
 	for (unsigned k = 1; k <= calls; k++)

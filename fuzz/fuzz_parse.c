@@ -104,11 +104,15 @@ static void use(const kiln_model *dir, const uint8_t *data, size_t size, uint32_
 	kiln_model_file_info(dir, 0, &info);
 	const uint8_t *base = info.base;
 	uint32_t n = (uint32_t)info.tensor_count;
+	/* A digest table as the last descriptor (kiln.digests) is the file's, not a view: n views,
+	 * n + 1 descriptors. */
+	const int table = info.digests_bytes != 0;
+	const uint32_t nd = n + (uint32_t)table;
 	FUZZ_CHECK(base == data, "base is not the buffer");
 	FUZZ_CHECK(info.version == 2 && (info.flags & ~3u) == 0 && (info.flags & 2),
 		   "version %u flags 0x%x", info.version, info.flags);
 	FUZZ_CHECK(info.source == KILN_SOURCE_BUFFER, "source %u", info.source);
-	FUZZ_CHECK(info.directory_bytes == (uint64_t)n * 128 + info.name_bytes, "directory_bytes");
+	FUZZ_CHECK(info.directory_bytes == (uint64_t)nd * 128 + info.name_bytes, "directory_bytes");
 	FUZZ_CHECK(info.payload_base == align64(64 + info.directory_bytes), "payload_base");
 	FUZZ_CHECK(info.size == info.payload_base + info.payload_bytes &&
 		       info.size >= info.payload_base,
@@ -128,7 +132,7 @@ static void use(const kiln_model *dir, const uint8_t *data, size_t size, uint32_
 	for (uint64_t k = 64 + info.directory_bytes; k < info.payload_base; k++)
 		FUZZ_CHECK(base[k] == 0, "pad byte %llu is 0x%02x", (unsigned long long)k, base[k]);
 
-	const uint8_t *heap = base + 64 + (uint64_t)n * 128;
+	const uint8_t *heap = base + 64 + (uint64_t)nd * 128;
 	uint64_t name_cursor = 0, layout_total = 0, place = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		const kiln_tensor *t = kiln_model_tensor(dir, i);
@@ -221,6 +225,24 @@ static void use(const kiln_model *dir, const uint8_t *data, size_t size, uint32_
 				FUZZ_CHECK(!(p[t->byte_length - 1] & 0xF0), "nibble of %u", i);
 		}
 		place = t->byte_offset + t->byte_length;
+	}
+	if (table) {
+		/* The table: a named u8 tensor, last, its name the last of the names; no view, no
+		 * name in the model's index. */
+		FUZZ_CHECK(info.digests_offset == info.payload_base + align64(place),
+			   "the table's placement");
+		FUZZ_CHECK((info.flags & KILN_FLAG_NAMES) && name_cursor + 12 <= info.name_bytes &&
+			       !memcmp(heap + name_cursor, KILN_DIGESTS_TENSOR, 12),
+			   "the table's name");
+		FUZZ_CHECK(!kiln_model_find(dir, KILN_DIGESTS_TENSOR, 12) ||
+			       scan(dir, KILN_DIGESTS_TENSOR, 12),
+			   "the table found by name");
+		if (mi.payload_verified)
+			for (uint64_t k = place; k < align64(place); k++)
+				FUZZ_CHECK(base[info.payload_base + k] == 0,
+					   "gap byte before the table");
+		name_cursor += 12;
+		place = align64(place) + info.digests_bytes;
 	}
 	FUZZ_CHECK(place == info.payload_bytes, "payloads end at %llu", (unsigned long long)place);
 	FUZZ_CHECK(name_cursor + layout_total == info.name_bytes, "heap is not names + layouts");

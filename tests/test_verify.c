@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "format/digest.h"
+#include "kiln/convert.h"
 #include "format/signing.h"
 #include "helpers.h"
 
@@ -1132,5 +1133,458 @@ Test(hf_cache, a_snapshot_link_to_its_blob_verifies)
 	free(blobs);
 	free(bytes);
 	free(made);
+	free(dir);
+}
+
+/* --- digest tables the writers put in the files themselves --------------------------------- */
+
+#define EMB_LOG2 20 /* the writers' chunks: 1 MiB */
+#define EMB      ((uint64_t)1 << EMB_LOG2)
+
+/* Three tensors of random bytes across 1 MiB chunks, written by kiln with its digest table:
+ * KLNT (kiln_write_file), safetensors (kiln_safetensors_write_file), or GGUF (that KLNT file
+ * through kiln_export). */
+enum emb_format { EMB_KLNT, EMB_SAFETENSORS, EMB_GGUF };
+
+static char *embedded_model(const char *dir, enum emb_format fmt)
+{
+	static const uint64_t sizes[3] = {EMB + EMB / 2 + 100, EMB + 12345, 10000};
+	static const char *const names[3] = {"alpha", "beta", "gamma"};
+	kiln_tensor_spec t[3];
+	uint8_t *data[3];
+	uint64_t seed = 23;
+	for (size_t i = 0; i < 3; i++) {
+		data[i] = malloc(sizes[i]);
+		fill_random(data[i], sizes[i], &seed);
+		t[i] = (kiln_tensor_spec){.name = names[i],
+					  .name_len = strlen(names[i]),
+					  .dtype = KILN_DT_I8, /* a type each format has */
+					  .rank = 1,
+					  .shape = {sizes[i]},
+					  .byte_length = sizes[i],
+					  .data = data[i]};
+	}
+	char *path = join(dir, fmt == EMB_SAFETENSORS ? "e.safetensors" : "e.klnt");
+	kiln_error err;
+	int rc = fmt == EMB_SAFETENSORS
+		     ? kiln_safetensors_write_file(path, t, 3, NULL, 0, KILN_WRITE_NO_SYNC, &err)
+		     : kiln_write_file(path, t, 3, KILN_WRITE_NO_SYNC, &err);
+	cr_assert_eq(rc, 0, "%s", err.message);
+	for (size_t i = 0; i < 3; i++)
+		free(data[i]);
+	if (fmt == EMB_GGUF) {
+		char *g = join(dir, "e.gguf");
+		kiln_convert_options o = {.size = sizeof(o),
+					  .format = KILN_FORMAT_GGUF,
+					  .write_flags = KILN_WRITE_NO_SYNC};
+		kiln_convert_result res;
+		const char *src[] = {path};
+		cr_assert_eq(kiln_export(src, 1, g, &o, &res, &err), 0, "%s", err.message);
+		unlink(path);
+		free(path);
+		path = g;
+	}
+	return path;
+}
+
+/* Where the file's own table is, and the bytes it covers: [from, to). */
+static void embedded_range(const char *path, uint64_t *from, uint64_t *to, uint64_t *at,
+			   uint64_t *len)
+{
+	kiln_model *m = open_ok(path);
+	kiln_file_info fi;
+	cr_assert_eq(kiln_model_file_info(m, 0, &fi), 0);
+	cr_assert_gt(fi.digests_bytes, 0, "%s: no table of its own", path);
+	*at = fi.digests_offset;
+	*len = fi.digests_bytes;
+	*from = fi.format == KILN_FORMAT_KLNT ? 0 : fi.payload_base;
+	*to = fi.format == KILN_FORMAT_KLNT ? fi.digests_offset : fi.size;
+	kiln_model_close(m);
+}
+
+/* One bit at `at` flipped is found every way, located in the table's chunks (from `from`);
+ * put back, the file checks again. */
+static void embedded_caught(const char *path, uint64_t from, uint64_t to, uint64_t at)
+{
+	flip(path, at, (int)(at % 8));
+	uint64_t k = (at - from) / EMB, first = from + k * EMB;
+	uint64_t end = first + EMB < to ? first + EMB : to;
+	kiln_model *m = NULL;
+	for (size_t w = 0; w < NWAYS; w++) {
+		kiln_verify_report r;
+		kiln_error err;
+		int rc = verify_way(path, &ways[w], &r, &err);
+		cr_assert_eq(rc, KILN_CORRUPT, "%s, byte %" PRIu64 ": %s: %s", ways[w].name, at,
+			     kiln_code_name(rc), err.message);
+		cr_assert_eq(err.file, 0);
+		cr_assert_eq(err.offset, first, "%s, byte %" PRIu64 ": %s", ways[w].name, at,
+			     err.message);
+		char want[128];
+		snprintf(want, sizeof(want), "chunk %" PRIu64 " (bytes %" PRIu64 "..%" PRIu64, k,
+			 first, end);
+		cr_assert_not_null(strstr(err.message, want), "%s: %s", want, err.message);
+		if (!m)
+			m = open_ok(path);
+		uint64_t t = tensor_in(m, 0, first, end);
+		cr_assert_eq(err.tensor, t, "byte %" PRIu64 ": %s", at, err.message);
+	}
+	kiln_model_close(m);
+	flip(path, at, (int)(at % 8));
+	for (size_t w = 0; w < NWAYS; w++) {
+		kiln_verify_report r;
+		kiln_error err;
+		cr_assert_eq(verify_way(path, &ways[w], &r, &err), 0, "%s: %s", ways[w].name,
+			     err.message);
+	}
+}
+
+/* A byte of the table itself: its own digest no longer matches (or, in base64, the text is
+ * another table): the table is refused as damaged, naming the file. */
+static void embedded_table_damaged(const char *path, uint64_t at, uint64_t len, int b64)
+{
+	/* A chunk digest's byte (past the 64-byte head): in base64, one character there changed
+	 * for another of the alphabet. */
+	uint64_t where = at + (b64 ? (KILN__DIGEST_HEAD + 20) / 3 * 4 : KILN__DIGEST_HEAD + 20);
+	cr_assert_lt(where, at + len);
+	size_t n;
+	uint8_t *bytes = slurp(path, &n);
+	uint8_t was = bytes[where];
+	bytes[where] = b64 ? (uint8_t)(was == 'A' ? 'B' : 'A') : (uint8_t)(was ^ 0x10);
+	put_file(path, bytes, n);
+	for (size_t w = 0; w < NWAYS; w++) {
+		kiln_verify_report r;
+		kiln_error err;
+		cr_assert_eq(verify_way(path, &ways[w], &r, &err), KILN_CORRUPT, "%s: %s",
+			     ways[w].name, err.message);
+		cr_assert_not_null(strstr(err.message, "digest table: damaged"), "%s", err.message);
+	}
+	bytes[where] = was;
+	put_file(path, bytes, n);
+	free(bytes);
+}
+
+static void embedded_format(enum emb_format fmt)
+{
+	char *dir = temp_dir();
+	char *path = embedded_model(dir, fmt);
+	uint64_t from, to, at, len;
+	embedded_range(path, &from, &to, &at, &len);
+	kiln_verify_report r;
+	kiln_error err;
+	uint64_t chunks = (to - from + EMB - 1) / EMB;
+	for (size_t w = 0; w < NWAYS; w++) {
+		cr_assert_eq(verify_way(path, &ways[w], &r, &err), 0, "%s: %s", ways[w].name,
+			     err.message);
+		cr_assert_eq(r.chunks, chunks, "%s", ways[w].name);
+	}
+	cr_assert_eq(verify(path, &r, &err), 0, "%s", err.message);
+	cr_assert_eq(r.source, KILN_DIGESTS_EMBEDDED);
+	cr_assert_eq(r.chunk_log2, EMB_LOG2);
+	cr_assert_eq(r.bytes, to - from);
+	/* The first payload byte, the last byte covered, both sides of a chunk boundary, a
+	 * tensor's middle (a KLNT table's first bytes are the header's: klnt_header_bytes). */
+	kiln_model *m = open_ok(path);
+	const kiln_tensor *a = kiln_model_find_cstr(m, "alpha"),
+			  *b = kiln_model_find_cstr(m, "beta");
+	cr_assert(a && b);
+	uint64_t first_payload = a->file_offset < b->file_offset ? a->file_offset : b->file_offset;
+	uint64_t middle = b->file_offset + b->byte_length / 2;
+	kiln_model_close(m);
+	const uint64_t places[] = {first_payload, to - 1, from + EMB - 1, from + EMB, middle};
+	for (size_t i = 0; i < sizeof(places) / sizeof(places[0]); i++)
+		embedded_caught(path, from, to, places[i]);
+	embedded_table_damaged(path, at, len, fmt == EMB_SAFETENSORS);
+	/* A sidecar wins over the file's own table. */
+	digest_ok(path, CHUNK_LOG2);
+	cr_assert_eq(verify(path, &r, &err), 0, "%s", err.message);
+	cr_assert_eq(r.source, KILN_DIGESTS_SIDECAR);
+	char *s = sidecar(path);
+	unlink(s);
+	free(s);
+	/* A truncated file is refused before anything is checked. */
+	size_t n;
+	uint8_t *bytes = slurp(path, &n);
+	put_file(path, bytes, n - 1);
+	kiln_model *cut;
+	kiln_open_options o = {.size = sizeof(o), .flags = KILN_OPEN_VERIFY_DIGESTS};
+	cr_assert_neq(kiln_model_open(path, &o, &cut, &err), 0);
+	cr_assert_null(cut);
+	free(bytes);
+	free(path);
+	free(dir);
+}
+
+Test(embedded, klnt_every_flipped_bit_is_found)
+{
+	embedded_format(EMB_KLNT);
+}
+
+Test(embedded, safetensors_every_flipped_bit_is_found)
+{
+	embedded_format(EMB_SAFETENSORS);
+}
+
+Test(embedded, gguf_every_flipped_bit_is_found)
+{
+	embedded_format(EMB_GGUF);
+}
+
+/* The KLNT table covers the header too: a name changed (the file stays valid) is caught. */
+Test(embedded, klnt_header_bytes_are_covered)
+{
+	char *dir = temp_dir();
+	char *path = embedded_model(dir, EMB_KLNT);
+	uint64_t from, to, at, len;
+	embedded_range(path, &from, &to, &at, &len);
+	size_t n;
+	uint8_t *bytes = slurp(path, &n);
+	const uint8_t *name = memmem(bytes, 4096, "beta", 4);
+	cr_assert_not_null(name);
+	uint64_t where = (uint64_t)(name - bytes) + 1;
+	free(bytes);
+	flip(path, where, 1); /* "beta" -> "bgta" */
+	kiln_model *m = open_ok(path);
+	cr_assert_not_null(kiln_model_find_cstr(m, "bgta"));
+	kiln_verify_report r;
+	kiln_error err;
+	cr_assert_eq(kiln_model_verify_digests(m, NULL, &r, &err), KILN_CORRUPT, "%s", err.message);
+	cr_assert_eq(err.offset, 0);
+	cr_assert_not_null(strstr(err.message, "chunk 0 (bytes 0..1048576"), "%s", err.message);
+	kiln_model_close(m);
+	free(path);
+	free(dir);
+}
+
+/* The table is not a tensor of the model: the count, the names and the views leave it out, and
+ * a file without one (KILN_WRITE_NO_DIGESTS, unnamed tensors) has NOTFOUND. */
+Test(embedded, the_table_is_the_files_not_the_models)
+{
+	char *dir = temp_dir();
+	char *path = embedded_model(dir, EMB_KLNT);
+	kiln_model *m = open_ok(path);
+	cr_assert_eq(kiln_model_count(m), 3);
+	cr_assert_null(kiln_model_find_cstr(m, KILN_DIGESTS_TENSOR));
+	kiln_file_info fi;
+	cr_assert_eq(kiln_model_file_info(m, 0, &fi), 0);
+	cr_assert_eq(fi.tensor_count, 3);
+	cr_assert_eq(fi.digests_offset + fi.digests_bytes, fi.size, "the file's last bytes");
+	cr_assert_eq(fi.digests_bytes, KILN__DIGEST_HEAD + 3 * KILN__DIGEST_LEN);
+	/* its payload rules are the file's: the gap before it is zero */
+	kiln_error err;
+	cr_assert_eq(kiln_model_verify(m, &err), 0, "%s", err.message);
+	kiln_model_close(m);
+	flip(path, fi.digests_offset - 1, 0); /* the pad before the table */
+	kiln_open_options o = {.size = sizeof(o), .flags = KILN_OPEN_VERIFY_PAYLOAD};
+	cr_assert_eq(kiln_model_open(path, &o, &m, &err), KILN_TYPE, "%s", err.message);
+	cr_assert_eq(err.tensor, 3, "the table's descriptor: %s", err.message);
+	/* A buffer has no sidecar but its own table: it checks. */
+	flip(path, fi.digests_offset - 1, 0);
+	size_t n;
+	uint8_t *bytes = slurp(path, &n);
+	cr_assert_eq(kiln_model_parse(bytes, n, NULL, &m, &err), 0, "%s", err.message);
+	kiln_verify_report r;
+	cr_assert_eq(kiln_model_verify_digests(m, NULL, &r, &err), 0, "%s", err.message);
+	cr_assert_eq(r.source, KILN_DIGESTS_EMBEDDED);
+	kiln_model_close(m);
+	bytes[fi.digests_offset / 2] ^= 4; /* (a buffer has no name: the message says so) */
+	cr_assert_eq(kiln_model_parse(bytes, n, NULL, &m, &err), 0, "%s", err.message);
+	cr_assert_eq(kiln_model_verify_digests(m, NULL, &r, &err), KILN_CORRUPT, "%s", err.message);
+	cr_assert_eq(strncmp(err.message, "the buffer: chunk ", 18), 0, "%s", err.message);
+	kiln_model_close(m);
+	free(bytes);
+	/* Written without: none, and the same tensors. */
+	kiln_tensor_spec t = {.name = "w",
+			      .name_len = 1,
+			      .dtype = KILN_DT_U8,
+			      .rank = 1,
+			      .shape = {4},
+			      .data = "abcd"};
+	cr_assert_eq(kiln_write_file(path, &t, 1, KILN_WRITE_NO_SYNC | KILN_WRITE_NO_DIGESTS, &err),
+		     0);
+	cr_assert_eq(verify(path, &r, &err), KILN_NOTFOUND, "%s", err.message);
+	t.name = NULL;
+	t.name_len = 0;
+	cr_assert_eq(kiln_write_file(path, &t, 1, KILN_WRITE_NO_SYNC, &err), 0, "%s", err.message);
+	cr_assert_eq(verify(path, &r, &err), KILN_NOTFOUND, "unnamed: %s", err.message);
+	/* The name is the table's: a tensor of the caller's so named is refused, unless the
+	 * tensors are written alone. */
+	t.name = KILN_DIGESTS_TENSOR;
+	t.name_len = strlen(KILN_DIGESTS_TENSOR);
+	cr_assert_eq(kiln_write_file(path, &t, 1, KILN_WRITE_NO_SYNC, &err), KILN_TYPE);
+	cr_assert_not_null(strstr(err.message, "the file's digest table"), "%s", err.message);
+	kiln_series_options so = {.size = sizeof(so), .flags = KILN_WRITE_NO_SYNC};
+	cr_assert_eq(kiln_write_series(path, &t, 1, &so, NULL, &err), KILN_TYPE);
+	kiln_str_pair key = {KILN_DIGESTS_KEY, strlen(KILN_DIGESTS_KEY), "x", 1};
+	t.name = "w";
+	t.name_len = 1;
+	char *st = join(dir, "k.safetensors");
+	cr_assert_eq(kiln_safetensors_write_file(st, &t, 1, &key, 1, KILN_WRITE_NO_SYNC, &err),
+		     KILN_TYPE);
+	cr_assert_not_null(strstr(err.message, "digest table"), "%s", err.message);
+	cr_assert_eq(access(st, F_OK), -1);
+	free(st);
+	free(path);
+	free(dir);
+}
+
+/* A KLNT file whose last tensor is a kiln.digests of hostile bytes (written with
+ * KILN_WRITE_NO_DIGESTS, so that the name is the caller's): each defect is the table's error,
+ * located in the file, when digests are asked for; the open alone is not troubled. */
+static int hostile_table(const char *path, const void *table, size_t len, kiln_error *err)
+{
+	kiln_tensor_spec t[2] = {{.name = "w",
+				  .name_len = 1,
+				  .dtype = KILN_DT_U8,
+				  .rank = 1,
+				  .shape = {5000},
+				  .data = calloc(1, 5000)},
+				 {.name = KILN_DIGESTS_TENSOR,
+				  .name_len = strlen(KILN_DIGESTS_TENSOR),
+				  .dtype = KILN_DT_U8,
+				  .rank = 1,
+				  .shape = {len},
+				  .data = table}};
+	cr_assert_eq(kiln_write_file(path, t, 2, KILN_WRITE_NO_SYNC | KILN_WRITE_NO_DIGESTS, err),
+		     0, "%s", err->message);
+	free((void *)t[0].data);
+	kiln_model *m = open_ok(path);
+	cr_assert_eq(kiln_model_count(m), 1);
+	kiln_verify_report r;
+	int rc = kiln_model_verify_digests(m, NULL, &r, err);
+	kiln_model_close(m);
+	return rc;
+}
+
+Test(embedded, hostile_tables)
+{
+	char *dir = temp_dir(), *path = join(dir, "h.klnt");
+	kiln_error err;
+	uint8_t head[KILN__DIGEST_HEAD] = {0};
+	/* Not a table: FRAME at the table's first byte, in the file. */
+	int rc = hostile_table(path, "not a digest table at all, but long enough for a head....!",
+			       64, &err);
+	cr_assert_eq(rc, KILN_FRAME, "%s", err.message);
+	kiln_model *m = open_ok(path);
+	kiln_file_info fi;
+	kiln_model_file_info(m, 0, &fi);
+	kiln_model_close(m);
+	cr_assert_eq(err.offset, fi.digests_offset, "%s", err.message);
+	cr_assert_not_null(strstr(err.message, "no magic"), "%s", err.message);
+	/* Shorter than a head: LIMIT. */
+	rc = hostile_table(path, "KILNDGST", 8, &err);
+	cr_assert_eq(rc, KILN_LIMIT, "%s", err.message);
+	/* Another file's table (its size): TYPE. */
+	kiln__digests_seal(head, sizeof(head), 12345, 0, 0, 20);
+	rc = hostile_table(path, head, sizeof(head), &err);
+	cr_assert_eq(rc, KILN_TYPE, "%s", err.message);
+	cr_assert_not_null(strstr(err.message, "the digests of another file"), "%s", err.message);
+	/* The right size, covering less than every byte before it: TYPE, nothing checked. */
+	uint64_t size = fi.size;
+	kiln__digests_seal(head, sizeof(head), size, 0, 0, 20);
+	rc = hostile_table(path, head, sizeof(head), &err);
+	cr_assert_eq(rc, KILN_TYPE, "%s", err.message);
+	cr_assert_not_null(strstr(err.message, "covers bytes 0..0; the file's are 0.."), "%s",
+			   err.message);
+	/* Longer than any table of the file can be: LIMIT, nothing read. */
+	size_t big = kiln__digests_size(0, size, KILN__DIGEST_LOG2_MIN) + 4096;
+	uint8_t *long_table = calloc(1, big);
+	rc = hostile_table(path, long_table, big, &err);
+	cr_assert_eq(rc, KILN_LIMIT, "%s", err.message);
+	cr_assert_not_null(strstr(err.message, "more than any table"), "%s", err.message);
+	free(long_table);
+	/* An unknown algorithm: UNSUPPORTED. */
+	kiln__digests_seal(head, sizeof(head), size, 0, size - 64, 20);
+	head[10] = 7;
+	rc = hostile_table(path, head, sizeof(head), &err);
+	cr_assert_eq(rc, KILN_UNSUPPORTED, "%s", err.message);
+	/* A second kiln.digests earlier in the file: the spec's unique names hold for it too (the
+	 * reader's pass, which the memory writer runs on what it would write). */
+	kiln_tensor_spec two[2] = {{.name = KILN_DIGESTS_TENSOR,
+				    .name_len = strlen(KILN_DIGESTS_TENSOR),
+				    .dtype = KILN_DT_U8,
+				    .rank = 1,
+				    .shape = {1},
+				    .data = "x"},
+				   {.name = KILN_DIGESTS_TENSOR,
+				    .name_len = strlen(KILN_DIGESTS_TENSOR),
+				    .dtype = KILN_DT_U8,
+				    .rank = 1,
+				    .shape = {1},
+				    .data = "y"}};
+	uint8_t buf[1024];
+	size_t wrote;
+	cr_assert_eq(kiln_write_memory(two, 2, buf, sizeof(buf), &wrote, &err), KILN_TYPE);
+	cr_assert_eq(err.tensor, 1, "%s", err.message);
+	cr_assert_not_null(strstr(err.message, "the same as tensor 0"), "%s", err.message);
+	free(path);
+	free(dir);
+}
+
+/* safetensors: the value of __metadata__'s kiln.digests is base64, escapes and all other text
+ * refused as FRAME where the value is; a series of KLNT shards checks shard by shard. */
+Test(embedded, safetensors_text_and_series)
+{
+	char *dir = temp_dir();
+	char *path = embedded_model(dir, EMB_SAFETENSORS);
+	uint64_t from, to, at, len;
+	embedded_range(path, &from, &to, &at, &len);
+	size_t n;
+	uint8_t *bytes = slurp(path, &n);
+	uint8_t was = bytes[at + 4];
+	bytes[at + 4] = '*'; /* not of the alphabet */
+	put_file(path, bytes, n);
+	kiln_verify_report r;
+	kiln_error err;
+	cr_assert_eq(verify(path, &r, &err), KILN_FRAME, "%s", err.message);
+	cr_assert_eq(err.offset, at);
+	cr_assert_not_null(strstr(err.message, "not base64"), "%s", err.message);
+	bytes[at + 4] = '\\'; /* an escape: JSON, not base64 */
+	bytes[at + 5] = '/';
+	put_file(path, bytes, n);
+	cr_assert_eq(verify(path, &r, &err), KILN_FRAME, "%s", err.message);
+	bytes[at + 4] = was;
+	free(bytes);
+	free(path);
+
+	/* A series: every shard its own table; a flip in the second names that file. */
+	enum { NT = 6 };
+	kiln_tensor_spec t[NT];
+	uint8_t *data[NT];
+	char names[NT][8];
+	uint64_t seed = 5;
+	for (int i = 0; i < NT; i++) {
+		data[i] = malloc(300000);
+		fill_random(data[i], 300000, &seed);
+		snprintf(names[i], sizeof(names[i]), "t%d", i);
+		t[i] = (kiln_tensor_spec){.name = names[i],
+					  .name_len = strlen(names[i]),
+					  .dtype = KILN_DT_U8,
+					  .rank = 1,
+					  .shape = {300000},
+					  .data = data[i]};
+	}
+	char *sp = join(dir, "s.klnt");
+	kiln_series_options so = {
+	    .size = sizeof(so), .flags = KILN_WRITE_NO_SYNC, .max_shard_size = 700000};
+	kiln_series_result sr;
+	cr_assert_eq(kiln_write_series(sp, t, NT, &so, &sr, &err), 0, "%s", err.message);
+	cr_assert_eq(sr.files, 3);
+	cr_assert_eq(verify(sr.first, &r, &err), 0, "%s", err.message);
+	cr_assert_eq(r.files, 3);
+	cr_assert_eq(r.chunks, 3);
+	kiln_model *m = open_ok(sr.first);
+	cr_assert_eq(kiln_model_count(m), NT);
+	kiln_file_info fi;
+	kiln_model_file_info(m, 1, &fi);
+	char *second = strdup(fi.path);
+	kiln_model_close(m);
+	flip(second, fi.payload_base + 1000, 3);
+	cr_assert_eq(verify(sr.first, &r, &err), KILN_CORRUPT, "%s", err.message);
+	cr_assert_eq(err.file, 1);
+	cr_assert_not_null(strstr(err.message, "-00002-of-00003.klnt"), "%s", err.message);
+	for (int i = 0; i < NT; i++)
+		free(data[i]);
+	free(second);
+	free(sp);
 	free(dir);
 }

@@ -333,7 +333,8 @@ static int desc_4_name(struct pass *s, struct desc *c)
 	 * file's, not the model's (mark_roles), so it stays out of the model's names, and only
 	 * an earlier name like it is a duplicate. */
 	const size_t dl = sizeof(KILN_DIGESTS_TENSOR) - 1;
-	if (c->i + 1 == s->f->count && len == dl && !memcmp(name, KILN_DIGESTS_TENSOR, dl)) {
+	if (c->i + 1 == s->f->count && len == dl && !memcmp(name, KILN_DIGESTS_TENSOR, dl) &&
+	    c->t->dtype == KILN_DT_U8 && c->t->rank == 1) { /* (mark_roles: the same test) */
 		const kiln_tensor *o = kiln_model_find(s->f->model, c->t->name, len);
 		if (o)
 			return same_name(s, c, o->index, s->heap + off);

@@ -59,6 +59,13 @@ static int check_options(const kiln_model *m, const kiln_digest_options *o, kiln
 	return 0;
 }
 
+/* A file as messages name it; a buffer (kiln_model_parse) has no name but its own table. */
+static const char *file_named(const struct kiln__file *f)
+{
+	const char *s = kiln__file_shown(f);
+	return s ? s : "the buffer";
+}
+
 /* FILE.kiln-digest for a local file (malloc'd), or NULL with the error: a buffer has no name
  * (INVAL), a URL's sidecar is not looked for yet (UNSUPPORTED). */
 static char *sidecar_name(const struct kiln__file *f, kiln_error *err)
@@ -69,7 +76,7 @@ static char *sidecar_name(const struct kiln__file *f, kiln_error *err)
 		return NULL;
 	}
 	if (f->remote || f->url) {
-		kiln__fail_named(err, kiln__file_shown(f), KILN_UNSUPPORTED, KILN_NO_INDEX, NULL,
+		kiln__fail_named(err, file_named(f), KILN_UNSUPPORTED, KILN_NO_INDEX, NULL,
 				 KILN_NO_OFFSET,
 				 "digests of a remote file are not looked for yet; run klnt digest "
 				 "on a local copy");
@@ -123,7 +130,7 @@ static int walk_step(struct walk *w, size_t n, kiln_error *err)
 	w->done += n;
 	if (w->o && w->o->progress && w->o->progress(w->o->progress_ctx, w->done, w->total))
 		return kiln__fail(err, KILN_CANCELED, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
-				  "%s: stopped by the progress callback", kiln__file_shown(w->f));
+				  "%s: stopped by the progress callback", file_named(w->f));
 	return 0;
 }
 
@@ -313,12 +320,12 @@ static int read_sidecar(const struct kiln__file *f, uint8_t **table, struct kiln
 	int fd = kiln__open_file(name, &size, &opened);
 	if (fd < 0) {
 		if (opened.sys_errno == ENOENT)
-			rc = kiln__fail_named(err, kiln__file_shown(f), KILN_NOTFOUND,
+			rc = kiln__fail_named(err, file_named(f), KILN_NOTFOUND,
 					      KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
 					      "no digests (no %s, %s or Hugging Face cache blob); "
 					      "make them once with: klnt digest %s",
 					      SIDECAR_SUFFIX, KILN__SIGNING_NAME,
-					      kiln__file_shown(f));
+					      file_named(f));
 		else if (err)
 			*err = opened;
 		rc = rc ? rc : opened.code;
@@ -380,7 +387,7 @@ static int read_embedded(const struct kiln__file *f, uint8_t **table, struct kil
 			 kiln_error *err)
 {
 	*table = NULL;
-	const char *shown = kiln__file_shown(f);
+	const char *shown = file_named(f);
 	const int b64 = f->embedded.enc == KILN__EMBED_BASE64;
 	if (f->embedded.enc == KILN__EMBED_NONE)
 		return kiln__fail_named(err, shown, KILN_NOTFOUND, KILN_NO_INDEX, NULL,
@@ -456,7 +463,7 @@ static int mismatch(const kiln_model *m, const struct kiln__file *f, uint64_t k,
 	uint64_t t = tensor_in(m, f, off, off + n, tn);
 	/* The path first, shortened if need be, then what to act on; the digests last, where a cut
 	 * costs least. */
-	int rc = kiln__fail_named(err, kiln__file_shown(f), KILN_CORRUPT, t, "digests", off,
+	int rc = kiln__fail_named(err, file_named(f), KILN_CORRUPT, t, "digests", off,
 				  "chunk %" PRIu64 " (bytes %" PRIu64 "..%" PRIu64 ", %s) differs "
 				  "from its digest: expected XXH3-128 %s, read %s",
 				  k, off, off + n, tn, wh, gh);
@@ -556,7 +563,7 @@ static int signing_digests(const struct kiln__file *f, struct kiln__signed **out
 	if (!rc && !*n)
 		rc = kiln__signing_digests(text, (size_t)size, name, ".", out, n, err);
 	if (!rc && !*n) {
-		rc = kiln__fail_named(err, kiln__file_shown(f), KILN_NOTFOUND, KILN_NO_INDEX, NULL,
+		rc = kiln__fail_named(err, file_named(f), KILN_NOTFOUND, KILN_NO_INDEX, NULL,
 				      KILN_NO_OFFSET, "%s beside it lists no digest of %s",
 				      KILN__SIGNING_NAME, fname);
 		goto out;
@@ -642,7 +649,7 @@ static int sha_mismatch(const struct kiln__verifier *v, const struct kiln__signe
 	kiln__digest_hex(got, gh);
 	uint64_t t = tensor_in(v->m, v->f, r->from, r->to, tn);
 	int rc =
-	    kiln__fail_named(err, kiln__file_shown(v->f), KILN_CORRUPT, t, "digests", r->from,
+	    kiln__fail_named(err, file_named(v->f), KILN_CORRUPT, t, "digests", r->from,
 			     "bytes %" PRIu64 "..%" PRIu64 " (%s) differ from their SHA-256 in "
 			     "%s: expected %.16s..., read %.16s...",
 			     r->from, r->to, tn, sha_where[v->source], wh, gh);
@@ -910,7 +917,7 @@ int kiln__verifier_finish(struct kiln__verifier *v, uint64_t *chunks, kiln_error
 		return v->rc;
 	}
 	if (v->d.to && !v->f->base)
-		return kiln__fail_named(err, kiln__file_shown(v->f), KILN_INVAL, KILN_NO_INDEX,
+		return kiln__fail_named(err, file_named(v->f), KILN_INVAL, KILN_NO_INDEX,
 					NULL, 0, "its bytes never reached memory to be checked");
 	int rc = 0;
 	if (v->sha) {
@@ -926,7 +933,7 @@ int kiln__verifier_finish(struct kiln__verifier *v, uint64_t *chunks, kiln_error
 		}
 	}
 	if (!rc && v->sha && v->next != v->nsha)
-		rc = kiln__fail_named(err, kiln__file_shown(v->f), KILN_INVAL, KILN_NO_INDEX, NULL,
+		rc = kiln__fail_named(err, file_named(v->f), KILN_INVAL, KILN_NO_INDEX, NULL,
 				      0, "%zu of its SHA-256 digests were never reached",
 				      v->nsha - v->next);
 	*chunks = atomic_load_explicit(&v->checked, memory_order_relaxed);
