@@ -197,6 +197,28 @@ head=$("$klnt" bench "http://127.0.0.1:$http/series-00001-of-00003.klnt" --repea
 case $head in "set of 3 urls"*) check "klnt bench a series URL" yes yes ;;
 *) check "klnt bench a series URL ($head)" no yes ;; esac
 rc=0
+# A file's own digest table (klnt gen writes one) read through the URL and every byte checked;
+# a copy with a flipped byte is named with its URL and the chunk; a file without one says so.
+for u in s3://models/m.klnt "http://127.0.0.1:$http/m.klnt"; do
+	out=$("$klnt" verify "$u" 2>&1) || true
+	case $out in
+	*": ok (1 file, "*"xxh3-128 from embedded)"*) check "klnt verify $u" ok ok ;;
+	*) check "klnt verify $u ($out)" no ok ;;
+	esac
+done
+cp "$root/m.klnt" "$root/flip.klnt"
+/usr/bin/python3 -c 'import sys; f = open(sys.argv[1], "r+b"); f.seek(5 << 20); b = f.read(1); f.seek(5 << 20); f.write(bytes([b[0] ^ 8]))' "$root/flip.klnt"
+rc=0
+out=$("$klnt" verify "http://127.0.0.1:$http/flip.klnt" 2>&1) || rc=$?
+check "klnt verify of a flipped byte: exit status" "$rc" 1
+case $out in
+*"http://127.0.0.1:$http/flip.klnt: CORRUPT: chunk 5 (bytes 5242880..6291456"*) check "the flipped byte's chunk" yes yes ;;
+*) check "the flipped byte's chunk ($out)" no yes ;;
+esac
+rc=0
+out=$("$klnt" verify "http://127.0.0.1:$http/tiny-llama.gguf" 2>&1) || rc=$?
+check "klnt verify of a URL without digests: exit status" "$rc" 1
+
 AWS_SECRET_ACCESS_KEY=wrong "$klnt" bench s3://models/m.klnt -r 1 >/dev/null 2>&1 || rc=$?
 check "klnt bench with a wrong secret: exit status" "$rc" 3
 rc=0
