@@ -171,3 +171,169 @@ def test_dropin_verify(st_file, tmp_path, backend):
         f.write((8).to_bytes(8, "little") + b"not json")
     with pytest.raises(st.SafetensorError, match="Error while deserializing header"):
         st.safe_open(bad, "np", backend=backend, verify=True)
+
+
+# --- digest tables the writers put in the files (docs/integrity.md, "In the files") ----------
+
+def _st_header(path):
+    """A safetensors header as the format defines it: 8-byte little-endian length, JSON."""
+    import json
+    import struct
+
+    raw = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    return json.loads(raw[8:8 + n].decode("utf-8")), raw, 8 + n
+
+
+def test_kiln_save_file_writes_its_table(tmp_path):
+    np = pytest.importorskip("numpy")
+    p = str(tmp_path / "m.klnt")
+    ts = {"w": np.arange(300000, dtype=np.float32), "b": np.ones(7, np.int8)}
+    kiln.save_file(ts, p, metadata={"format": "pt"})
+    with kiln.open(p) as m:
+        assert list(m.keys()) == ["w", "b", kiln.METADATA_TENSOR]  # not the table
+        assert [m[i].role for i in range(len(m))] == ["model", "model", "metadata"]
+        r = m.verify_digests()
+        assert r["source"] == "embedded" and r["algorithm"] == "xxh3-128"
+        assert r["chunk_bytes"] == 1 << 20 and r["chunks"] == 2
+    with kiln.open(p, verify=True) as m:
+        assert m.info["digests_verified"] is True
+    # the loads hand out the weights alone
+    assert set(kiln.load_file(p)) == {"w", "b"}
+    torch = pytest.importorskip("torch")
+    import kiln.torch as kt
+
+    got = kt.load(p, verify=True)
+    assert set(got) == {"w", "b"} and torch.equal(got["w"], torch.arange(300000.0))
+    assert [n for n, _ in kt.iter_load(p, verify=True)] == ["w", "b"]
+    _flip(p, 4096 + 1000)  # in w
+    with pytest.raises(kiln.CorruptError, match=r"chunk 0 \(bytes 0\.\.1048576, tensor w\)"):
+        kt.load(p, verify=True)
+    # digests=False: the tensors alone; nothing to check against, and says how to get some
+    kiln.save_file(ts, p, digests=False)
+    with kiln.open(p) as m:
+        with pytest.raises(kiln.Error, match="klnt digest"):
+            m.verify_digests()
+
+
+def test_dropin_save_file_keeps_safetensors_bytes_unless_asked(tmp_path):
+    np = pytest.importorskip("numpy")
+    import kiln.safetensors.numpy as stn
+
+    ts = {"a": np.arange(50000, dtype=np.float32), "b": np.ones((3, 5), np.float16)}
+    plain, withd = str(tmp_path / "p.safetensors"), str(tmp_path / "d.safetensors")
+    stn.save_file(ts, plain, metadata={"format": "np"})
+    assert open(plain, "rb").read() == stn.save(ts, metadata={"format": "np"})
+    h, _, _ = _st_header(plain)
+    assert h["__metadata__"] == {"format": "np"}
+    with kiln.open(plain) as m, pytest.raises(kiln.Error, match="klnt digest"):
+        m.verify_digests()
+    stn.save_file(ts, withd, metadata={"format": "np"}, digests=True)
+    # An independent reading of the file: the metadata gains one string entry, the tensors are
+    # the same bytes at the same offsets of the data region.
+    h2, raw2, base2 = _st_header(withd)
+    hp, rawp, basep = _st_header(plain)
+    table = h2["__metadata__"].pop("kiln.digests")
+    assert isinstance(table, str) and h2 == hp and raw2[base2:] == rawp[basep:]
+    import kiln.safetensors as st
+
+    with st.safe_open(withd, "np") as f:
+        assert f.metadata() == {"format": "np"}  # the table is the file's, not metadata
+        assert sorted(f.keys()) == ["a", "b"]
+    with st.safe_open(withd, "np", verify=True) as f:
+        assert f.get_tensor("a")[49999] == 49999
+    _flip(withd, base2 + 1000)
+    with pytest.raises(kiln.CorruptError, match="tensor a"):
+        stn.load_file(withd, verify=True)
+    with pytest.raises(TypeError, match="digests must be a bool"):
+        stn.save_file(ts, withd, digests="yes")
+
+
+def _gguf_read(path):
+    """A GGUF file as the format defines it (v3, little-endian): its key/values and tensor
+    infos, read by this small reader of its own, and the data section's start."""
+    import struct
+
+    raw = open(path, "rb").read()
+    assert raw[:4] == b"GGUF"
+    version, nt, nkv = struct.unpack_from("<IQQ", raw, 4)
+    pos = 24
+    sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+    def string():
+        nonlocal pos
+        (n,) = struct.unpack_from("<Q", raw, pos)
+        s = raw[pos + 8:pos + 8 + n].decode("utf-8")
+        pos += 8 + n
+        return s
+
+    def value(t):
+        nonlocal pos
+        if t == 8:
+            return string()
+        if t == 9:
+            it, n = struct.unpack_from("<IQ", raw, pos)
+            pos += 12
+            if it in sizes:
+                v = raw[pos:pos + n * sizes[it]]
+                pos += n * sizes[it]
+                return (it, v)
+            return (it, [value(it) for _ in range(n)])
+        v = raw[pos:pos + sizes[t]]
+        pos += sizes[t]
+        return v
+
+    kv = {}
+    for _ in range(nkv):
+        k = string()
+        (t,) = struct.unpack_from("<I", raw, pos)
+        pos += 4
+        kv[k] = (t, value(t))
+    infos = []
+    for _ in range(nt):
+        name = string()
+        (nd,) = struct.unpack_from("<I", raw, pos)
+        dims = struct.unpack_from(f"<{nd}Q", raw, pos + 4)
+        typ, off = struct.unpack_from("<IQ", raw, pos + 4 + 8 * nd)
+        pos += 4 + 8 * nd + 12
+        infos.append((name, dims, typ, off))
+    align = 32
+    if "general.alignment" in kv:
+        align = struct.unpack("<I", kv["general.alignment"][1])[0]
+    data = -(-pos // align) * align
+    return version, kv, infos, data, raw
+
+
+def _klnt():
+    import pathlib
+
+    k = os.environ.get("KILN_KLNT") or str(pathlib.Path(__file__).resolve().parents[2] / "build"
+                                           / "klnt")
+    if not os.path.exists(k):
+        pytest.skip(f"the klnt CLI is not built ({k}; KILN_KLNT names it)")
+    return k
+
+
+def test_gguf_export_is_read_by_an_independent_reader(tmp_path):
+    import subprocess
+
+    klnt = _klnt()
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    src = os.path.join(SAMPLES, "tiny-llama.gguf")
+    k, out, bare = (str(tmp_path / n) for n in ("m.klnt", "m.gguf", "bare.gguf"))
+    for args in (["import", "-o", k, src], ["export", "--to", "gguf", "-o", out, k],
+                 ["export", "--no-digests", "--to", "gguf", "-o", bare, k]):
+        r = subprocess.run([klnt, *args], capture_output=True, env=env)
+        assert r.returncode == 0, r.stderr
+    assert open(bare, "rb").read() == open(src, "rb").read()
+    v0, kv0, infos0, data0, raw0 = _gguf_read(src)
+    v1, kv1, infos1, data1, raw1 = _gguf_read(out)
+    t, (it, table) = kv1.pop("kiln.digests")
+    assert (t, it) == (9, 0) and kv1 == kv0  # an array of u8; the rest as it was
+    assert table[:8] == b"KILNDGST"
+    assert v1 == v0 and infos1 == infos0
+    for name, dims, typ, off in infos0:  # the same payload bytes, each at its offset
+        assert raw1[data1 + off:data1 + off + 64] == raw0[data0 + off:data0 + off + 64], name
+    with kiln.open(out) as m:
+        assert m.verify_digests()["source"] == "embedded"
+        assert "kiln.digests" not in m.metadata()
