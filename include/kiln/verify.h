@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kiln/verify.h: content digests of a model's bytes (docs/integrity.md): a table of XXH3-128
- * digests, one per fixed chunk of each file, kept in a sidecar beside the file (FILE.kiln-digest),
- * never in the file itself. kiln_model_write_digests() makes the sidecars once;
- * kiln_model_verify_digests() reads every byte and checks it against them. Included by kiln/kiln.h.
+ * digests, one per fixed chunk of each file, kept in the file itself by kiln's writers (below),
+ * or in a sidecar beside it (FILE.kiln-digest) for files kiln did not write, which
+ * kiln_model_write_digests() makes once; kiln_model_verify_digests() reads every byte and checks
+ * it against them. Included by kiln/kiln.h.
  */
 #ifndef KILN_VERIFY_H
 #define KILN_VERIFY_H
@@ -87,7 +88,7 @@ typedef struct kiln_verify_report {
 	uint32_t files;      /* files of the model */
 	uint32_t algorithm;  /* enum kiln_digest_algorithm of the first file's digests */
 	uint32_t source;     /* enum kiln_digest_source they came from */
-	uint32_t chunk_log2; /* the chunk size of the first file's sidecar; 0 for SHA-256 sources */
+	uint32_t chunk_log2; /* the chunk size of the first file's table; 0 for SHA-256 sources */
 	uint64_t chunks;     /* digests checked (chunks, or SHA-256 ranges; written, for
 			      * kiln_model_write_digests) */
 	uint64_t bytes;      /* bytes hashed */
@@ -108,7 +109,8 @@ KILN_API int kiln_model_write_digests(const kiln_model *model, const kiln_digest
 
 /*
  * Read every byte the digests of every file of the model cover and check them. A file's digests
- * come from its sidecar; without one, from a model_signing statement beside it (model.sig: the
+ * come from its sidecar; without one, from its own table (KILN_DIGESTS_EMBEDDED: a buffer's or
+ * a URL's too); without either, from a model_signing statement beside it (model.sig: the
  * SHA-256 of the file or of its shards; its signature is sigstore's to check, not kiln's), else
  * from its name when it is a Hugging Face cache blob (blobs/<SHA-256>, reached through a
  * snapshot's link). Returns 0 with the report (NULL: none) saying what was checked; KILN_CORRUPT
