@@ -9,6 +9,10 @@
  *   read and hashed), beside read_warm: the same file read with pread in 1 MiB blocks into one
  *   reused buffer (what the verification reads, without the hash). verify / read is the cost of
  *   checking a warm file.
+ * - write/klnt/digests, write/klnt/none: kiln_write_file() of the same 256 MiB tensor into the
+ *   page cache (KILN_WRITE_NO_SYNC: no disk to hide the hash behind), with the file's digest
+ *   table (the default) and without (KILN_WRITE_NO_DIGESTS); write/safetensors/... the same
+ *   through kiln_safetensors_write_file(). none / digests is the writers' cost of the table.
  * Files go to $KILN_BENCH_DIR (default ./bench-files) and are removed at exit; KILN_BENCH_SMOKE
  * makes everything tiny.
  */
@@ -24,7 +28,7 @@
 #include "kiln/kiln.h"
 #include "shim.h"
 
-static char *dir_path, *file_path, *sidecar_path;
+static char *dir_path, *file_path, *sidecar_path, *out_path;
 static uint8_t *big, *big_copy;
 static size_t big_len, file_len;
 
@@ -32,6 +36,9 @@ static void cleanup(void)
 {
 	if (sidecar_path)
 		unlink(sidecar_path);
+	if (out_path)
+		unlink(out_path);
+	free(out_path);
 	if (file_path)
 		unlink(file_path);
 	if (dir_path)
@@ -114,13 +121,39 @@ static void read_warm(kb_state *st, uint64_t iters, void *arg)
 	kb_set_bytes_per_iter(st, file_len);
 }
 
+/* Writing: arg bit 0 set, without the digest table; bit 1 set, safetensors. */
+static void write_file(kb_state *st, uint64_t iters, void *arg)
+{
+	uintptr_t how = (uintptr_t)arg;
+	uint32_t flags = KILN_WRITE_NO_SYNC | (how & 1 ? KILN_WRITE_NO_DIGESTS : 0);
+	kiln_tensor_spec t = {.name = "w",
+			      .name_len = 1,
+			      .dtype = KILN_DT_U8,
+			      .rank = 1,
+			      .shape = {big_len},
+			      .byte_length = big_len,
+			      .data = big};
+	kiln_error err;
+	for (uint64_t i = 0; i < iters; i++) {
+		int rc = how & 2
+			     ? kiln_safetensors_write_file(out_path, &t, 1, NULL, 0, flags, &err)
+			     : kiln_write_file(out_path, &t, 1, flags, &err);
+		if (rc) {
+			kb_skip(st, err.message);
+			break;
+		}
+	}
+	kb_set_bytes_per_iter(st, big_len);
+}
+
 /* A 256 MiB KLNT file of one u8 tensor of random bytes, and its sidecar (1 MiB chunks). */
 static int make_file(void)
 {
 	const char *base = getenv("KILN_BENCH_DIR");
 	if (asprintf(&dir_path, "%s/verify-%d", base ? base : "bench-files", (int)getpid()) < 0 ||
 	    asprintf(&file_path, "%s/m.klnt", dir_path) < 0 ||
-	    asprintf(&sidecar_path, "%s.kiln-digest", file_path) < 0)
+	    asprintf(&sidecar_path, "%s.kiln-digest", file_path) < 0 ||
+	    asprintf(&out_path, "%s/out", dir_path) < 0)
 		return -1;
 	if (base)
 		mkdir(base, 0755);
@@ -177,5 +210,9 @@ int main(int argc, char **argv)
 	kb_register("memcpy/256MiB", copy_big, NULL);
 	kb_register("verify_warm", verify_warm, NULL);
 	kb_register("read_warm", read_warm, NULL);
+	kb_register("write/klnt/digests", write_file, (void *)0);
+	kb_register("write/klnt/none", write_file, (void *)1);
+	kb_register("write/safetensors/digests", write_file, (void *)2);
+	kb_register("write/safetensors/none", write_file, (void *)3);
 	return kb_main(argc, argv);
 }

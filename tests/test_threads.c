@@ -447,6 +447,89 @@ static void group(void)
 	kiln_model_close(dir);
 }
 
+/* Writers with their digest tables, hashed on a thread of their own while the writer writes:
+ * several at once, payloads from a read callback (the writer's rotating buffers) and from
+ * memory, each file then checked against its table. */
+static int pattern_read(void *ctx, uint32_t tensor, uint64_t off, void *buf, size_t len)
+{
+	(void)ctx;
+	for (size_t i = 0; i < len; i++)
+		((uint8_t *)buf)[i] = (uint8_t)((off + i) * 131 + tensor);
+	return 0;
+}
+
+/* A failure on a writer thread: said, counted (atomically), and the thread goes on. */
+#define W_FAIL(...)                                                 \
+	do {                                                        \
+		fprintf(stderr, "FAIL: " __VA_ARGS__);              \
+		fputc('\n', stderr);                                \
+		__atomic_add_fetch(&failures, 1, __ATOMIC_SEQ_CST); \
+	} while (0)
+
+static void *write_one(void *arg)
+{
+	intptr_t k = (intptr_t)arg;
+	enum { BIG = (5 << 20) + 123 };
+	uint8_t *mem = malloc(BIG);
+	if (!mem) {
+		W_FAIL("malloc");
+		return NULL;
+	}
+	for (size_t i = 0; i < BIG; i++)
+		mem[i] = (uint8_t)(i * 7 + (size_t)k);
+	kiln_tensor_spec t[2] = {{.name = "produced",
+				  .name_len = 8,
+				  .dtype = KILN_DT_U8,
+				  .rank = 1,
+				  .shape = {BIG},
+				  .byte_length = BIG,
+				  .read = pattern_read},
+				 {.name = "held",
+				  .name_len = 4,
+				  .dtype = KILN_DT_U8,
+				  .rank = 1,
+				  .shape = {BIG},
+				  .byte_length = BIG,
+				  .data = mem}};
+	char out[4200];
+	kiln_error err;
+	for (int st = 0; st < 2; st++) {
+		snprintf(out, sizeof(out), "%s.w%d.%s", path, (int)k, st ? "safetensors" : "klnt");
+		int rc =
+		    st ? kiln_safetensors_write_file(out, t, 2, NULL, 0, KILN_WRITE_NO_SYNC, &err)
+		       : kiln_write_file(out, t, 2, KILN_WRITE_NO_SYNC, &err);
+		kiln_model *m;
+		if (rc) {
+			W_FAIL("write %s: %s", out, err.message);
+		} else if (kiln_model_open(out, NULL, &m, &err)) {
+			W_FAIL("open %s: %s", out, err.message);
+		} else {
+			kiln_verify_report r;
+			rc = kiln_model_verify_digests(m, NULL, &r, &err);
+			if (rc || r.source != KILN_DIGESTS_EMBEDDED || r.chunks != 11)
+				W_FAIL("verify %s: %s", out,
+				       rc ? err.message : "not its own table");
+			kiln_model_close(m);
+		}
+		unlink(out);
+	}
+	free(mem);
+	return NULL;
+}
+
+static void writers(void)
+{
+	pthread_t th[3];
+	int made = 0;
+	for (intptr_t k = 0; k < 3; k++, made++)
+		if (pthread_create(&th[k], NULL, write_one, (void *)k)) {
+			W_FAIL("pthread_create");
+			break;
+		}
+	for (int k = 0; k < made; k++)
+		pthread_join(th[k], NULL);
+}
+
 int main(void)
 {
 	make_file();
@@ -476,6 +559,11 @@ int main(void)
 	group();
 	cases++;
 	printf("threads: kiln_group_load, two ranks on one model: %s\n",
+	       failures > before ? "FAIL" : "ok");
+	before = failures;
+	writers();
+	cases++;
+	printf("threads: three writers with digest tables at once: %s\n",
 	       failures > before ? "FAIL" : "ok");
 	before = failures;
 	borrowed_buffer();

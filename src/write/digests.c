@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kiln_digest_builder (kiln/verify.h): the digest table a writer embeds, built from the bytes as
- * they are written; the KLNT writer uses the same table builder directly, the others (the
- * safetensors writer, the converters) through this.
+ * The digest table a writer embeds, built from the bytes as they are written: kiln's own writers
+ * through kiln__hasher (on a second core), writers outside (the converters) through the public
+ * kiln_digest_builder (kiln/verify.h), both over the one table builder of src/format/digest.c.
  */
 #include <inttypes.h>
 #include <stdlib.h>
+
+#include "base/sys.h"
 
 #include "format/digest.h"
 #include "write/write.h"
@@ -75,4 +77,84 @@ void kiln_digest_builder_free(kiln_digest_builder *b)
 	free(b->table);
 	free(b->text);
 	free(b);
+}
+
+/* --- kiln__hasher ---------------------------------------------------------------------------- */
+
+static void *hash_pending(void *arg)
+{
+	struct kiln__hasher *h = arg;
+	pthread_mutex_lock(&h->mu);
+	for (;;) {
+		while (!h->count && !h->closing)
+			pthread_cond_wait(&h->cv, &h->mu);
+		if (!h->count)
+			break;
+		const uint8_t *p = h->p[h->head];
+		size_t n = h->n[h->head];
+		pthread_mutex_unlock(&h->mu);
+		kiln__digest_writer_add(&h->w, p, n);
+		pthread_mutex_lock(&h->mu);
+		h->head ^= 1;
+		h->count--;
+		pthread_cond_broadcast(&h->cv); /* room for the writer, or drained for seal */
+	}
+	pthread_mutex_unlock(&h->mu);
+	return NULL;
+}
+
+void kiln__hasher_start(struct kiln__hasher *h, uint8_t *table, size_t len, uint64_t from,
+			uint64_t to)
+{
+	memset(h, 0, sizeof(*h));
+	kiln__digest_writer_init(&h->w, table, len, from, to, KILN__DIGEST_LOG2);
+	if (kiln__online_cpus() < 2)
+		return;
+	pthread_mutex_init(&h->mu, NULL);
+	pthread_cond_init(&h->cv, NULL);
+	h->threaded = pthread_create(&h->th, NULL, hash_pending, h) == 0;
+	if (!h->threaded) { /* no thread: the hash runs in line */
+		pthread_cond_destroy(&h->cv);
+		pthread_mutex_destroy(&h->mu);
+	}
+}
+
+void kiln__hasher_add(struct kiln__hasher *h, const void *p, size_t n)
+{
+	if (!n)
+		return;
+	if (!h->threaded) {
+		kiln__digest_writer_add(&h->w, p, n);
+		return;
+	}
+	pthread_mutex_lock(&h->mu);
+	while (h->count == 2)
+		pthread_cond_wait(&h->cv, &h->mu);
+	unsigned tail = (h->head + h->count) & 1;
+	h->p[tail] = p;
+	h->n[tail] = n;
+	h->count++;
+	pthread_cond_broadcast(&h->cv);
+	pthread_mutex_unlock(&h->mu);
+}
+
+/* Wait for what is pending, then end the thread. */
+void kiln__hasher_stop(struct kiln__hasher *h)
+{
+	if (!h->threaded)
+		return;
+	pthread_mutex_lock(&h->mu);
+	h->closing = 1;
+	pthread_cond_broadcast(&h->cv);
+	pthread_mutex_unlock(&h->mu);
+	pthread_join(h->th, NULL);
+	pthread_cond_destroy(&h->cv);
+	pthread_mutex_destroy(&h->mu);
+	h->threaded = 0;
+}
+
+void kiln__hasher_seal(struct kiln__hasher *h, uint64_t file_size)
+{
+	kiln__hasher_stop(h); /* every piece hashed */
+	kiln__digest_writer_seal(&h->w, file_size);
 }

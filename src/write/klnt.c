@@ -310,14 +310,14 @@ struct block_fill {
 	const char *path;
 	const struct plan *p;
 	const kiln_tensor_spec *tensors;
-	uint8_t *chunk;
-	struct kiln__digest_writer *dw; /* NULL: no digest table */
+	uint8_t *chunk; /* KILN__HASHER_BUFFERS chunks, taken in turn (the hasher's rule) */
+	struct kiln__hasher *dw; /* NULL: no digest table */
 };
 
 static int put(const struct block_fill *b, int fd, const void *p, size_t n)
 {
 	if (b->dw)
-		kiln__digest_writer_add(b->dw, p, n);
+		kiln__hasher_add(b->dw, p, n);
 	return kiln__write_all(fd, p, n);
 }
 
@@ -328,25 +328,31 @@ static int write_block(void *ctx, int fd, kiln_error *err)
 	const struct plan *p = b->p;
 	const kiln_tensor_spec *tensors = b->tensors;
 	int e = put(b, fd, p->head, (size_t)p->payload_base);
-	uint64_t cursor = 0;
+	uint64_t cursor = 0, turn = 0;
 	for (uint32_t i = 0; i < p->n && !e; i++) {
 		e = put(b, fd, zeros, (size_t)(p->offsets[i] - cursor));
 		if (b->dw && i == p->n - 1) /* the table: every byte before it is hashed */
-			kiln__digest_writer_seal(b->dw, p->block);
+			kiln__hasher_seal(b->dw, p->block);
 		uint64_t len = p->lengths[i];
 		uint8_t last = 0;
+		/* The caller's memory stays as it is: hashed whole while it is written. */
+		const int held = tensors[i].data != NULL;
+		if (held && b->dw && len)
+			kiln__hasher_add(b->dw, tensors[i].data, (size_t)len);
 		for (uint64_t done = 0; done < len && !e; done += KILN__WRITE_CHUNK) {
 			size_t step = len - done < KILN__WRITE_CHUNK ? (size_t)(len - done)
 								     : KILN__WRITE_CHUNK;
-			const uint8_t *src = b->chunk;
-			if (tensors[i].data)
+			uint8_t *buf =
+			    b->chunk + (turn++ % KILN__HASHER_BUFFERS) * KILN__WRITE_CHUNK;
+			const uint8_t *src = buf;
+			if (held)
 				src = (const uint8_t *)tensors[i].data + done;
 			else {
-				int rc = kiln__produce(&tensors[i], i, done, b->chunk, step, err);
+				int rc = kiln__produce(&tensors[i], i, done, buf, step, err);
 				if (rc)
 					return rc;
 			}
-			e = put(b, fd, src, step);
+			e = held ? kiln__write_all(fd, src, step) : put(b, fd, src, step);
 			last = src[step - 1];
 		}
 		if (!e && len) {
@@ -439,20 +445,21 @@ static int write_klnt(const char *path, struct kiln__pending *w, const kiln_tens
 	int rc = plan_file(tensors, count, flags, &p, &all, &table, &dlen, err);
 	if (rc)
 		return rc;
-	if (!(chunk = malloc(KILN__WRITE_CHUNK)))
-		rc = kiln__nomem(err, KILN__WRITE_CHUNK, "a payload chunk");
+	if (!(chunk = malloc(KILN__HASHER_BUFFERS * KILN__WRITE_CHUNK)))
+		rc = kiln__nomem(err, KILN__HASHER_BUFFERS * KILN__WRITE_CHUNK, "payload chunks");
 	if (!rc) {
-		struct kiln__digest_writer dw;
+		struct kiln__hasher dw;
 		struct block_fill b = {
 		    .path = path, .p = &p, .tensors = all ? all : tensors, .chunk = chunk};
 		if (table) {
-			kiln__digest_writer_init(&dw, table, dlen, 0,
-						 p.payload_base + p.offsets[p.n - 1],
-						 KILN__DIGEST_LOG2);
+			kiln__hasher_start(&dw, table, dlen, 0,
+					   p.payload_base + p.offsets[p.n - 1]);
 			b.dw = &dw;
 		}
 		rc = w ? write_block(&b, w->fd, err)
 		       : kiln_write_atomic(path, write_block, &b, flags, err);
+		if (table)
+			kiln__hasher_stop(&dw); /* (sealed already, unless the write failed) */
 	}
 	free(chunk);
 	free(table);

@@ -404,13 +404,16 @@ int kiln_safetensors_write_memory(const kiln_tensor_spec *tensors, size_t count,
 struct fill {
 	const struct plan *p;
 	const char *path;
-	uint8_t *chunk;
-	kiln_digest_builder *dw; /* the data region's digest table; NULL: none */
+	uint8_t *chunk; /* KILN__HASHER_BUFFERS chunks, taken in turn (the hasher's rule) */
+	struct kiln__hasher *dw; /* the data region's digest table; NULL: none */
+	char *text;              /* its base64 text, over the placeholder's bytes */
+	size_t text_len;
 };
 
 static int put_data(const struct fill *f, int fd, const void *p, size_t n)
 {
-	kiln_digest_builder_add(f->dw, p, n);
+	if (f->dw)
+		kiln__hasher_add(f->dw, p, n);
 	return kiln__write_all(fd, p, n);
 }
 
@@ -420,8 +423,10 @@ static int fill_file(void *ctx, int fd, kiln_error *err)
 {
 	const struct fill *f = ctx;
 	const struct plan *p = f->p;
-	kiln_digest_builder_add(f->dw, p->header, p->header_len); /* before its range */
+	if (f->dw)
+		kiln__hasher_add(f->dw, p->header, p->header_len); /* before its range */
 	int e = kiln__write_all(fd, p->header, p->header_len);
+	uint64_t turn = 0;
 	for (size_t i = 0; i < p->n && !e; i++) {
 		const kiln_tensor_spec *t = p->items[i].t;
 		if (t->data || !t->byte_length) {
@@ -431,17 +436,17 @@ static int fill_file(void *ctx, int fd, kiln_error *err)
 		for (uint64_t done = 0; done < t->byte_length && !e; done += CHUNK) {
 			size_t step =
 			    t->byte_length - done < CHUNK ? (size_t)(t->byte_length - done) : CHUNK;
-			int rc = kiln__produce(t, p->items[i].index, done, f->chunk, step, err);
+			uint8_t *buf = f->chunk + (turn++ % KILN__HASHER_BUFFERS) * CHUNK;
+			int rc = kiln__produce(t, p->items[i].index, done, buf, step, err);
 			if (rc)
 				return rc;
-			e = put_data(f, fd, f->chunk, step);
+			e = put_data(f, fd, buf, step);
 		}
 	}
 	if (!e && f->dw) {
-		const char *text = kiln_digest_builder_seal(f->dw, p->header_len + p->data_len);
-		size_t len = kiln__base64_len(
-		    kiln__digests_size(0, p->data_len, KILN__DIGEST_LOG2)); /* the placeholder's */
-		e = text ? kiln__pwrite_all(fd, text, len, p->digests_at) : EINVAL;
+		kiln__hasher_seal(f->dw, p->header_len + p->data_len);
+		kiln__base64_encode(f->dw->w.table, f->dw->w.len, f->text);
+		e = kiln__pwrite_all(fd, f->text, f->text_len, p->digests_at);
 	}
 	return e ? kiln__fail_sys(err, KILN_IO, e, "%s: write failed: %s", f->path, strerror(e))
 		 : 0;
@@ -463,8 +468,9 @@ int kiln_safetensors_write_file(const char *path, const kiln_tensor_spec *tensor
 	kiln_str_pair *meta = NULL;
 	char *holder = NULL;
 	struct plan p = {0};
-	kiln_digest_builder *dw = NULL;
-	uint8_t *chunk = NULL;
+	struct kiln__hasher dw;
+	uint8_t *chunk = NULL, *table = NULL;
+	size_t tlen = 0, hlen = 0;
 	int rc = 0;
 	if (digests) {
 		for (size_t i = 0; metadata && i < nmeta; i++)
@@ -487,11 +493,12 @@ int kiln_safetensors_write_file(const char *path, const kiln_tensor_spec *tensor
 		/* The table's length depends on the data's length only. */
 		if ((rc = plan_build(tensors, count, metadata, nmeta, &p, err)))
 			goto out;
-		size_t tlen = kiln__digests_size(0, p.data_len, KILN__DIGEST_LOG2);
-		size_t hlen = tlen ? kiln__base64_len(tlen) : 0;
+		tlen = kiln__digests_size(0, p.data_len, KILN__DIGEST_LOG2);
+		hlen = tlen ? kiln__base64_len(tlen) : 0;
 		plan_free(&p);
-		if (!tlen || !(holder = malloc(hlen))) {
-			rc = kiln__nomem(err, hlen, "the digest table's text");
+		/* (one more byte: the encoder ends the text with a NUL) */
+		if (!tlen || !(holder = malloc(hlen + 1)) || !(table = malloc(tlen))) {
+			rc = kiln__nomem(err, hlen + tlen, "the digest table");
 			goto out;
 		}
 		memset(holder, 'A', hlen);
@@ -503,18 +510,24 @@ int kiln_safetensors_write_file(const char *path, const kiln_tensor_spec *tensor
 	}
 	if (rc)
 		goto out;
-	if (digests && (rc = kiln_digest_builder_new(p.header_len, p.header_len + p.data_len, 1,
-						     &dw, NULL, err)))
-		goto out;
 	for (size_t i = 0; i < p.n && !chunk; i++)
-		if (!p.items[i].t->data && p.items[i].t->byte_length && !(chunk = malloc(CHUNK)))
+		if (!p.items[i].t->data && p.items[i].t->byte_length &&
+		    !(chunk = malloc(KILN__HASHER_BUFFERS * CHUNK)))
 			rc = kiln__nomem(err, 0, NULL);
 	if (!rc) {
-		struct fill f = {.p = &p, .path = path, .chunk = chunk, .dw = dw};
+		struct fill f = {
+		    .p = &p, .path = path, .chunk = chunk, .text = holder, .text_len = hlen};
+		if (digests) {
+			kiln__hasher_start(&dw, table, tlen, p.header_len,
+					   p.header_len + p.data_len);
+			f.dw = &dw;
+		}
 		rc = kiln_write_atomic(path, fill_file, &f, flags, err);
+		if (digests)
+			kiln__hasher_stop(&dw); /* (sealed already, unless the write failed) */
 	}
 out:
-	kiln_digest_builder_free(dw);
+	free(table);
 	free(chunk);
 	free(holder);
 	free(meta);
