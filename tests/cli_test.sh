@@ -342,7 +342,7 @@ expect 1 "$KLNT" load "$TMP/flip.klnt" --verify
 has "$TMP/err" "differs from its digest"
 expect 2 "$KLNT" load "$TMP/gen.klnt" --verify --directory-only
 has "$TMP/err" "--verify checks whole files"
-expect 2 "$KLNT" load s3://bucket/m.klnt --verify
+expect 2 "$KLNT" load s3://bucket/m.klnt --verify --directory-only
 rm -f "$TMP/gen.klnt.kiln-digest" "$TMP/flip.klnt" "$TMP/flip.klnt.kiln-digest"
 
 # 9. writing: a rewrite keeps the mode and follows a symlink; SIGINT/SIGTERM leave nothing

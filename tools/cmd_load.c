@@ -34,11 +34,12 @@ static const char usage[] =
     "      --inflight BYTES  bytes being read at once (default 64 MiB; K, M, G suffixes)\n"
     "      --directory-only  open with KILN_OPEN_DIRECTORY_ONLY: the pipeline reads every\n"
     "                        payload byte itself (the default for URLs)\n"
-    "      --verify          check every byte against the model's digests (klnt digest, a\n"
-    "                        model_signing statement, a Hugging Face cache blob name) as the\n"
-    "                        open brings each file in (KILN_OPEN_VERIFY_DIGESTS); the\n"
-    "                        pipeline then copies from the checked pages. Not with\n"
-    "                        --directory-only or a URL, whose reads come later in parts\n"
+    "      --verify          check every byte against the model's digests (the file's own\n"
+    "                        table, klnt digest's sidecar, a model_signing statement, a\n"
+    "                        Hugging Face cache blob name) as the open brings each file in\n"
+    "                        (KILN_OPEN_VERIFY_DIGESTS); the pipeline then copies from the\n"
+    "                        checked pages. A URL is then fetched whole, against its own\n"
+    "                        table. Not with --directory-only, whose reads come later\n"
     "  -h, --help            show this help and exit\n"
     "\n"
     "Exit status: 0 loaded; 1 a file was rejected, differs from its digests or has none, or\n"
@@ -191,11 +192,13 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 					device);
 	const char *const *files = (const char *const *)argv + optind;
 	uint32_t nfiles = (uint32_t)(argc - optind);
-	if (verify && (dironly || kiln_path_is_url(files[0])))
+	if (verify && dironly)
 		return klnt_usage_error(cmd, "--verify checks whole files as they are opened: not "
-					     "with --directory-only or a URL");
+					     "with --directory-only");
 	kiln_open_options oo = {.size = sizeof(oo), .remote = klnt_remote()};
-	if (dironly || kiln_path_is_url(files[0]))
+	/* A URL is read by the pipeline with ranged GETs, unless it is to be checked: then it is
+	 * fetched whole and checked against the file's own digest table as it comes in. */
+	if (dironly || (kiln_path_is_url(files[0]) && !verify))
 		oo.flags = KILN_OPEN_DIRECTORY_ONLY;
 	if (verify)
 		oo.flags |= KILN_OPEN_VERIFY_DIGESTS;

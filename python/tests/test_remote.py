@@ -75,6 +75,23 @@ def test_torch_load_of_urls():
                                else b[k].reshape(-1)), k
 
 
+def test_torch_load_of_a_url_checks_its_own_digests():
+    """m.klnt (klnt gen) carries its digest table: verify=True fetches it whole and checks every
+    byte against it; the same tensors as unverified."""
+    torch = pytest.importorskip("torch")
+    import kiln.torch as kt
+
+    def raw(t):  # the bytes (random payloads hold NaNs, which no equality sees as equal)
+        t = t.reshape(-1)
+        return t if t.dtype == torch.uint8 else t.view(torch.uint8)
+
+    url = os.environ["KILN_TEST_HTTP"] + "/m.klnt"
+    got, want = kt.load(url, verify=True), kt.load(url)
+    assert list(got) == list(want) and all(torch.equal(raw(got[k]), raw(want[k])) for k in want)
+    with kiln.open(url) as m:
+        assert m.verify_digests()["source"] == "embedded"
+
+
 def test_iter_load_of_urls():
     torch = pytest.importorskip("torch")
     import kiln.torch
