@@ -121,18 +121,24 @@ static void read_warm(kb_state *st, uint64_t iters, void *arg)
 	kb_set_bytes_per_iter(st, file_len);
 }
 
+/* The one tensor every file here holds: `big`, as a u8 vector named w. */
+static kiln_tensor_spec big_tensor(void)
+{
+	return (kiln_tensor_spec){.name = "w",
+				  .name_len = 1,
+				  .dtype = KILN_DT_U8,
+				  .rank = 1,
+				  .shape = {big_len},
+				  .byte_length = big_len,
+				  .data = big};
+}
+
 /* Writing: arg bit 0 set, without the digest table; bit 1 set, safetensors. */
 static void write_file(kb_state *st, uint64_t iters, void *arg)
 {
 	uintptr_t how = (uintptr_t)arg;
 	uint32_t flags = KILN_WRITE_NO_SYNC | (how & 1 ? KILN_WRITE_NO_DIGESTS : 0);
-	kiln_tensor_spec t = {.name = "w",
-			      .name_len = 1,
-			      .dtype = KILN_DT_U8,
-			      .rank = 1,
-			      .shape = {big_len},
-			      .byte_length = big_len,
-			      .data = big};
+	kiln_tensor_spec t = big_tensor();
 	kiln_error err;
 	for (uint64_t i = 0; i < iters; i++) {
 		int rc = how & 2
@@ -161,13 +167,7 @@ static int make_file(void)
 		mkdir("bench-files", 0755);
 	if (mkdir(dir_path, 0755))
 		return -1;
-	kiln_tensor_spec t = {.name = "w",
-			      .name_len = 1,
-			      .dtype = KILN_DT_U8,
-			      .rank = 1,
-			      .shape = {big_len},
-			      .byte_length = big_len,
-			      .data = big};
+	kiln_tensor_spec t = big_tensor();
 	kiln_error err;
 	kiln_model *m;
 	if (kiln_write_file(file_path, &t, 1, KILN_WRITE_NO_SYNC, &err) ||
