@@ -230,6 +230,12 @@ has "$TMP/out" "xxh3-128 from embedded"
 expect 0 "$KLNT" inspect "$TMP/p-f16d.klnt"
 has "$TMP/out" "digests          in the file (kiln.digests)"
 has "$TMP/out" "1 tensor, 2 tensor bytes + 62 gap bytes + 80 digest table bytes = 144 payload bytes"
+expect 0 "$KLNT" inspect --json "$TMP/p-f16d.klnt"
+/usr/bin/python3 -c 'import json, sys; h = json.load(open(sys.argv[1]))["header"]; sys.exit(h["digests"] != {"offset": 448, "bytes": 80} or h["tensor_count"] != 1)' "$TMP/out" &&
+	ok || bad "inspect --json: the digest table's place"
+expect 0 "$KLNT" inspect --json "$TMP/p-f16.klnt"
+/usr/bin/python3 -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["header"]["digests"] is not None)' "$TMP/out" &&
+	ok || bad "inspect --json: a file without a table"
 printf '\020\062\124\166\230\272\334\376' >"$TMP/e2m1.raw"
 printf '\070' >"$TMP/f8.raw"
 printf '\000\000\200\077' >"$TMP/one.raw"

@@ -402,6 +402,14 @@ static json_object *json_header(const kiln_file_info *info)
 	jset(h, "payload_base", ju64(info->payload_base));
 	jset(h, "payload_bytes", ju64(info->payload_bytes));
 	jset(h, "size", ju64(info->size));
+	/* The file's own digest table (kiln/verify.h): where its bytes are, or null. */
+	json_object *d = NULL;
+	if (info->digests_bytes) {
+		d = jnew(json_object_new_object());
+		jset(d, "offset", ju64(info->digests_offset));
+		jset(d, "bytes", ju64(info->digests_bytes));
+	}
+	jset(h, "digests", d);
 	if (info->format != KILN_FORMAT_KLNT)
 		return h;
 	jset(h, "flags", ju64(info->flags));
