@@ -1461,8 +1461,9 @@ Test(embedded, hostile_tables)
 	kiln_error err;
 	uint8_t head[KILN__DIGEST_HEAD] = {0};
 	/* Not a table: FRAME at the table's first byte, in the file. */
-	int rc = hostile_table(path, "not a digest table at all, but long enough for a head....!",
-			       64, &err);
+	char junk[KILN__DIGEST_HEAD];
+	memset(junk, 'x', sizeof(junk)); /* a head's length of bytes that are not a table */
+	int rc = hostile_table(path, junk, sizeof(junk), &err);
 	cr_assert_eq(rc, KILN_FRAME, "%s", err.message);
 	kiln_model *m = open_ok(path);
 	kiln_file_info fi;
