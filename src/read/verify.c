@@ -320,12 +320,11 @@ static int read_sidecar(const struct kiln__file *f, uint8_t **table, struct kiln
 	int fd = kiln__open_file(name, &size, &opened);
 	if (fd < 0) {
 		if (opened.sys_errno == ENOENT)
-			rc = kiln__fail_named(err, file_named(f), KILN_NOTFOUND,
-					      KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
+			rc = kiln__fail_named(err, file_named(f), KILN_NOTFOUND, KILN_NO_INDEX,
+					      NULL, KILN_NO_OFFSET,
 					      "no digests (no %s, %s or Hugging Face cache blob); "
 					      "make them once with: klnt digest %s",
-					      SIDECAR_SUFFIX, KILN__SIGNING_NAME,
-					      file_named(f));
+					      SIDECAR_SUFFIX, KILN__SIGNING_NAME, file_named(f));
 		else if (err)
 			*err = opened;
 		rc = rc ? rc : opened.code;
@@ -917,8 +916,8 @@ int kiln__verifier_finish(struct kiln__verifier *v, uint64_t *chunks, kiln_error
 		return v->rc;
 	}
 	if (v->d.to && !v->f->base)
-		return kiln__fail_named(err, file_named(v->f), KILN_INVAL, KILN_NO_INDEX,
-					NULL, 0, "its bytes never reached memory to be checked");
+		return kiln__fail_named(err, file_named(v->f), KILN_INVAL, KILN_NO_INDEX, NULL, 0,
+					"its bytes never reached memory to be checked");
 	int rc = 0;
 	if (v->sha) {
 		/* Whatever was not reported is in memory now: hash the rest in order. */
@@ -933,8 +932,8 @@ int kiln__verifier_finish(struct kiln__verifier *v, uint64_t *chunks, kiln_error
 		}
 	}
 	if (!rc && v->sha && v->next != v->nsha)
-		rc = kiln__fail_named(err, file_named(v->f), KILN_INVAL, KILN_NO_INDEX, NULL,
-				      0, "%zu of its SHA-256 digests were never reached",
+		rc = kiln__fail_named(err, file_named(v->f), KILN_INVAL, KILN_NO_INDEX, NULL, 0,
+				      "%zu of its SHA-256 digests were never reached",
 				      v->nsha - v->next);
 	*chunks = atomic_load_explicit(&v->checked, memory_order_relaxed);
 	return rc;
