@@ -713,9 +713,10 @@ static int gguf_read(struct kiln__file *f, int exact, kiln_error *err)
 	 * an array of u8 holds it, any other value is kept as wrong, said when digests are
 	 * asked for. */
 	const size_t dk = sizeof(KILN_DIGESTS_KEY) - 1;
+#define IS_DIGESTS_KEY(e) ((e)->key_len == dk && !memcmp(r.p + (e)->key, KILN_DIGESTS_KEY, dk))
 	for (uint64_t i = 0; i < nkv; i++) {
 		const struct kv *e = &r.kv[i];
-		if (e->key_len != dk || memcmp(r.p + e->key, KILN_DIGESTS_KEY, dk))
+		if (!IS_DIGESTS_KEY(e))
 			continue;
 		int u8s = e->type == KILN_META_ARRAY && e->end - e->at >= 12 &&
 			  kiln__ld32(r.p + e->at) == KILN_META_U8;
@@ -731,12 +732,13 @@ static int gguf_read(struct kiln__file *f, int exact, kiln_error *err)
 		const struct kv *e = &r.kv[i];
 		if (m->nfiles > 1 && e->key_len > 6 && !memcmp(r.p + e->key, "split.", 6))
 			continue;
-		if (e->key_len == dk && !memcmp(r.p + e->key, KILN_DIGESTS_KEY, dk))
+		if (IS_DIGESTS_KEY(e))
 			continue;
 		kiln_meta meta = {.key = (const char *)r.p + e->key, .key_len = (size_t)e->key_len};
 		kiln__meta_value(r.p + e->at, e->type, e->end - e->at, &meta.value);
 		rc = kiln__meta_add(m, &meta, err);
 	}
+#undef IS_DIGESTS_KEY
 	f->split_tensors = r.split_tensors;
 out:
 	free(ti);

@@ -293,6 +293,14 @@ static int same_name(struct pass *s, const struct desc *c, uint64_t prev, uint64
 			       prev - o->first, o->path ? kiln__file_shown(o) : "an earlier file");
 }
 
+/* A u8 vector named `name`: how kiln's own tensors are told (mark_roles). */
+static int is_u8_named(const kiln_tensor *t, const char *name)
+{
+	size_t len = strlen(name);
+	return t->name_len == len && !memcmp(t->name, name, len) && t->dtype == KILN_DT_U8 &&
+	       t->rank == 1;
+}
+
 /* A name exactly when the NAMES flag is set: at the running heap cursor (names are concatenated
  * in descriptor order), inside the heap, UTF-8, and unlike every earlier name. */
 static int desc_4_name(struct pass *s, struct desc *c)
@@ -332,9 +340,7 @@ static int desc_4_name(struct pass *s, struct desc *c)
 	/* Every file of a series ends with a digest table of that name (kiln/verify.h): the
 	 * file's, not the model's (mark_roles), so it stays out of the model's names, and only
 	 * an earlier name like it is a duplicate. */
-	const size_t dl = sizeof(KILN_DIGESTS_TENSOR) - 1;
-	if (c->i + 1 == s->f->count && len == dl && !memcmp(name, KILN_DIGESTS_TENSOR, dl) &&
-	    c->t->dtype == KILN_DT_U8 && c->t->rank == 1) { /* (mark_roles: the same test) */
+	if (c->i + 1 == s->f->count && is_u8_named(c->t, KILN_DIGESTS_TENSOR)) {
 		const kiln_tensor *o = kiln_model_find(s->f->model, c->t->name, len);
 		if (o)
 			return same_name(s, c, o->index, s->heap + off);
@@ -665,13 +671,6 @@ static int after_5_scales(struct pass *s)
 			return rc;
 	}
 	return 0;
-}
-
-static int is_u8_named(const kiln_tensor *t, const char *name)
-{
-	size_t len = strlen(name);
-	return t->name_len == len && !memcmp(t->name, name, len) && t->dtype == KILN_DT_U8 &&
-	       t->rank == 1;
 }
 
 /* kiln's own tensors, by name (docs/convert.md, docs/integrity.md). The metadata document, an
