@@ -46,6 +46,10 @@ void kc_list_free(struct kc_list *l);
 int kc_nomem(kiln_error *err);
 int kc_write_all(int fd, const void *buf, size_t len, kiln_error *err);
 int kc_write_zeros(int fd, uint64_t n, kiln_digest_builder *dw, kiln_error *err);
+/* Seal dw for a file of file_size bytes and write its len bytes at `at` (over the placeholder
+ * the header left for it); IO naming the step. */
+int kc_put_table(int fd, kiln_digest_builder *dw, uint64_t file_size, uint64_t at, size_t len,
+		 kiln_error *err);
 
 /* Bytes laid out in two passes: with p NULL only counted, then written into a block of the size
  * counted (GGUF headers and values: no buffer that grows). */

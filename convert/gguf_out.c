@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "convert_int.h"
 
@@ -103,14 +102,9 @@ static int gguf_fill(void *ctx, int fd, kiln_error *err)
 	}
 	free(buf);
 	/* The digest table over the data section, in place of its placeholder. */
-	if (!rc && dw) {
-		uint64_t end = f->head->len + f->head_pad + f->data_len;
-		const void *table = kiln_digest_builder_seal(dw, end);
-		ssize_t w = table ? pwrite(fd, table, f->table_len, (off_t)f->table_at) : -1;
-		if (w != (ssize_t)f->table_len)
-			rc = kiln_error_set(err, KILN_IO, w < 0 ? errno : EIO,
-					    "writing the digest table");
-	}
+	if (!rc && dw)
+		rc = kc_put_table(fd, dw, f->head->len + f->head_pad + f->data_len, f->table_at,
+				  f->table_len, err);
 	return rc;
 }
 
@@ -154,8 +148,8 @@ int kc_gguf_write(const struct kc_list *l, const char *path, struct kc_progress 
 	kiln_digest_builder *dw = NULL;
 	size_t table_len = 0;
 	uint64_t table_at = 0;
-	if (digests)
-		rc = kiln_digest_builder_new(0, data_len, 0, &dw, &table_len, err);
+	if (digests && !(table_len = kiln_digest_table_size(data_len, 0)))
+		rc = kc_nomem(err);
 	/* The header in two passes: sized, then written into a block of that size. */
 	struct kc_out b = {0};
 	uint64_t total = 0;
@@ -210,12 +204,9 @@ int kc_gguf_write(const struct kc_list *l, const char *path, struct kc_progress 
 	/* The padding to the data section is written, not buffered. */
 	uint64_t head_pad = (alignment - b.len % alignment) % alignment;
 	/* The table covers the data section, which starts after the padding. */
-	if (!rc && dw) {
-		kiln_digest_builder_free(dw);
-		dw = NULL;
+	if (!rc && digests)
 		rc = kiln_digest_builder_new(b.len + head_pad, b.len + head_pad + data_len, 0, &dw,
 					     NULL, err);
-	}
 	if (!rc) {
 		if (p && !p->total)
 			p->total = total;

@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "convert_int.h"
 
@@ -107,13 +106,8 @@ static int fill(void *ctx, int fd, kiln_error *err)
 		rc = kc_copy_payload(w->l->m, w->l->t[i], fd, buf, w->p, err);
 	free(buf);
 	/* The digest table's text over its placeholder. */
-	if (!rc && w->dw) {
-		const void *text = kiln_digest_builder_seal(w->dw, w->end);
-		ssize_t n = text ? pwrite(fd, text, w->table_len, (off_t)w->table_at) : -1;
-		if (n != (ssize_t)w->table_len)
-			rc = kiln_error_set(err, KILN_IO, n < 0 ? errno : EIO,
-					    "writing the digest table");
-	}
+	if (!rc && w->dw)
+		rc = kc_put_table(fd, w->dw, w->end, w->table_at, w->table_len, err);
 	return rc;
 }
 
@@ -163,10 +157,11 @@ int kc_st_write(const struct kc_list *l, const char *path, struct kc_progress *p
 	uint64_t data = 0;
 	for (uint64_t i = 0; i < l->n; i++)
 		data += l->t[i]->byte_length;
-	kiln_digest_builder *dw = NULL;
 	size_t text_len = 0;
 	int digests = !(p && (p->write_flags & KILN_WRITE_NO_DIGESTS));
-	if (!rc && digests && !(rc = kiln_digest_builder_new(0, data, 1, &dw, &text_len, err)))
+	if (!rc && digests && !(text_len = kiln_digest_table_size(data, 1)))
+		rc = kc_nomem(err);
+	if (!rc && digests)
 		rc = digests_first(&meta, text_len, err);
 	if (!rc && meta)
 		json_object_object_add(root, "__metadata__", meta);
@@ -209,18 +204,15 @@ int kc_st_write(const struct kc_list *l, const char *path, struct kc_progress *p
 		rc = kiln_error_set(err, KILN_INVAL, 0,
 				    "%s: the header would be %zu bytes, above the %u-byte cap",
 				    path, padded, ST_HEADER_CAP);
-	if (!rc && dw &&
+	if (!rc && digests &&
 	    (len < sizeof(DIGESTS_PREFIX) - 1 ||
 	     memcmp(text, DIGESTS_PREFIX, sizeof(DIGESTS_PREFIX) - 1)))
 		rc = kiln_error_set(err, KILN_INVAL, 0, "%s: the header does not start with %s",
 				    path, DIGESTS_PREFIX);
 	kiln_digest_builder *fresh = NULL;
 	/* The table covers the data region, which starts after the header. */
-	if (!rc && dw) {
-		kiln_digest_builder_free(dw);
-		dw = NULL;
+	if (!rc && digests)
 		rc = kiln_digest_builder_new(8 + padded, 8 + padded + at, 1, &fresh, NULL, err);
-	}
 	if (!rc) {
 		if (p && !p->total)
 			p->total = at;
@@ -243,7 +235,6 @@ int kc_st_write(const struct kc_list *l, const char *path, struct kc_progress *p
 		rc = kc_write_atomic(path, fill, &w, p, err);
 		w.p->dw = NULL;
 	}
-	kiln_digest_builder_free(dw);
 	kiln_digest_builder_free(fresh);
 	json_object_put(root);
 	return rc;

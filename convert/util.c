@@ -104,6 +104,29 @@ int kc_write_zeros(int fd, uint64_t n, kiln_digest_builder *dw, kiln_error *err)
 	return rc;
 }
 
+int kc_put_table(int fd, kiln_digest_builder *dw, uint64_t file_size, uint64_t at, size_t len,
+		 kiln_error *err)
+{
+	const uint8_t *p = kiln_digest_builder_seal(dw, file_size);
+	if (!p)
+		return kiln_error_set(err, KILN_IO, EIO,
+				      "writing the digest table: not every byte "
+				      "it covers was written");
+	while (len) {
+		ssize_t w = pwrite(fd, p, len, (off_t)at);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return kiln_error_set(err, KILN_IO, w < 0 ? errno : EIO,
+					      "writing the digest table: %s",
+					      strerror(w < 0 ? errno : EIO));
+		p += w;
+		at += (uint64_t)w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
 const char *kc_shown(const char *s, size_t n, char buf[KC_SHOWN])
 {
 	size_t o = 0;

@@ -59,6 +59,10 @@ enum kiln_digest_source {
 typedef struct kiln_digest_builder kiln_digest_builder;
 KILN_API int kiln_digest_builder_new(uint64_t from, uint64_t to, int base64,
 				     kiln_digest_builder **out, size_t *len, kiln_error *err);
+/* The bytes kiln_digest_builder_new() gives (*len) for a range of `covered` bytes, wherever it
+ * starts: a header that holds the table can be laid out before the range's place is known. 0
+ * when a table of that many bytes could not be held. */
+KILN_API size_t kiln_digest_table_size(uint64_t covered, int base64);
 /* The file's next n bytes (from its first byte on; those outside [from, to) pass by). */
 KILN_API void kiln_digest_builder_add(kiln_digest_builder *b, const void *p, size_t n);
 /* The table for a file of file_size bytes, once every byte up to `to` was given (NULL before):

@@ -20,6 +20,12 @@ struct kiln_digest_builder {
 	size_t text_len;
 };
 
+size_t kiln_digest_table_size(uint64_t covered, int base64)
+{
+	size_t n = kiln__digests_size(0, covered, KILN__DIGEST_LOG2);
+	return base64 && n ? kiln__base64_len(n) : n;
+}
+
 int kiln_digest_builder_new(uint64_t from, uint64_t to, int base64, kiln_digest_builder **out,
 			    size_t *len, kiln_error *err)
 {
