@@ -555,7 +555,8 @@ int kiln_model_file_info(const kiln_model *m, uint32_t file, kiln_file_info *inf
 	info->base = f->base;
 	info->source = f->load.source;
 	info->auto_choice = f->load.auto_choice;
-	if (f->embedded.enc != KILN__EMBED_NONE) {
+	/* A table (a key of another type is no table: said when digests are asked for). */
+	if (f->embedded.enc == KILN__EMBED_RAW || f->embedded.enc == KILN__EMBED_BASE64) {
 		info->digests_offset = f->embedded.at;
 		info->digests_bytes = f->embedded.len;
 	}
