@@ -122,7 +122,6 @@ static int alloc_block(struct kiln__file *f, kiln_error *err)
 		s->nfilled = 1;
 	}
 	f->base = s->block;
-	f->mem = s->block;
 	return 0;
 }
 
@@ -264,9 +263,11 @@ static uint32_t split(uint64_t from, uint64_t to, uint32_t n, uint64_t *bounds)
 }
 
 /* The engine read this file alone, as its file 0. */
-static int landed_chunk(void *ctx, uint32_t file, uint64_t off, uint64_t len, kiln_error *err)
+static int landed_chunk(void *ctx, uint32_t file, uint64_t off, uint64_t len, const uint8_t *data,
+			kiln_error *err)
 {
 	(void)file;
+	(void)data; /* at f->base + off, where the hook looks */
 	const struct kiln__file *f = ctx;
 	return f->landed(f->landed_ctx, off, len, err);
 }
@@ -365,7 +366,11 @@ static int read_finish(struct kiln__file *f, const kiln_open_options *o, kiln_er
 		from = f->size;
 	if (f->landed && from && (rc = f->landed(f->landed_ctx, 0, from, err)))
 		return rc;
-	return read_rest(f, from, o, err);
+	if ((rc = read_rest(f, from, o, err)))
+		return rc;
+	/* Every byte is in the block now: copies and streams take them from there. */
+	f->mem = s->block;
+	return 0;
 }
 
 int kiln__read_takeover(struct kiln__file *f, const kiln_open_options *o, kiln_error *err)
@@ -394,9 +399,11 @@ static void read_release(struct kiln__file *f)
 static int read_read(const struct kiln__file *f, uint64_t off, void *dst, size_t len,
 		     kiln_error *err)
 {
-	(void)err;
+	/* A file not read whole (a directory-only open) has only its header in the block. */
+	if (!f->mem)
+		return kiln__pread_full(f->fd, dst, len, off, err);
 	if (len)
-		memcpy(dst, state(f)->block + off, len);
+		memcpy(dst, f->mem + off, len);
 	return 0;
 }
 
