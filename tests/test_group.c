@@ -62,6 +62,7 @@ struct board {
 	int fail_call;  /* the call (1, 2, ...) at which every rank's all_gather fails; 0: never */
 	int damage;     /* rank 1 receives rank 0's part of the second call with a byte flipped */
 	uint32_t flags; /* kiln_group_options.flags of every rank */
+	int digests;    /* every copy has a sidecar, opened with KILN_OPEN_VERIFY_DIGESTS */
 };
 
 struct rank {
@@ -100,6 +101,8 @@ static void *rank_main(void *arg)
 	struct rank *r = arg;
 	kiln_model *m;
 	kiln_open_options o = {.size = sizeof(o), .flags = KILN_OPEN_DIRECTORY_ONLY};
+	if (r->b->digests)
+		o.flags |= KILN_OPEN_VERIFY_DIGESTS;
 	if (kiln_model_open(r->path, &o, &m, &r->err)) {
 		r->rc = -1;
 		return NULL;
@@ -371,5 +374,119 @@ Test(group, a_damaged_exchange_fails_every_rank)
 		  "%s", rs[1].err.message);
 	cr_assert_neq(rs[0].rc, 0);
 	cr_assert(strstr(rs[0].err.message, "rank 1 failed"), "%s", rs[0].err.message);
+	free_dests(rs, 2, NT);
+}
+
+/* --- with digests: every rank checks what it reads and what it receives ---------------------- */
+
+/* Each rank on its own copy with a sidecar of 4 KiB chunks (rank `odd` gets `other`, with a
+ * sidecar of its own, when set; then, when flip_at is set, that copy has byte flip_at changed
+ * after its sidecar was made), every one opened directory-only with KILN_OPEN_VERIFY_DIGESTS. */
+static void run_checked(struct rank *rs, uint32_t world, const blob *other, uint32_t odd,
+			uint64_t flip_at)
+{
+	struct board b = {.world = world, .digests = 1};
+	b.cap = (size_t)world * (CHUNK + 4096);
+	b.slots = malloc(b.cap);
+	pthread_barrier_init(&b.bar, NULL, world);
+	pthread_t th[WMAX];
+	for (uint32_t q = 0; q < world; q++) {
+		const blob *f = other && q == odd ? other : &file;
+		rs[q] = (struct rank){.b = &b, .rank = q};
+		rs[q].path = write_temp(f->p, f->len);
+		kiln_model *m;
+		kiln_error err;
+		cr_assert_eq(kiln_model_open(rs[q].path, NULL, &m, &err), 0, "%s", err.message);
+		kiln_digest_options o = {
+		    .size = sizeof(o), .chunk_log2 = 12, .flags = KILN_WRITE_NO_SYNC};
+		cr_assert_eq(kiln_model_write_digests(m, &o, NULL, &err), 0, "%s", err.message);
+		kiln_model_close(m);
+		if (q == odd && flip_at) {
+			size_t n;
+			uint8_t *bytes = slurp(rs[q].path, &n);
+			bytes[flip_at] ^= 0x10;
+			put_file(rs[q].path, bytes, n);
+			free(bytes);
+		}
+	}
+	for (uint32_t q = 0; q < world; q++)
+		pthread_create(&th[q], NULL, rank_main, &rs[q]);
+	for (uint32_t q = 0; q < world; q++)
+		pthread_join(th[q], NULL);
+	for (uint32_t q = 0; q < world; q++) {
+		char *side;
+		cr_assert(asprintf(&side, "%s.kiln-digest", rs[q].path) > 0);
+		unlink(side);
+		free(side);
+		unlink(rs[q].path);
+		free((void *)rs[q].path);
+	}
+	pthread_barrier_destroy(&b.bar);
+	free(b.slots);
+}
+
+/* Clean copies: every byte arrives, every received byte is checked against the receiver's own
+ * digests (counted in bytes_verified: at least what was received). */
+Test(group, with_digests_every_received_byte_is_checked)
+{
+	struct rank rs[3];
+	run_checked(rs, 3, NULL, 0, 0);
+	for (uint32_t q = 0; q < 3; q++) {
+		cr_assert_eq(rs[q].rc, 0, "rank %u: %s", q, rs[q].err.message);
+		cr_assert_geq(rs[q].res.bytes_verified, rs[q].res.bytes_received, "rank %u", q);
+		cr_assert_gt(rs[q].res.bytes_received, 0);
+		for (int i = 0; i < NT; i++)
+			cr_assert_eq(memcmp(rs[q].dests[i], data[i], size_of(i)), 0, "rank %u", q);
+	}
+	free_dests(rs, 3, NT);
+}
+
+/* One byte of a 1 MiB tensor differs in one rank's file (with digests of its own): a receiver
+ * finds it in what it receives, by its digests, with no sampling; every rank fails. */
+Test(group, with_digests_a_rank_of_another_file_is_found)
+{
+	blob other = altered(11, 777777, 1);
+	struct rank rs[2];
+	run_checked(rs, 2, &other, 1, 0);
+	int found = 0;
+	for (uint32_t q = 0; q < 2; q++) {
+		cr_assert_neq(rs[q].rc, 0, "rank %u", q);
+		found |= rs[q].rc == KILN_CORRUPT && rs[q].err.tensor == 11 &&
+			 strstr(rs[q].err.message, "a chunk received from another rank");
+	}
+	cr_assert(found, "%s / %s", rs[0].err.message, rs[1].err.message);
+	free_dests(rs, 2, NT);
+	blob_free(&other);
+}
+
+/* A byte of one rank's copy rots after its digests were made. When that rank reads the chunk
+ * holding it, its own read finds it (CORRUPT naming the tensor) and every rank fails; when the
+ * other rank reads that chunk, nobody reads the rotten byte, and the checked bytes received
+ * from the other rank are right: every rank succeeds. */
+Test(group, with_digests_a_rank_finds_its_own_rot)
+{
+	kiln_model *m;
+	kiln_error err;
+	cr_assert_eq(kiln_model_parse(file.p, file.len, NULL, &m, &err), 0);
+	const kiln_tensor *t = kiln_model_tensor(m, 5);
+	uint64_t at = t->file_offset + 1000, pos = 1000;
+	kiln_model_close(m);
+	for (int i = 0; i < 5; i++)
+		pos += size_of(i);
+	uint32_t reader = (uint32_t)(pos / CHUNK % 2);
+	struct rank rs[2];
+	run_checked(rs, 2, &file, reader, at);
+	for (uint32_t q = 0; q < 2; q++)
+		cr_assert_neq(rs[q].rc, 0, "rank %u", q);
+	cr_assert_eq(rs[reader].rc, KILN_CORRUPT, "%s", rs[reader].err.message);
+	cr_assert_eq(rs[reader].err.tensor, 5, "%s", rs[reader].err.message);
+	cr_assert(strstr(rs[reader].err.message, "differs from its digest"), "%s",
+		  rs[reader].err.message);
+	free_dests(rs, 2, NT);
+	run_checked(rs, 2, &file, 1 - reader, at);
+	for (uint32_t q = 0; q < 2; q++) {
+		cr_assert_eq(rs[q].rc, 0, "rank %u: %s", q, rs[q].err.message);
+		cr_assert_eq(memcmp(rs[q].dests[5], data[5], size_of(5)), 0, "rank %u", q);
+	}
 	free_dests(rs, 2, NT);
 }

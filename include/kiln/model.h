@@ -93,8 +93,12 @@ typedef struct kiln_model_info {
 	 * may write to it), so the file was fetched uncached: kiln_cache_check() says why. */
 	int32_t cache_refused;
 	uint32_t reserved32;
-	uint64_t digest_chunks; /* chunks checked against their digests at open */
-	uint64_t reserved[1];
+	/* Chunks checked against their digests and their bytes: at open, and, for a directory-only
+	 * open with KILN_OPEN_VERIFY_DIGESTS, by every read since (each read hashes the table
+	 * chunks it touches: its bytes and at most one chunk more at each end of a contiguous
+	 * range). */
+	uint64_t digest_chunks;
+	uint64_t digest_bytes;
 } kiln_model_info;
 
 /* One file of a model: what its header says and where its payloads are. */
@@ -186,10 +190,18 @@ enum kiln_open_flags {
 	 * with KILN_CORRUPT naming the file, tensor, chunk, its byte range and both digests, and
 	 * hands out nothing. NOTFOUND when a file has no digests (the message says how to make
 	 * them), the digests' own errors (kiln_model_verify_digests) for damaged or foreign
-	 * ones. INVAL for kiln_model_parse() and with
-	 * KILN_OPEN_DIRECTORY_ONLY (whose reads come later, in parts: not checked yet);
-	 * UNSUPPORTED for a URL. kiln_model_info.digests_verified and digest_chunks say what was
-	 * checked. */
+	 * ones. INVAL for kiln_model_parse().
+	 * With KILN_OPEN_DIRECTORY_ONLY the open reads each file's chunk digests (a sidecar, the
+	 * file's own table) and every later read checks the parts it lands: kiln_tensor_read,
+	 * copies, slices, ranges, kiln_stream, kiln_load, kiln_group_load, kiln_model_read_all,
+	 * for a path or a URL. Each table chunk a read touches is hashed once, in file order, as
+	 * its bytes land (the bytes of the chunk the read leaves out are read from the file: at
+	 * most one chunk more at each end of a contiguous range); a read fails with KILN_CORRUPT as
+	 * above, and kiln_load and kiln_group_load hand out no tensor then. kiln_stream's on_chunk
+	 * sees bytes as they land, before their chunk is complete: its return says whether they
+	 * passed. UNSUPPORTED when a file's only digests are SHA-256 of whole files (model_signing,
+	 * the Hugging Face cache). kiln_model_info.digests_verified (open whole) and
+	 * digest_chunks, digest_bytes say what was checked. */
 	KILN_OPEN_VERIFY_DIGESTS = 1u << 10
 };
 

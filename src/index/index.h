@@ -10,6 +10,7 @@
 #define KILN_INDEX_INDEX_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "source/file.h"
 
@@ -45,7 +46,9 @@ struct kiln_model {
 	/* name-hash key (kiln__hash_key): names from a file are hostile */
 	uint8_t secret[KILN__SECRET_SIZE];
 	int verified;           /* payload verification passed; atomic, see kiln_model_verify */
-	uint64_t digest_chunks; /* chunks checked against their digests at open */
+	/* Chunks checked against their digests, and their bytes: at open, and by every read of a
+	 * verifying directory-only open since (src/read/parts.c), from any thread. */
+	_Atomic uint64_t digest_chunks, digest_bytes;
 	int digests_verified;   /* KILN_OPEN_VERIFY_DIGESTS passed for every file */
 	uint32_t realigned;
 	int one_file;      /* opened with KILN_OPEN_ONE_FILE */

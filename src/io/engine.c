@@ -199,7 +199,7 @@ static void land(struct run *r, struct slot *s)
 	r->io->res.bytes += s->len;
 	r->io->res.chunks++;
 	if (r->io->landed && !r->stop) {
-		int rc = r->io->landed(r->io->landed_ctx, s->file, s->off, s->len, r->err);
+		int rc = r->io->landed(r->io->landed_ctx, s->file, s->off, s->len, s->dst, r->err);
 		if (rc)
 			stop_with(r, rc);
 	}

@@ -43,10 +43,12 @@ struct kiln__io {
 	uint32_t nstaging;
 	size_t staging_size;
 	kiln_chunk_fn on_chunk;
-	/* Direct mode: told of each chunk once its bytes are in place at its destination (the
-	 * range's file, file offset, length; content digests are checked here, src/read/verify.c).
-	 * Nonzero stops the run with that code, err set by it. NULL: none. */
-	int (*landed)(void *ctx, uint32_t file, uint64_t off, uint64_t len, kiln_error *err);
+	/* Told of each chunk once its bytes are in place, before on_chunk: the range's file, file
+	 * offset, length and where the bytes are (the destination; in staging mode the buffer,
+	 * reused once on_chunk returns). Content digests are checked here (src/read/verify.c,
+	 * src/read/parts.c). Nonzero stops the run with that code, err set by it. NULL: none. */
+	int (*landed)(void *ctx, uint32_t file, uint64_t off, uint64_t len, const uint8_t *data,
+		      kiln_error *err);
 	void *landed_ctx;
 	kiln_reuse_fn before_reuse;
 	void *ctx;

@@ -83,6 +83,7 @@ struct walk {
 	size_t count;
 	void *const *dests;
 	struct kiln__range *ranges; /* room for the most a chunk can touch */
+	int checked; /* the files keep chunk digests: received chunks are checked against them */
 };
 
 static size_t position_of(const struct walk *w, uint64_t off)
@@ -257,10 +258,19 @@ static int check_chunk(struct walk *w, const kiln_stream_options *so, uint32_t q
 				      " arrived damaged through the collective (its digest "
 				      "differs)",
 				      q, qf);
-	if (!sample)
-		return 0;
 	/* The ranges of the chunk, their dst pointing into the received bytes. */
 	size_t n = ranges_of(w, qf, ql, (uint8_t *)bytes), k = 0;
+	if (w->checked) {
+		/* This rank's files keep chunk digests (a verifying directory-only open): the
+		 * received bytes are checked against them, which finds a rank of another file as
+		 * well as damage; the samples are not needed. */
+		int rc = kiln__parts_check(w->m, w->ranges, n, verified, err);
+		if (rc && err)
+			kiln__error_prefix(err, "a chunk received from another rank");
+		return rc;
+	}
+	if (!sample)
+		return 0;
 	size_t stride = all ? 1 : (n * SAMPLE_SEG + SAMPLE - 1) / SAMPLE;
 	uint64_t used = 0;
 	for (size_t i = stride > 1 ? (size_t)(d % stride) : 0; i < n; i += stride) {
@@ -421,6 +431,8 @@ KILN_API int kiln_group_load(const kiln_model *m, const uint64_t *tensors, size_
 
 	/* The most ranges a chunk makes: the positions [a, b] it touches, the most of any. */
 	struct walk w = {.m = m, .list = tensors, .ends = ends, .count = count, .dests = dests};
+	for (uint32_t i = 0; i < m->nfiles; i++)
+		w.checked |= kiln__parts_kept(m, i);
 	uint64_t nchunks = total ? (total + chunk - 1) / chunk : 0, rounds = (nchunks + W - 1) / W;
 	size_t most = 0;
 	for (uint64_t ch = 0; !rc && ch < nchunks; ch++) {

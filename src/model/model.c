@@ -24,6 +24,7 @@
 #include "model/resolve.h"
 #include "net/net.h"
 #include "base/sys.h"
+#include "format/digest.h"
 #include "read/read.h"
 
 static int check_options(const kiln_open_options *opts, kiln_error *err)
@@ -55,12 +56,6 @@ static int check_options(const kiln_open_options *opts, kiln_error *err)
 		    "KILN_OPEN_DIRECTORY_ONLY leaves the payload where it is: "
 		    "POPULATE, LOCK, PRIVATE, ALIGN and a load buffer are about "
 		    "its memory");
-	if ((opts->flags & KILN_OPEN_DIRECTORY_ONLY) && (opts->flags & KILN_OPEN_VERIFY_DIGESTS))
-		return kiln__fail_inval(
-		    err, KILN_NO_INDEX, "flags",
-		    "KILN_OPEN_VERIFY_DIGESTS checks whole files as they load; "
-		    "the parts a directory-only open reads later are not checked "
-		    "yet (klnt verify checks the whole model)");
 	if (opts->source > KILN_SOURCE_AUTO)
 		return kiln__fail_inval(err, KILN_NO_INDEX, "source", "unknown source %u",
 					opts->source);
@@ -121,8 +116,10 @@ void kiln_model_close(kiln_model *m)
 	/* Registrations first: no pin hook may outlive the memory it registered. */
 	kiln__pins_release(m);
 	kiln__index_free(m);
-	for (uint32_t i = 0; m->files && i < m->nfiles; i++)
+	for (uint32_t i = 0; m->files && i < m->nfiles; i++) {
+		kiln__verifier_free(m->files[i].parts);
 		kiln__file_release(&m->files[i]);
+	}
 	if (m->files && m->files != &m->one)
 		kiln__free(&m->alloc, m->files, (size_t)m->nfiles * sizeof(*m->files));
 	if (m->realign_mem)
@@ -177,9 +174,35 @@ static int finish_file(struct kiln__file *f, const kiln_open_options *o, kiln_er
 		rc = kiln__verifier_finish(v, &chunks, err);
 	f->landed = NULL;
 	f->landed_ctx = NULL;
-	kiln__verifier_free(v);
+	const struct kiln__digests *d = kiln__verifier_chunks(v);
 	f->model->digest_chunks += chunks;
+	if (!rc)
+		f->model->digest_bytes += d ? d->to - d->from : f->size;
+	kiln__verifier_free(v);
 	return rc;
+}
+
+/* A directory-only open with KILN_OPEN_VERIFY_DIGESTS: the file's chunk digests kept, and every
+ * read of it checks the parts it lands (src/read/parts.c). */
+static int keep_digests(struct kiln__file *f, kiln_error *err)
+{
+	struct kiln__verifier *v;
+	int rc = kiln__verifier_open(f->model, f, &v, err);
+	if (rc)
+		return rc;
+	if (!kiln__verifier_chunks(v)) {
+		const char *source = kiln_digest_source_name(kiln__verifier_source(v));
+		kiln__verifier_free(v);
+		rc = kiln__fail_named(err, kiln__file_shown(f), KILN_UNSUPPORTED, KILN_NO_INDEX,
+				      "digests", KILN_NO_OFFSET,
+				      "its %s digests hash whole files, not parts; open it whole "
+				      "or make chunk digests with klnt digest",
+				      source);
+		kiln__error_file(err, f->no);
+		return rc;
+	}
+	f->parts = v;
+	return 0;
 }
 
 /* Attach, read and finish file f: its path set by the resolver, or the caller's buffer when
@@ -217,6 +240,8 @@ static int open_file(struct kiln__file *f, const kiln_open_options *o, int buffe
 	}
 	m->count += f->count;
 	int lazy = o && (o->flags & KILN_OPEN_DIRECTORY_ONLY);
+	if (lazy && (o->flags & KILN_OPEN_VERIFY_DIGESTS) && (rc = keep_digests(f, err)))
+		return rc;
 	if (!lazy && (rc = finish_file(f, o, err))) {
 		name_file(f, err);
 		return rc;
@@ -280,7 +305,8 @@ static int finish_model(struct kiln_model *m, const kiln_open_options *o, int rc
 		rc = realign(m, err);
 	if (!rc && o && (o->flags & KILN_OPEN_VERIFY_PAYLOAD))
 		rc = kiln_model_verify(m, err);
-	if (!rc && o && (o->flags & KILN_OPEN_VERIFY_DIGESTS))
+	if (!rc && o && (o->flags & KILN_OPEN_VERIFY_DIGESTS) &&
+	    !(o->flags & KILN_OPEN_DIRECTORY_ONLY))
 		m->digests_verified = 1; /* every file's finish checked every byte */
 	if (rc) {
 		kiln_model_close(m);
@@ -529,7 +555,8 @@ void kiln_model_get_info(const kiln_model *m, kiln_model_info *info)
 	info->payload_verified = (uint8_t)__atomic_load_n(&m->verified, __ATOMIC_ACQUIRE);
 	info->pinned = m->pinned;
 	info->realigned = m->realigned;
-	info->digest_chunks = m->digest_chunks;
+	info->digest_chunks = atomic_load_explicit(&m->digest_chunks, memory_order_relaxed);
+	info->digest_bytes = atomic_load_explicit(&m->digest_bytes, memory_order_relaxed);
 	info->digests_verified = (uint8_t)m->digests_verified;
 }
 

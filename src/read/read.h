@@ -49,6 +49,47 @@ void kiln__verifier_start(struct kiln__verifier *v);
  * memory; *chunks says how many were checked in all. */
 int kiln__verifier_finish(struct kiln__verifier *v, uint64_t *chunks, kiln_error *err);
 void kiln__verifier_free(struct kiln__verifier *v);
+/* Its chunk digests (a sidecar's, the file's own), or NULL when they are SHA-256 digests of the
+ * whole file or of large parts of it (model_signing, the Hugging Face cache), which a part read
+ * alone cannot be checked against. */
+struct kiln__digests;
+const struct kiln__digests *kiln__verifier_chunks(const struct kiln__verifier *v);
+unsigned kiln__verifier_source(const struct kiln__verifier *v); /* enum kiln_digest_source */
+/* CORRUPT for chunk k of its table, file bytes [off, off + n), hashed to `got`: the file, tensor,
+ * chunk, range and both digests. */
+int kiln__verifier_mismatch(const struct kiln__verifier *v, uint64_t k, uint64_t off, uint64_t n,
+			    const uint8_t got[16], kiln_error *err);
+
+/* --- parts checked as a read lands them (src/read/parts.c) -------------------------------- */
+
+/* The check of one engine run over `ranges` of m, against the chunk digests its files keep
+ * since a verifying directory-only open (kiln__file.parts): every table chunk a range touches is
+ * hashed once, in file order, from the bytes as they land and, for what the ranges leave out of
+ * a chunk (at most one chunk's worth at each end of a contiguous range), from the file: read now
+ * up to a budget, the rest when the hash reaches it. *out is NULL when no range is of such a
+ * file; *overlap is set (and *out NULL) when ranges share bytes: the caller runs them apart.
+ * `staged`: the bytes land in buffers reused after the landing (held ones are copied). */
+struct kiln__parts;
+int kiln__parts_open(const kiln_model *m, const struct kiln__range *ranges, size_t n, int staged,
+		     const _Atomic int *stop, struct kiln__parts **out, int *overlap,
+		     kiln_error *err);
+/* The engine's landed hook (kiln__io.landed) for it: CORRUPT as kiln__verifier_mismatch. */
+int kiln__parts_landed(void *ctx, uint32_t file, uint64_t off, uint64_t len, const uint8_t *data,
+		       kiln_error *err);
+/* After a run that returned 0: INVAL should a chunk not have been checked (every byte landed
+ * once, so none is), and the model's counts of what was checked raised. */
+int kiln__parts_finish(struct kiln__parts *p, kiln_error *err);
+void kiln__parts_free(struct kiln__parts *p);
+/* Bytes already in memory at the ranges' dst (a group's exchanged chunk) checked the same way,
+ * the bytes of their chunks they leave out read from the files; *checked raised by the bytes
+ * hashed. 0 when no range is of a file with chunk digests. */
+int kiln__parts_check(const kiln_model *m, const struct kiln__range *ranges, size_t n,
+		      uint64_t *checked, kiln_error *err);
+/* Whether file `file` of m checks its reads (a verifying directory-only open). */
+static inline int kiln__parts_kept(const kiln_model *m, uint32_t file)
+{
+	return m->files[file].parts != NULL;
+}
 
 /* --- pins (src/read/pin.c) ----------------------------------------------------------------- */
 

@@ -125,12 +125,44 @@ static int read_through_source(void *ctx, uint32_t file, const struct kiln__span
 	return kiln__file_read_spans(&((const kiln_model *)ctx)->files[file], spans, n, stop, err);
 }
 
-/* Run the engine over `ranges` of the files (one queue for all of them), staging through
- * o->staging when it is set. */
-static int run(const struct files *fs, const kiln_stream_options *o,
+/* Add one engine run's counts to a call's result. */
+static void add_result(kiln_stream_result *sum, const kiln_stream_result *one)
+{
+	sum->bytes += one->bytes;
+	sum->chunks += one->chunks;
+	sum->retries += one->retries;
+	sum->engine = one->engine;
+	sum->direct = one->direct;
+	if (one->uring_fallback)
+		sum->uring_fallback = one->uring_fallback;
+	if (one->direct_fallback)
+		sum->direct_fallback = one->direct_fallback;
+}
+
+/* Run the engine over `ranges` of m's files (one queue for all of them), staging through
+ * o->staging when it is set; the parts it lands checked against their digests where the files
+ * keep them for that (src/read/parts.c). */
+static int run(const kiln_model *m, const struct files *fs, const kiln_stream_options *o,
 	       const struct kiln__range *ranges, size_t n, const _Atomic int *stop,
 	       kiln_stream_result *result, kiln_error *err)
 {
+	struct kiln__parts *parts = NULL;
+	int overlap = 0;
+	int rc = kiln__parts_open(m, ranges, n, o->staging != NULL, stop, &parts, &overlap, err);
+	if (rc)
+		return rc;
+	if (overlap) {
+		/* Ranges that share bytes (a tensor asked for twice): each checked in a run of its
+		 * own. */
+		kiln_stream_result sum = {0}, one;
+		for (size_t i = 0; i < n && !rc; i++) {
+			rc = run(m, fs, o, &ranges[i], 1, stop, &one, err);
+			add_result(&sum, &one);
+		}
+		if (result)
+			*result = sum;
+		return rc;
+	}
 	struct kiln__io io = {
 	    .fd = fs->one_fd,
 	    .fds = fs->fds,
@@ -148,10 +180,15 @@ static int run(const struct files *fs, const kiln_stream_options *o,
 	    .nstaging = o->staging_count,
 	    .staging_size = o->staging_size,
 	    .on_chunk = o->on_chunk,
+	    .landed = parts ? kiln__parts_landed : NULL,
+	    .landed_ctx = parts,
 	    .before_reuse = o->before_reuse,
 	    .ctx = o->ctx,
 	};
-	int rc = kiln__io_run(&io, ranges, n, err);
+	rc = kiln__io_run(&io, ranges, n, err);
+	if (!rc && parts)
+		rc = kiln__parts_finish(parts, err);
+	kiln__parts_free(parts);
 	if (result)
 		*result = io.res;
 	return rc;
@@ -173,7 +210,7 @@ static int run_model(const kiln_model *m, const kiln_stream_options *o,
 	struct files fs;
 	int rc = files_get(m, 0, NULL, &fs, err);
 	if (!rc)
-		rc = run(&fs, o, ranges, n, stop, result, err);
+		rc = run(m, &fs, o, ranges, n, stop, result, err);
 	files_put(&fs);
 	name_file(m, rc, err);
 	return rc;
@@ -265,20 +302,6 @@ struct slice_job {
 	uint8_t *dst;
 };
 
-/* Add one engine run's counts to a call's result. */
-static void add_result(kiln_stream_result *sum, const kiln_stream_result *one)
-{
-	sum->bytes += one->bytes;
-	sum->chunks += one->chunks;
-	sum->retries += one->retries;
-	sum->engine = one->engine;
-	sum->direct = one->direct;
-	if (one->uring_fallback)
-		sum->uring_fallback = one->uring_fallback;
-	if (one->direct_fallback)
-		sum->direct_fallback = one->direct_fallback;
-}
-
 static uint64_t jobs_bytes(const struct slice_job *jobs, size_t count)
 {
 	uint64_t bytes = 0;
@@ -338,7 +361,7 @@ static int read_jobs(const kiln_model *m, const struct slice_job *jobs, size_t c
 							   .tensor_off = k * b->r.len,
 							   .file = b->t->file};
 			if (n == cap) { /* a full batch goes now; the last, shorter one below */
-				rc = run(&fs, o, ranges, n, NULL, &one, err);
+				rc = run(m, &fs, o, ranges, n, NULL, &one, err);
 				if (result)
 					add_result(result, &one);
 				n = 0;
@@ -346,7 +369,7 @@ static int read_jobs(const kiln_model *m, const struct slice_job *jobs, size_t c
 		}
 	}
 	if (!rc && n) {
-		rc = run(&fs, o, ranges, n, NULL, &one, err);
+		rc = run(m, &fs, o, ranges, n, NULL, &one, err);
 		if (result)
 			add_result(result, &one);
 	}
@@ -506,7 +529,7 @@ int kiln_model_read_all(const kiln_model *m, const kiln_stream_options *opts,
 		for (uint32_t i = 0; i < m->nfiles; i++)
 			ranges[i] = (struct kiln__range){
 			    .off = 0, .len = m->files[i].size, .tensor = KILN_NO_INDEX, .file = i};
-		rc = run(&fs, &o, ranges, m->nfiles, NULL, result, err);
+		rc = run(m, &fs, &o, ranges, m->nfiles, NULL, result, err);
 		files_put(&fs);
 		name_file(m, rc, err);
 	}

@@ -939,6 +939,22 @@ int kiln__verifier_finish(struct kiln__verifier *v, uint64_t *chunks, kiln_error
 	return rc;
 }
 
+const struct kiln__digests *kiln__verifier_chunks(const struct kiln__verifier *v)
+{
+	return v->sha ? NULL : &v->d;
+}
+
+unsigned kiln__verifier_source(const struct kiln__verifier *v)
+{
+	return v->source;
+}
+
+int kiln__verifier_mismatch(const struct kiln__verifier *v, uint64_t k, uint64_t off, uint64_t n,
+			    const uint8_t got[KILN__DIGEST_LEN], kiln_error *err)
+{
+	return mismatch(v->m, v->f, k, off, n, v->d.entries + k * KILN__DIGEST_LEN, got, err);
+}
+
 /* --- checking in a pass of its own ------------------------------------------------------------ */
 
 /* SHA-256 sources: the file read in order, block by block, into the hashes. */

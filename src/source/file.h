@@ -74,6 +74,10 @@ struct kiln__file {
 	 * with that code, err set by it. NULL: none. */
 	int (*landed)(void *ctx, uint64_t off, uint64_t len, kiln_error *err);
 	void *landed_ctx;
+	/* Its digests, kept from a directory-only open with KILN_OPEN_VERIFY_DIGESTS so that every
+	 * later read checks the parts it lands (src/read/parts.c); NULL otherwise. The model's to
+	 * free. */
+	struct kiln__verifier *parts;
 
 	/* --- the source's own ---------------------------------------------------------------- */
 	int fd; /* -1 when there is no descriptor (a buffer, a URL) */

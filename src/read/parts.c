@@ -1,0 +1,499 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The parts of files a read lands (kiln_load, streams, slices, copies, a group's shares) checked
+ * against their files' chunk digests as they land, for a model opened with
+ * KILN_OPEN_DIRECTORY_ONLY | KILN_OPEN_VERIFY_DIGESTS (docs/integrity.md, "Parts").
+ *
+ * A table chunk a range touches is hashed once, in file order, on the thread that lands its
+ * bytes, while they are in cache: from where the range put them, and, for the bytes of the chunk
+ * the read leaves out (a header, a pad, a neighbour's bytes at each end of a contiguous range),
+ * from the file. Those are read before the run, all together (a URL's GETs in flight at once) up
+ * to a budget, the rest when the hash reaches them. A piece that lands before the bytes ahead of
+ * it in its chunk waits: by address where it stays put, copied where its buffer is reused.
+ */
+#define _GNU_SOURCE
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "format/digest.h"
+#include "read/read.h"
+#include "source/file.h"
+
+/* Bytes left out of the chunks read before the run; past this they are read when reached. */
+#define GAP_BUDGET ((uint64_t)16 << 20)
+/* Bytes read at a time for a gap read when reached. */
+#define GAP_BLOCK  ((size_t)1 << 20)
+
+/* File bytes [off, off + len) of a chunk that the ranges leave out: in p (read before the run),
+ * or NULL (read when the hash reaches them). */
+struct gap {
+	uint64_t off, len;
+	uint8_t *p;
+};
+
+/* A piece that landed before the bytes ahead of it in its chunk. */
+struct held {
+	struct held *next;
+	uint64_t off, len;
+	const uint8_t *p;
+	int owned; /* a copy of a staging buffer's bytes */
+};
+
+struct chunk {
+	uint32_t file;
+	uint64_t k;        /* its index in the file's table */
+	uint64_t off, end; /* its bytes in the file */
+	uint64_t fed;      /* hashed up to here */
+	size_t gap, ngaps; /* its gaps, in file order: parts.gaps[gap, gap + ngaps) */
+	size_t next_gap;   /* the first not hashed yet */
+	kiln__digest_state *st;
+	struct held *held;
+	int done;
+};
+
+struct kiln__parts {
+	const kiln_model *m;
+	int staged;
+	struct chunk *c;
+	size_t nc;
+	struct gap *gaps;
+	size_t ngaps;
+	uint8_t *scratch; /* the gaps read before the run */
+	uint8_t *block;   /* GAP_BLOCK bytes, for gaps read when reached */
+	kiln__digest_state **free_states;
+	size_t nfree, cap_free;
+	uint64_t chunks, bytes; /* checked */
+};
+
+/* The table of file i, or NULL when its reads are not checked. */
+static const struct kiln__digests *table_of(const kiln_model *m, uint32_t i)
+{
+	const struct kiln__file *f = &m->files[i];
+	return f->parts ? kiln__verifier_chunks(f->parts) : NULL;
+}
+
+/* Ranges in file order, for the walks below. */
+static int by_place(const void *a, const void *b)
+{
+	const struct kiln__range *x = *(const struct kiln__range *const *)a,
+				 *y = *(const struct kiln__range *const *)b;
+	if (x->file != y->file)
+		return x->file < y->file ? -1 : 1;
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* The walk of the sorted ranges into chunks and gaps: counted first (fill NULL), then filled. */
+struct layout {
+	struct chunk *c;
+	struct gap *g;
+	size_t nc, ng;
+	uint64_t gap_bytes;
+};
+
+static void add_gap(struct layout *L, uint64_t off, uint64_t end)
+{
+	if (L->g)
+		L->g[L->ng] = (struct gap){.off = off, .len = end - off};
+	L->ng++;
+	L->gap_bytes += end - off;
+}
+
+/* The chunk walked last is over: what the ranges left out of its end is a gap. */
+static void close_chunk(struct layout *L, uint64_t last_end, uint64_t cur_end)
+{
+	if (!L->nc)
+		return;
+	if (last_end < cur_end)
+		add_gap(L, last_end, cur_end);
+	if (L->c)
+		L->c[L->nc - 1].ngaps = L->ng - L->c[L->nc - 1].gap;
+}
+
+static void walk(const kiln_model *m, const struct kiln__range *const *sorted, size_t n,
+		 struct layout *L)
+{
+	uint32_t cur_file = UINT32_MAX;
+	uint64_t cur_k = UINT64_MAX, cur_end = 0, last_end = 0;
+	for (size_t i = 0; i < n; i++) {
+		const struct kiln__range *r = sorted[i];
+		const struct kiln__digests *d = table_of(m, r->file);
+		uint64_t a = r->off > d->from ? r->off : d->from;
+		uint64_t b = r->off + r->len < d->to ? r->off + r->len : d->to;
+		if (a >= b)
+			continue; /* bytes the table does not cover (a safetensors header) */
+		const unsigned log2 = d->chunk_log2;
+		for (uint64_t k = (a - d->from) >> log2; k <= (b - 1 - d->from) >> log2; k++) {
+			uint64_t c_off = d->from + (k << log2);
+			uint64_t c_end = d->to - c_off < (UINT64_C(1) << log2)
+					     ? d->to
+					     : c_off + (UINT64_C(1) << log2);
+			uint64_t x = a > c_off ? a : c_off, y = b < c_end ? b : c_end;
+			if (r->file == cur_file && k == cur_k) {
+				if (x > last_end)
+					add_gap(L, last_end, x);
+			} else {
+				close_chunk(L, last_end, cur_end);
+				if (L->c)
+					L->c[L->nc] = (struct chunk){.file = r->file,
+								     .k = k,
+								     .off = c_off,
+								     .end = c_end,
+								     .fed = c_off,
+								     .gap = L->ng,
+								     .next_gap = L->ng};
+				L->nc++;
+				cur_file = r->file;
+				cur_k = k;
+				cur_end = c_end;
+				if (x > c_off)
+					add_gap(L, c_off, x);
+			}
+			last_end = y;
+		}
+	}
+	close_chunk(L, last_end, cur_end);
+}
+
+void kiln__parts_free(struct kiln__parts *p)
+{
+	if (!p)
+		return;
+	for (size_t i = 0; p->c && i < p->nc; i++) {
+		struct chunk *c = &p->c[i];
+		free(c->st);
+		while (c->held) {
+			struct held *h = c->held;
+			c->held = h->next;
+			if (h->owned)
+				free((void *)h->p);
+			free(h);
+		}
+	}
+	for (size_t i = 0; i < p->nfree; i++)
+		free(p->free_states[i]);
+	free(p->free_states);
+	free(p->c);
+	free(p->gaps);
+	free(p->scratch);
+	free(p->block);
+	free(p);
+}
+
+/* The gaps given scratch, up to the budget, read now: one call per file, so a URL's GETs go out
+ * together. */
+static int read_gaps(struct kiln__parts *p, uint64_t budget_bytes, const _Atomic int *stop,
+		     kiln_error *err)
+{
+	if (!budget_bytes)
+		return 0;
+	p->scratch = malloc((size_t)budget_bytes);
+	struct kiln__span *spans = p->scratch ? malloc(p->ngaps * sizeof(*spans)) : NULL;
+	if (!spans)
+		return kiln__nomem(err, (size_t)budget_bytes,
+				   "the bytes a checked read leaves out");
+	uint64_t at = 0;
+	size_t ns = 0;
+	for (size_t i = 0; i < p->ngaps && at + p->gaps[i].len <= budget_bytes; i++) {
+		p->gaps[i].p = p->scratch + at;
+		at += p->gaps[i].len;
+		ns = i + 1;
+	}
+	int rc = 0;
+	/* Gaps follow the chunks' order: by file, then offset. */
+	for (size_t i = 0, ci = 0; i < ns && !rc;) {
+		while (p->c[ci].gap + p->c[ci].ngaps <= i)
+			ci++;
+		uint32_t file = p->c[ci].file;
+		size_t n = 0;
+		for (size_t j = ci; j < p->nc && p->c[j].file == file; j++)
+			for (size_t g = p->c[j].gap; g < p->c[j].gap + p->c[j].ngaps && g < ns; g++)
+				spans[n++] = (struct kiln__span){.off = p->gaps[g].off,
+								 .len = p->gaps[g].len,
+								 .dst = p->gaps[g].p};
+		rc = kiln__file_read_spans(&p->m->files[file], spans, n, stop, err);
+		i += n;
+		while (ci < p->nc && p->c[ci].file == file)
+			ci++;
+		if (rc)
+			kiln__error_file(err, file);
+	}
+	free(spans);
+	return rc;
+}
+
+int kiln__parts_open(const kiln_model *m, const struct kiln__range *ranges, size_t n, int staged,
+		     const _Atomic int *stop, struct kiln__parts **out, int *overlap,
+		     kiln_error *err)
+{
+	*out = NULL;
+	*overlap = 0;
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		k += ranges[i].len && table_of(m, ranges[i].file);
+	if (!k)
+		return 0;
+	const struct kiln__range **sorted = malloc(k * sizeof(*sorted));
+	if (!sorted)
+		return kiln__nomem(err, k * sizeof(*sorted), "a checked read");
+	k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (ranges[i].len && table_of(m, ranges[i].file))
+			sorted[k++] = &ranges[i];
+	qsort(sorted, k, sizeof(*sorted), by_place);
+	for (size_t i = 1; i < k; i++)
+		if (sorted[i]->file == sorted[i - 1]->file &&
+		    sorted[i]->off < sorted[i - 1]->off + sorted[i - 1]->len) {
+			/* The same bytes twice: each landing must be checked, and a chunk is hashed
+			 * once per run. */
+			free(sorted);
+			*overlap = 1;
+			return 0;
+		}
+	struct layout count = {0};
+	walk(m, sorted, k, &count);
+	struct kiln__parts *p = calloc(1, sizeof(*p));
+	int rc = 0;
+	if (p) {
+		p->m = m;
+		p->staged = staged;
+		p->c = calloc(count.nc ? count.nc : 1, sizeof(*p->c));
+		p->gaps = calloc(count.ng ? count.ng : 1, sizeof(*p->gaps));
+	}
+	if (!p || !p->c || !p->gaps) {
+		rc = kiln__nomem(err, count.nc * sizeof(struct chunk), "a checked read");
+	} else {
+		struct layout fill = {.c = p->c, .g = p->gaps};
+		walk(m, sorted, k, &fill);
+		p->nc = fill.nc;
+		p->ngaps = fill.ng;
+		uint64_t budget = 0;
+		for (size_t i = 0; i < p->ngaps && budget + p->gaps[i].len <= GAP_BUDGET; i++)
+			budget += p->gaps[i].len;
+		rc = read_gaps(p, budget, stop, err);
+	}
+	free(sorted);
+	if (rc) {
+		kiln__parts_free(p);
+		return rc;
+	}
+	*out = p;
+	return 0;
+}
+
+static kiln__digest_state *state_take(struct kiln__parts *p)
+{
+	kiln__digest_state *s = p->nfree ? p->free_states[--p->nfree] : NULL;
+	if (!s && posix_memalign((void **)&s, 64, sizeof(*s)))
+		s = NULL;
+	if (s)
+		kiln__digest_begin(s);
+	return s;
+}
+
+static void state_give(struct kiln__parts *p, kiln__digest_state *s)
+{
+	if (p->nfree == p->cap_free) {
+		size_t cap = p->cap_free ? 2 * p->cap_free : 8;
+		kiln__digest_state **a = realloc(p->free_states, cap * sizeof(*a));
+		if (!a) {
+			free(s);
+			return;
+		}
+		p->free_states = a;
+		p->cap_free = cap;
+	}
+	p->free_states[p->nfree++] = s;
+}
+
+static int compare(struct kiln__parts *p, struct chunk *c, const uint8_t got[KILN__DIGEST_LEN],
+		   kiln_error *err)
+{
+	c->done = 1;
+	p->chunks++;
+	p->bytes += c->end - c->off;
+	const struct kiln__verifier *v = p->m->files[c->file].parts;
+	const struct kiln__digests *d = kiln__verifier_chunks(v);
+	if (!memcmp(got, d->entries + c->k * KILN__DIGEST_LEN, KILN__DIGEST_LEN))
+		return 0;
+	return kiln__verifier_mismatch(v, c->k, c->off, c->end - c->off, got, err);
+}
+
+/* Hash n bytes at q, the chunk's next ones. */
+static int feed(struct kiln__parts *p, struct chunk *c, const uint8_t *q, uint64_t n,
+		kiln_error *err)
+{
+	if (!c->st && !(c->st = state_take(p)))
+		return kiln__nomem(err, sizeof(kiln__digest_state), "a checked read");
+	kiln__digest_add(c->st, q, (size_t)n);
+	c->fed += n;
+	return 0;
+}
+
+/* A gap read when reached, a block at a time. */
+static int feed_from_file(struct kiln__parts *p, struct chunk *c, const struct gap *g,
+			  kiln_error *err)
+{
+	if (!p->block && !(p->block = malloc(GAP_BLOCK)))
+		return kiln__nomem(err, GAP_BLOCK, "a checked read");
+	const struct kiln__file *f = &p->m->files[c->file];
+	for (uint64_t at = 0; at < g->len;) {
+		size_t n = g->len - at < GAP_BLOCK ? (size_t)(g->len - at) : GAP_BLOCK;
+		int rc = kiln__file_read(f, g->off + at, p->block, n, err);
+		if (!rc)
+			rc = feed(p, c, p->block, n, err);
+		if (rc)
+			return rc;
+		at += n;
+	}
+	return 0;
+}
+
+/* Hash what is there from c->fed on: its gaps and the pieces held for it, in file order; the
+ * chunk compared once its last byte is in. */
+static int advance(struct kiln__parts *p, struct chunk *c, kiln_error *err)
+{
+	for (;;) {
+		int rc = 0, moved = 0;
+		if (c->next_gap < c->gap + c->ngaps && p->gaps[c->next_gap].off == c->fed) {
+			const struct gap *g = &p->gaps[c->next_gap++];
+			rc = g->p ? feed(p, c, g->p, g->len, err) : feed_from_file(p, c, g, err);
+			moved = 1;
+		} else {
+			for (struct held **h = &c->held; *h; h = &(*h)->next) {
+				if ((*h)->off != c->fed)
+					continue;
+				struct held *x = *h;
+				*h = x->next;
+				rc = feed(p, c, x->p, x->len, err);
+				if (x->owned)
+					free((void *)x->p);
+				free(x);
+				moved = 1;
+				break;
+			}
+		}
+		if (rc)
+			return rc;
+		if (!moved)
+			break;
+	}
+	if (c->fed < c->end)
+		return 0;
+	uint8_t got[KILN__DIGEST_LEN];
+	kiln__digest_end(c->st, got);
+	state_give(p, c->st);
+	c->st = NULL;
+	return compare(p, c, got, err);
+}
+
+/* Bytes [x, y) of chunk c landed at q. */
+static int piece(struct kiln__parts *p, struct chunk *c, uint64_t x, uint64_t y, const uint8_t *q,
+		 kiln_error *err)
+{
+	if (c->done || x < c->fed)
+		return kiln__fail_inval(err, KILN_NO_INDEX, NULL,
+					"a checked read landed bytes %" PRIu64 "..%" PRIu64
+					" of file %" PRIu32 " twice",
+					x, y, c->file);
+	if (c->fed == c->off && !c->ngaps && x == c->off && y == c->end) {
+		/* The whole chunk in one piece: hashed at once. */
+		uint8_t got[KILN__DIGEST_LEN];
+		kiln__digest_bytes(q, (size_t)(y - x), got);
+		c->fed = y;
+		return compare(p, c, got, err);
+	}
+	int rc = advance(p, c, err); /* a gap ahead of the piece */
+	if (rc || c->done)
+		return rc ? rc
+			  : kiln__fail_inval(err, KILN_NO_INDEX, NULL,
+					     "a checked read landed bytes of a chunk twice");
+	if (x == c->fed) {
+		if ((rc = feed(p, c, q, y - x, err)))
+			return rc;
+		return advance(p, c, err);
+	}
+	struct held *h = malloc(sizeof(*h));
+	uint8_t *copy = h && p->staged ? malloc((size_t)(y - x)) : NULL;
+	if (!h || (p->staged && !copy)) {
+		free(h);
+		return kiln__nomem(err, (size_t)(y - x), "a piece of a checked read");
+	}
+	if (copy)
+		memcpy(copy, q, (size_t)(y - x));
+	*h = (struct held){
+	    .next = c->held, .off = x, .len = y - x, .p = copy ? copy : q, .owned = copy != NULL};
+	c->held = h;
+	return 0;
+}
+
+/* The first chunk of `file` that ends after `off` (p->c is in file order). */
+static size_t first_chunk(const struct kiln__parts *p, uint32_t file, uint64_t off)
+{
+	size_t lo = 0, hi = p->nc;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const struct chunk *c = &p->c[mid];
+		if (c->file < file || (c->file == file && c->end <= off))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+int kiln__parts_landed(void *ctx, uint32_t file, uint64_t off, uint64_t len, const uint8_t *data,
+		       kiln_error *err)
+{
+	struct kiln__parts *p = ctx;
+	uint64_t end = off + len;
+	for (size_t i = first_chunk(p, file, off); i < p->nc; i++) {
+		struct chunk *c = &p->c[i];
+		if (c->file != file || c->off >= end)
+			break;
+		uint64_t x = off > c->off ? off : c->off, y = end < c->end ? end : c->end;
+		int rc = piece(p, c, x, y, data + (x - off), err);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int kiln__parts_finish(struct kiln__parts *p, kiln_error *err)
+{
+	struct kiln_model *m = (struct kiln_model *)p->m;
+	atomic_fetch_add_explicit(&m->digest_chunks, p->chunks, memory_order_relaxed);
+	atomic_fetch_add_explicit(&m->digest_bytes, p->bytes, memory_order_relaxed);
+	for (size_t i = 0; i < p->nc; i++) {
+		const struct chunk *c = &p->c[i];
+		if (!c->done)
+			return kiln__fail_named(err, kiln__file_shown(&m->files[c->file]),
+						KILN_INVAL, KILN_NO_INDEX, "digests", c->fed,
+						"chunk %" PRIu64 " (bytes %" PRIu64 "..%" PRIu64
+						") of a checked read never landed whole",
+						c->k, c->off, c->end);
+	}
+	return 0;
+}
+
+int kiln__parts_check(const kiln_model *m, const struct kiln__range *ranges, size_t n,
+		      uint64_t *checked, kiln_error *err)
+{
+	struct kiln__parts *p;
+	int overlap;
+	int rc = kiln__parts_open(m, ranges, n, 0, NULL, &p, &overlap, err);
+	if (!rc && overlap) {
+		for (size_t i = 0; i < n && !rc; i++)
+			rc = kiln__parts_check(m, &ranges[i], 1, checked, err);
+		return rc;
+	}
+	for (size_t i = 0; p && !rc && i < n; i++)
+		rc = kiln__parts_landed(p, ranges[i].file, ranges[i].off, ranges[i].len,
+					ranges[i].dst, err);
+	if (p && !rc)
+		rc = kiln__parts_finish(p, err);
+	if (p && !rc && checked)
+		*checked += p->bytes;
+	kiln__parts_free(p);
+	return rc;
+}
