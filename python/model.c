@@ -916,7 +916,7 @@ static PyObject *model_get_info(ModelObject *self, void *c)
 	const char *choice =
 	    in.auto_choice < sizeof(why) / sizeof(why[0]) ? why[in.auto_choice] : "?";
 	return Py_BuildValue(
-	    "{s:K,s:K,s:K,s:K,s:K,s:K,s:i,s:i,s:O,s:O,s:s,s:i,s:i,s:i,s:I,s:K,s:I,s:s,s:i,s:O,s:K}",
+	    "{s:K,s:K,s:K,s:K,s:K,s:K,s:i,s:i,s:O,s:O,s:s,s:i,s:i,s:i,s:I,s:K,s:I,s:s,s:i,s:O,s:K,s:K}",
 	    "tensor_count", (unsigned long long)in.tensor_count, "name_bytes",
 	    (unsigned long long)names, "payload_bytes", (unsigned long long)payload,
 	    "directory_bytes", (unsigned long long)directory, "payload_base",
@@ -928,7 +928,8 @@ static PyObject *model_get_info(ModelObject *self, void *c)
 	    "dio_align", (unsigned int)in.dio_align, "pinned", (unsigned long long)in.pinned,
 	    "shards", (unsigned int)in.files, "auto_choice", choice, "cache_refused",
 	    (int)in.cache_refused, "digests_verified", in.digests_verified ? Py_True : Py_False,
-	    "digest_chunks", (unsigned long long)in.digest_chunks);
+	    "digest_chunks", (unsigned long long)in.digest_chunks, "digest_bytes",
+	    (unsigned long long)in.digest_bytes);
 }
 
 /* A metadata value as Python gives it: int, float, bool, str (bytes when not UTF-8), list. */

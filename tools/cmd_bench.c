@@ -73,10 +73,11 @@ static const char usage2[] =
     "  -w, --warm        warm runs only\n"
     "  -s, --source NAME a source from the list (repeatable; the plain rows always run)\n"
     "  -r, --repeat N    rounds (default 5); one untimed warm-up round comes first when warm\n"
-    "      --verify      also time each source that loads whole files with every byte checked\n"
-    "                    against its digests (KILN_OPEN_VERIFY_DIGESTS; make them first with\n"
-    "                    klnt digest): rows NAME+verify, their last column their unverified\n"
-    "                    row's time over their own\n"
+    "      --verify      also time each kiln source with every byte checked against its\n"
+    "                    digests (KILN_OPEN_VERIFY_DIGESTS; the file's own table, or make them\n"
+    "                    with klnt digest): the whole-file sources as they load, stream and\n"
+    "                    device as each part lands (a directory-only open): rows NAME+verify,\n"
+    "                    their last column their unverified row's time over their own\n"
     "  -h, --help        show this help and exit\n"
     "\n"
     "read, uring and plain-fresh write into freshly allocated memory each run, so they include\n"
@@ -114,10 +115,12 @@ enum src {
 /* Rows: each source, then its verified twin (row s + NSRC) where it has one. */
 #define NROW       (2 * NSRC)
 
-/* The sources whose open loads whole files, which KILN_OPEN_VERIFY_DIGESTS checks as they land. */
+/* The sources KILN_OPEN_VERIFY_DIGESTS checks: those whose open loads whole files, as they
+ * land; stream and device (the pipeline) read later, each part checked as it lands (a
+ * directory-only open). */
 static int verifiable(enum src s)
 {
-	return s >= S_MMAP && s <= S_URING_T;
+	return (s >= S_MMAP && s <= S_URING_T) || s == S_STREAM || s == S_DEVICE;
 }
 
 static const char *const src_name[] = {
@@ -316,11 +319,13 @@ static int plain_threads(const struct bench *b, uint32_t n)
 }
 
 /* device: the pipeline into b->dest, each tensor where its bytes are in its file. */
-static int run_device(const struct bench *b)
+static int run_device(const struct bench *b, int verified)
 {
 	kiln_model *m;
 	kiln_error err;
-	int rc = kiln_model_open_files(b->paths, b->npaths, NULL, &m, &err);
+	kiln_open_options vo = {.size = sizeof(vo),
+				.flags = KILN_OPEN_DIRECTORY_ONLY | KILN_OPEN_VERIFY_DIGESTS};
+	int rc = kiln_model_open_files(b->paths, b->npaths, verified ? &vo : NULL, &m, &err);
 	if (rc) {
 		klnt_report(stderr, b->paths[0], rc, &err);
 		return -1;
@@ -365,7 +370,7 @@ static double run_once(struct bench *b, enum src s, int verified)
 	if (s == S_PLAIN_THREADS)
 		return plain_threads(b, b->pt_threads) ? -1 : kmeasure_now() - t0;
 	if (s == S_DEVICE)
-		return run_device(b) ? -1 : kmeasure_now() - t0;
+		return run_device(b, verified) ? -1 : kmeasure_now() - t0;
 	if (s < FIRST_KILN)
 		return run_plain(b, s) ? -1 : kmeasure_now() - t0;
 	kiln_open_options o = {.size = sizeof(o)};
@@ -407,7 +412,7 @@ static double run_once(struct bench *b, enum src s, int verified)
 		break;
 	}
 	if (verified)
-		o.flags |= KILN_OPEN_VERIFY_DIGESTS;
+		o.flags |= KILN_OPEN_VERIFY_DIGESTS | (s == S_STREAM ? KILN_OPEN_DIRECTORY_ONLY : 0);
 	kiln_model *set;
 	kiln_error err;
 	int rc = kiln_model_open_files(b->paths, b->npaths, &o, &set, &err);

@@ -36,10 +36,11 @@ static const char usage[] =
     "                        payload byte itself (the default for URLs)\n"
     "      --verify          check every byte against the model's digests (the file's own\n"
     "                        table, klnt digest's sidecar, a model_signing statement, a\n"
-    "                        Hugging Face cache blob name) as the open brings each file in\n"
-    "                        (KILN_OPEN_VERIFY_DIGESTS); the pipeline then copies from the\n"
-    "                        checked pages. A URL is then fetched whole, against its own\n"
-    "                        table. Not with --directory-only, whose reads come later\n"
+    "                        Hugging Face cache blob name; KILN_OPEN_VERIFY_DIGESTS): as\n"
+    "                        the open brings each file in, the pipeline then copying from\n"
+    "                        the checked pages; with --directory-only (and for a URL) as\n"
+    "                        the pipeline reads each part, against chunk digests (the\n"
+    "                        file's own table or a sidecar)\n"
     "  -h, --help            show this help and exit\n"
     "\n"
     "Exit status: 0 loaded; 1 a file was rejected, differs from its digests or has none, or\n"
@@ -192,13 +193,9 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 					device);
 	const char *const *files = (const char *const *)argv + optind;
 	uint32_t nfiles = (uint32_t)(argc - optind);
-	if (verify && dironly)
-		return klnt_usage_error(cmd, "--verify checks whole files as they are opened: not "
-					     "with --directory-only");
 	kiln_open_options oo = {.size = sizeof(oo), .remote = klnt_remote()};
-	/* A URL is read by the pipeline with ranged GETs, unless it is to be checked: then it is
-	 * fetched whole and checked against the file's own digest table as it comes in. */
-	if (dironly || (kiln_path_is_url(files[0]) && !verify))
+	/* A URL is read by the pipeline with ranged GETs, each checked as it lands when asked. */
+	if (dironly || kiln_path_is_url(files[0]))
 		oo.flags = KILN_OPEN_DIRECTORY_ONLY;
 	if (verify)
 		oo.flags |= KILN_OPEN_VERIFY_DIGESTS;
@@ -246,6 +243,10 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 		if (info.digests_verified)
 			printf(", every byte checked against its digests (%" PRIu64 " chunks)",
 			       info.digest_chunks);
+		else if (verify)
+			printf(", every byte checked against its digests as read (%" PRIu64
+			       " chunks, %" PRIu64 " bytes hashed)",
+			       info.digest_chunks, info.digest_bytes);
 		printf("\n");
 		if (klnt_flush_stdout())
 			status = KLNT_EXIT_IO;

@@ -265,12 +265,15 @@ def load(path, device="cpu", *, threads=None, order=None, progress=None, group=N
     included, before kiln.FileError (ETIMEDOUT); 0: kiln's own limits per request only.
     With a group, tensors are on the CPU (move them after) and threads/order/progress do not
     apply.
-    ``verify=True``: every byte checked against the model's digests (a sidecar from ``klnt
-    digest``, a model_signing statement or a Hugging Face cache blob name; docs/integrity.md)
-    before any tensor is made: the files are opened whole, mapped, and checked as their pages
-    come in (KILN_OPEN_VERIFY_DIGESTS), then copied into the tensors. kiln.CorruptError names
-    the chunk that differs; kiln.Error (NOTFOUND) says how to make digests. Not with group=
-    (each rank would read its whole copy) nor for a URL (no remote digests yet).
+    ``verify=True``: every byte checked against the model's digests (docs/integrity.md) as it
+    is read, before any tensor is handed out: a file's own table (kiln's writers put one in),
+    or a sidecar from ``klnt digest``, checks each part the load reads as it lands, from a
+    file, a URL's ranged GETs, or a group's exchange (each rank checks what it reads and what
+    it receives, which also finds a rank with another checkpoint). A model whose only digests
+    hash whole files (a model_signing statement, a Hugging Face cache blob name) is opened
+    whole and checked as its pages come in, then copied (not with group=). kiln.CorruptError
+    names the file, tensor and chunk that differ; kiln.Error (NOTFOUND) says how to make
+    digests.
     """
     if tp is not None and group is None:
         raise ValueError("tp= needs group=: the shares are of the group's ranks")
@@ -283,12 +286,9 @@ def load(path, device="cpu", *, threads=None, order=None, progress=None, group=N
     # file or with ranged GETs, so a URL is not fetched whole into memory first. A URL with a
     # cache configured (KILN_CACHE_DIR) is opened whole, through the cache, unless a group
     # reads it (each rank then fetches only its chunks).
-    if verify and group is not None:
-        raise ValueError("verify=True checks every byte of this rank's own copy, which reads "
-                         "all of it: not with group= (verify each copy once with klnt verify)")
     whole = (group is None and _kiln.is_url(path) and bool(_os.environ.get("KILN_CACHE_DIR")))
-    whole = whole or bool(verify)
-    with _kiln.open(path, directory_only=not whole, timeout=timeout, verify=bool(verify)) as d:
+    with _open_checked(path, whole=whole, verify=bool(verify), timeout=timeout,
+                       grouped=group is not None) as d:
         # The model's tensors: not the converters' metadata document (Tensor.role).
         views = [t for t in (d[i] for i in range(len(d))) if t.role == "model"]
         keys = [t.name if t.name is not None else i for i, t in enumerate(views)]
@@ -563,12 +563,27 @@ class _Closed(Exception):
     """Raised by the progress hook of an iterator being closed: stops its read."""
 
 
-def _open_for_stream(path, *, one_file, verify, timeout):
-    if verify:
-        # Verified whole as it opens (every byte hashed against the digests beside the file,
-        # fused with populate), then copied out a window at a time from the verified mapping.
+def _open_checked(path, *, whole=False, verify=False, timeout=0, one_file=False,
+                  grouped=False):
+    """The model for a load: directory-only unless ``whole``, its reads then checked as they
+    land when ``verify`` (chunk digests: the file's own table or a sidecar). Digests that hash
+    whole files (model_signing, the Hugging Face cache) check nothing of a part: such a model is
+    opened whole instead and checked as it comes in, which a group (each rank reading a share)
+    cannot do."""
+    try:
+        return _kiln.open(path, one_file=one_file, directory_only=not whole, verify=verify,
+                          timeout=timeout)
+    except _kiln.Error as e:
+        if not (verify and not whole and e.cls == "UNSUPPORTED" and e.field == "digests"):
+            raise
+        if grouped:
+            raise ValueError(f"verify=True with group=: {e}; every rank would read its whole "
+                             "copy (make chunk digests with klnt digest)") from e
         return _kiln.open(path, one_file=one_file, verify=True, timeout=timeout)
-    return _kiln.open(path, one_file=one_file, directory_only=True, timeout=timeout)
+
+
+def _open_for_stream(path, *, one_file, verify, timeout):
+    return _open_checked(path, verify=bool(verify), timeout=timeout, one_file=one_file)
 
 
 def iter_load(path_or_paths, *, device="cpu", window_bytes=_DEFAULT_WINDOW, threads=None,
@@ -598,10 +613,11 @@ def iter_load(path_or_paths, *, device="cpu", window_bytes=_DEFAULT_WINDOW, thre
     or True for the default one): every rank reads its own copy of the same model and the group
     reads each byte once, all-gathered (as kiln.torch.load(group=)); every rank consumes the
     same sequence (``skip`` must agree across ranks), read on the consumer's thread. ``verify``:
-    check every byte against the model's digests (docs/integrity.md); the files are then opened
-    and verified whole first (mapped: the page cache holds them), the window bounding kiln's
-    copies. ``progress(done, total)``: payload bytes read so far, on the consumer's thread, once
-    per batch. ``timeout``: as kiln.torch.load.
+    check every byte against the model's digests (docs/integrity.md) as each batch is read,
+    before its tensors are handed out (as kiln.torch.load(verify=True); a model with only
+    whole-file digests is opened and verified whole first). ``progress(done, total)``: payload
+    bytes read so far, on the consumer's thread, once per batch. ``timeout``: as
+    kiln.torch.load.
     """
     _check_threads(threads)
     if (not isinstance(window_bytes, int) or isinstance(window_bytes, bool)

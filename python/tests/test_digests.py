@@ -129,8 +129,6 @@ def test_torch_load_verify(st_file, tmp_path):
     want = kt.load(st_file)
     got = kt.load(st_file, verify=True)
     assert list(got) == list(want) and all(torch.equal(got[k], want[k]) for k in want)
-    with pytest.raises(ValueError, match="not with group="):
-        kt.load(st_file, verify=True, group=True)
     bare = str(tmp_path / "bare.safetensors")
     shutil.copy(st_file, bare)
     with pytest.raises(kiln.Error, match="klnt digest"):

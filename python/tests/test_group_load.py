@@ -72,7 +72,8 @@ WORKER = textwrap.dedent("""
             stats = {"bytes_read": it.bytes_read, "bytes_received": it.bytes_received,
                      "batches": len(it._batches)}
         else:
-            sd = kiln.torch.load(path, group=dist.group.WORLD, tp=tp, stats=stats)
+            sd = kiln.torch.load(path, group=dist.group.WORLD, tp=tp, stats=stats,
+                                 verify=bool(os.environ.get("KILN_TEST_VERIFY")))
     except Exception as e:
         with open(out, "w") as f:
             json.dump({"error": type(e).__name__ + ": " + str(e),
@@ -118,7 +119,7 @@ def _free_port():
 
 
 def _run(tmp_path, source, world, *, name, tp=None, die_at=0, stall_at=0, pg_timeout=30,
-         other=None, stream=False):
+         other=None, stream=False, verify=False):
     """Each rank on its own copy of `source` (a file, or the directory holding it); returns the
     ranks' (exit status, result)."""
     script = tmp_path / "worker.py"
@@ -137,7 +138,8 @@ def _run(tmp_path, source, world, *, name, tp=None, die_at=0, stall_at=0, pg_tim
         env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world),
                    KILN_TEST_RDV=str(tmp_path / f"rdv-{name}"), KILN_TEST_TP=json.dumps(tp),
                    KILN_TEST_DIE_AT=str(die_at), KILN_TEST_STALL_AT=str(stall_at),
-                   KILN_TEST_PG_TIMEOUT=str(pg_timeout), KILN_TEST_ITER="1" if stream else "")
+                   KILN_TEST_PG_TIMEOUT=str(pg_timeout), KILN_TEST_ITER="1" if stream else "",
+                   KILN_TEST_VERIFY="1" if verify else "")
         out = tmp_path / f"{name}-{r}.json"
         procs.append((subprocess.Popen([sys.executable, str(script), path, str(out)], env=env,
                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT), out))
@@ -274,6 +276,30 @@ def test_same_headers_other_bytes_are_found(tmp_path, klnt):
         assert rc == 3, res
         assert "the ranks opened different checkpoints" in res["error"], res
         assert '"blk.3.w"' in res["error"], res
+
+
+def test_verify_checks_what_each_rank_reads_and_receives(tmp_path, klnt):
+    """verify=True with a group: each rank checks its reads and every chunk it receives
+    against its copy's own digest table (kiln.save_file writes one); a rank with another
+    checkpoint of the same headers is found by those digests, naming the tensor."""
+    want = _digest(kiln.torch.load(klnt))
+    payload = sum(v.numel() * v.element_size() for v in kiln.torch.load(klnt).values())
+    for rc, res in _run(tmp_path, klnt, 2, name="v", verify=True):
+        assert rc == 0, res
+        assert res["tensors"] == want
+        assert res["stats"]["bytes_read"] + res["stats"]["bytes_received"] == payload
+        assert res["stats"]["bytes_verified"] >= res["stats"]["bytes_received"], res
+    other = str(tmp_path / "other.klnt")
+    sd = kiln.torch.load(klnt)
+    sd["blk.3.w"] = sd["blk.3.w"] + 1
+    kiln.save_file(sd, other)
+    results = _run(tmp_path, klnt, 2, name="vo", other=other, verify=True)
+    for rc, res in results:
+        assert rc == 3, res
+    # The rank that finds it says CorruptError; the other hears of it at the next exchange.
+    assert any(res["error"].startswith("CorruptError: a chunk received from another rank")
+               for _, res in results), results
+    assert all("differs from its digest" in res["error"] for _, res in results), results
 
 
 def test_a_dead_rank_is_an_error_not_a_hang(tmp_path, klnt):

@@ -76,8 +76,11 @@ def test_torch_load_of_urls():
 
 
 def test_torch_load_of_a_url_checks_its_own_digests():
-    """m.klnt (klnt gen) carries its digest table: verify=True fetches it whole and checks every
-    byte against it; the same tensors as unverified."""
+    """m.klnt (klnt gen) carries its digest table: verify=True reads it with ranged GETs and
+    checks each part against that table as it lands; the same tensors as unverified. m-flip.klnt
+    (8 bytes changed at byte 2000000, its table m.klnt's) fails naming the URL and chunk 1;
+    opened directory-only with verify=True, a tensor outside that chunk reads, one in it
+    does not, and each read hashes only the chunks it touches."""
     torch = pytest.importorskip("torch")
     import kiln.torch as kt
 
@@ -90,6 +93,21 @@ def test_torch_load_of_a_url_checks_its_own_digests():
     assert list(got) == list(want) and all(torch.equal(raw(got[k]), raw(want[k])) for k in want)
     with kiln.open(url) as m:
         assert m.verify_digests()["source"] == "embedded"
+    flip = os.environ["KILN_TEST_HTTP"] + "/m-flip.klnt"
+    with pytest.raises(kiln.CorruptError, match=r"m-flip\.klnt: chunk 1 \(bytes 1048576\.\."):
+        kt.load(flip, verify=True)
+    with kiln.open(flip, directory_only=True, verify=True) as m:
+        views = [m[i] for i in range(len(m))]
+        bad = [t for t in views
+               if t.file_offset < 2 << 20 and t.file_offset + t.nbytes > 1 << 20]
+        good = [t for t in views if t.file_offset >= 3 << 20 and t.nbytes][0]
+        assert bad
+        with pytest.raises(kiln.CorruptError, match="chunk 1 "):
+            bad[0].read_into(bytearray(bad[0].nbytes))
+        before = m.info["digest_bytes"]
+        good.read_into(bytearray(good.nbytes))
+        hashed = m.info["digest_bytes"] - before
+        assert good.nbytes <= hashed <= good.nbytes + (2 << 20), (hashed, good.nbytes)
 
 
 def test_iter_load_of_urls():
