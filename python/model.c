@@ -916,7 +916,8 @@ static PyObject *model_get_info(ModelObject *self, void *c)
 	const char *choice =
 	    in.auto_choice < sizeof(why) / sizeof(why[0]) ? why[in.auto_choice] : "?";
 	return Py_BuildValue(
-	    "{s:K,s:K,s:K,s:K,s:K,s:K,s:i,s:i,s:O,s:O,s:s,s:i,s:i,s:i,s:I,s:K,s:I,s:s,s:i,s:O,s:K,s:K}",
+	    "{s:K,s:K,s:K,s:K,s:K,s:K,s:i,s:i,s:O,s:O,s:s,s:i,s:i,s:i,s:I,s:K,s:I,s:s,s:i,s:O,s:K,"
+	    "s:K}",
 	    "tensor_count", (unsigned long long)in.tensor_count, "name_bytes",
 	    (unsigned long long)names, "payload_bytes", (unsigned long long)payload,
 	    "directory_bytes", (unsigned long long)directory, "payload_base",

@@ -412,7 +412,8 @@ static double run_once(struct bench *b, enum src s, int verified)
 		break;
 	}
 	if (verified)
-		o.flags |= KILN_OPEN_VERIFY_DIGESTS | (s == S_STREAM ? KILN_OPEN_DIRECTORY_ONLY : 0);
+		o.flags |=
+		    KILN_OPEN_VERIFY_DIGESTS | (s == S_STREAM ? KILN_OPEN_DIRECTORY_ONLY : 0);
 	kiln_model *set;
 	kiln_error err;
 	int rc = kiln_model_open_files(b->paths, b->npaths, &o, &set, &err);

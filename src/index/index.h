@@ -45,11 +45,11 @@ struct kiln_model {
 	uint64_t probes;    /* slots visited while inserting names: tests check it stays linear */
 	/* name-hash key (kiln__hash_key): names from a file are hostile */
 	uint8_t secret[KILN__SECRET_SIZE];
-	int verified;           /* payload verification passed; atomic, see kiln_model_verify */
+	int verified; /* payload verification passed; atomic, see kiln_model_verify */
 	/* Chunks checked against their digests, and their bytes: at open, and by every read of a
 	 * verifying directory-only open since (src/read/parts.c), from any thread. */
 	_Atomic uint64_t digest_chunks, digest_bytes;
-	int digests_verified;   /* KILN_OPEN_VERIFY_DIGESTS passed for every file */
+	int digests_verified; /* KILN_OPEN_VERIFY_DIGESTS passed for every file */
 	uint32_t realigned;
 	int one_file;      /* opened with KILN_OPEN_ONE_FILE */
 	void *realign_mem; /* KILN_OPEN_ALIGN's copies, one owned block */
