@@ -240,6 +240,10 @@ static int open_file(struct kiln__file *f, const kiln_open_options *o, int buffe
 	}
 	m->count += f->count;
 	int lazy = o && (o->flags & KILN_OPEN_DIRECTORY_ONLY);
+	/* The directory is read: a cold open quieted the kernel's read-ahead for it (the payload
+	 * would have come in behind), which the reads to come need back. */
+	if (lazy)
+		kiln__file_advise(f, 0, 0, KILN__ADVISE_NORMAL);
 	if (lazy && (o->flags & KILN_OPEN_VERIFY_DIGESTS) && (rc = keep_digests(f, err)))
 		return rc;
 	if (!lazy && (rc = finish_file(f, o, err))) {
