@@ -7,9 +7,11 @@
  * A table chunk a range touches is hashed once, in file order, on the thread that lands its
  * bytes, while they are in cache: from where the range put them, and, for the bytes of the chunk
  * the read leaves out (a header, a pad, a neighbour's bytes at each end of a contiguous range),
- * from the file. Those are read before the run, all together (a URL's GETs in flight at once) up
- * to a budget, the rest when the hash reaches them. A piece that lands before the bytes ahead of
- * it in its chunk waits: by address where it stays put, copied where its buffer is reused.
+ * from the file: for a local file when the hash reaches them (a pad's page came in with its
+ * neighbours' reads; reading the pads first would cost a seek each on a cold disk), for a URL
+ * before the run, all together (its GETs in flight at once), up to a budget. A piece that lands
+ * before the bytes ahead of it in its chunk waits: by address where it stays put, copied where
+ * its buffer is reused.
  */
 #define _GNU_SOURCE
 #include <inttypes.h>
@@ -20,7 +22,8 @@
 #include "read/read.h"
 #include "source/file.h"
 
-/* Bytes left out of the chunks read before the run; past this they are read when reached. */
+/* A URL's bytes left out of the chunks read before the run; past this they are read when
+ * reached. */
 #define GAP_BUDGET ((uint64_t)16 << 20)
 /* Bytes read at a time for a gap read when reached. */
 #define GAP_BLOCK  ((size_t)1 << 20)
@@ -267,9 +270,17 @@ int kiln__parts_open(const kiln_model *m, const struct kiln__range *ranges, size
 		walk(m, sorted, k, &fill);
 		p->nc = fill.nc;
 		p->ngaps = fill.ng;
+		/* The gaps of URLs (they come first when the model mixes files with them: files
+		 * are in order and a model's files are all URLs or none). */
 		uint64_t budget = 0;
-		for (size_t i = 0; i < p->ngaps && budget + p->gaps[i].len <= GAP_BUDGET; i++)
+		for (size_t i = 0, ci = 0; i < p->ngaps && budget + p->gaps[i].len <= GAP_BUDGET;
+		     i++) {
+			while (p->c[ci].gap + p->c[ci].ngaps <= i)
+				ci++;
+			if (!m->files[p->c[ci].file].remote)
+				break;
 			budget += p->gaps[i].len;
+		}
 		rc = read_gaps(p, budget, stop, err);
 	}
 	free(sorted);
