@@ -8,6 +8,7 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +77,7 @@ struct rank {
 	int rc;
 	kiln_error err;
 	kiln_group_result res;
+	kiln_model_info info; /* of its model after the load */
 	void *dests[NT];
 };
 
@@ -121,6 +123,7 @@ static void *rank_main(void *arg)
 			     .all_gather = all_gather};
 	kiln_group_options go = {.size = sizeof(go), .chunk_size = CHUNK, .flags = r->b->flags};
 	r->rc = kiln_group_load(m, r->list, r->count, r->dests, &c, &go, &r->res, &r->err);
+	kiln_model_get_info(m, &r->info);
 	kiln_model_close(m);
 	return NULL;
 }
@@ -426,14 +429,24 @@ static void run_checked(struct rank *rs, uint32_t world, const blob *other, uint
 }
 
 /* Clean copies: every byte arrives, every received byte is checked against the receiver's own
- * digests (counted in bytes_verified: at least what was received). */
+ * digests (counted in bytes_verified: at least what was received); a rank hashes what it reads
+ * and receives and at most one 4 KiB chunk more at each end of every 64 KiB share (the list
+ * is the file's tensors in order: a share is one run of the file but for pads). */
 Test(group, with_digests_every_received_byte_is_checked)
 {
 	struct rank rs[3];
 	run_checked(rs, 3, NULL, 0, 0);
+	uint64_t total = 0;
+	for (int i = 0; i < NT; i++)
+		total += size_of(i);
+	uint64_t shares = (total + CHUNK - 1) / CHUNK;
 	for (uint32_t q = 0; q < 3; q++) {
 		cr_assert_eq(rs[q].rc, 0, "rank %u: %s", q, rs[q].err.message);
 		cr_assert_geq(rs[q].res.bytes_verified, rs[q].res.bytes_received, "rank %u", q);
+		cr_assert_eq(rs[q].res.bytes_read + rs[q].res.bytes_received, total);
+		cr_assert_geq(rs[q].info.digest_bytes, total, "rank %u", q);
+		cr_assert_leq(rs[q].info.digest_bytes, total + shares * 2 * 4096, "rank %u: %" PRIu64,
+			      q, rs[q].info.digest_bytes);
 		cr_assert_gt(rs[q].res.bytes_received, 0);
 		for (int i = 0; i < NT; i++)
 			cr_assert_eq(memcmp(rs[q].dests[i], data[i], size_of(i)), 0, "rank %u", q);
