@@ -530,6 +530,77 @@ static void writers(void)
 		pthread_join(th[k], NULL);
 }
 
+/* A verifying directory-only open shared by every thread: streams, copies, ranges and
+ * pipelines at once, each checking the parts it lands (src/read/parts.c) and counting them in
+ * the model's shared counters. */
+static void *checked_work(void *arg)
+{
+	struct worker *w = arg;
+	const kiln_model *dir = w->dir;
+	kiln_error err;
+	void *dests[NT];
+	for (int i = 0; i < NT; i++)
+		dests[i] = malloc(kiln_model_tensor(dir, (uint64_t)i)->byte_length + 1);
+	for (int round = 0; round < ROUNDS && !w->failed; round++) {
+		kiln_stream_options so = {.chunk_size = 4096, .queue_depth = 4};
+		CHECK(w, kiln_stream(dir, NULL, NT, dests, &so, NULL, &err) == 0, "stream: %s",
+		      err.message);
+		for (int k = 0; k < NT; k++)
+			CHECK(w,
+			      memcmp(dests[k], data[k],
+				     kiln_model_tensor(dir, (uint64_t)k)->byte_length) == 0,
+			      "stream %d bytes", k);
+		int i = (w->id * 7 + round) % NT;
+		const kiln_tensor *t = kiln_model_tensor(dir, (uint64_t)i);
+		void *copy = NULL;
+		CHECK(w, kiln_tensor_dup(dir, (uint64_t)i, 0, &copy, &err) == 0, "dup: %s",
+		      err.message);
+		CHECK(w, copy && memcmp(copy, data[i], t->byte_length) == 0, "dup %d bytes", i);
+		kiln_free(copy);
+		uint64_t third = t->byte_length / 3;
+		uint8_t *part = malloc(third + 1);
+		CHECK(w,
+		      kiln_tensor_read_range(dir, (uint64_t)i, third, third, part, third + 1, NULL,
+					     NULL, &err) == 0,
+		      "range: %s", err.message);
+		CHECK(w, memcmp(part, data[i] + third, third) == 0, "range %d bytes", i);
+		free(part);
+		kiln_load_options lo = {.size = sizeof(lo), .threads = 2, .dests = dests};
+		CHECK(w, kiln_load(dir, NULL, 0, &lo, NULL, NULL, NULL, &err) == 0, "load: %s",
+		      err.message);
+	}
+	for (int i = 0; i < NT; i++)
+		free(dests[i]);
+	return NULL;
+}
+
+static void checked_reads(void)
+{
+	char p2[4200];
+	snprintf(p2, sizeof(p2), "%s.checked.klnt", path);
+	kiln_error err;
+	EXPECT(kiln_write_file(p2, spec, NT, KILN_WRITE_NO_SYNC, &err) == 0, "%s", err.message);
+	kiln_open_options o = {.size = sizeof(o),
+			       .flags = KILN_OPEN_DIRECTORY_ONLY | KILN_OPEN_VERIFY_DIGESTS};
+	kiln_model *dir;
+	EXPECT(kiln_model_open(p2, &o, &dir, &err) == 0, "%s", err.message);
+	pthread_t th[THREADS];
+	struct worker w[THREADS];
+	for (int k = 0; k < THREADS; k++) {
+		w[k] = (struct worker){.dir = dir, .id = k};
+		EXPECT(pthread_create(&th[k], NULL, checked_work, &w[k]) == 0, "pthread_create");
+	}
+	for (int k = 0; k < THREADS; k++)
+		pthread_join(th[k], NULL);
+	for (int k = 0; k < THREADS; k++)
+		EXPECT(!w[k].failed, "checked reads, thread %d: %s", k, w[k].why);
+	kiln_model_info info;
+	kiln_model_get_info(dir, &info);
+	EXPECT(info.digest_chunks > 0 && info.digest_bytes > 0, "nothing was checked");
+	kiln_model_close(dir);
+	unlink(p2);
+}
+
 int main(void)
 {
 	make_file();
@@ -564,6 +635,11 @@ int main(void)
 	writers();
 	cases++;
 	printf("threads: three writers with digest tables at once: %s\n",
+	       failures > before ? "FAIL" : "ok");
+	before = failures;
+	checked_reads();
+	cases++;
+	printf("threads: reads of a verifying directory-only open at once: %s\n",
 	       failures > before ? "FAIL" : "ok");
 	before = failures;
 	borrowed_buffer();
