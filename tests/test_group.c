@@ -445,8 +445,8 @@ Test(group, with_digests_every_received_byte_is_checked)
 		cr_assert_geq(rs[q].res.bytes_verified, rs[q].res.bytes_received, "rank %u", q);
 		cr_assert_eq(rs[q].res.bytes_read + rs[q].res.bytes_received, total);
 		cr_assert_geq(rs[q].info.digest_bytes, total, "rank %u", q);
-		cr_assert_leq(rs[q].info.digest_bytes, total + shares * 2 * 4096, "rank %u: %" PRIu64,
-			      q, rs[q].info.digest_bytes);
+		cr_assert_leq(rs[q].info.digest_bytes, total + shares * 2 * 4096,
+			      "rank %u: %" PRIu64, q, rs[q].info.digest_bytes);
 		cr_assert_gt(rs[q].res.bytes_received, 0);
 		for (int i = 0; i < NT; i++)
 			cr_assert_eq(memcmp(rs[q].dests[i], data[i], size_of(i)), 0, "rank %u", q);

@@ -9,6 +9,7 @@
 #define _GNU_SOURCE /* pthread_barrier_t */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -601,6 +602,109 @@ static void checked_reads(void)
 	unlink(p2);
 }
 
+/* Reads large enough to hash on a thread of the run's own (src/read/parts.c), direct and
+ * staged through a small ring, from two threads at once; then with a byte flipped after the
+ * open, each finds it (the hashing thread's failure reaching the landing thread), and nothing
+ * runs on after return. */
+#define BIG_N 3
+#define BIG   ((size_t)3 << 20)
+static uint8_t *big[BIG_N];
+
+static int drop_chunk(void *ctx, const kiln_chunk *c)
+{
+	(void)ctx;
+	(void)c;
+	return 0;
+}
+
+struct hashing {
+	const kiln_model *dir;
+	int want; /* the code every read must return */
+	int failed;
+	char why[512];
+};
+
+static void *hashing_work(void *arg)
+{
+	struct hashing *h = arg;
+	kiln_error err;
+	uint8_t *all = malloc(BIG_N * BIG);
+	void *dests[BIG_N];
+	for (int i = 0; i < BIG_N; i++)
+		dests[i] = all + (size_t)i * BIG;
+	static _Thread_local uint8_t ring[3][100000];
+	void *stage[] = {ring[0], ring[1], ring[2]};
+	for (int round = 0; round < 4 && !h->failed; round++) {
+		int rc = kiln_stream(h->dir, NULL, BIG_N, dests, NULL, NULL, &err);
+		CHECK(h, rc == h->want, "direct: %s: %s", kiln_code_name(rc), err.message);
+		for (int i = 0; !rc && i < BIG_N; i++)
+			CHECK(h, memcmp(dests[i], big[i], BIG) == 0, "direct %d bytes", i);
+		kiln_stream_options so = {.size = sizeof(so),
+					  .staging = stage,
+					  .staging_count = 3,
+					  .staging_size = sizeof(ring[0]),
+					  .on_chunk = drop_chunk};
+		rc = kiln_stream(h->dir, NULL, BIG_N, NULL, &so, NULL, &err);
+		CHECK(h, rc == h->want, "staged: %s: %s", kiln_code_name(rc), err.message);
+	}
+	free(all);
+	return NULL;
+}
+
+static void hashing_thread(void)
+{
+	char p3[4200];
+	snprintf(p3, sizeof(p3), "%s.big.klnt", path);
+	kiln_tensor_spec t[BIG_N];
+	uint64_t x = 3;
+	for (int i = 0; i < BIG_N; i++) {
+		big[i] = malloc(BIG);
+		for (size_t k = 0; k < BIG; k++) {
+			x = x * 6364136223846793005ull + 1442695040888963407ull;
+			big[i][k] = (uint8_t)(x >> 56);
+		}
+		static const char *const bn[BIG_N] = {"big.0", "big.1", "big.2"};
+		t[i] = (kiln_tensor_spec){.name = bn[i],
+					  .name_len = 5,
+					  .dtype = KILN_DT_U8,
+					  .rank = 1,
+					  .shape = {BIG},
+					  .data = big[i]};
+	}
+	kiln_error err;
+	EXPECT(kiln_write_file(p3, t, BIG_N, KILN_WRITE_NO_SYNC, &err) == 0, "%s", err.message);
+	kiln_open_options o = {.size = sizeof(o),
+			       .flags = KILN_OPEN_DIRECTORY_ONLY | KILN_OPEN_VERIFY_DIGESTS};
+	kiln_model *dir;
+	EXPECT(kiln_model_open(p3, &o, &dir, &err) == 0, "%s", err.message);
+	for (int flipped = 0; flipped < 2; flipped++) {
+		if (flipped) {
+			int fd = open(p3, O_RDWR);
+			uint8_t b;
+			off_t at = (off_t)(kiln_model_tensor(dir, 1)->file_offset + 12345);
+			EXPECT(fd >= 0 && pread(fd, &b, 1, at) == 1, "%s", p3);
+			b ^= 1;
+			EXPECT(pwrite(fd, &b, 1, at) == 1, "%s", p3);
+			close(fd);
+		}
+		pthread_t th[2];
+		struct hashing h[2];
+		for (int k = 0; k < 2; k++) {
+			h[k] = (struct hashing){.dir = dir, .want = flipped ? KILN_CORRUPT : 0};
+			EXPECT(pthread_create(&th[k], NULL, hashing_work, &h[k]) == 0, "create");
+		}
+		for (int k = 0; k < 2; k++)
+			pthread_join(th[k], NULL);
+		for (int k = 0; k < 2; k++)
+			EXPECT(!h[k].failed, "hashing thread%s, thread %d: %s",
+			       flipped ? ", flipped" : "", k, h[k].why);
+	}
+	kiln_model_close(dir);
+	unlink(p3);
+	for (int i = 0; i < BIG_N; i++)
+		free(big[i]);
+}
+
 int main(void)
 {
 	make_file();
@@ -640,6 +744,11 @@ int main(void)
 	checked_reads();
 	cases++;
 	printf("threads: reads of a verifying directory-only open at once: %s\n",
+	       failures > before ? "FAIL" : "ok");
+	before = failures;
+	hashing_thread();
+	cases++;
+	printf("threads: checked reads hashed on threads of their own: %s\n",
 	       failures > before ? "FAIL" : "ok");
 	before = failures;
 	borrowed_buffer();

@@ -199,7 +199,8 @@ static void land(struct run *r, struct slot *s)
 	r->io->res.bytes += s->len;
 	r->io->res.chunks++;
 	if (r->io->landed && !r->stop) {
-		int rc = r->io->landed(r->io->landed_ctx, s->file, s->off, s->len, s->dst, r->err);
+		int rc = r->io->landed(r->io->landed_ctx, s->file, s->off, s->len, s->dst,
+				       s->buffer, r->err);
 		if (rc)
 			stop_with(r, rc);
 	}
@@ -289,6 +290,8 @@ static int take_buffer(struct run *r, struct slot *s)
 	uint32_t b = r->next_buffer;
 	if (r->buffer_busy[b])
 		return 0; /* still in flight: wait for completions first */
+	if (r->buffer_used[b] && r->io->reusing)
+		r->io->reusing(r->io->landed_ctx, b);
 	if (r->buffer_used[b] && r->io->before_reuse && r->io->before_reuse(r->io->ctx, b) != 0) {
 		kiln__fail(r->err, KILN_CANCELED, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
 			   "before_reuse stopped the stream at staging buffer %" PRIu32, b);

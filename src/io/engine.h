@@ -44,11 +44,14 @@ struct kiln__io {
 	size_t staging_size;
 	kiln_chunk_fn on_chunk;
 	/* Told of each chunk once its bytes are in place, before on_chunk: the range's file, file
-	 * offset, length and where the bytes are (the destination; in staging mode the buffer,
-	 * reused once on_chunk returns). Content digests are checked here (src/read/verify.c,
+	 * offset, length, where the bytes are (the destination; in staging mode staging buffer
+	 * `buffer`, else UINT32_MAX). Content digests are checked here (src/read/verify.c,
 	 * src/read/parts.c). Nonzero stops the run with that code, err set by it. NULL: none. */
 	int (*landed)(void *ctx, uint32_t file, uint64_t off, uint64_t len, const uint8_t *data,
-		      kiln_error *err);
+		      uint32_t buffer, kiln_error *err);
+	/* Staging mode: called before staging buffer `buffer` is filled again (before
+	 * before_reuse), for the landed hook's work on its bytes to end. NULL: none. */
+	void (*reusing)(void *ctx, uint32_t buffer);
 	void *landed_ctx;
 	kiln_reuse_fn before_reuse;
 	void *ctx;

@@ -296,7 +296,7 @@ static int check_chunk(struct walk *w, const kiln_stream_options *so, uint32_t q
 	}
 	kiln_stream_options plain = {.size = sizeof(plain)}; /* buffered: small, random */
 	kiln_stream_result sr;
-	int rc = kiln__stream_ranges(w->m, all ? so : &plain, w->ranges, k, NULL, &sr, err);
+	int rc = kiln__stream_ranges(w->m, all ? so : &plain, w->ranges, k, NULL, 0, &sr, err);
 	for (size_t j = 0; !rc && j < k; j++) {
 		const struct kiln__range *r = &w->ranges[j];
 		if (!memcmp(r->dst, theirs[j], (size_t)r->len))
@@ -341,7 +341,8 @@ static void *read_round(void *arg)
 	kiln__clear_error(&r->err);
 	size_t n = ranges_of(&r->w, r->from, r->len, r->dst);
 	kiln_stream_result sr;
-	r->rc = kiln__stream_ranges(r->m, r->so, r->w.ranges, n, NULL, &sr, &r->err);
+	/* Not on a core of its own: the calling thread checks and scatters what it receives. */
+	r->rc = kiln__stream_ranges(r->m, r->so, r->w.ranges, n, NULL, 0, &sr, &r->err);
 	return NULL;
 }
 

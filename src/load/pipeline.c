@@ -226,7 +226,9 @@ static int run_piece(struct worker *w, const struct kiln__range *r, size_t n)
 	}
 	kiln_stream_result res;
 	/* The stop flag reaches reads in flight too: a URL's GETs end within a poll. */
-	int rc = kiln__stream_ranges(L->m, &so, r, n, &L->stop, &res, &w->err);
+	/* Fewer reader threads than cores: a piece's hash may take one of the others. */
+	int spare = L->nworkers < kiln__online_cpus();
+	int rc = kiln__stream_ranges(L->m, &so, r, n, &L->stop, spare, &res, &w->err);
 	if (L->staged) /* every copy of the piece complete before it counts */
 		wait_lanes(w);
 	pthread_mutex_lock(&L->lock);

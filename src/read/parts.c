@@ -12,21 +12,33 @@
  * before the run, all together (its GETs in flight at once), up to a budget. A piece that lands
  * before the bytes ahead of it in its chunk waits: by address where it stays put, copied where
  * its buffer is reused.
+ *
+ * The landing thread decides what is hashed in which order; where a second core is free (a
+ * stream, a read: one thread) a hashing thread of the run's own does the hashing, in that order,
+ * from a bounded queue, while the landing thread reads on; a staging buffer is not filled again
+ * before the hash of what it held is done.
  */
 #define _GNU_SOURCE
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
+#include "base/sys.h"
 #include "format/digest.h"
 #include "read/read.h"
 #include "source/file.h"
 
 /* A URL's bytes left out of the chunks read before the run; past this they are read when
  * reached. */
-#define GAP_BUDGET ((uint64_t)16 << 20)
+#define GAP_BUDGET  ((uint64_t)16 << 20)
 /* Bytes read at a time for a gap read when reached. */
-#define GAP_BLOCK  ((size_t)1 << 20)
+#define GAP_BLOCK   ((size_t)1 << 20)
+/* A run hashes on a thread of its own from this many bytes of chunks on (a thread costs tens of
+ * microseconds to start: a small read hashes where it lands). */
+#define THREAD_FROM ((uint64_t)4 << 20)
+/* Hashing jobs queued at most: the landing thread waits past it. */
+#define QUEUE       1024u
 
 /* File bytes [off, off + len) of a chunk that the ranges leave out: in p (read before the run),
  * or NULL (read when the hash reaches them). */
@@ -47,12 +59,25 @@ struct chunk {
 	uint32_t file;
 	uint64_t k;        /* its index in the file's table */
 	uint64_t off, end; /* its bytes in the file */
-	uint64_t fed;      /* hashed up to here */
+	/* The landing thread's: given to the hash up to here, its gaps from next_gap on not yet,
+	 * and the pieces waiting for the bytes ahead of them. */
+	uint64_t fed;
 	size_t gap, ngaps; /* its gaps, in file order: parts.gaps[gap, gap + ngaps) */
-	size_t next_gap;   /* the first not hashed yet */
-	kiln__digest_state *st;
+	size_t next_gap;
 	struct held *held;
+	/* The hash's: its state while it runs, and whether it was compared. */
+	kiln__digest_state *st;
 	int done;
+};
+
+/* A step of the hash, in the order the landing thread gives them. */
+enum { JOB_ADD, JOB_ADD_OWNED, JOB_FILE, JOB_END, JOB_ONCE };
+struct job {
+	int op;
+	struct chunk *c;
+	const uint8_t *q; /* JOB_ADD*, JOB_ONCE: bytes; JOB_ADD_OWNED frees them */
+	uint64_t n;
+	const struct gap *g; /* JOB_FILE: a gap to read from the file */
 };
 
 struct kiln__parts {
@@ -63,10 +88,24 @@ struct kiln__parts {
 	struct gap *gaps;
 	size_t ngaps;
 	uint8_t *scratch; /* the gaps read before the run */
-	uint8_t *block;   /* GAP_BLOCK bytes, for gaps read when reached */
+	/* The hash's own (its thread's when it has one): */
+	uint8_t *block; /* GAP_BLOCK bytes, for gaps read when reached */
 	kiln__digest_state **free_states;
 	size_t nfree, cap_free;
 	uint64_t chunks, bytes; /* checked */
+	/* The hashing thread: jobs [head, tail) queued (counts since the start), the first
+	 * failure kept; staged, seq[b] is the tail after buffer b's last landing. */
+	int threaded, closing, abandon;
+	struct job *q;
+	uint64_t head, tail;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	pthread_t th;
+	_Atomic int failed;
+	int rc;
+	kiln_error err;
+	uint64_t *seq;
+	uint32_t nbuf;
 };
 
 /* The table of file i, or NULL when its reads are not checked. */
@@ -158,10 +197,13 @@ static void walk(const kiln_model *m, const struct kiln__range *const *sorted, s
 	close_chunk(L, last_end, cur_end);
 }
 
+static void stop_thread(struct kiln__parts *p, int abandon);
+
 void kiln__parts_free(struct kiln__parts *p)
 {
 	if (!p)
 		return;
+	stop_thread(p, 1); /* a run that failed: what is queued is not hashed */
 	for (size_t i = 0; p->c && i < p->nc; i++) {
 		struct chunk *c = &p->c[i];
 		free(c->st);
@@ -180,6 +222,8 @@ void kiln__parts_free(struct kiln__parts *p)
 	free(p->gaps);
 	free(p->scratch);
 	free(p->block);
+	free(p->q);
+	free(p->seq);
 	free(p);
 }
 
@@ -225,9 +269,11 @@ static int read_gaps(struct kiln__parts *p, uint64_t budget_bytes, const _Atomic
 	return rc;
 }
 
-int kiln__parts_open(const kiln_model *m, const struct kiln__range *ranges, size_t n, int staged,
-		     const _Atomic int *stop, struct kiln__parts **out, int *overlap,
-		     kiln_error *err)
+static void start_thread(struct kiln__parts *p);
+
+int kiln__parts_open(const kiln_model *m, const struct kiln__range *ranges, size_t n,
+		     uint32_t staged, int spare_core, const _Atomic int *stop,
+		     struct kiln__parts **out, int *overlap, kiln_error *err)
 {
 	*out = NULL;
 	*overlap = 0;
@@ -259,7 +305,7 @@ int kiln__parts_open(const kiln_model *m, const struct kiln__range *ranges, size
 	int rc = 0;
 	if (p) {
 		p->m = m;
-		p->staged = staged;
+		p->staged = staged != 0;
 		p->c = calloc(count.nc ? count.nc : 1, sizeof(*p->c));
 		p->gaps = calloc(count.ng ? count.ng : 1, sizeof(*p->gaps));
 	}
@@ -288,9 +334,18 @@ int kiln__parts_open(const kiln_model *m, const struct kiln__range *ranges, size
 		kiln__parts_free(p);
 		return rc;
 	}
+	uint64_t bytes = 0;
+	for (size_t i = 0; i < p->nc; i++)
+		bytes += p->c[i].end - p->c[i].off;
+	if (spare_core && bytes >= THREAD_FROM && kiln__online_cpus() > 1) {
+		p->nbuf = staged;
+		start_thread(p); /* else (no memory, no thread) the landing thread hashes */
+	}
 	*out = p;
 	return 0;
 }
+
+/* --- the hash (on its thread when it has one) ------------------------------------------------ */
 
 static kiln__digest_state *state_take(struct kiln__parts *p)
 {
@@ -330,20 +385,18 @@ static int compare(struct kiln__parts *p, struct chunk *c, const uint8_t got[KIL
 	return kiln__verifier_mismatch(v, c->k, c->off, c->end - c->off, got, err);
 }
 
-/* Hash n bytes at q, the chunk's next ones. */
-static int feed(struct kiln__parts *p, struct chunk *c, const uint8_t *q, uint64_t n,
-		kiln_error *err)
+static int add(struct kiln__parts *p, struct chunk *c, const uint8_t *q, uint64_t n,
+	       kiln_error *err)
 {
 	if (!c->st && !(c->st = state_take(p)))
 		return kiln__nomem(err, sizeof(kiln__digest_state), "a checked read");
 	kiln__digest_add(c->st, q, (size_t)n);
-	c->fed += n;
 	return 0;
 }
 
 /* A gap read when reached, a block at a time. */
-static int feed_from_file(struct kiln__parts *p, struct chunk *c, const struct gap *g,
-			  kiln_error *err)
+static int add_from_file(struct kiln__parts *p, struct chunk *c, const struct gap *g,
+			 kiln_error *err)
 {
 	if (!p->block && !(p->block = malloc(GAP_BLOCK)))
 		return kiln__nomem(err, GAP_BLOCK, "a checked read");
@@ -352,7 +405,7 @@ static int feed_from_file(struct kiln__parts *p, struct chunk *c, const struct g
 		size_t n = g->len - at < GAP_BLOCK ? (size_t)(g->len - at) : GAP_BLOCK;
 		int rc = kiln__file_read(f, g->off + at, p->block, n, err);
 		if (!rc)
-			rc = feed(p, c, p->block, n, err);
+			rc = add(p, c, p->block, n, err);
 		if (rc)
 			return rc;
 		at += n;
@@ -360,15 +413,164 @@ static int feed_from_file(struct kiln__parts *p, struct chunk *c, const struct g
 	return 0;
 }
 
-/* Hash what is there from c->fed on: its gaps and the pieces held for it, in file order; the
- * chunk compared once its last byte is in. */
+static int run_job(struct kiln__parts *p, const struct job *j, kiln_error *err)
+{
+	uint8_t got[KILN__DIGEST_LEN];
+	int rc = 0;
+	switch (j->op) {
+	case JOB_ADD:
+	case JOB_ADD_OWNED:
+		rc = add(p, j->c, j->q, j->n, err);
+		if (j->op == JOB_ADD_OWNED)
+			free((void *)j->q);
+		return rc;
+	case JOB_FILE:
+		return add_from_file(p, j->c, j->g, err);
+	case JOB_ONCE:
+		kiln__digest_bytes(j->q, (size_t)j->n, got);
+		return compare(p, j->c, got, err);
+	default: /* JOB_END */
+		if (!j->c->st && !(j->c->st = state_take(p)))
+			return kiln__nomem(err, sizeof(kiln__digest_state), "a checked read");
+		kiln__digest_end(j->c->st, got);
+		state_give(p, j->c->st);
+		j->c->st = NULL;
+		return compare(p, j->c, got, err);
+	}
+}
+
+static void *hasher(void *arg)
+{
+	struct kiln__parts *p = arg;
+	kiln_error e;
+	pthread_mutex_lock(&p->lock);
+	for (;;) {
+		while (p->head == p->tail && !p->closing)
+			pthread_cond_wait(&p->cond, &p->lock);
+		if (p->head == p->tail)
+			break;
+		struct job j = p->q[p->head % QUEUE];
+		int skip = p->abandon || atomic_load_explicit(&p->failed, memory_order_relaxed);
+		pthread_mutex_unlock(&p->lock);
+		int rc = 0;
+		if (!skip)
+			rc = run_job(p, &j, &e);
+		else if (j.op == JOB_ADD_OWNED)
+			free((void *)j.q);
+		pthread_mutex_lock(&p->lock);
+		p->head++;
+		if (rc && !atomic_load_explicit(&p->failed, memory_order_relaxed)) {
+			p->rc = rc;
+			p->err = e;
+			atomic_store_explicit(&p->failed, 1, memory_order_release);
+		}
+		pthread_cond_broadcast(&p->cond);
+	}
+	pthread_mutex_unlock(&p->lock);
+	return NULL;
+}
+
+static void start_thread(struct kiln__parts *p)
+{
+	p->q = malloc(QUEUE * sizeof(*p->q));
+	p->seq = p->nbuf ? calloc(p->nbuf, sizeof(*p->seq)) : NULL;
+	if (!p->q || (p->nbuf && !p->seq))
+		return;
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->cond, NULL);
+	if (pthread_create(&p->th, NULL, hasher, p) != 0) {
+		pthread_cond_destroy(&p->cond);
+		pthread_mutex_destroy(&p->lock);
+		return;
+	}
+	p->threaded = 1;
+}
+
+/* Let the thread end, after hashing what is queued (or, `abandon`, dropping it). */
+static void stop_thread(struct kiln__parts *p, int abandon)
+{
+	if (!p->threaded)
+		return;
+	pthread_mutex_lock(&p->lock);
+	p->closing = 1;
+	p->abandon |= abandon;
+	pthread_cond_broadcast(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+	pthread_join(p->th, NULL);
+	pthread_cond_destroy(&p->cond);
+	pthread_mutex_destroy(&p->lock);
+	p->threaded = 0;
+}
+
+/* The hashing thread's first failure, once there is one. */
+static int thread_failed(struct kiln__parts *p, kiln_error *err)
+{
+	if (!p->threaded || !atomic_load_explicit(&p->failed, memory_order_acquire))
+		return 0;
+	pthread_mutex_lock(&p->lock);
+	int rc = p->rc;
+	if (err)
+		*err = p->err;
+	pthread_mutex_unlock(&p->lock);
+	return rc;
+}
+
+/* The next step of the hash: queued for the thread, or done here. */
+static int give(struct kiln__parts *p, struct job j, kiln_error *err)
+{
+	if (!p->threaded)
+		return run_job(p, &j, err);
+	pthread_mutex_lock(&p->lock);
+	while (p->tail - p->head == QUEUE &&
+	       !atomic_load_explicit(&p->failed, memory_order_relaxed))
+		pthread_cond_wait(&p->cond, &p->lock);
+	int failed = atomic_load_explicit(&p->failed, memory_order_relaxed);
+	if (!failed) {
+		p->q[p->tail++ % QUEUE] = j;
+		pthread_cond_broadcast(&p->cond);
+	}
+	pthread_mutex_unlock(&p->lock);
+	if (failed && j.op == JOB_ADD_OWNED)
+		free((void *)j.q);
+	return thread_failed(p, err);
+}
+
+void kiln__parts_reusing(void *ctx, uint32_t buffer)
+{
+	struct kiln__parts *p = ctx;
+	if (!p->threaded || buffer >= p->nbuf)
+		return;
+	pthread_mutex_lock(&p->lock);
+	while (p->head < p->seq[buffer] && !atomic_load_explicit(&p->failed, memory_order_relaxed))
+		pthread_cond_wait(&p->cond, &p->lock);
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* --- the order (the landing thread's) --------------------------------------------------------- */
+
+/* Give the hash n bytes at q, the chunk's next ones. */
+static int feed(struct kiln__parts *p, struct chunk *c, const uint8_t *q, uint64_t n, int owned,
+		kiln_error *err)
+{
+	c->fed += n;
+	return give(p, (struct job){.op = owned ? JOB_ADD_OWNED : JOB_ADD, .c = c, .q = q, .n = n},
+		    err);
+}
+
+/* Give the hash what is there from c->fed on: its gaps and the pieces held for it, in file
+ * order; the chunk compared once its last byte is in. */
 static int advance(struct kiln__parts *p, struct chunk *c, kiln_error *err)
 {
 	for (;;) {
 		int rc = 0, moved = 0;
 		if (c->next_gap < c->gap + c->ngaps && p->gaps[c->next_gap].off == c->fed) {
 			const struct gap *g = &p->gaps[c->next_gap++];
-			rc = g->p ? feed(p, c, g->p, g->len, err) : feed_from_file(p, c, g, err);
+			if (g->p) {
+				rc = feed(p, c, g->p, g->len, 0, err);
+			} else {
+				c->fed += g->len;
+				rc = give(p, (struct job){.op = JOB_FILE, .c = c, .g = g}, err);
+			}
 			moved = 1;
 		} else {
 			for (struct held **h = &c->held; *h; h = &(*h)->next) {
@@ -376,9 +578,7 @@ static int advance(struct kiln__parts *p, struct chunk *c, kiln_error *err)
 					continue;
 				struct held *x = *h;
 				*h = x->next;
-				rc = feed(p, c, x->p, x->len, err);
-				if (x->owned)
-					free((void *)x->p);
+				rc = feed(p, c, x->p, x->len, x->owned, err);
 				free(x);
 				moved = 1;
 				break;
@@ -391,36 +591,28 @@ static int advance(struct kiln__parts *p, struct chunk *c, kiln_error *err)
 	}
 	if (c->fed < c->end)
 		return 0;
-	uint8_t got[KILN__DIGEST_LEN];
-	kiln__digest_end(c->st, got);
-	state_give(p, c->st);
-	c->st = NULL;
-	return compare(p, c, got, err);
+	return give(p, (struct job){.op = JOB_END, .c = c}, err);
 }
 
 /* Bytes [x, y) of chunk c landed at q. */
 static int piece(struct kiln__parts *p, struct chunk *c, uint64_t x, uint64_t y, const uint8_t *q,
 		 kiln_error *err)
 {
-	if (c->done || x < c->fed)
+	if (x < c->fed || c->fed >= c->end)
 		return kiln__fail_inval(err, KILN_NO_INDEX, NULL,
 					"a checked read landed bytes %" PRIu64 "..%" PRIu64
 					" of file %" PRIu32 " twice",
 					x, y, c->file);
 	if (c->fed == c->off && !c->ngaps && x == c->off && y == c->end) {
 		/* The whole chunk in one piece: hashed at once. */
-		uint8_t got[KILN__DIGEST_LEN];
-		kiln__digest_bytes(q, (size_t)(y - x), got);
 		c->fed = y;
-		return compare(p, c, got, err);
+		return give(p, (struct job){.op = JOB_ONCE, .c = c, .q = q, .n = y - x}, err);
 	}
 	int rc = advance(p, c, err); /* a gap ahead of the piece */
-	if (rc || c->done)
-		return rc ? rc
-			  : kiln__fail_inval(err, KILN_NO_INDEX, NULL,
-					     "a checked read landed bytes of a chunk twice");
+	if (rc)
+		return rc;
 	if (x == c->fed) {
-		if ((rc = feed(p, c, q, y - x, err)))
+		if ((rc = feed(p, c, q, y - x, 0, err)))
 			return rc;
 		return advance(p, c, err);
 	}
@@ -454,27 +646,38 @@ static size_t first_chunk(const struct kiln__parts *p, uint32_t file, uint64_t o
 }
 
 int kiln__parts_landed(void *ctx, uint32_t file, uint64_t off, uint64_t len, const uint8_t *data,
-		       kiln_error *err)
+		       uint32_t buffer, kiln_error *err)
 {
 	struct kiln__parts *p = ctx;
 	uint64_t end = off + len;
-	for (size_t i = first_chunk(p, file, off); i < p->nc; i++) {
+	int rc = thread_failed(p, err);
+	for (size_t i = first_chunk(p, file, off); !rc && i < p->nc; i++) {
 		struct chunk *c = &p->c[i];
 		if (c->file != file || c->off >= end)
 			break;
 		uint64_t x = off > c->off ? off : c->off, y = end < c->end ? end : c->end;
-		int rc = piece(p, c, x, y, data + (x - off), err);
-		if (rc)
-			return rc;
+		rc = piece(p, c, x, y, data + (x - off), err);
 	}
-	return 0;
+	/* Staged: the buffer's bytes are in the queue up to here. */
+	if (!rc && p->threaded && buffer < p->nbuf) {
+		pthread_mutex_lock(&p->lock);
+		p->seq[buffer] = p->tail;
+		pthread_mutex_unlock(&p->lock);
+	}
+	return rc;
 }
 
 int kiln__parts_finish(struct kiln__parts *p, kiln_error *err)
 {
+	stop_thread(p, 0);
 	struct kiln_model *m = (struct kiln_model *)p->m;
 	atomic_fetch_add_explicit(&m->digest_chunks, p->chunks, memory_order_relaxed);
 	atomic_fetch_add_explicit(&m->digest_bytes, p->bytes, memory_order_relaxed);
+	if (atomic_load_explicit(&p->failed, memory_order_acquire)) {
+		if (err)
+			*err = p->err;
+		return p->rc;
+	}
 	for (size_t i = 0; i < p->nc; i++) {
 		const struct chunk *c = &p->c[i];
 		if (!c->done)
@@ -492,7 +695,7 @@ int kiln__parts_check(const kiln_model *m, const struct kiln__range *ranges, siz
 {
 	struct kiln__parts *p;
 	int overlap;
-	int rc = kiln__parts_open(m, ranges, n, 0, NULL, &p, &overlap, err);
+	int rc = kiln__parts_open(m, ranges, n, 0, 0, NULL, &p, &overlap, err);
 	if (!rc && overlap) {
 		for (size_t i = 0; i < n && !rc; i++)
 			rc = kiln__parts_check(m, &ranges[i], 1, checked, err);
@@ -500,7 +703,7 @@ int kiln__parts_check(const kiln_model *m, const struct kiln__range *ranges, siz
 	}
 	for (size_t i = 0; p && !rc && i < n; i++)
 		rc = kiln__parts_landed(p, ranges[i].file, ranges[i].off, ranges[i].len,
-					ranges[i].dst, err);
+					ranges[i].dst, UINT32_MAX, err);
 	if (p && !rc)
 		rc = kiln__parts_finish(p, err);
 	if (p && !rc && checked)

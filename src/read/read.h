@@ -23,10 +23,11 @@ int kiln__slice_runs(const kiln_tensor *t, const kiln_slice *s, struct kiln__run
 
 /* The engine over ranges of the model's files as kiln_stream runs it: direct when the ranges
  * have destinations, else through o->staging; the files fed as their sources say
- * (kiln__file_feed). Safe from several threads at once. For kiln_load and kiln_group_load. */
+ * (kiln__file_feed). Safe from several threads at once. For kiln_load and kiln_group_load;
+ * `spare_core` as kiln__parts_open's (0 when the caller's threads take the cores). */
 int kiln__stream_ranges(const kiln_model *m, const kiln_stream_options *o,
 			const struct kiln__range *ranges, size_t n, const _Atomic int *stop,
-			kiln_stream_result *result, kiln_error *err);
+			int spare_core, kiln_stream_result *result, kiln_error *err);
 
 /* --- content digests checked at open (src/read/verify.c) ---------------------------------- */
 
@@ -65,17 +66,21 @@ int kiln__verifier_mismatch(const struct kiln__verifier *v, uint64_t k, uint64_t
 /* The check of one engine run over `ranges` of m, against the chunk digests its files keep
  * since a verifying directory-only open (kiln__file.parts): every table chunk a range touches is
  * hashed once, in file order, from the bytes as they land and, for what the ranges leave out of
- * a chunk (at most one chunk's worth at each end of a contiguous range), from the file: read now
- * up to a budget, the rest when the hash reaches it. *out is NULL when no range is of such a
- * file; *overlap is set (and *out NULL) when ranges share bytes: the caller runs them apart.
- * `staged`: the bytes land in buffers reused after the landing (held ones are copied). */
+ * a chunk (at most one chunk's worth at each end of a contiguous range), from the file (a URL's
+ * now, up to a budget; the rest when the hash reaches it). *out is NULL when no range is of such
+ * a file; *overlap is set (and *out NULL) when ranges share bytes: the caller runs them apart.
+ * `staged`: the staging buffers the bytes land in (reused after their landing), 0 in direct
+ * mode. `spare_core`: nothing else of the caller's reads in parallel, so a large run hashes on
+ * a thread of its own. */
 struct kiln__parts;
-int kiln__parts_open(const kiln_model *m, const struct kiln__range *ranges, size_t n, int staged,
-		     const _Atomic int *stop, struct kiln__parts **out, int *overlap,
-		     kiln_error *err);
-/* The engine's landed hook (kiln__io.landed) for it: CORRUPT as kiln__verifier_mismatch. */
+int kiln__parts_open(const kiln_model *m, const struct kiln__range *ranges, size_t n,
+		     uint32_t staged, int spare_core, const _Atomic int *stop,
+		     struct kiln__parts **out, int *overlap, kiln_error *err);
+/* The engine's hooks for it (kiln__io.landed, .reusing): CORRUPT as kiln__verifier_mismatch;
+ * a staging buffer's reuse waits for the hash of what it held. */
 int kiln__parts_landed(void *ctx, uint32_t file, uint64_t off, uint64_t len, const uint8_t *data,
-		       kiln_error *err);
+		       uint32_t buffer, kiln_error *err);
+void kiln__parts_reusing(void *ctx, uint32_t buffer);
 /* After a run that returned 0: INVAL should a chunk not have been checked (every byte landed
  * once, so none is), and the model's counts of what was checked raised. */
 int kiln__parts_finish(struct kiln__parts *p, kiln_error *err);

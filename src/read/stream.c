@@ -143,12 +143,13 @@ static void add_result(kiln_stream_result *sum, const kiln_stream_result *one)
  * o->staging when it is set; the parts it lands checked against their digests where the files
  * keep them for that (src/read/parts.c). */
 static int run(const kiln_model *m, const struct files *fs, const kiln_stream_options *o,
-	       const struct kiln__range *ranges, size_t n, const _Atomic int *stop,
+	       const struct kiln__range *ranges, size_t n, const _Atomic int *stop, int spare_core,
 	       kiln_stream_result *result, kiln_error *err)
 {
 	struct kiln__parts *parts = NULL;
 	int overlap = 0;
-	int rc = kiln__parts_open(m, ranges, n, o->staging != NULL, stop, &parts, &overlap, err);
+	int rc = kiln__parts_open(m, ranges, n, o->staging ? o->staging_count : 0, spare_core, stop,
+				  &parts, &overlap, err);
 	if (rc)
 		return rc;
 	if (overlap) {
@@ -156,7 +157,7 @@ static int run(const kiln_model *m, const struct files *fs, const kiln_stream_op
 		 * own. */
 		kiln_stream_result sum = {0}, one;
 		for (size_t i = 0; i < n && !rc; i++) {
-			rc = run(m, fs, o, &ranges[i], 1, stop, &one, err);
+			rc = run(m, fs, o, &ranges[i], 1, stop, spare_core, &one, err);
 			add_result(&sum, &one);
 		}
 		if (result)
@@ -181,6 +182,7 @@ static int run(const kiln_model *m, const struct files *fs, const kiln_stream_op
 	    .staging_size = o->staging_size,
 	    .on_chunk = o->on_chunk,
 	    .landed = parts ? kiln__parts_landed : NULL,
+	    .reusing = parts ? kiln__parts_reusing : NULL,
 	    .landed_ctx = parts,
 	    .before_reuse = o->before_reuse,
 	    .ctx = o->ctx,
@@ -205,12 +207,12 @@ static void name_file(const kiln_model *m, int rc, kiln_error *err)
 /* run() over every file of the model as it is. */
 static int run_model(const kiln_model *m, const kiln_stream_options *o,
 		     const struct kiln__range *ranges, size_t n, const _Atomic int *stop,
-		     kiln_stream_result *result, kiln_error *err)
+		     int spare_core, kiln_stream_result *result, kiln_error *err)
 {
 	struct files fs;
 	int rc = files_get(m, 0, NULL, &fs, err);
 	if (!rc)
-		rc = run(m, &fs, o, ranges, n, stop, result, err);
+		rc = run(m, &fs, o, ranges, n, stop, spare_core, result, err);
 	files_put(&fs);
 	name_file(m, rc, err);
 	return rc;
@@ -218,9 +220,9 @@ static int run_model(const kiln_model *m, const kiln_stream_options *o,
 
 int kiln__stream_ranges(const kiln_model *m, const kiln_stream_options *o,
 			const struct kiln__range *ranges, size_t n, const _Atomic int *stop,
-			kiln_stream_result *result, kiln_error *err)
+			int spare_core, kiln_stream_result *result, kiln_error *err)
 {
-	return run_model(m, o, ranges, n, stop, result, err);
+	return run_model(m, o, ranges, n, stop, spare_core, result, err);
 }
 
 /* The two modes of a stream: destinations given (the staging fields do not apply), or else a
@@ -278,7 +280,7 @@ int kiln_stream(const kiln_model *m, const uint64_t *tensors, size_t count, void
 		}
 		ranges[k] = range_of(t, staging ? NULL : dests[k]);
 	}
-	rc = run_model(m, &o, ranges, count, NULL, result, err);
+	rc = run_model(m, &o, ranges, count, NULL, 1, result, err);
 	free(ranges);
 	return rc;
 }
@@ -292,7 +294,7 @@ int kiln_tensor_read(const kiln_model *m, uint64_t index, void *dst, size_t cap,
 		return KILN_INVAL;
 	kiln_stream_options o = {.size = sizeof(o), .on_chunk = on_chunk, .ctx = ctx};
 	struct kiln__range r = range_of(t, dst);
-	return run_model(m, &o, &r, 1, NULL, NULL, err);
+	return run_model(m, &o, &r, 1, NULL, 1, NULL, err);
 }
 
 /* One tensor's share of a slice read: its runs and where they land. */
@@ -361,7 +363,7 @@ static int read_jobs(const kiln_model *m, const struct slice_job *jobs, size_t c
 							   .tensor_off = k * b->r.len,
 							   .file = b->t->file};
 			if (n == cap) { /* a full batch goes now; the last, shorter one below */
-				rc = run(m, &fs, o, ranges, n, NULL, &one, err);
+				rc = run(m, &fs, o, ranges, n, NULL, 1, &one, err);
 				if (result)
 					add_result(result, &one);
 				n = 0;
@@ -369,7 +371,7 @@ static int read_jobs(const kiln_model *m, const struct slice_job *jobs, size_t c
 		}
 	}
 	if (!rc && n) {
-		rc = run(m, &fs, o, ranges, n, NULL, &one, err);
+		rc = run(m, &fs, o, ranges, n, NULL, 1, &one, err);
 		if (result)
 			add_result(result, &one);
 	}
@@ -529,7 +531,7 @@ int kiln_model_read_all(const kiln_model *m, const kiln_stream_options *opts,
 		for (uint32_t i = 0; i < m->nfiles; i++)
 			ranges[i] = (struct kiln__range){
 			    .off = 0, .len = m->files[i].size, .tensor = KILN_NO_INDEX, .file = i};
-		rc = run(m, &fs, &o, ranges, m->nfiles, NULL, result, err);
+		rc = run(m, &fs, &o, ranges, m->nfiles, NULL, 1, result, err);
 		files_put(&fs);
 		name_file(m, rc, err);
 	}
