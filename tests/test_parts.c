@@ -86,6 +86,26 @@ static char *model(const char *dir, enum fmt f, uint8_t **data)
 	return path;
 }
 
+/* A test's model: its directory, file and payloads. */
+struct fixture {
+	char *dir, *path;
+	uint8_t *data[NT];
+};
+
+static void fixture_make(struct fixture *fx, enum fmt f)
+{
+	fx->dir = temp_dir();
+	fx->path = model(fx->dir, f, fx->data);
+}
+
+static void fixture_drop(struct fixture *fx)
+{
+	for (size_t i = 0; i < NT; i++)
+		free(fx->data[i]);
+	free(fx->path);
+	free(fx->dir);
+}
+
 static kiln_model *open_checked(const char *path, unsigned source)
 {
 	kiln_open_options o = {.size = sizeof(o),
@@ -367,9 +387,10 @@ static void caught(const char *path, enum fmt f, uint64_t at)
 
 static void one_format(enum fmt f)
 {
-	char *dir = temp_dir();
-	uint8_t *data[NT];
-	char *path = model(dir, f, data);
+	struct fixture fx;
+	fixture_make(&fx, f);
+	const char *path = fx.path;
+	uint8_t **data = fx.data;
 	all_pass(path, data);
 	kiln_model *m = open_checked(path, KILN_SOURCE_AUTO);
 	const kiln_tensor *a = named(m, 0), *b = named(m, 1), *d = named(m, 3);
@@ -386,10 +407,7 @@ static void one_format(enum fmt f)
 	kiln_model_close(m);
 	for (size_t i = 0; i < sizeof(places) / sizeof(places[0]); i++)
 		caught(path, f, places[i]);
-	for (size_t i = 0; i < NT; i++)
-		free(data[i]);
-	free(path);
-	free(dir);
+	fixture_drop(&fx);
 }
 
 Test(parts, klnt_own_table)
@@ -416,9 +434,9 @@ Test(parts, klnt_sidecar_small_chunks)
  * chunk) is checked too: the chunk is hashed whole, from the file where the read has no bytes. */
 Test(parts, bytes_left_out_of_a_chunk_are_checked)
 {
-	char *dir = temp_dir();
-	uint8_t *data[NT];
-	char *path = model(dir, F_KLNT, data);
+	struct fixture fx;
+	fixture_make(&fx, F_KLNT);
+	const char *path = fx.path;
 	kiln_model *m = open_checked(path, KILN_SOURCE_AUTO);
 	const kiln_tensor *first = named(m, 0);
 	for (size_t i = 1; i < NT; i++)
@@ -436,19 +454,17 @@ Test(parts, bytes_left_out_of_a_chunk_are_checked)
 		     0, "%s", err.message);
 	free(out);
 	kiln_model_close(m);
-	for (size_t i = 0; i < NT; i++)
-		free(data[i]);
-	free(path);
-	free(dir);
+	fixture_drop(&fx);
 }
 
 /* A read hashes the chunks it touches and no more: bytes hashed <= bytes read + one chunk at
  * each end of a contiguous range (counted in kiln_model_info). */
 Test(parts, a_read_hashes_only_its_chunks)
 {
-	char *dir = temp_dir();
-	uint8_t *data[NT];
-	char *path = model(dir, F_SIDECAR, data);
+	struct fixture fx;
+	fixture_make(&fx, F_SIDECAR);
+	const char *path = fx.path;
+	uint8_t **data = fx.data;
 	kiln_model *m = open_checked(path, KILN_SOURCE_READ);
 	const kiln_tensor *b = named(m, 1);
 	const uint64_t C = 4096;
@@ -487,19 +503,16 @@ Test(parts, a_read_hashes_only_its_chunks)
 	cr_assert_eq(info.digest_chunks - chunks, (e + C - 1) / C - a / C);
 	cr_assert_eq(memcmp(out, data[3] + 100 * ROW, 100 * ROW), 0);
 	kiln_model_close(m);
-	for (size_t i = 0; i < NT; i++)
-		free(data[i]);
-	free(path);
-	free(dir);
+	fixture_drop(&fx);
 }
 
 /* Without digests a verifying directory-only open says how to get some; SHA-256 digests of
  * whole files (the Hugging Face cache's, model_signing's) cannot check a part: UNSUPPORTED. */
 Test(parts, refusals)
 {
-	char *dir = temp_dir();
-	uint8_t *data[NT];
-	char *path = model(dir, F_SIDECAR, data);
+	struct fixture fx;
+	fixture_make(&fx, F_SIDECAR);
+	const char *path = fx.path;
 	char *side;
 	cr_assert(asprintf(&side, "%s.kiln-digest", path) > 0);
 	unlink(side);
@@ -511,7 +524,7 @@ Test(parts, refusals)
 	cr_assert_null(m);
 	cr_assert_not_null(strstr(err.message, "klnt digest"), "%s", err.message);
 	/* A Hugging Face cache blob: its name is the SHA-256 of the whole file. */
-	char *blobs = join(dir, "blobs");
+	char *blobs = join(fx.dir, "blobs");
 	cr_assert_eq(mkdir(blobs, 0700), 0);
 	size_t n;
 	uint8_t *bytes = slurp(path, &n);
@@ -531,10 +544,7 @@ Test(parts, refusals)
 	free(blob);
 	free(blobs);
 	free(side);
-	for (size_t i = 0; i < NT; i++)
-		free(data[i]);
-	free(path);
-	free(dir);
+	fixture_drop(&fx);
 }
 
 /* Random parts of random tensors, one read at a time or several in one stream (direct and
@@ -550,9 +560,10 @@ static uint64_t next_random(uint64_t *x)
 
 Test(parts, random_parts_check_exactly_where_they_should)
 {
-	char *dir = temp_dir();
-	uint8_t *data[NT];
-	char *path = model(dir, F_SIDECAR, data);
+	struct fixture fx;
+	fixture_make(&fx, F_SIDECAR);
+	const char *path = fx.path;
+	uint8_t **data = fx.data;
 	kiln_model *m = open_checked(path, KILN_SOURCE_AUTO);
 	const uint64_t C = 4096;
 	uint64_t x = 99, flipped = 0, found = 0, passed = 0;
@@ -615,8 +626,5 @@ Test(parts, random_parts_check_exactly_where_they_should)
 	cr_assert(found > 10 && passed > 100, "%" PRIu64 " found, %" PRIu64 " passed", found,
 		  passed);
 	kiln_model_close(m);
-	for (size_t i = 0; i < NT; i++)
-		free(data[i]);
-	free(path);
-	free(dir);
+	fixture_drop(&fx);
 }
