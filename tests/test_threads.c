@@ -646,6 +646,10 @@ static void *hashing_work(void *arg)
 					  .on_chunk = drop_chunk};
 		rc = kiln_stream(h->dir, NULL, BIG_N, NULL, &so, NULL, &err);
 		CHECK(h, rc == h->want, "staged: %s: %s", kiln_code_name(rc), err.message);
+		/* One buffer: every read waits for the hash of the one before. */
+		so.staging_count = 1;
+		rc = kiln_stream(h->dir, NULL, BIG_N, NULL, &so, NULL, &err);
+		CHECK(h, rc == h->want, "one buffer: %s: %s", kiln_code_name(rc), err.message);
 	}
 	free(all);
 	return NULL;

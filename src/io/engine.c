@@ -621,6 +621,10 @@ int kiln__io_run(struct kiln__io *io, const struct kiln__range *ranges, size_t n
 						 : io->qd;
 	if (io->staging && r.nslots > io->nstaging)
 		r.nslots = io->nstaging;
+	/* A buffer whose bytes the landed hook still works on is not read into (reusing waits):
+	 * one buffer more than the reads in flight lets that work run while the others read. */
+	if (io->staging && io->reusing && io->nstaging > 1 && r.nslots == io->nstaging)
+		r.nslots = io->nstaging - 1;
 	r.slots = calloc(r.nslots, sizeof(*r.slots));
 	if (io->staging) {
 		r.buffer_used = calloc(io->nstaging, 1);

@@ -535,6 +535,11 @@ static int give(struct kiln__parts *p, struct job j, kiln_error *err)
 	return thread_failed(p, err);
 }
 
+int kiln__parts_threaded(const struct kiln__parts *p)
+{
+	return p->threaded;
+}
+
 void kiln__parts_reusing(void *ctx, uint32_t buffer)
 {
 	struct kiln__parts *p = ctx;

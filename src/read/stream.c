@@ -182,7 +182,7 @@ static int run(const kiln_model *m, const struct files *fs, const kiln_stream_op
 	    .staging_size = o->staging_size,
 	    .on_chunk = o->on_chunk,
 	    .landed = parts ? kiln__parts_landed : NULL,
-	    .reusing = parts ? kiln__parts_reusing : NULL,
+	    .reusing = parts && kiln__parts_threaded(parts) ? kiln__parts_reusing : NULL,
 	    .landed_ctx = parts,
 	    .before_reuse = o->before_reuse,
 	    .ctx = o->ctx,
