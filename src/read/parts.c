@@ -37,6 +37,8 @@
 /* A run hashes on a thread of its own from this many bytes of chunks on (a thread costs tens of
  * microseconds to start: a small read hashes where it lands). */
 #define THREAD_FROM ((uint64_t)4 << 20)
+/* Chunks one run keeps a record of at most (kiln__parts_window): some 90 MiB of them. */
+#define RUN_CHUNKS  ((uint64_t)1 << 20)
 /* Hashing jobs queued at most: the landing thread waits past it. */
 #define QUEUE       1024u
 
@@ -533,6 +535,17 @@ static int give(struct kiln__parts *p, struct job j, kiln_error *err)
 	if (failed && j.op == JOB_ADD_OWNED)
 		free((void *)j.q);
 	return thread_failed(p, err);
+}
+
+uint64_t kiln__parts_window(const kiln_model *m)
+{
+	unsigned log2 = 64;
+	for (uint32_t i = 0; i < m->nfiles; i++) {
+		const struct kiln__digests *d = table_of(m, i);
+		if (d && d->chunk_log2 < log2)
+			log2 = d->chunk_log2;
+	}
+	return log2 == 64 ? 0 : (uint64_t)RUN_CHUNKS << log2;
 }
 
 int kiln__parts_threaded(const struct kiln__parts *p)

@@ -81,6 +81,9 @@ int kiln__parts_open(const kiln_model *m, const struct kiln__range *ranges, size
 int kiln__parts_landed(void *ctx, uint32_t file, uint64_t off, uint64_t len, const uint8_t *data,
 		       uint32_t buffer, kiln_error *err);
 void kiln__parts_reusing(void *ctx, uint32_t buffer);
+/* The most bytes one checked run of m may read (a run keeps a record of each chunk it touches:
+ * 2^20 of them), 0 when m's reads are not checked. */
+uint64_t kiln__parts_window(const kiln_model *m);
 /* Whether it hashes on a thread of its own (then a staging buffer waits for its hash). */
 int kiln__parts_threaded(const struct kiln__parts *p);
 /* After a run that returned 0: INVAL should a chunk not have been checked (every byte landed

@@ -139,6 +139,55 @@ static void add_result(kiln_stream_result *sum, const kiln_stream_result *one)
 		sum->direct_fallback = one->direct_fallback;
 }
 
+static int run(const kiln_model *m, const struct files *fs, const kiln_stream_options *o,
+	       const struct kiln__range *ranges, size_t n, const _Atomic int *stop, int spare_core,
+	       kiln_stream_result *result, kiln_error *err);
+
+/* A checked read of more than `window` bytes: runs of at most that many each, a range cut where
+ * a run ends (the chunk there is hashed by both runs). */
+static int run_windows(const kiln_model *m, const struct files *fs, const kiln_stream_options *o,
+		       const struct kiln__range *ranges, size_t n, const _Atomic int *stop,
+		       int spare_core, uint64_t window, kiln_stream_result *result, kiln_error *err)
+{
+	struct kiln__range *batch = malloc((n + 1) * sizeof(*batch));
+	if (!batch)
+		return kiln__nomem(err, (n + 1) * sizeof(*batch), "a checked read");
+	kiln_stream_result sum = {0}, one;
+	int rc = 0;
+	size_t k = 0;
+	uint64_t bytes = 0;
+	for (size_t i = 0; i < n && !rc; i++) {
+		const struct kiln__range *r = &ranges[i];
+		uint64_t at = 0;
+		do {
+			uint64_t take = r->len - at < window - bytes ? r->len - at : window - bytes;
+			struct kiln__range *b = &batch[k++];
+			*b = *r;
+			b->off += at;
+			b->len = take;
+			b->dst = r->dst ? r->dst + at : NULL;
+			b->tensor_off += at;
+			b->slack = at + take == r->len ? r->slack : 0;
+			bytes += take;
+			at += take;
+			if (bytes == window) {
+				rc = run(m, fs, o, batch, k, stop, spare_core, &one, err);
+				add_result(&sum, &one);
+				k = 0;
+				bytes = 0;
+			}
+		} while (!rc && at < r->len);
+	}
+	if (!rc && k) {
+		rc = run(m, fs, o, batch, k, stop, spare_core, &one, err);
+		add_result(&sum, &one);
+	}
+	free(batch);
+	if (result)
+		*result = sum;
+	return rc;
+}
+
 /* Run the engine over `ranges` of m's files (one queue for all of them), staging through
  * o->staging when it is set; the parts it lands checked against their digests where the files
  * keep them for that (src/read/parts.c). */
@@ -146,6 +195,13 @@ static int run(const kiln_model *m, const struct files *fs, const kiln_stream_op
 	       const struct kiln__range *ranges, size_t n, const _Atomic int *stop, int spare_core,
 	       kiln_stream_result *result, kiln_error *err)
 {
+	if (result)
+		memset(result, 0, sizeof(*result));
+	uint64_t window = kiln__parts_window(m), total = 0;
+	for (size_t i = 0; window && i < n; i++)
+		total += ranges[i].len;
+	if (window && total > window)
+		return run_windows(m, fs, o, ranges, n, stop, spare_core, window, result, err);
 	struct kiln__parts *parts = NULL;
 	int overlap = 0;
 	int rc = kiln__parts_open(m, ranges, n, o->staging ? o->staging_count : 0, spare_core, stop,
