@@ -628,3 +628,49 @@ Test(parts, random_parts_check_exactly_where_they_should)
 	kiln_model_close(m);
 	fixture_drop(&fx);
 }
+
+/* A KLNT file from klnt import keeps the source's metadata as a document tensor, which a
+ * directory-only open reads on first use: checked as any read (a value's byte flipped after the
+ * open is CORRUPT, not a silently different value). */
+Test(parts, the_metadata_document_is_checked)
+{
+	char *dir = temp_dir();
+	char *path = join(dir, "tl.klnt");
+	const char *src[] = {KILN_SAMPLES "/tiny-llama.gguf"};
+	kiln_convert_options co = {.size = sizeof(co), .write_flags = KILN_WRITE_NO_SYNC};
+	kiln_convert_result res;
+	kiln_error err;
+	cr_assert_eq(kiln_import(src, 1, path, &co, &res, &err), 0, "%s", err.message);
+	/* Where the document is, from a plain open. */
+	kiln_model *m;
+	cr_assert_eq(kiln_model_open(path, NULL, &m, &err), 0, "%s", err.message);
+	const kiln_meta *e;
+	uint64_t n;
+	cr_assert_eq(kiln_model_metadata(m, &e, &n, &err), 0, "%s", err.message);
+	cr_assert_gt(n, 0);
+	kiln_model_close(m);
+	size_t len;
+	uint8_t *bytes = slurp(path, &len);
+	const char *key = "general.architecture";
+	uint8_t *at = memmem(bytes, len, key, strlen(key));
+	cr_assert_not_null(at, "the document names %s", key);
+	uint64_t off = (uint64_t)(at - bytes);
+	free(bytes);
+	for (int flipped = 0; flipped < 2; flipped++) {
+		m = open_checked(path, KILN_SOURCE_AUTO);
+		if (flipped)
+			flip(path, off + 2); /* a letter of the key: still UTF-8, still JSON */
+		int rc = kiln_model_metadata(m, &e, &n, &err);
+		if (flipped) {
+			cr_assert_eq(rc, KILN_CORRUPT, "%s: %s", kiln_code_name(rc), err.message);
+			cr_assert_str_eq(err.field, "digests");
+		} else {
+			cr_assert_eq(rc, 0, "%s", err.message);
+		}
+		kiln_model_close(m);
+	}
+	flip(path, off + 2);
+	unlink(path);
+	free(path);
+	free(dir);
+}

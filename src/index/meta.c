@@ -840,8 +840,9 @@ static int load_klnt(struct kiln_model *m, kiln_error *err)
 	uint8_t *text = kiln__meta_alloc(m, len ? len : 1, err);
 	if (!text)
 		return KILN_NOMEM;
-	const struct kiln__file *f = &m->files[t->file];
-	int rc = kiln__file_read(f, t->file_offset, text, len, err);
+	int rc = m->copy_tensor
+		     ? m->copy_tensor(m, t->index, text, len, err)
+		     : kiln__file_read(&m->files[t->file], t->file_offset, text, len, err);
 	return rc ? rc : parse_doc(m, text, len, err);
 }
 

@@ -104,6 +104,7 @@ static struct kiln_model *model_new(const kiln_open_options *opts, kiln_error *e
 	m->one_file = opts && (opts->flags & KILN_OPEN_ONE_FILE);
 	kiln__hash_key(m->secret);
 	pthread_mutex_init(&m->meta_lock, NULL);
+	m->copy_tensor = kiln_tensor_copy;
 	return m;
 }
 
