@@ -107,12 +107,18 @@ typedef struct kiln_stream_result {
  * the caller's staging buffers in rotation; on_chunk must consume each one (or start an
  * asynchronous copy that before_reuse waits for). Needs staging_count >= 1.
  *
+ * A model opened KILN_OPEN_DIRECTORY_ONLY | KILN_OPEN_VERIFY_DIGESTS checks every chunk against
+ * its digests (KILN_CORRUPT); the hash may run on another thread after on_chunk returns, so
+ * on_chunk and the caller leave the bytes as they landed (destinations until the call
+ * returns, a staging buffer until before_reuse): copy them to change them. A checked staged
+ * stream keeps one of its staging buffers out of flight while the one before is hashed.
+ *
  * Works for every source. MMAP reads the file (the mapping's pages may not be in memory); READ,
  * URING and BUFFER hold each whole file already and copy it from memory (reported as PREAD;
  * KILN_STREAM_DIRECT has nothing to do there). EINTR, EAGAIN and short reads are retried; a file
  * that ends early is IO (EIO). On any failure every read in flight is waited for before returning,
- * so no buffer is written after the call returns. Returns 0, INVAL, CANCELED, NOMEM or IO; *result
- * (optional) is filled either way.
+ * so no buffer is written after the call returns. Returns 0, INVAL, CANCELED, NOMEM, IO or
+ * CORRUPT; *result (optional) is filled either way.
  */
 KILN_API int kiln_stream(const kiln_model *model, const uint64_t *tensors, size_t count,
 			 void *const *dests, const kiln_stream_options *opts,
