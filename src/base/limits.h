@@ -68,6 +68,10 @@
 /* Host memory: reads land in place, so requests are long: a warm read costs a system call per
  * request and little else. */
 #define KILN__LOAD_HOST_CHUNK       (16u << 20)
+/* ... unless each request's bytes are hashed after it lands (a verifying directory-only open of
+ * local files): then short enough to be hashed from the reading core's cache
+ * (docs/benchmarks.md, "Checked as they are read"). */
+#define KILN__LOAD_CHECKED_CHUNK    (256u << 10)
 #define KILN__LOAD_PIECE_MIN        ((uint64_t)1 << 20)
 
 /* --- read once per group (kiln_group_options) ---------------------------------------------- */
