@@ -55,9 +55,9 @@ struct kiln_model {
 	void *realign_mem; /* KILN_OPEN_ALIGN's copies, one owned block */
 	size_t realign_len;
 	struct kiln__meta meta; /* typed metadata (src/index/meta.c) */
-	/* How the metadata reads a KLNT model's document tensor: kiln_tensor_copy, set at open by
-	 * the lifecycle (src/model/), so that a verifying directory-only open checks it as it
-	 * checks any read (src/read/parts.c). */
+	/* How the metadata reads a KLNT model's document tensor: kiln_tensor_copy, set by the
+	 * lifecycle (src/model/) when it makes the handle, so that a verifying directory-only open
+	 * checks it as it checks any read (src/read/parts.c). */
 	int (*copy_tensor)(const kiln_model *m, uint64_t index, void *dst, size_t cap,
 			   kiln_error *err);
 	pthread_mutex_t meta_lock; /* a KLNT model's document is read on first use */

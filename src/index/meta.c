@@ -822,7 +822,7 @@ static int parse_doc(struct kiln_model *m, const uint8_t *text, size_t len, kiln
 	return 0;
 }
 
-/* A KLNT model's document, once: read the tensor through its file's source and parse it. */
+/* A KLNT model's document, once: read the tensor as any tensor is copied and parse it. */
 static int load_klnt(struct kiln_model *m, kiln_error *err)
 {
 	const kiln_tensor *t =
@@ -840,9 +840,7 @@ static int load_klnt(struct kiln_model *m, kiln_error *err)
 	uint8_t *text = kiln__meta_alloc(m, len ? len : 1, err);
 	if (!text)
 		return KILN_NOMEM;
-	int rc = m->copy_tensor
-		     ? m->copy_tensor(m, t->index, text, len, err)
-		     : kiln__file_read(&m->files[t->file], t->file_offset, text, len, err);
+	int rc = m->copy_tensor(m, t->index, text, len, err);
 	return rc ? rc : parse_doc(m, text, len, err);
 }
 

@@ -431,9 +431,12 @@ KILN_API int kiln_group_load(const kiln_model *m, const uint64_t *tensors, size_
 	free(pall);
 
 	/* The most ranges a chunk makes: the positions [a, b] it touches, the most of any. */
-	struct walk w = {.m = m, .list = tensors, .ends = ends, .count = count, .dests = dests};
-	for (uint32_t i = 0; i < m->nfiles; i++)
-		w.checked |= kiln__parts_kept(m, i);
+	struct walk w = {.m = m,
+			 .list = tensors,
+			 .ends = ends,
+			 .count = count,
+			 .dests = dests,
+			 .checked = kiln__parts_kept(m)};
 	uint64_t nchunks = total ? (total + chunk - 1) / chunk : 0, rounds = (nchunks + W - 1) / W;
 	size_t most = 0;
 	for (uint64_t ch = 0; !rc && ch < nchunks; ch++) {

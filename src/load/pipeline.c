@@ -543,9 +543,10 @@ static int plan(struct load *L, void **ptrs, kiln_arena **arena, kiln_load_resul
 		piece = KILN__LOAD_PIECE_MIN;
 	/* Local files whose reads are checked: each request hashed on the core that read it,
 	 * while its bytes are in that core's cache. */
-	int checked = 0;
+	int local = 0;
 	for (uint32_t i = 0; i < m->nfiles; i++)
-		checked |= kiln__parts_kept(m, i) && !m->files[i].remote;
+		local |= !m->files[i].remote;
+	int checked = kiln__parts_kept(m) && local;
 	L->chunk = L->o.chunk_size ? L->o.chunk_size
 		   : L->staged     ? KILN__LOAD_STAGE_DEFAULT
 		   : checked       ? KILN__LOAD_CHECKED_CHUNK

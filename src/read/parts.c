@@ -4,14 +4,14 @@
  * against their files' chunk digests as they land, for a model opened with
  * KILN_OPEN_DIRECTORY_ONLY | KILN_OPEN_VERIFY_DIGESTS (docs/integrity.md, "Parts").
  *
- * A table chunk a range touches is hashed once, in file order, on the thread that lands its
- * bytes, while they are in cache: from where the range put them, and, for the bytes of the chunk
- * the read leaves out (a header, a pad, a neighbour's bytes at each end of a contiguous range),
- * from the file: for a local file when the hash reaches them (a pad's page came in with its
- * neighbours' reads; reading the pads first would cost a seek each on a cold disk), for a URL
- * before the run, all together (its GETs in flight at once), up to a budget. A piece that lands
- * before the bytes ahead of it in its chunk waits: by address where it stays put, copied where
- * its buffer is reused.
+ * A table chunk a range touches is hashed once, in file order: from where the range put its
+ * bytes, as they land (on the landing thread, or a thread of the run's own, below), and, for the
+ * bytes of the chunk the read leaves out (a header, a pad, a neighbour's bytes at each end of a
+ * contiguous range), from the file: for a local file when the hash reaches them (a pad's page
+ * came in with its neighbours' reads; reading the pads first would cost a seek each on a cold
+ * disk), for a URL before the run, all together (its GETs in flight at once), up to a budget. A
+ * piece that lands before the bytes ahead of it in its chunk waits: by address where it stays
+ * put, copied where its buffer is reused.
  *
  * The landing thread decides what is hashed in which order; where a second core is free (a
  * stream, a read: one thread) a hashing thread of the run's own does the hashing, in that order,
@@ -84,7 +84,7 @@ struct job {
 
 struct kiln__parts {
 	const kiln_model *m;
-	int staged;
+	uint32_t nbuf; /* staging buffers the bytes land in (reused after landing), 0: direct */
 	struct chunk *c;
 	size_t nc;
 	struct gap *gaps;
@@ -107,7 +107,6 @@ struct kiln__parts {
 	int rc;
 	kiln_error err;
 	uint64_t *seq;
-	uint32_t nbuf;
 };
 
 /* The table of file i, or NULL when its reads are not checked. */
@@ -132,7 +131,6 @@ struct layout {
 	struct chunk *c;
 	struct gap *g;
 	size_t nc, ng;
-	uint64_t gap_bytes;
 };
 
 static void add_gap(struct layout *L, uint64_t off, uint64_t end)
@@ -140,7 +138,6 @@ static void add_gap(struct layout *L, uint64_t off, uint64_t end)
 	if (L->g)
 		L->g[L->ng] = (struct gap){.off = off, .len = end - off};
 	L->ng++;
-	L->gap_bytes += end - off;
 }
 
 /* The chunk walked last is over: what the ranges left out of its end is a gap. */
@@ -307,7 +304,7 @@ int kiln__parts_open(const kiln_model *m, const struct kiln__range *ranges, size
 	int rc = 0;
 	if (p) {
 		p->m = m;
-		p->staged = staged != 0;
+		p->nbuf = staged;
 		p->c = calloc(count.nc ? count.nc : 1, sizeof(*p->c));
 		p->gaps = calloc(count.ng ? count.ng : 1, sizeof(*p->gaps));
 	}
@@ -318,8 +315,9 @@ int kiln__parts_open(const kiln_model *m, const struct kiln__range *ranges, size
 		walk(m, sorted, k, &fill);
 		p->nc = fill.nc;
 		p->ngaps = fill.ng;
-		/* The gaps of URLs (they come first when the model mixes files with them: files
-		 * are in order and a model's files are all URLs or none). */
+		/* The gaps of the URLs that lead the model's files (all of them for a model of
+		 * URLs; a URL after a local file, in a list that mixes them, has its gaps read
+		 * when the hash reaches them). */
 		uint64_t budget = 0;
 		for (size_t i = 0, ci = 0; i < p->ngaps && budget + p->gaps[i].len <= GAP_BUDGET;
 		     i++) {
@@ -339,10 +337,8 @@ int kiln__parts_open(const kiln_model *m, const struct kiln__range *ranges, size
 	uint64_t bytes = 0;
 	for (size_t i = 0; i < p->nc; i++)
 		bytes += p->c[i].end - p->c[i].off;
-	if (spare_core && bytes >= THREAD_FROM && kiln__online_cpus() > 1) {
-		p->nbuf = staged;
+	if (spare_core && bytes >= THREAD_FROM && kiln__online_cpus() > 1)
 		start_thread(p); /* else (no memory, no thread) the landing thread hashes */
-	}
 	*out = p;
 	return 0;
 }
@@ -380,11 +376,8 @@ static int compare(struct kiln__parts *p, struct chunk *c, const uint8_t got[KIL
 	c->done = 1;
 	p->chunks++;
 	p->bytes += c->end - c->off;
-	const struct kiln__verifier *v = p->m->files[c->file].parts;
-	const struct kiln__digests *d = kiln__verifier_chunks(v);
-	if (!memcmp(got, d->entries + c->k * KILN__DIGEST_LEN, KILN__DIGEST_LEN))
-		return 0;
-	return kiln__verifier_mismatch(v, c->k, c->off, c->end - c->off, got, err);
+	return kiln__verifier_check(p->m->files[c->file].parts, c->k, c->off, c->end - c->off, got,
+				    err);
 }
 
 static int add(struct kiln__parts *p, struct chunk *c, const uint8_t *q, uint64_t n,
@@ -635,8 +628,8 @@ static int piece(struct kiln__parts *p, struct chunk *c, uint64_t x, uint64_t y,
 		return advance(p, c, err);
 	}
 	struct held *h = malloc(sizeof(*h));
-	uint8_t *copy = h && p->staged ? malloc((size_t)(y - x)) : NULL;
-	if (!h || (p->staged && !copy)) {
+	uint8_t *copy = h && p->nbuf ? malloc((size_t)(y - x)) : NULL;
+	if (!h || (p->nbuf && !copy)) {
 		free(h);
 		return kiln__nomem(err, (size_t)(y - x), "a piece of a checked read");
 	}

@@ -56,10 +56,10 @@ void kiln__verifier_free(struct kiln__verifier *v);
 struct kiln__digests;
 const struct kiln__digests *kiln__verifier_chunks(const struct kiln__verifier *v);
 unsigned kiln__verifier_source(const struct kiln__verifier *v); /* enum kiln_digest_source */
-/* CORRUPT for chunk k of its table, file bytes [off, off + n), hashed to `got`: the file, tensor,
- * chunk, range and both digests. */
-int kiln__verifier_mismatch(const struct kiln__verifier *v, uint64_t k, uint64_t off, uint64_t n,
-			    const uint8_t got[16], kiln_error *err);
+/* Chunk k of its table, file bytes [off, off + n), hashed to `got`: 0 when that is its digest,
+ * else CORRUPT naming the file, tensor, chunk, range and both digests. */
+int kiln__verifier_check(const struct kiln__verifier *v, uint64_t k, uint64_t off, uint64_t n,
+			 const uint8_t got[16], kiln_error *err);
 
 /* --- parts checked as a read lands them (src/read/parts.c) -------------------------------- */
 
@@ -76,7 +76,7 @@ struct kiln__parts;
 int kiln__parts_open(const kiln_model *m, const struct kiln__range *ranges, size_t n,
 		     uint32_t staged, int spare_core, const _Atomic int *stop,
 		     struct kiln__parts **out, int *overlap, kiln_error *err);
-/* The engine's hooks for it (kiln__io.landed, .reusing): CORRUPT as kiln__verifier_mismatch;
+/* The engine's hooks for it (kiln__io.landed, .reusing): CORRUPT as kiln__verifier_check;
  * a staging buffer's reuse waits for the hash of what it held. */
 int kiln__parts_landed(void *ctx, uint32_t file, uint64_t off, uint64_t len, const uint8_t *data,
 		       uint32_t buffer, kiln_error *err);
@@ -95,10 +95,11 @@ void kiln__parts_free(struct kiln__parts *p);
  * hashed. 0 when no range is of a file with chunk digests. */
 int kiln__parts_check(const kiln_model *m, const struct kiln__range *ranges, size_t n,
 		      uint64_t *checked, kiln_error *err);
-/* Whether file `file` of m checks its reads (a verifying directory-only open). */
-static inline int kiln__parts_kept(const kiln_model *m, uint32_t file)
+/* Whether m's reads are checked: a verifying directory-only open keeps the digests of every
+ * file, or fails. */
+static inline int kiln__parts_kept(const kiln_model *m)
 {
-	return m->files[file].parts != NULL;
+	return m->nfiles && m->files[0].parts != NULL;
 }
 
 /* --- pins (src/read/pin.c) ----------------------------------------------------------------- */

@@ -770,15 +770,21 @@ static uint64_t chunk_span(const struct kiln__verifier *v, uint64_t k, uint64_t 
 	return v->d.to - *off < c ? v->d.to - *off : c;
 }
 
+int kiln__verifier_check(const struct kiln__verifier *v, uint64_t k, uint64_t off, uint64_t n,
+			 const uint8_t got[KILN__DIGEST_LEN], kiln_error *err)
+{
+	const uint8_t *want = v->d.entries + k * KILN__DIGEST_LEN;
+	return memcmp(got, want, KILN__DIGEST_LEN) ? mismatch(v->m, v->f, k, off, n, want, got, err)
+						   : 0;
+}
+
 static int check_landed(struct kiln__verifier *v, uint64_t k, kiln_error *err)
 {
 	uint64_t off, n = chunk_span(v, k, &off);
 	uint8_t got[KILN__DIGEST_LEN];
 	kiln__digest_bytes(v->f->base + off, (size_t)n, got);
 	atomic_fetch_add_explicit(&v->checked, 1, memory_order_relaxed);
-	const uint8_t *want = v->d.entries + k * KILN__DIGEST_LEN;
-	return memcmp(got, want, KILN__DIGEST_LEN) ? mismatch(v->m, v->f, k, off, n, want, got, err)
-						   : 0;
+	return kiln__verifier_check(v, k, off, n, got, err);
 }
 
 /* SHA-256: hash the complete blocks from the mark on (all of them when `all`: the file is in
@@ -947,12 +953,6 @@ const struct kiln__digests *kiln__verifier_chunks(const struct kiln__verifier *v
 unsigned kiln__verifier_source(const struct kiln__verifier *v)
 {
 	return v->source;
-}
-
-int kiln__verifier_mismatch(const struct kiln__verifier *v, uint64_t k, uint64_t off, uint64_t n,
-			    const uint8_t got[KILN__DIGEST_LEN], kiln_error *err)
-{
-	return mismatch(v->m, v->f, k, off, n, v->d.entries + k * KILN__DIGEST_LEN, got, err);
 }
 
 /* --- checking in a pass of its own ------------------------------------------------------------ */
