@@ -582,10 +582,6 @@ def _open_checked(path, *, whole=False, verify=False, timeout=0, one_file=False,
         return _kiln.open(path, one_file=one_file, verify=True, timeout=timeout)
 
 
-def _open_for_stream(path, *, one_file, verify, timeout):
-    return _open_checked(path, verify=bool(verify), timeout=timeout, one_file=one_file)
-
-
 def iter_load(path_or_paths, *, device="cpu", window_bytes=_DEFAULT_WINDOW, threads=None,
               group=None, skip=None, verify=False, progress=None, timeout=0):
     """A stream of ``(name, tensor)`` over every tensor of a model, with bounded read-ahead.
@@ -646,7 +642,7 @@ def iter_load(path_or_paths, *, device="cpu", window_bytes=_DEFAULT_WINDOW, thre
     models, plan, seen = [], [], {}
     try:
         for path in paths:
-            d = _open_for_stream(path, one_file=one_file, verify=verify, timeout=timeout)
+            d = _open_checked(path, one_file=one_file, verify=bool(verify), timeout=timeout)
             models.append(d)
             for i in range(len(d)):
                 t = d[i]
