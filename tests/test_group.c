@@ -128,30 +128,62 @@ static void *rank_main(void *arg)
 	return NULL;
 }
 
-/* Run `world` ranks, each on its own copy of `bytes` (rank `odd` gets `other` when set). */
-static void run_with(struct rank *rs, uint32_t world, const uint64_t *list, size_t count,
-		     const blob *other, uint32_t odd, int fail_call, int damage, uint32_t flags)
+/* Run b->world ranks of the board b, each on its own copy of the file (rank `odd` gets `other`
+ * when set). With b->digests each copy gets a sidecar of 4 KiB chunks first, and then, when
+ * flip_at is set, rank odd's copy a byte changed at flip_at (after its digests were made). */
+static void run_board(struct board *b, struct rank *rs, const uint64_t *list, size_t count,
+		      const blob *other, uint32_t odd, uint64_t flip_at)
 {
-	struct board b = {.world = world, .fail_call = fail_call, .damage = damage, .flags = flags};
-	b.cap = (size_t)world * (CHUNK + 4096);
-	b.slots = malloc(b.cap);
-	pthread_barrier_init(&b.bar, NULL, world);
+	uint32_t world = b->world;
+	b->cap = (size_t)world * (CHUNK + 4096);
+	b->slots = malloc(b->cap);
+	pthread_barrier_init(&b->bar, NULL, world);
 	pthread_t th[WMAX];
 	for (uint32_t q = 0; q < world; q++) {
 		const blob *f = other && q == odd ? other : &file;
-		rs[q] = (struct rank){.b = &b, .rank = q, .list = list, .count = count};
+		rs[q] = (struct rank){.b = b, .rank = q, .list = list, .count = count};
 		rs[q].path = write_temp(f->p, f->len);
+		if (!b->digests)
+			continue;
+		kiln_model *m;
+		kiln_error err;
+		cr_assert_eq(kiln_model_open(rs[q].path, NULL, &m, &err), 0, "%s", err.message);
+		kiln_digest_options o = {
+		    .size = sizeof(o), .chunk_log2 = 12, .flags = KILN_WRITE_NO_SYNC};
+		cr_assert_eq(kiln_model_write_digests(m, &o, NULL, &err), 0, "%s", err.message);
+		kiln_model_close(m);
+		if (q == odd && flip_at) {
+			size_t n;
+			uint8_t *bytes = slurp(rs[q].path, &n);
+			bytes[flip_at] ^= 0x10;
+			put_file(rs[q].path, bytes, n);
+			free(bytes);
+		}
 	}
 	for (uint32_t q = 0; q < world; q++)
 		pthread_create(&th[q], NULL, rank_main, &rs[q]);
 	for (uint32_t q = 0; q < world; q++)
 		pthread_join(th[q], NULL);
 	for (uint32_t q = 0; q < world; q++) {
+		if (b->digests) {
+			char *side;
+			cr_assert(asprintf(&side, "%s.kiln-digest", rs[q].path) > 0);
+			unlink(side);
+			free(side);
+		}
 		unlink(rs[q].path);
 		free((void *)rs[q].path);
 	}
-	pthread_barrier_destroy(&b.bar);
-	free(b.slots);
+	pthread_barrier_destroy(&b->bar);
+	free(b->slots);
+}
+
+/* Run `world` ranks, each on its own copy of the file (rank `odd` gets `other` when set). */
+static void run_with(struct rank *rs, uint32_t world, const uint64_t *list, size_t count,
+		     const blob *other, uint32_t odd, int fail_call, int damage, uint32_t flags)
+{
+	struct board b = {.world = world, .fail_call = fail_call, .damage = damage, .flags = flags};
+	run_board(&b, rs, list, count, other, odd, 0);
 }
 
 static void run(struct rank *rs, uint32_t world, const uint64_t *list, size_t count,
@@ -389,43 +421,7 @@ static void run_checked(struct rank *rs, uint32_t world, const blob *other, uint
 			uint64_t flip_at)
 {
 	struct board b = {.world = world, .digests = 1};
-	b.cap = (size_t)world * (CHUNK + 4096);
-	b.slots = malloc(b.cap);
-	pthread_barrier_init(&b.bar, NULL, world);
-	pthread_t th[WMAX];
-	for (uint32_t q = 0; q < world; q++) {
-		const blob *f = other && q == odd ? other : &file;
-		rs[q] = (struct rank){.b = &b, .rank = q};
-		rs[q].path = write_temp(f->p, f->len);
-		kiln_model *m;
-		kiln_error err;
-		cr_assert_eq(kiln_model_open(rs[q].path, NULL, &m, &err), 0, "%s", err.message);
-		kiln_digest_options o = {
-		    .size = sizeof(o), .chunk_log2 = 12, .flags = KILN_WRITE_NO_SYNC};
-		cr_assert_eq(kiln_model_write_digests(m, &o, NULL, &err), 0, "%s", err.message);
-		kiln_model_close(m);
-		if (q == odd && flip_at) {
-			size_t n;
-			uint8_t *bytes = slurp(rs[q].path, &n);
-			bytes[flip_at] ^= 0x10;
-			put_file(rs[q].path, bytes, n);
-			free(bytes);
-		}
-	}
-	for (uint32_t q = 0; q < world; q++)
-		pthread_create(&th[q], NULL, rank_main, &rs[q]);
-	for (uint32_t q = 0; q < world; q++)
-		pthread_join(th[q], NULL);
-	for (uint32_t q = 0; q < world; q++) {
-		char *side;
-		cr_assert(asprintf(&side, "%s.kiln-digest", rs[q].path) > 0);
-		unlink(side);
-		free(side);
-		unlink(rs[q].path);
-		free((void *)rs[q].path);
-	}
-	pthread_barrier_destroy(&b.bar);
-	free(b.slots);
+	run_board(&b, rs, NULL, 0, other, odd, flip_at);
 }
 
 /* Clean copies: every byte arrives, every received byte is checked against the receiver's own
