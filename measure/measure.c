@@ -4,9 +4,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -94,6 +96,27 @@ long kmeasure_warm(const char *path)
 	free(buf);
 	long total, resident = kmeasure_resident(path, &total);
 	return n < 0 || resident < 0 ? -1 : total - resident;
+}
+
+int kmeasure_disk_reads(const char *path, uint64_t *requests, uint64_t *sectors)
+{
+	struct stat st;
+	if (stat(path, &st) != 0)
+		return -1;
+	char name[64];
+	snprintf(name, sizeof(name), "/sys/dev/block/%u:%u/stat", major(st.st_dev),
+		 minor(st.st_dev));
+	FILE *f = fopen(name, "r");
+	if (!f)
+		return -1;
+	unsigned long long ios, merges, sect;
+	int n = fscanf(f, "%llu %llu %llu", &ios, &merges, &sect);
+	fclose(f);
+	if (n != 3)
+		return -1;
+	*requests = ios;
+	*sectors = sect;
+	return 0;
 }
 
 uint32_t kmeasure_threads(void)

@@ -39,6 +39,13 @@ long kmeasure_warm(const char *path);
  */
 int64_t kmeasure_read_file(const char *path, void *buf, size_t len);
 
+/*
+ * The read counters of the block device holding `path` (/sys/dev/block/MAJOR:MINOR/stat: a
+ * partition's own): reads completed and 512-byte sectors read since boot. 0, or -1 where the
+ * file's device has no such counters (tmpfs, overlayfs).
+ */
+int kmeasure_disk_reads(const char *path, uint64_t *requests, uint64_t *sectors);
+
 /* The median of v[0, n) (n > 0); sorts v. */
 double kmeasure_median(double *v, size_t n);
 

@@ -48,6 +48,7 @@ static const char usage[] =
     "  stream        kiln_stream of every tensor through 4 reused 2 MiB staging buffers\n"
     "  device        --device host: open + kiln_load (the pipeline) into one preallocated\n"
     "                destination; its last column: plain-threads' time over its own\n"
+    "  device-direct the same with KILN_LOAD_DIRECT (O_DIRECT reads)\n"
     "Plain programs, no kiln (always measured):\n"
     "  plain         read() into one reused, page-aligned 4 MiB buffer: the ratio's base\n"
     "  plain-fresh   read() of each file into fresh memory of its size (as an owned load)\n"
@@ -83,7 +84,9 @@ static const char usage2[] =
     "read, uring and plain-fresh write into freshly allocated memory each run, so they include\n"
     "first-touch page faults; the -reuse rows, stream and plain reuse their buffers. In a VM the\n"
     "host may keep pages the guest dropped, so cold numbers can be better than a real cold disk.\n"
-    "Progress goes to stderr when it is a terminal.\n";
+    "Cold runs also list, for each row, the read requests the disk holding the first file\n"
+    "completed and their mean size (its /sys/dev/block counters around each run; medians):\n"
+    "how a way reads as the disk sees it. Progress goes to stderr when it is a terminal.\n";
 
 enum src {
 	S_PLAIN,
@@ -108,6 +111,7 @@ enum src {
 	S_URING_T,
 	S_STREAM,
 	S_DEVICE,
+	S_DEVICE_D,
 	S_PLAIN_THREADS,
 	NSRC
 };
@@ -120,7 +124,13 @@ enum src {
  * directory-only open). */
 static int verifiable(enum src s)
 {
-	return (s >= S_MMAP && s <= S_URING_T) || s == S_STREAM || s == S_DEVICE;
+	return (s >= S_MMAP && s <= S_URING_T) || s == S_STREAM || s == S_DEVICE || s == S_DEVICE_D;
+}
+
+/* The rows that need --device host. */
+static int device_row(enum src s)
+{
+	return s == S_DEVICE || s == S_DEVICE_D || s == S_PLAIN_THREADS;
 }
 
 static const char *const src_name[] = {
@@ -131,7 +141,7 @@ static const char *const src_name[] = {
     "read",          "uring",         "read-direct",
     "uring-direct",  "read-reuse",    "uring-reuse",
     "read-threads",  "uring-threads", "stream",
-    "device",        "plain-threads",
+    "device",        "device-direct", "plain-threads",
 };
 _Static_assert(sizeof(src_name) / sizeof(src_name[0]) == NSRC, "one name per source");
 
@@ -319,7 +329,7 @@ static int plain_threads(const struct bench *b, uint32_t n)
 }
 
 /* device: the pipeline into b->dest, each tensor where its bytes are in its file. */
-static int run_device(const struct bench *b, int verified)
+static int run_device(const struct bench *b, int verified, int direct)
 {
 	kiln_model *m;
 	kiln_error err;
@@ -340,7 +350,8 @@ static int run_device(const struct bench *b, int verified)
 		dests[i] = b->dest + base[t->file] + t->file_offset;
 	}
 	free(base);
-	kiln_load_options o = {.size = sizeof(o), .dests = dests};
+	kiln_load_options o = {
+	    .size = sizeof(o), .flags = direct ? KILN_LOAD_DIRECT : 0, .dests = dests};
 	rc = kiln_load(m, NULL, 0, &o, NULL, NULL, NULL, &err);
 	if (rc)
 		klnt_report(stderr, b->paths[0], rc, &err);
@@ -369,8 +380,8 @@ static double run_once(struct bench *b, enum src s, int verified)
 	double t0 = kmeasure_now();
 	if (s == S_PLAIN_THREADS)
 		return plain_threads(b, b->pt_threads) ? -1 : kmeasure_now() - t0;
-	if (s == S_DEVICE)
-		return run_device(b, verified) ? -1 : kmeasure_now() - t0;
+	if (s == S_DEVICE || s == S_DEVICE_D)
+		return run_device(b, verified, s == S_DEVICE_D) ? -1 : kmeasure_now() - t0;
 	if (s < FIRST_KILN)
 		return run_plain(b, s) ? -1 : kmeasure_now() - t0;
 	kiln_open_options o = {.size = sizeof(o)};
@@ -477,6 +488,7 @@ struct result {
 	double above;                /* open: median over rounds of its time minus floor's */
 	double dev_ratio;            /* device: median over rounds of plain-threads' time / its */
 	double ver_ratio;            /* NAME+verify: median over rounds of NAME's time / its */
+	double reqs, req_kib;        /* cold: the disk's read requests and their mean size */
 	int ok;
 };
 
@@ -569,11 +581,11 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 			  .npaths = (uint32_t)(argc - optind)};
 	b.threads = kmeasure_threads();
 	for (int k = 0; k < NSRC; k++)
-		if ((!any || k < FIRST_KILN) && k != S_DEVICE && k != S_PLAIN_THREADS)
+		if ((!any || k < FIRST_KILN) && !device_row((enum src)k))
 			want[k] = 1;
 	if (device)
-		want[S_DEVICE] = want[S_PLAIN_THREADS] = 1;
-	else if (want[S_DEVICE] || want[S_PLAIN_THREADS])
+		want[S_DEVICE] = want[S_PLAIN_THREADS] = 1, want[S_DEVICE_D] |= !any;
+	else if (want[S_DEVICE] || want[S_DEVICE_D] || want[S_PLAIN_THREADS])
 		return klnt_usage_error(cmd, "the device rows need --device host");
 	for (int k = 0; k < NSRC && verify; k++)
 		want[NSRC + k] = want[k] && verifiable((enum src)k);
@@ -635,9 +647,16 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 	}
 
 	double *t[NROW], *ratio[NROW];
+	/* Cold: the read requests the disk holding the first file completed in each run, and
+	 * their mean size (the kernel's evidence of how a way reads: read-ahead, request sizes). */
+	double *reqs[NROW], *req_kib[NROW];
+	uint64_t r0, s0;
+	int disk = cold && kmeasure_disk_reads(b.paths[0], &r0, &s0) == 0;
 	for (int s = 0; s < NROW; s++) {
 		t[s] = klnt_xmalloc(repeat * sizeof(double));
 		ratio[s] = klnt_xmalloc(repeat * sizeof(double));
+		reqs[s] = klnt_xmalloc(repeat * sizeof(double));
+		req_kib[s] = klnt_xmalloc(repeat * sizeof(double));
 	}
 	struct result res[2][NROW] = {{{0}}};
 	int tty = isatty(STDERR_FILENO), failed = 0;
@@ -676,6 +695,9 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 					if (left > residual)
 						residual = left;
 				}
+				uint64_t r1 = 0, s1 = 0;
+				if (is_cold && disk)
+					kmeasure_disk_reads(b.paths[0], &r0, &s0);
 				double dt = run_row(&b, s);
 				if (dt < 0) {
 					live[s] = 0, failed = 1;
@@ -683,6 +705,13 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 				}
 				if (round > 0)
 					t[s][round - 1] = dt;
+				if (round > 0 && is_cold && disk &&
+				    kmeasure_disk_reads(b.paths[0], &r1, &s1) == 0) {
+					reqs[s][round - 1] = (double)(r1 - r0);
+					req_kib[s][round - 1] =
+					    r1 > r0 ? (double)(s1 - s0) / 2.0 / (double)(r1 - r0)
+						    : 0;
+				}
 			}
 		}
 		/* Ratios first, while t[][i] are still the rounds' times (kmeasure_median() sorts).
@@ -701,11 +730,12 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 					v[i] = t[s - NSRC][i] / t[s][i];
 				res[mode][s].ver_ratio = kmeasure_median(v, repeat);
 			}
-		if (live[S_DEVICE] && live[S_PLAIN_THREADS]) {
-			for (uint64_t i = 0; i < repeat; i++)
-				ratio[S_DEVICE][i] = t[S_PLAIN_THREADS][i] / t[S_DEVICE][i];
-			res[mode][S_DEVICE].dev_ratio = kmeasure_median(ratio[S_DEVICE], repeat);
-		}
+		for (int s = S_DEVICE; s <= S_DEVICE_D; s++)
+			if (live[s] && live[S_PLAIN_THREADS]) {
+				for (uint64_t i = 0; i < repeat; i++)
+					ratio[s][i] = t[S_PLAIN_THREADS][i] / t[s][i];
+				res[mode][s].dev_ratio = kmeasure_median(ratio[s], repeat);
+			}
 		if (live[S_OPEN] && live[S_FLOOR]) {
 			for (uint64_t i = 0; i < repeat; i++)
 				ratio[S_OPEN][i] = t[S_OPEN][i] - t[S_FLOOR][i];
@@ -719,6 +749,10 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 			r->med = kmeasure_median(t[s], repeat);
 			r->min = t[s][0];
 			r->max = t[s][repeat - 1];
+			if (is_cold && disk) {
+				r->reqs = kmeasure_median(reqs[s], repeat);
+				r->req_kib = kmeasure_median(req_kib[s], repeat);
+			}
 		}
 	}
 	if (tty)
@@ -753,7 +787,8 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 					printf("%8s  %+7.2fms", "-", r->above * 1e3);
 			} else if (s == S_OPEN || s == S_FLOOR)
 				printf("%8s  %9s", "-", "-");
-			else if (s == S_DEVICE && res[mode][S_PLAIN_THREADS].ok)
+			else if (device_row((enum src)s) && s != S_PLAIN_THREADS &&
+				 res[mode][S_PLAIN_THREADS].ok)
 				printf("%8.2f  %8.2fx", gb / r->med, r->dev_ratio);
 			else
 				printf("%8.2f  %8.2fx", gb / r->med, r->ratio);
@@ -779,9 +814,26 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 		printf("cold runs: at most %.2f%% of the files' pages were still cached after "
 		       "eviction (mincore)\n",
 		       residual * 100);
+	if (disk) {
+		printf("\ncold, the read requests of the disk holding %s (its block device's "
+		       "counters around each run; medians over rounds):\n",
+		       b.paths[0]);
+		for (int row = 0; row < NROW; row++) {
+			int s = row / 2 + (row % 2 ? NSRC : 0);
+			const struct result *r = &res[1][s];
+			if (!r->ok || s == S_OPEN || s == S_FLOOR)
+				continue;
+			char name[32];
+			snprintf(name, sizeof(name), "%s%s", src_name[s % NSRC],
+				 s >= NSRC ? "+verify" : "");
+			printf("  %-20s  %7.0f requests of %7.0f KiB\n", name, r->reqs, r->req_kib);
+		}
+	}
 	for (int s = 0; s < NROW; s++) {
 		free(t[s]);
 		free(ratio[s]);
+		free(reqs[s]);
+		free(req_kib[s]);
 	}
 	for (uint32_t i = 0; i < b.npaths; i++)
 		free(own_paths[i]);
