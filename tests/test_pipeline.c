@@ -155,6 +155,50 @@ Test(pipeline, direct_directory_only_and_drop_cache)
 	}
 }
 
+/* The defaults for a local file read through the page cache: each reader thread reads pieces of
+ * 128 MiB with pread (docs/benchmarks.md, "Cold: kiln_load"). A sparse safetensors file of one
+ * tensor a little over a piece: one thread takes the first piece whole, then the rest. */
+Test(pipeline, defaults_pread_and_long_pieces)
+{
+	const uint64_t piece = (uint64_t)128 << 20, n = piece + 4097;
+	char json[128];
+	int len = snprintf(json, sizeof(json),
+			   "{\"w\":{\"dtype\":\"U8\",\"shape\":[%llu],\"data_offsets\":[0,%llu]}}",
+			   (unsigned long long)n, (unsigned long long)n);
+	while (len % 8)
+		json[len++] = ' ';
+	uint8_t head[8 + sizeof(json)];
+	for (int i = 0; i < 8; i++)
+		head[i] = (uint8_t)((uint64_t)len >> (8 * i));
+	memcpy(head + 8, json, (size_t)len);
+	char *big = write_temp(head, 8 + (size_t)len);
+	cr_assert_eq(truncate(big, (off_t)(8 + (uint64_t)len + n)), 0);
+	kiln_model *m;
+	kiln_error err;
+	kiln_open_options oo = {.size = sizeof(oo), .flags = KILN_OPEN_DIRECTORY_ONLY};
+	cr_assert_eq(kiln_model_open(big, &oo, &m, &err), 0, "%s", err.message);
+	kiln_load_options o = {.size = sizeof(o), .threads = 1};
+	kiln_load_result res;
+	void *ptr;
+	kiln_arena *a = NULL;
+	cr_assert_eq(kiln_load(m, NULL, 0, &o, &ptr, &a, &res, &err), 0, "%s", err.message);
+	cr_assert_eq(res.peak_inflight, piece, "a piece of %llu bytes",
+		     (unsigned long long)res.peak_inflight);
+	cr_assert_eq(res.engine, KILN_ENGINE_PREAD, "buffered reads on reader threads: pread");
+	cr_assert_eq(res.bytes, n);
+	cr_assert_eq(((const uint8_t *)ptr)[n - 1], 0);
+	kiln_arena_free(a);
+	/* inflight_bytes still sets the piece: half of it on each of two threads. */
+	o = (kiln_load_options){.size = sizeof(o), .threads = 2, .inflight_bytes = 64u << 20};
+	cr_assert_eq(kiln_load(m, NULL, 0, &o, &ptr, &a, &res, &err), 0, "%s", err.message);
+	cr_assert_leq(res.peak_inflight, (uint64_t)64 << 20);
+	cr_assert_geq(res.peak_inflight, (uint64_t)32 << 20);
+	kiln_arena_free(a);
+	kiln_model_close(m);
+	unlink(big);
+	free(big);
+}
+
 Test(pipeline, caller_destinations)
 {
 	kiln_model *m = open_with(KILN_SOURCE_MMAP, 0);

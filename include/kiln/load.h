@@ -231,12 +231,16 @@ typedef struct kiln_load_options {
 	uint32_t size;    /* 0 or sizeof(kiln_load_options) */
 	uint32_t flags;   /* enum kiln_load_flags */
 	uint32_t threads; /* reader threads; 0: the online CPUs, at most 16 */
-	uint32_t engine;  /* enum kiln_stream_engine of each thread's reads */
-	/* Bytes per read request; 0: 4 MiB (staged: the staging buffer size, 0 meaning 8 MiB). */
+	/* enum kiln_stream_engine of each thread's reads. AUTO: pread for reads through the page
+	 * cache (the threads give the depth; read-ahead gives the disk long requests), io_uring's
+	 * AUTO for KILN_LOAD_DIRECT. */
+	uint32_t engine;
+	/* Bytes per read request; 0: 16 MiB (staged: the staging buffer size, 0 meaning 8 MiB;
+	 * checked reads of local files, 256 KiB). */
 	uint32_t chunk_size;
 	uint32_t reserved32;
 	/* Bytes being read at once, all threads together: each thread takes a piece of at most
-	 * inflight_bytes / threads of the list at a time. 0: 64 MiB. */
+	 * inflight_bytes / threads of the list at a time. 0: pieces of 128 MiB. */
 	uint64_t inflight_bytes;
 	/* Staged devices: pinned staging, all threads together (at least two chunks a thread); with
 	 * KILN_LOAD_REGISTER, bytes registered at once (at least a page a thread). 0: 256 MiB. */

@@ -480,7 +480,8 @@ class IterLoad:
 
     def _inflight(self, positions):
         # kiln_load cuts its list into pieces of inflight / threads and runs no more threads
-        # than pieces: a batch as large as its default (64 MiB) would be read by one thread.
+        # than pieces: a batch smaller than its default piece (128 MiB) would be read by one
+        # thread.
         # Half the batch, at least 1 MiB a thread: several pieces a thread, evenly shared.
         n = sum(self._plan[i].nbytes for i in positions)
         return max(2 << 20, min(64 << 20, n // 2))

@@ -61,18 +61,21 @@
 
 /* --- the load pipeline (kiln_load_options) ------------------------------------------------ */
 
-#define KILN__LOAD_THREADS_MAX      16u
-#define KILN__LOAD_INFLIGHT_DEFAULT ((uint64_t)64 << 20)
-#define KILN__LOAD_PINNED_DEFAULT   ((uint64_t)256 << 20)
-#define KILN__LOAD_STAGE_DEFAULT    (8u << 20)
+#define KILN__LOAD_THREADS_MAX    16u
+/* A reader thread's piece when inflight_bytes is 0: a long run of the file per thread, which
+ * read-ahead turns into the disk's largest requests; shorter pieces restart it at every
+ * piece (docs/benchmarks.md, "Cold: kiln_load against plain pread"). */
+#define KILN__LOAD_PIECE_DEFAULT  ((uint64_t)128 << 20)
+#define KILN__LOAD_PINNED_DEFAULT ((uint64_t)256 << 20)
+#define KILN__LOAD_STAGE_DEFAULT  (8u << 20)
 /* Host memory: reads land in place, so requests are long: a warm read costs a system call per
  * request and little else. */
-#define KILN__LOAD_HOST_CHUNK       (16u << 20)
+#define KILN__LOAD_HOST_CHUNK     (16u << 20)
 /* ... unless each request's bytes are hashed after it lands (a verifying directory-only open of
  * local files): then short enough to be hashed from the reading core's cache
  * (docs/benchmarks.md, "Checked as they are read"). */
-#define KILN__LOAD_CHECKED_CHUNK    (256u << 10)
-#define KILN__LOAD_PIECE_MIN        ((uint64_t)1 << 20)
+#define KILN__LOAD_CHECKED_CHUNK  (256u << 10)
+#define KILN__LOAD_PIECE_MIN      ((uint64_t)1 << 20)
 
 /* --- read once per group (kiln_group_options) ---------------------------------------------- */
 

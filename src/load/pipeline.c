@@ -77,9 +77,10 @@ struct load {
 	int rc;              /* the first failure, under lock */
 	kiln_error err;      /* its error */
 	uint32_t engine, direct;
-	int reg;         /* KILN_LOAD_REGISTER */
-	uint64_t window; /* its bytes registered at once per thread */
-	uint64_t page;   /* windows are registered in whole pages */
+	uint32_t read_engine; /* what each piece asks the chunk engine for */
+	int reg;              /* KILN_LOAD_REGISTER */
+	uint64_t window;      /* its bytes registered at once per thread */
+	uint64_t page;        /* windows are registered in whole pages */
 	_Atomic uint64_t reg_bytes, reg_peak;
 	struct worker *w;
 	uint32_t nworkers;
@@ -209,7 +210,7 @@ static int run_piece(struct worker *w, const struct kiln__range *r, size_t n)
 	kiln_stream_options so = {
 	    .size = sizeof(so),
 	    .flags = (L->o.flags & KILN_LOAD_DIRECT) ? KILN_STREAM_DIRECT : 0,
-	    .engine = L->o.engine,
+	    .engine = L->read_engine,
 	    .chunk_size = L->chunk,
 	};
 	if (L->staged) {
@@ -537,8 +538,8 @@ static int plan(struct load *L, void **ptrs, kiln_arena **arena, kiln_load_resul
 	if (rc)
 		return rc;
 	uint32_t threads = L->o.threads ? L->o.threads : online_cpus();
-	uint64_t inflight = L->o.inflight_bytes ? L->o.inflight_bytes : KILN__LOAD_INFLIGHT_DEFAULT;
-	uint64_t piece = inflight / threads;
+	uint64_t piece =
+	    L->o.inflight_bytes ? L->o.inflight_bytes / threads : KILN__LOAD_PIECE_DEFAULT;
 	if (piece < KILN__LOAD_PIECE_MIN)
 		piece = KILN__LOAD_PIECE_MIN;
 	/* Local files whose reads are checked: each request hashed on the core that read it,
@@ -551,6 +552,13 @@ static int plan(struct load *L, void **ptrs, kiln_arena **arena, kiln_load_resul
 		   : L->staged     ? KILN__LOAD_STAGE_DEFAULT
 		   : checked       ? KILN__LOAD_CHECKED_CHUNK
 				   : KILN__LOAD_HOST_CHUNK;
+	/* Buffered reads on reader threads: pread, each thread a run of its own. The threads give
+	 * the depth, and io_uring's buffered reads of a cold file reach the disk as shorter
+	 * requests (docs/benchmarks.md, "Cold: kiln_load against plain pread"). O_DIRECT has no
+	 * read-ahead to lean on: AUTO gives it io_uring's requests in flight. */
+	L->read_engine = L->o.engine != KILN_ENGINE_AUTO || (L->o.flags & KILN_LOAD_DIRECT)
+			     ? L->o.engine
+			     : KILN_ENGINE_PREAD;
 	if (L->staged && piece < L->chunk)
 		piece = L->chunk;
 	size_t nranges = 0;
