@@ -255,6 +255,60 @@ for f in e.safetensors e.gguf; do
 	esac
 done
 
+# A sidecar beside a URL (URL.kiln-digest, made with klnt digest on a local copy): fetched with
+# the URL's credentials and checked like a local one; none on the server (404) says how to make
+# one; a sidecar of another file, or with a flipped digest, is refused.
+rc=0
+out=$("$klnt" verify "http://127.0.0.1:$http/tiny-llama.gguf" 2>&1) || rc=$?
+case $out in
+*"no table of its own, no .kiln-digest beside it on the server"*) check "a URL without digests says where a sidecar goes" yes yes ;;
+*) check "a URL without digests says where a sidecar goes ($out)" no yes ;;
+esac
+"$klnt" digest "$root/tiny-llama.gguf" >/dev/null
+for u in "http://127.0.0.1:$http/tiny-llama.gguf" s3://models/tl.gguf; do
+	case $u in s3://*)
+		s3 -T "$root/tiny-llama.gguf" "$endpoint/models/tl.gguf" -o /dev/null
+		s3 -T "$root/tiny-llama.gguf.kiln-digest" "$endpoint/models/tl.gguf.kiln-digest" -o /dev/null ;;
+	esac
+	rc=0
+	out=$("$klnt" verify "$u" 2>&1) || rc=$?
+	case $out in
+	*": ok (1 file, "*"xxh3-128 from sidecar"*) check "klnt verify $u against its sidecar on the server" yes yes ;;
+	*) check "klnt verify $u against its sidecar on the server ($out)" no yes ;;
+	esac
+	rc=0
+	"$klnt" load --verify "$u" >/dev/null 2>&1 || rc=$?
+	check "klnt load --verify $u: parts checked against the server's sidecar" "$rc" 0
+done
+cp "$root/tiny-llama.gguf" "$root/flip-tl.gguf"
+cp "$root/tiny-llama.gguf.kiln-digest" "$root/flip-tl.gguf.kiln-digest"
+size=$(wc -c <"$root/flip-tl.gguf")
+printf '\377' | dd of="$root/flip-tl.gguf" bs=1 seek=$((size - 3)) conv=notrunc status=none
+for cmd in verify "load --verify"; do
+	rc=0
+	out=$("$klnt" $cmd "http://127.0.0.1:$http/flip-tl.gguf" 2>&1) || rc=$?
+	check "klnt $cmd of a flipped byte against the server's sidecar: exit status" "$rc" 1
+	case $out in
+	*"flip-tl.gguf: CORRUPT: chunk "*"differs from its digest"*) check "klnt $cmd: the chunk named" yes yes ;;
+	*) check "klnt $cmd: the chunk named ($out)" no yes ;;
+	esac
+done
+cp "$root/tiny-llama.gguf.kiln-digest" "$root/e.gguf.kiln-digest"
+rc=0
+out=$("$klnt" verify "http://127.0.0.1:$http/e.gguf" 2>&1) || rc=$?
+check "a sidecar of another file beside a URL: exit status" "$rc" 1
+case $out in
+*": TYPE: http://127.0.0.1:$http/e.gguf.kiln-digest: digest table: "*"the digests of another file"*) check "a sidecar of another file beside a URL is named" yes yes ;;
+*) check "a sidecar of another file beside a URL is named ($out)" no yes ;;
+esac
+rm -f "$root/e.gguf.kiln-digest"
+rc=0
+out=$("$klnt" digest "http://127.0.0.1:$http/e.gguf" 2>&1) || rc=$?
+case $out in
+*"kiln writes no sidecar to a server"*) check "klnt digest URL says to digest a local copy" yes yes ;;
+*) check "klnt digest URL says to digest a local copy ($out)" no yes ;;
+esac
+
 AWS_SECRET_ACCESS_KEY=wrong "$klnt" bench s3://models/m.klnt -r 1 >/dev/null 2>&1 || rc=$?
 check "klnt bench with a wrong secret: exit status" "$rc" 3
 rc=0

@@ -1055,6 +1055,112 @@ int kiln__remote_read_small(const char *url, const kiln_remote_options *o, size_
 	return 0;
 }
 
+/* A remote of r's settings for `url`, shown as `shown`: the validators r's pin added to its
+ * headers left out (they name r's object's version). */
+static int sibling(struct kiln__remote *r, const char *url, const char *shown,
+		   struct kiln__remote **out, kiln_error *err)
+{
+	struct kiln__remote *s = calloc(1, sizeof(*s));
+	if (!s)
+		return kiln__nomem(err, 0, NULL);
+	pthread_mutex_init(&s->lock, NULL);
+	snprintf(s->shown, sizeof(s->shown), "%s", shown);
+	pthread_mutex_lock(&r->lock);
+	memcpy(s->sigv4, r->sigv4, sizeof(s->sigv4));
+	s->url = strdup(url);
+	s->userpwd = r->userpwd ? strdup(r->userpwd) : NULL;
+	s->bearer = r->bearer ? strdup(r->bearer) : NULL;
+	s->ca_bundle = r->ca_bundle ? strdup(r->ca_bundle) : NULL;
+	int bad = !s->url || (r->userpwd && !s->userpwd) || (r->bearer && !s->bearer) ||
+		  (r->ca_bundle && !s->ca_bundle);
+	for (struct curl_slist *h = r->headers; h && !bad; h = h->next) {
+		if (!strncasecmp(h->data, "If-Match:", 9) ||
+		    !strncasecmp(h->data, "If-Unmodified-Since:", 20))
+			continue;
+		struct curl_slist *t = curl_slist_append(s->headers, h->data);
+		bad = !t;
+		s->headers = t ? t : s->headers;
+	}
+	s->connections = 1;
+	s->chunk = r->chunk;
+	s->retries = r->retries;
+	s->stall_ms = r->stall_ms;
+	s->min_rate = r->min_rate;
+	s->deadline_ms = r->deadline_ms;
+	s->cap_bps = r->cap_bps;
+	pthread_mutex_unlock(&r->lock);
+	if (!bad && !(s->multi = curl_multi_init()))
+		bad = 1;
+	if (bad) {
+		kiln__remote_free(s);
+		return kiln__nomem(err, 0, NULL);
+	}
+	curl_multi_setopt(s->multi, CURLMOPT_MAX_HOST_CONNECTIONS, 1L);
+	*out = s;
+	return 0;
+}
+
+int kiln__remote_beside(struct kiln__remote *r, const char *suffix, size_t cap, size_t head,
+			uint8_t **out, size_t *len, uint64_t *size, kiln_error *err)
+{
+	*out = NULL;
+	*len = 0;
+	*size = 0;
+	if (r->url[kiln__url_name_len(r->url)])
+		return kiln__fail_inval(err, KILN_NO_INDEX, "url",
+					"%s: a URL with a query names one object; nothing beside "
+					"it is looked for",
+					r->shown);
+	char *url = NULL, shown[sizeof(r->shown)];
+	snprintf(shown, sizeof(shown), "%s%s", r->shown, suffix);
+	if (asprintf(&url, "%s%s", r->url, suffix) < 0)
+		return kiln__nomem(err, 0, NULL);
+	struct kiln__remote *s = NULL;
+	int rc = sibling(r, url, shown, &s, err);
+	free(url);
+	if (rc)
+		return rc;
+	size_t first = cap < KILN__REMOTE_FIRST_GET ? cap : (size_t)KILN__REMOTE_FIRST_GET;
+	first = first > head ? first : head;
+	uint8_t *buf = malloc(first ? first : 1);
+	uint64_t got = 0;
+	kiln_error pinned;
+	rc = buf ? kiln__remote_pin(s, first, buf, &got, &pinned)
+		 : kiln__nomem(&pinned, first, "a sidecar");
+	if (rc && (pinned.sys_errno == ENOENT || pinned.sys_errno == EACCES)) {
+		char why[sizeof(pinned.message)];
+		snprintf(why, sizeof(why), "%s", pinned.message);
+		rc = kiln__fail_named(&pinned, shown, KILN_NOTFOUND, KILN_NO_INDEX, NULL,
+				      KILN_NO_OFFSET, "none on the server (%s)", why);
+	}
+	if (rc && err)
+		*err = pinned;
+	if (!rc && s->size > cap) { /* its head alone: enough to say what it is */
+		*len = got < head ? (size_t)got : head;
+	} else if (!rc && got < s->size) {
+		uint8_t *more = realloc(buf, (size_t)s->size);
+		if (!more) {
+			rc = kiln__nomem(err, (size_t)s->size, "a sidecar");
+		} else {
+			buf = more;
+			struct kiln__span sp = {got, s->size - got, buf + got};
+			rc = kiln__remote_get(s, &sp, 1, 0, NULL, err);
+		}
+		*len = (size_t)s->size;
+	} else if (!rc) {
+		*len = (size_t)got;
+	}
+	*size = s->size;
+	kiln__remote_free(s);
+	if (rc) {
+		free(buf);
+		*len = 0;
+		return rc;
+	}
+	*out = buf;
+	return 0;
+}
+
 KILN_API int kiln_remote_fetch(const char *url, const kiln_remote_options *o, uint64_t offset,
 			       uint64_t length, kiln_fetch_fn sink, void *ctx, uint64_t *size,
 			       kiln_error *err)

@@ -45,6 +45,15 @@ void kiln__xml_field(const char *body, const char *tag, char *out, size_t cap);
 int kiln__remote_read_small(const char *url, const kiln_remote_options *o, size_t cap, char **out,
 			    size_t *len, kiln_error *err);
 
+/* The object beside r's, named as r's with `suffix` after it (a sidecar), fetched with r's
+ * credentials over one connection: its size in *size and, in malloc'ed *out, all of it when it
+ * has at most `cap` bytes, else its first min(head, size) bytes (*len says how many). NOTFOUND
+ * when the server has none (404; 401 and 403 too, which S3 answers for a missing key to a
+ * client that may not list the bucket); INVAL for a URL with a query (a signed URL names one
+ * object); else the fetch's errors, naming the sidecar's URL. */
+int kiln__remote_beside(struct kiln__remote *r, const char *suffix, size_t cap, size_t head,
+			uint8_t **out, size_t *len, uint64_t *size, kiln_error *err);
+
 /* The options as given, checked (INVAL naming the field). NULL is every default. */
 int kiln__remote_check_options(const kiln_remote_options *o, kiln_error *err);
 

@@ -66,8 +66,8 @@ static const char *file_named(const struct kiln__file *f)
 	return s ? s : "the buffer";
 }
 
-/* FILE.kiln-digest for a local file (malloc'd), or NULL with the error: a buffer has no name
- * (INVAL), a URL's sidecar is not looked for yet (UNSUPPORTED). */
+/* FILE.kiln-digest for writing beside a local file (malloc'd), or NULL with the error: a buffer
+ * has no name (INVAL), a URL's server is not written to (UNSUPPORTED). */
 static char *sidecar_name(const struct kiln__file *f, kiln_error *err)
 {
 	if (!f->path) {
@@ -78,8 +78,9 @@ static char *sidecar_name(const struct kiln__file *f, kiln_error *err)
 	if (f->remote || f->url) {
 		kiln__fail_named(err, file_named(f), KILN_UNSUPPORTED, KILN_NO_INDEX, NULL,
 				 KILN_NO_OFFSET,
-				 "digests of a remote file are not looked for yet; run klnt digest "
-				 "on a local copy");
+				 "kiln writes no sidecar to a server; run klnt digest on a local "
+				 "copy and put FILE%s beside the URL",
+				 SIDECAR_SUFFIX);
 		return NULL;
 	}
 	size_t n = strlen(f->path);
@@ -303,57 +304,51 @@ static int another(const char *name, uint64_t said, const struct kiln__file *f, 
 				said, f->size);
 }
 
-/* The sidecar of file f, read whole and parsed: 0 with *table (malloc'd) and *d; NOTFOUND when
- * there is none; the table's own errors, naming the sidecar. What is read is capped at the
- * largest table a file of f's size can have (the smallest chunks): of a longer sidecar only the
- * head is read, to tell the digests of another file from a table that is too long. */
+/* The sidecar of file f (beside a local file, or on a URL's server), read whole and parsed: 0
+ * with *table (malloc'd) and *d; NOTFOUND when there is none; UNSUPPORTED or INVAL where none
+ * is looked for (a URL's cached copy, a signed URL, a buffer); the table's own errors, naming
+ * the sidecar. What is read is capped at the largest table a file of f's size can have (the
+ * smallest chunks): of a longer sidecar only the head is read, to tell the digests of another
+ * file from a table that is too long. */
 static int read_sidecar(const struct kiln__file *f, uint8_t **table, struct kiln__digests *d,
 			kiln_error *err)
 {
 	*table = NULL;
-	char *name = sidecar_name(f, err);
-	if (!name)
-		return err ? err->code : KILN_INVAL;
-	int rc = 0;
+	char name[1024];
+	snprintf(name, sizeof(name), "%s%s", file_named(f), SIDECAR_SUFFIX);
+	size_t cap = kiln__digests_size(0, f->size, KILN__DIGEST_LOG2_MIN), len;
 	uint64_t size;
-	kiln_error opened;
-	int fd = kiln__open_file(name, &size, &opened);
-	if (fd < 0) {
-		if (opened.sys_errno == ENOENT)
-			rc = kiln__fail_named(err, file_named(f), KILN_NOTFOUND, KILN_NO_INDEX,
-					      NULL, KILN_NO_OFFSET,
-					      "no digests (no %s, %s or Hugging Face cache blob); "
-					      "make them once with: klnt digest %s",
-					      SIDECAR_SUFFIX, KILN__SIGNING_NAME, file_named(f));
-		else if (err)
-			*err = opened;
-		rc = rc ? rc : opened.code;
-		goto out;
-	}
-	size_t cap = kiln__digests_size(0, f->size, KILN__DIGEST_LOG2_MIN);
-	int too_long = size > cap;
-	size_t len = too_long ? KILN__DIGEST_HEAD : (size_t)size;
-	*table = malloc(len ? len : 1);
-	if (!*table) {
-		rc = kiln__nomem(err, len, "a digest table");
-		goto out;
-	}
-	if ((rc = kiln__pread_full(fd, *table, len, 0, err))) {
-		kiln__error_prefix(err, name);
-		goto out;
-	}
-	if (too_long) {
-		uint64_t said = kiln__ld64(*table + KILN__DIGEST_SIZE_AT);
-		if (!memcmp(*table, KILN__DIGEST_MAGIC, 8) && said != f->size)
+	int rc =
+	    kiln__file_beside(f, SIDECAR_SUFFIX, cap, KILN__DIGEST_HEAD, table, &len, &size, err);
+	if (rc == KILN_NOTFOUND && f->remote)
+		return kiln__fail_named(err, file_named(f), KILN_NOTFOUND, KILN_NO_INDEX, NULL,
+					KILN_NO_OFFSET,
+					"no digests (no table of its own, no %s beside it on the "
+					"server); make a sidecar with klnt digest on a local copy "
+					"and put it beside the URL",
+					SIDECAR_SUFFIX);
+	if (rc == KILN_NOTFOUND)
+		return kiln__fail_named(err, file_named(f), KILN_NOTFOUND, KILN_NO_INDEX, NULL,
+					KILN_NO_OFFSET,
+					"no digests (no %s, %s or Hugging Face cache blob); make "
+					"them once with: klnt digest %s",
+					SIDECAR_SUFFIX, KILN__SIGNING_NAME, file_named(f));
+	if (rc)
+		return rc;
+	if (size > cap) {
+		uint64_t said =
+		    len >= KILN__DIGEST_SIZE_AT + 8 ? kiln__ld64(*table + KILN__DIGEST_SIZE_AT) : 0;
+		if (len >= KILN__DIGEST_SIZE_AT + 8 && !memcmp(*table, KILN__DIGEST_MAGIC, 8) &&
+		    said != f->size)
 			rc = another(name, said, f, err);
 		else
 			rc = kiln__fail_named(err, name, KILN_LIMIT, KILN_NO_INDEX, "digests", cap,
 					      "digest table: %" PRIu64 " bytes, more than any "
 					      "table of a file of %" PRIu64 " bytes can have (%zu)",
 					      size, f->size, cap);
-		goto out;
 	}
-	rc = kiln__digests_parse(*table, len, name, d, err);
+	if (!rc)
+		rc = kiln__digests_parse(*table, len, name, d, err);
 	if (!rc && d->file_size != f->size)
 		rc = another(name, d->file_size, f, err);
 	/* A sidecar covers its whole file: one that covered less would let a check pass on bytes
@@ -365,10 +360,6 @@ static int read_sidecar(const struct kiln__file *f, uint8_t **table, struct kiln
 				      " of %" PRIu64 "; a sidecar covers its whole file",
 				      d->from, d->to, f->size);
 	}
-out:
-	if (fd >= 0)
-		close(fd);
-	free(name);
 	if (rc) {
 		free(*table);
 		*table = NULL;
@@ -702,7 +693,10 @@ int kiln__verifier_open(const kiln_model *m, const struct kiln__file *f,
 	}
 	if (rc && rc != KILN_NOTFOUND && err)
 		*err = first;
-	if (rc == KILN_NOTFOUND) {
+	if (rc == KILN_NOTFOUND && f->remote) {
+		if (err)
+			*err = first; /* a URL's server keeps no model.sig or cache blob for kiln */
+	} else if (rc == KILN_NOTFOUND) {
 		/* No sidecar: the digests other tools keep, model_signing's first (signed), then
 		 * the Hugging Face cache's blob name. */
 		int absent = 0;

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "base/sys.h"
+#include "io/engine.h"
 #include "net/url.h"
 #include "source/source.h"
 
@@ -208,6 +209,55 @@ int kiln__file_read_spans(const struct kiln__file *f, const struct kiln__span *s
 	for (size_t i = 0; i < n && !rc; i++)
 		rc = f->src->read(f, spans[i].off, spans[i].dst, (size_t)spans[i].len, err);
 	return named(f, rc, err);
+}
+
+int kiln__file_beside(const struct kiln__file *f, const char *suffix, size_t cap, size_t head,
+		      uint8_t **out, size_t *len, uint64_t *size, kiln_error *err)
+{
+	*out = NULL;
+	*len = 0;
+	*size = 0;
+	if (!f->src->beside || !f->path)
+		return kiln__fail_inval(err, KILN_NO_INDEX, "model",
+					"a model parsed from memory has no file to look beside");
+	return f->src->beside(f, suffix, cap, head, out, len, size, err);
+}
+
+int kiln__beside_local(const struct kiln__file *f, const char *suffix, size_t cap, size_t head,
+		       uint8_t **out, size_t *len, uint64_t *size, kiln_error *err)
+{
+	if (f->url)
+		return kiln__fail_named(err, kiln__file_shown(f), KILN_UNSUPPORTED, KILN_NO_INDEX,
+					NULL, KILN_NO_OFFSET,
+					"a URL's copy in kiln's cache: nothing beside it on the "
+					"server is looked for");
+	char *name = NULL;
+	if (asprintf(&name, "%s%s", f->path, suffix) < 0)
+		return kiln__nomem(err, 0, NULL);
+	kiln_error opened;
+	int fd = kiln__open_file(name, size, &opened), rc = 0;
+	if (fd < 0) {
+		rc = opened.sys_errno == ENOENT ? KILN_NOTFOUND : opened.code;
+		if (rc == KILN_NOTFOUND)
+			kiln__fail_named(&opened, name, KILN_NOTFOUND, KILN_NO_INDEX, NULL,
+					 KILN_NO_OFFSET, "no such file");
+		if (err)
+			*err = opened;
+		free(name);
+		return rc;
+	}
+	*len = *size > cap ? (*size < head ? (size_t)*size : head) : (size_t)*size;
+	*out = malloc(*len ? *len : 1);
+	rc = *out ? kiln__pread_full(fd, *out, *len, 0, err) : kiln__nomem(err, *len, "a sidecar");
+	if (rc) {
+		kiln__error_prefix(err, name);
+		free(*out);
+		*out = NULL;
+		*len = 0;
+	}
+	close(fd);
+	free(name);
+	return rc;
 }
 
 void kiln__file_feed(const struct kiln__file *f, unsigned how, struct kiln__feed *out)

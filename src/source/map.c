@@ -480,6 +480,7 @@ const struct kiln__source kiln__source_map = {
     .read = map_read,
     .feed = kiln__feed_local,
     .advise = kiln__advise_local,
+    .beside = kiln__beside_local,
     .hint = map_hint,
     .pinnable = 1,
 };

@@ -419,6 +419,7 @@ const struct kiln__source kiln__source_read = {
     .read = read_read,
     .feed = kiln__feed_local,
     .advise = kiln__advise_local,
+    .beside = kiln__beside_local,
     .pinnable = 1,
 };
 
@@ -433,5 +434,6 @@ const struct kiln__source kiln__source_uring = {
     .read = read_read,
     .feed = kiln__feed_local,
     .advise = kiln__advise_local,
+    .beside = kiln__beside_local,
     .pinnable = 1,
 };

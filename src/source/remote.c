@@ -332,6 +332,16 @@ static int remote_read_spans(const struct kiln__file *f, const struct kiln__span
 	return rc;
 }
 
+/* Beside the URL on its server, with its credentials (kiln__remote_beside). */
+static int remote_beside(const struct kiln__file *f, const char *suffix, size_t cap, size_t head,
+			 uint8_t **out, size_t *len, uint64_t *size, kiln_error *err)
+{
+	const struct remote_state *s = f->src_state;
+	if (!s || !s->r)
+		return kiln__fail_inval(err, KILN_NO_INDEX, "model", "the file is not open");
+	return kiln__remote_beside(s->r, suffix, cap, head, out, len, size, err);
+}
+
 /* The ETag the first GET pinned: every later GET asks for it (If-Match). */
 static const char *remote_version(const struct kiln__file *f)
 {
@@ -349,6 +359,7 @@ const struct kiln__source kiln__source_remote = {
     .release = remote_release,
     .read = remote_read,
     .read_spans = remote_read_spans,
+    .beside = remote_beside,
     .feed = kiln__feed_local,
     .version = remote_version,
     .pinnable = 1,

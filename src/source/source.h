@@ -55,6 +55,9 @@ struct kiln__source {
 	/* madvise-style hint on [p, p + len) of the file's memory (page aligned); NULL when the
 	 * source's memory is not the page cache's (UNSUPPORTED). Returns 0 or an errno. */
 	int (*hint)(const struct kiln__file *f, void *p, size_t len, unsigned hint);
+	/* kiln__file_beside; NULL: the file has no name to look beside (INVAL). */
+	int (*beside)(const struct kiln__file *f, const char *suffix, size_t cap, size_t head,
+		      uint8_t **out, size_t *len, uint64_t *size, kiln_error *err);
 	/* The version of the bytes (a URL's pinned ETag); NULL: "" (a local file's bytes are
 	 * whatever the file holds). */
 	const char *(*version)(const struct kiln__file *f);
@@ -94,5 +97,7 @@ int kiln__file_open(struct kiln__file *f, kiln_error *err);
  * file's bytes in memory (MMAP, READ, URING, BUFFER; REMOTE once its payload is in memory). */
 void kiln__feed_local(const struct kiln__file *f, unsigned how, struct kiln__feed *out);
 void kiln__advise_local(const struct kiln__file *f, uint64_t off, uint64_t len, int advice);
+int kiln__beside_local(const struct kiln__file *f, const char *suffix, size_t cap, size_t head,
+		       uint8_t **out, size_t *len, uint64_t *size, kiln_error *err);
 
 #endif
