@@ -1015,6 +1015,42 @@ int kiln__remote_get(struct kiln__remote *r, const struct kiln__span *spans, siz
 	return rc;
 }
 
+/* r's object, pinned and read into malloc'ed memory (with a byte to spare, for a NUL): all of
+ * it when it has at most `cap` bytes, else its first min(head, size) bytes; *len says how many,
+ * *size is the object's. */
+static int read_object(struct kiln__remote *r, size_t cap, size_t head, uint8_t **out, size_t *len,
+		       uint64_t *size, kiln_error *err)
+{
+	*out = NULL;
+	*len = 0;
+	size_t first = cap < KILN__REMOTE_FIRST_GET ? cap : (size_t)KILN__REMOTE_FIRST_GET;
+	first = first > head ? first : head;
+	uint8_t *buf = malloc(first + 1);
+	uint64_t got = 0;
+	int rc =
+	    buf ? kiln__remote_pin(r, first, buf, &got, err) : kiln__nomem(err, first + 1, NULL);
+	size_t n = !rc && r->size > cap ? (got < head ? (size_t)got : head) : (size_t)got;
+	if (!rc && r->size <= cap && got < r->size) {
+		uint8_t *more = realloc(buf, (size_t)r->size + 1);
+		if (!more) {
+			rc = kiln__nomem(err, (size_t)r->size + 1, NULL);
+		} else {
+			buf = more;
+			struct kiln__span sp = {got, r->size - got, buf + got};
+			rc = kiln__remote_get(r, &sp, 1, 0, NULL, err);
+			n = (size_t)r->size;
+		}
+	}
+	*size = r->size;
+	if (rc) {
+		free(buf);
+		return rc;
+	}
+	*out = buf;
+	*len = n;
+	return 0;
+}
+
 int kiln__remote_read_small(const char *url, const kiln_remote_options *o, size_t cap, char **out,
 			    size_t *len, kiln_error *err)
 {
@@ -1022,36 +1058,20 @@ int kiln__remote_read_small(const char *url, const kiln_remote_options *o, size_
 	int rc = kiln__remote_new(url, o, &r, err);
 	if (rc)
 		return rc;
-	size_t first = cap < ((size_t)256 << 10) ? cap : (size_t)256 << 10;
-	char *buf = malloc(first + 1);
-	uint64_t got = 0;
-	if (!buf)
-		rc = kiln__nomem(err, 0, NULL);
-	else
-		rc = kiln__remote_pin(r, first, (uint8_t *)buf, &got, err);
-	if (!rc && r->size > cap)
+	uint8_t *buf;
+	uint64_t size;
+	rc = read_object(r, cap, 0, &buf, len, &size, err);
+	if (!rc && size > cap) {
+		free(buf);
 		rc = kiln__fail(err, KILN_LIMIT, KILN_NO_INDEX, "length", KILN_NO_OFFSET,
 				"%s: %" PRIu64 " bytes, above the %zu-byte cap of an index",
-				r->shown, r->size, cap);
-	if (!rc && got < r->size) {
-		char *more = realloc(buf, (size_t)r->size + 1);
-		if (!more) {
-			rc = kiln__nomem(err, 0, NULL);
-		} else {
-			buf = more;
-			struct kiln__span s = {got, r->size - got, (uint8_t *)buf + got};
-			rc = kiln__remote_get(r, &s, 1, 0, NULL, err);
-		}
+				r->shown, size, cap);
 	}
-	uint64_t size = r->size;
 	kiln__remote_free(r);
-	if (rc) {
-		free(buf);
+	if (rc)
 		return rc;
-	}
-	buf[size] = '\0';
-	*len = (size_t)size;
-	*out = buf;
+	buf[*len] = '\0';
+	*out = (char *)buf;
 	return 0;
 }
 
@@ -1120,13 +1140,8 @@ int kiln__remote_beside(struct kiln__remote *r, const char *suffix, size_t cap, 
 	free(url);
 	if (rc)
 		return rc;
-	size_t first = cap < KILN__REMOTE_FIRST_GET ? cap : (size_t)KILN__REMOTE_FIRST_GET;
-	first = first > head ? first : head;
-	uint8_t *buf = malloc(first ? first : 1);
-	uint64_t got = 0;
 	kiln_error pinned;
-	rc = buf ? kiln__remote_pin(s, first, buf, &got, &pinned)
-		 : kiln__nomem(&pinned, first, "a sidecar");
+	rc = read_object(s, cap, head, out, len, size, &pinned);
 	if (rc && (pinned.sys_errno == ENOENT || pinned.sys_errno == EACCES)) {
 		char why[sizeof(pinned.message)];
 		snprintf(why, sizeof(why), "%s", pinned.message);
@@ -1135,30 +1150,8 @@ int kiln__remote_beside(struct kiln__remote *r, const char *suffix, size_t cap, 
 	}
 	if (rc && err)
 		*err = pinned;
-	if (!rc && s->size > cap) { /* its head alone: enough to say what it is */
-		*len = got < head ? (size_t)got : head;
-	} else if (!rc && got < s->size) {
-		uint8_t *more = realloc(buf, (size_t)s->size);
-		if (!more) {
-			rc = kiln__nomem(err, (size_t)s->size, "a sidecar");
-		} else {
-			buf = more;
-			struct kiln__span sp = {got, s->size - got, buf + got};
-			rc = kiln__remote_get(s, &sp, 1, 0, NULL, err);
-		}
-		*len = (size_t)s->size;
-	} else if (!rc) {
-		*len = (size_t)got;
-	}
-	*size = s->size;
 	kiln__remote_free(s);
-	if (rc) {
-		free(buf);
-		*len = 0;
-		return rc;
-	}
-	*out = buf;
-	return 0;
+	return rc;
 }
 
 KILN_API int kiln_remote_fetch(const char *url, const kiln_remote_options *o, uint64_t offset,
