@@ -110,6 +110,41 @@ def test_torch_load_of_a_url_checks_its_own_digests():
         assert good.nbytes <= hashed <= good.nbytes + (2 << 20), (hashed, good.nbytes)
 
 
+def test_a_url_is_checked_against_its_sidecar_on_the_server():
+    """A GGUF without a table of its own, served with a sidecar made from a local copy
+    (write_digests) beside it: the URL is checked against the server's sidecar, whole and in
+    parts; without the sidecar it has no digests."""
+    torch = pytest.importorskip("torch")
+    import shutil
+
+    import kiln.torch as kt
+
+    name = "py-sidecar.gguf"
+    local = os.path.join(ROOT, name)
+    shutil.copyfile(os.path.join(ROOT, "tiny-llama.gguf"), local)
+    url = os.environ["KILN_TEST_HTTP"] + "/" + name
+    try:
+        with pytest.raises(kiln.Error, match="no .kiln-digest beside it on the server"):
+            kt.load(url, verify=True)
+        with kiln.open(local) as m:
+            m.write_digests()
+        with kiln.open(url) as m:
+            r = m.verify_digests()
+            assert r["source"] == "sidecar" and r["bytes"] == os.path.getsize(local)
+        got, want = kt.load(url, verify=True), kt.load(local)
+        assert list(got) == list(want)
+        for k in want:  # as bytes: a quantized tensor's are raw, and NaN equals nothing
+            a, b = got[k].reshape(-1), want[k].reshape(-1)
+            assert a.dtype == b.dtype and a.numel() == b.numel(), k
+            if a.dtype != torch.uint8:
+                a, b = a.view(torch.uint8), b.view(torch.uint8)
+            assert torch.equal(a, b), k
+    finally:
+        for f in (local, local + ".kiln-digest"):
+            if os.path.exists(f):
+                os.unlink(f)
+
+
 def test_iter_load_of_urls():
     torch = pytest.importorskip("torch")
     import kiln.torch
