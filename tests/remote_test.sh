@@ -293,6 +293,18 @@ for cmd in verify "load --verify"; do
 	*) check "klnt $cmd: the chunk named ($out)" no yes ;;
 	esac
 done
+# From kiln's cache a URL makes no request: its sidecar on the server is not fetched, and a
+# file without a table of its own says so.
+own_cache="$work/own-cache"
+mkdir -p "$own_cache" && chmod 0700 "$own_cache"
+KILN_CACHE_DIR="$own_cache" "$klnt" check "http://127.0.0.1:$http/flip-tl.gguf" >/dev/null 2>&1 || true
+rc=0
+out=$(KILN_CACHE_DIR="$own_cache" "$klnt" verify "http://127.0.0.1:$http/flip-tl.gguf" 2>&1) || rc=$?
+check "klnt verify from the cache of a file without a table: exit status" "$rc" 1
+case $out in
+*"opened from kiln's cache, whose copies keep no sidecar"*) check "klnt verify from the cache says why no sidecar" yes yes ;;
+*) check "klnt verify from the cache says why no sidecar ($out)" no yes ;;
+esac
 cp "$root/tiny-llama.gguf.kiln-digest" "$root/e.gguf.kiln-digest"
 rc=0
 out=$("$klnt" verify "http://127.0.0.1:$http/e.gguf" 2>&1) || rc=$?

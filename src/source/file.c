@@ -229,8 +229,9 @@ int kiln__beside_local(const struct kiln__file *f, const char *suffix, size_t ca
 	if (f->url)
 		return kiln__fail_named(err, kiln__file_shown(f), KILN_UNSUPPORTED, KILN_NO_INDEX,
 					NULL, KILN_NO_OFFSET,
-					"a URL's copy in kiln's cache: nothing beside it on the "
-					"server is looked for");
+					"opened from kiln's cache, whose copies keep no sidecar: "
+					"its own table is checked, or open it without the cache to "
+					"check it against a sidecar on the server");
 	char *name = NULL;
 	if (asprintf(&name, "%s%s", f->path, suffix) < 0)
 		return kiln__nomem(err, 0, NULL);
