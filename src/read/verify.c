@@ -335,11 +335,11 @@ static int read_sidecar(const struct kiln__file *f, uint8_t **table, struct kiln
 					SIDECAR_SUFFIX, KILN__SIGNING_NAME, file_named(f));
 	if (rc)
 		return rc;
-	if (size > cap) {
-		uint64_t said =
-		    len >= KILN__DIGEST_SIZE_AT + 8 ? kiln__ld64(*table + KILN__DIGEST_SIZE_AT) : 0;
-		if (len >= KILN__DIGEST_SIZE_AT + 8 && !memcmp(*table, KILN__DIGEST_MAGIC, 8) &&
-		    said != f->size)
+	if (size > cap) { /* its head alone was read: a table of another file, or too long */
+		int table_head =
+		    len >= KILN__DIGEST_SIZE_AT + 8 && !memcmp(*table, KILN__DIGEST_MAGIC, 8);
+		uint64_t said = table_head ? kiln__ld64(*table + KILN__DIGEST_SIZE_AT) : f->size;
+		if (said != f->size)
 			rc = another(name, said, f, err);
 		else
 			rc = kiln__fail_named(err, name, KILN_LIMIT, KILN_NO_INDEX, "digests", cap,
