@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include "helpers.h"
+#include "base/sys.h"
 
 #include <criterion/criterion.h>
 #include <ctype.h>
@@ -345,4 +346,18 @@ void fill_random(uint8_t *p, uint64_t n, uint64_t *state)
 		p[k] = (uint8_t)(x >> 56);
 	}
 	*state = x;
+}
+
+ssize_t kt_preadv_by_pread(int fd, const struct iovec *iov, int iovcnt, off_t off)
+{
+	ssize_t total = 0;
+	for (int i = 0; i < iovcnt; i++) {
+		ssize_t r = kiln__sys.pread(fd, iov[i].iov_base, iov[i].iov_len, off + total);
+		if (r < 0)
+			return total ? total : -1;
+		total += r;
+		if ((size_t)r < iov[i].iov_len)
+			break;
+	}
+	return total;
 }

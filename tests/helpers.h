@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
 
 #include "kiln/kiln.h"
 #include "kiln/toolkit.h"
@@ -36,6 +38,11 @@ typedef struct {
 	uint8_t *p;
 	size_t len;
 } blob;
+
+/* preadv made of kiln__sys.pread calls, one an iovec, ending at the first that fails or comes
+ * back short: a test that fakes pread sets kiln__sys.preadv to this so gathered reads
+ * (src/io/engine.c) meet its faults too. */
+ssize_t kt_preadv_by_pread(int fd, const struct iovec *iov, int iovcnt, off_t off);
 
 /* Read golden/<name>.hex (hex pairs, '#' comments). Aborts the test on error. */
 blob load_golden(const char *name);

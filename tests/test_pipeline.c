@@ -675,11 +675,12 @@ Test(pipeline, failures_release_everything)
 	kiln_model_close(m);
 }
 
-/* EIO on the Nth pread: the load ends with IO naming the file, every thread returns. */
+/* EIO from the Nth pread on (a gathered read that fails is read again a chunk at a time): the
+ * load ends with IO naming the file, every thread returns. */
 static long preads, fail_at;
 static ssize_t eio_pread(int fd, void *buf, size_t len, off_t off)
 {
-	if (__atomic_add_fetch(&preads, 1, __ATOMIC_SEQ_CST) == fail_at) {
+	if (__atomic_add_fetch(&preads, 1, __ATOMIC_SEQ_CST) >= fail_at) {
 		errno = EIO;
 		return -1;
 	}
@@ -693,6 +694,7 @@ Test(pipeline, a_failing_read)
 		preads = 0;
 		fail_at = 7;
 		kiln__sys.pread = eio_pread;
+		kiln__sys.preadv = kt_preadv_by_pread;
 		kiln_load_options o = {.size = sizeof(o),
 				       .threads = threads,
 				       .engine = KILN_ENGINE_PREAD,

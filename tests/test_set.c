@@ -518,6 +518,7 @@ Test(set, a_read_failure_names_its_file)
 	for (unsigned src = KILN_SOURCE_READ; src <= KILN_SOURCE_URING; src++)
 		for (int k = 0; k < 2; k++) {
 			kiln__sys.pread = eio_pread;
+			kiln__sys.preadv = kt_preadv_by_pread;
 			kiln__sys.uring_result = eio_result;
 			kiln_open_options o = {.source = src, .threads = threads[k]};
 			kiln_model *m = (kiln_model *)1;

@@ -3,7 +3,9 @@
  * The one-call stream forms: kiln_tensor_read (one tensor through the stream engine) and
  * kiln_model_read_all (every byte of the block, for finding unreadable sectors). Every source gives
  * the writer's bytes; argument errors, cancellation, and EIO injected through src/base/sys.h at a
- * known offset, for both engines.
+ * known offset, for both engines; pread's gathered calls (neighbouring chunks in one preadv):
+ * counted, bounded by their window and gap, and finished or read again chunk by chunk when a call
+ * comes back short or fails.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -342,6 +344,7 @@ Test(read_all, an_unreadable_sector_is_io_at_its_offset)
 	uint64_t chunk_start = bad_byte / 65536 * 65536; /* chunks sit at multiples of their size */
 	for (unsigned engine = KILN_ENGINE_URING; engine <= KILN_ENGINE_PREAD; engine++) {
 		kiln__sys.pread = eio_pread;
+		kiln__sys.preadv = kt_preadv_by_pread;
 		kiln__sys.uring_result = eio_result;
 		struct cover v = cover_new();
 		kiln_stream_options o = {.engine = engine,
@@ -370,4 +373,175 @@ Test(read_all, an_unreadable_sector_is_io_at_its_offset)
 	cr_assert_eq(kiln_model_read_all(dir, NULL, &res, NULL), 0);
 	cr_assert_eq(res.bytes, file.len);
 	kiln_model_close(dir);
+}
+
+/* --- gathered reads ---------------------------------------------------------------------------
+ * Buffered pread into the caller's memory reads neighbouring chunks of one window with one
+ * preadv (src/io/engine.c, run_preadv). A file of 40 tensors of 1000 bytes (24 bytes of padding
+ * after each), but the 21st of 8192, so that leaving it out leaves a gap wider than the 4 KiB a
+ * call reads through. */
+#define GN   40
+#define GBIG 20
+static uint8_t *gdata[GN];
+static blob gfile;
+static char *gpath;
+static long n_preadv, n_pread, preadv_max_bytes, short_to;
+static int preadv_errno;
+
+static ssize_t count_pread(int fd, void *buf, size_t len, off_t off)
+{
+	n_pread++;
+	return pread(fd, buf, len, off);
+}
+
+/* Counts calls and the bytes each asks for; short_to cuts a call short, preadv_errno fails it. */
+static ssize_t count_preadv(int fd, const struct iovec *iov, int n, off_t off)
+{
+	n_preadv++;
+	long want = 0;
+	for (int i = 0; i < n; i++)
+		want += (long)iov[i].iov_len;
+	if (want > preadv_max_bytes)
+		preadv_max_bytes = want;
+	if (preadv_errno) {
+		errno = preadv_errno;
+		return -1;
+	}
+	if (short_to) {
+		struct iovec cut[256];
+		long left = short_to;
+		int k = 0;
+		for (; k < n && left > 0 && k < 256; k++) {
+			cut[k] = iov[k];
+			if ((long)cut[k].iov_len > left)
+				cut[k].iov_len = (size_t)left;
+			left -= (long)cut[k].iov_len;
+		}
+		return preadv(fd, cut, k, off);
+	}
+	return preadv(fd, iov, n, off);
+}
+
+static void make_gathered(void)
+{
+	kiln_tensor_spec s[GN];
+	uint64_t x = 11;
+	for (int i = 0; i < GN; i++) {
+		uint64_t len = i == GBIG ? 8192 : 1000;
+		gdata[i] = malloc(len);
+		fill_random(gdata[i], len, &x);
+		s[i] = (kiln_tensor_spec){
+		    .dtype = KILN_DT_U8, .rank = 1, .shape = {len}, .data = gdata[i]};
+	}
+	gfile = build(s, GN);
+	gpath = write_temp(gfile.p, gfile.len);
+}
+
+static void drop_gathered(void)
+{
+	kiln__sys = kiln__sys_default;
+	unlink(gpath);
+	free(gpath);
+	blob_free(&gfile);
+	for (int i = 0; i < GN; i++)
+		free(gdata[i]);
+}
+
+TestSuite(gathered, .init = make_gathered, .fini = drop_gathered);
+
+/* Stream `list` (NULL: every tensor) with pread and chunk_size `chunk`, counting the calls; every
+ * tensor's bytes checked. */
+static kiln_stream_result gather_stream(const uint64_t *list, size_t count, uint32_t chunk)
+{
+	kiln_model *m;
+	kiln_error err;
+	kiln_open_options oo = {.source = KILN_SOURCE_MMAP};
+	cr_assert_eq(kiln_model_open(gpath, &oo, &m, &err), 0, "%s", err.message);
+	size_t n = list ? count : GN;
+	void *dst[GN];
+	for (size_t i = 0; i < n; i++)
+		dst[i] = calloc(1, 8192);
+	n_preadv = n_pread = preadv_max_bytes = 0;
+	kiln__sys.pread = count_pread;
+	kiln__sys.preadv = count_preadv;
+	kiln_stream_options o = {.engine = KILN_ENGINE_PREAD, .chunk_size = chunk};
+	kiln_stream_result res;
+	int rc = kiln_stream(m, list, n, dst, &o, &res, &err);
+	kiln__sys = kiln__sys_default;
+	cr_assert_eq(rc, 0, "%s", err.message);
+	cr_assert_eq(res.engine, KILN_ENGINE_PREAD);
+	for (size_t i = 0; i < n; i++) {
+		uint64_t t = list ? list[i] : i;
+		cr_assert_eq(memcmp(dst[i], gdata[t], t == GBIG ? 8192 : 1000), 0, "tensor %llu",
+			     (unsigned long long)t);
+		free(dst[i]);
+	}
+	kiln_model_close(m);
+	return res;
+}
+
+Test(gathered, neighbours_in_one_call)
+{
+	kiln_stream_result res = gather_stream(NULL, 0, 1u << 20);
+	cr_assert_eq(n_preadv, 1, "47 KiB of neighbours in a 1 MiB window: %ld calls", n_preadv);
+	cr_assert_eq(n_pread, 0);
+	cr_assert_eq(res.chunks, GN, "each tensor still lands as its own chunk");
+	cr_assert_eq(res.retries, 0);
+}
+
+Test(gathered, a_wide_gap_or_a_step_back_starts_a_new_call)
+{
+	uint64_t list[GN - 1];
+	for (uint64_t i = 0, k = 0; i < GN; i++)
+		if (i != GBIG)
+			list[k++] = i;
+	gather_stream(list, GN - 1, 1u << 20);
+	cr_assert_eq(n_preadv, 2, "8 KiB left out between two runs: %ld calls", n_preadv);
+	for (uint64_t i = 0; i < GN; i++)
+		list[i < GN - 1 ? i : 0] = GN - 1 - i; /* first GN - 1 of the reverse order */
+	gather_stream(list, GN - 1, 1u << 20);
+	cr_assert_eq(n_preadv, GN - 1, "backwards, every tensor is a call: %ld", n_preadv);
+}
+
+Test(gathered, a_call_stays_in_its_window)
+{
+	/* 4 KiB chunks: one call for each 4 KiB window of the file that payload bytes touch. */
+	kiln_model *m;
+	cr_assert_eq(kiln_model_open(gpath, NULL, &m, NULL), 0);
+	uint64_t windows = 0, last = UINT64_MAX;
+	for (uint64_t i = 0; i < GN; i++) {
+		const kiln_tensor *t = kiln_model_tensor(m, i);
+		for (uint64_t w = t->file_offset / 4096;
+		     w <= (t->file_offset + t->byte_length - 1) / 4096; w++)
+			if (w != last)
+				windows++, last = w;
+	}
+	kiln_model_close(m);
+	gather_stream(NULL, 0, 4096);
+	cr_assert_eq(n_preadv, (long)windows, "%ld calls for %llu windows", n_preadv,
+		     (unsigned long long)windows);
+	cr_assert_leq(preadv_max_bytes, 4096);
+}
+
+Test(gathered, a_short_call_is_finished_chunk_by_chunk)
+{
+	short_to = 2500; /* ends in the third tensor */
+	kiln_stream_result res = gather_stream(NULL, 0, 1u << 20);
+	short_to = 0;
+	cr_assert_gt(res.retries, 0, "the rest of the cut chunk is asked for again");
+	cr_assert_gt(n_pread, 0);
+	cr_assert_lt(n_pread, GN, "what the call brought is not read again");
+}
+
+Test(gathered, a_failed_call_is_read_again_chunk_by_chunk)
+{
+	/* An error names the chunk it is in (read_all's unreadable sector test); one that only the
+	 * gathered call met is no error. EINTR the same way. */
+	int errs[] = {EIO, EINTR};
+	for (int i = 0; i < 2; i++) {
+		preadv_errno = errs[i];
+		gather_stream(NULL, 0, 1u << 20);
+		preadv_errno = 0;
+		cr_assert_eq(n_pread, GN, "errno %d: each chunk read on its own", errs[i]);
+	}
 }

@@ -62,6 +62,7 @@ static uint64_t sys_mem_available(void)
 const struct kiln__sys kiln__sys_default = {
     .open = sys_open,
     .pread = pread,
+    .preadv = preadv,
     .mlock = mlock,
     .mmap = mmap,
     .mem_available = sys_mem_available,
@@ -76,6 +77,7 @@ const struct kiln__sys kiln__sys_default = {
 struct kiln__sys kiln__sys = {
     .open = sys_open,
     .pread = pread,
+    .preadv = preadv,
     .mlock = mlock,
     .mmap = mmap,
     .mem_available = sys_mem_available,

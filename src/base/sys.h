@@ -11,10 +11,13 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 struct kiln__sys {
 	int (*open)(const char *path, int flags);
 	ssize_t (*pread)(int fd, void *buf, size_t len, off_t off);
+	/* Buffered reads of neighbouring chunks in one call (src/io/engine.c). */
+	ssize_t (*preadv)(int fd, const struct iovec *iov, int iovcnt, off_t off);
 	int (*mlock)(const void *addr, size_t len);
 	/* mmap of a file (the MMAP source): tests refuse it as a file system without mmap does. */
 	void *(*mmap)(void *addr, size_t len, int prot, int flags, int fd, off_t off);
