@@ -60,7 +60,9 @@ enum kiln_stream_engine {
 	 * unavailable. kiln_stream_result.engine says which ran. */
 	KILN_ENGINE_AUTO = 0,
 	KILN_ENGINE_URING = 1, /* io_uring; still falls back, and says so in the result */
-	KILN_ENGINE_PREAD = 2  /* plain pread, one request at a time */
+	/* plain pread, one request at a time (neighbouring chunks of one chunk-sized window, at
+	 * most 4 KiB apart, in one preadv when they land in the caller's memory) */
+	KILN_ENGINE_PREAD = 2
 };
 
 enum kiln_stream_flags {
