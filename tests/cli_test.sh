@@ -257,6 +257,9 @@ expect 0 "$KLNT" check "$TMP/gen.klnt"
 expect 0 "$KLNT" inspect "$TMP/gen.klnt"
 has "$TMP/out" "blk.4.ffn_up.weight"
 has "$TMP/out" "block axis=1 group=32"
+# its Q4_K blocks carry the code kiln gives GGUF's Q4_K (4096 + 12), so converters know them
+grep -Eq "opaque\(4108\) .* Q4_K bs=144 +\"blk\.0\.ffn_down\.weight\"" "$TMP/out" && ok ||
+	bad "gen's Q4_K tensor: $(grep ffn_down "$TMP/out" | head -1)"
 "$KLNT" gen "$TMP/gen2.klnt" --tensors 40 --bytes 2M --no-sync --no-digests
 cmp -s "$TMP/gen.klnt" "$TMP/gen2.klnt" && ok || bad "gen is not deterministic"
 expect 0 "$KLNT" gen "$TMP/gend.klnt" --tensors 40 --bytes 2M --no-sync

@@ -20,10 +20,10 @@ static const char usage[] =
     "laid out like a transformer checkpoint: token_embd.weight, then per layer\n"
     "blk.L.attn_norm.weight (f32), blk.L.attn_qkv.weight (f16), blk.L.attn_output.weight\n"
     "(bf16), blk.L.ffn_up.weight (e2m1, block-quantized along its last axis in groups of 32)\n"
-    "with blk.L.ffn_up.scale (e8m0), blk.L.ffn_down.weight (opaque dtype 4097, layout Q4_K,\n"
-    "144-byte blocks) and blk.L.ffn_norm.weight (f32), then output_norm.weight. Payload bytes\n"
-    "are pseudo-random (from --seed), streamed to disk, never held in memory. On a terminal,\n"
-    "progress is shown on stderr.\n"
+    "with blk.L.ffn_up.scale (e8m0), blk.L.ffn_down.weight (opaque dtype 4108, layout Q4_K,\n"
+    "144-byte blocks: GGUF's Q4_K as kiln imports it) and blk.L.ffn_norm.weight (f32), then\n"
+    "output_norm.weight. Payload bytes are pseudo-random (from --seed), streamed to disk,\n"
+    "never held in memory. On a terminal, progress is shown on stderr.\n"
     "\n"
     "SIZE takes a suffix: K, M, G (powers of 1024; KiB, MiB, GiB also accepted).\n"
     "\n"
@@ -332,10 +332,13 @@ static int run(const struct klnt_cmd *cmd, int argc, char **argv)
 			/* Layout names share the heap's 16-bit offsets with the tensor names: once
 			 * they would not fit, the remaining ffn_down weights are plain f16. */
 			if (names_total + layouts + 4 <= 0xFFFF) {
-				s->dtype = 4097;
-				s->layout = "Q4_K";
-				s->layout_len = 4;
-				s->block_size = 144;
+				/* The code kiln gives GGUF's Q4_K (4096 + its ggml id), so the
+				 * converters know it: `klnt export --to gguf` takes it as Q4_K. */
+				const kiln_ggml_type *q4k = kiln_ggml_type_by_name("Q4_K");
+				s->dtype = (uint16_t)(KILN_DT_OPAQUE_MIN + q4k->id);
+				s->layout = q4k->name;
+				s->layout_len = (uint16_t)strlen(q4k->name);
+				s->block_size = q4k->block_bytes;
 				s->byte_length = rows * row_bytes(k);
 				layouts += 4;
 			} else {
