@@ -545,3 +545,39 @@ Test(gathered, a_failed_call_is_read_again_chunk_by_chunk)
 		cr_assert_eq(n_pread, GN, "errno %d: each chunk read on its own", errs[i]);
 	}
 }
+
+Test(gathered, chunks_checked_as_they_land_are_read_one_a_call)
+{
+	/* With digests to check, each chunk is hashed right behind its own read: nothing gathered.
+	 */
+	kiln_model *m;
+	kiln_error err;
+	cr_assert_eq(kiln_model_open(gpath, NULL, &m, &err), 0, "%s", err.message);
+	kiln_digest_options d = {.size = sizeof(d), .chunk_log2 = 12};
+	cr_assert_eq(kiln_model_write_digests(m, &d, NULL, &err), 0, "%s", err.message);
+	kiln_model_close(m);
+	kiln_open_options oo = {.flags = KILN_OPEN_DIRECTORY_ONLY | KILN_OPEN_VERIFY_DIGESTS};
+	cr_assert_eq(kiln_model_open(gpath, &oo, &m, &err), 0, "%s", err.message);
+	void *dst[GN];
+	for (size_t i = 0; i < GN; i++)
+		dst[i] = calloc(1, 8192);
+	n_preadv = n_pread = 0;
+	kiln__sys.pread = count_pread;
+	kiln__sys.preadv = count_preadv;
+	kiln_stream_options o = {.engine = KILN_ENGINE_PREAD, .chunk_size = 1u << 20};
+	kiln_stream_result res;
+	int rc = kiln_stream(m, NULL, GN, dst, &o, &res, &err);
+	kiln__sys = kiln__sys_default;
+	cr_assert_eq(rc, 0, "%s", err.message);
+	cr_assert_eq(n_preadv, 0, "checked reads gathered into %ld calls", n_preadv);
+	cr_assert_geq(n_pread, GN);
+	for (size_t i = 0; i < GN; i++) {
+		cr_assert_eq(memcmp(dst[i], gdata[i], i == GBIG ? 8192 : 1000), 0);
+		free(dst[i]);
+	}
+	kiln_model_close(m);
+	char *side = NULL;
+	cr_assert_neq(asprintf(&side, "%s.kiln-digest", gpath), -1);
+	unlink(side);
+	free(side);
+}

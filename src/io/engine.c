@@ -424,10 +424,19 @@ static void run_memory(struct run *r)
 	}
 }
 
+/* Whether buffered reads are gathered: not into staging buffers (a chunk a buffer), not under
+ * O_DIRECT, and not when each chunk's bytes are hashed as they land (the landed hook): there a
+ * call a chunk keeps the hash right behind its copy, where a window read first and hashed after
+ * measured 3-6 % slower checked loads (docs/benchmarks.md). */
+static int gathers(const struct kiln__io *io)
+{
+	return !io->staging && !io->direct && !io->landed;
+}
+
 /* Buffered reads: gathered into the caller's memory, else a chunk at a time. */
 static void run_buffered(struct run *r)
 {
-	if (r->io->staging || r->dfds) {
+	if (!gathers(r->io)) {
 		run_pread(r);
 		return;
 	}
@@ -703,11 +712,9 @@ int kiln__io_run(struct kiln__io *io, const struct kiln__range *ranges, size_t n
 		engine = KILN_ENGINE_PREAD;
 	/* Through a source, one batch is one round of its requests: as many chunks as go together
 	 * (they land in their destinations; nothing is held per slot). */
-	/* Buffered pread into the caller's memory gathers neighbouring chunks (run_preadv). */
-	int gathered = !io->staging && !io->direct && !io->read_spans && !in_memory;
 	r.nslots = io->read_spans                ? (io->qd > READER_BATCH ? io->qd : READER_BATCH)
 		   : engine != KILN_ENGINE_PREAD ? io->qd
-		   : gathered                    ? GATHER_MAX
+		   : gathers(io)                 ? GATHER_MAX
 						 : 1;
 	if (io->staging && r.nslots > io->nstaging)
 		r.nslots = io->nstaging;
