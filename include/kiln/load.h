@@ -61,7 +61,7 @@ enum kiln_stream_engine {
 	KILN_ENGINE_AUTO = 0,
 	KILN_ENGINE_URING = 1, /* io_uring; still falls back, and says so in the result */
 	/* plain pread, one request at a time (neighbouring chunks of one chunk-sized window, at
-	 * most 4 KiB apart, in one preadv when they land in the caller's memory) */
+	 * most 4 KiB apart, in one preadv when they land in the caller's memory unchecked) */
 	KILN_ENGINE_PREAD = 2
 };
 
