@@ -377,10 +377,10 @@ Test(read_all, an_unreadable_sector_is_io_at_its_offset)
 
 /* --- gathered reads ---------------------------------------------------------------------------
  * Buffered pread into the caller's memory reads neighbouring chunks of one window with one
- * preadv (src/io/engine.c, run_preadv). A file of 40 tensors of 1000 bytes (24 bytes of padding
- * after each), but the 21st of 8192, so that leaving it out leaves a gap wider than the 4 KiB a
- * call reads through. */
-#define GN   40
+ * preadv (src/io/engine.c, run_preadv), at most 64 a call. A file of 100 tensors of 1000 bytes
+ * (24 bytes of padding after each), but the 21st of 8192, so that leaving it out leaves a gap
+ * wider than the 4 KiB a call reads through. */
+#define GN   100
 #define GBIG 20
 static uint8_t *gdata[GN];
 static blob gfile;
@@ -483,7 +483,10 @@ static kiln_stream_result gather_stream(const uint64_t *list, size_t count, uint
 Test(gathered, neighbours_in_one_call)
 {
 	kiln_stream_result res = gather_stream(NULL, 0, 1u << 20);
-	cr_assert_eq(n_preadv, 1, "47 KiB of neighbours in a 1 MiB window: %ld calls", n_preadv);
+	cr_assert_eq(n_preadv, 2,
+		     "107 KiB of neighbours in a 1 MiB window, at most 64 chunks a "
+		     "call: %ld calls",
+		     n_preadv);
 	cr_assert_eq(n_pread, 0);
 	cr_assert_eq(res.chunks, GN, "each tensor still lands as its own chunk");
 	cr_assert_eq(res.retries, 0);
@@ -491,16 +494,17 @@ Test(gathered, neighbours_in_one_call)
 
 Test(gathered, a_wide_gap_or_a_step_back_starts_a_new_call)
 {
+	/* Tensors 0-19 and 21-99 in 1 MiB: calls of 20 chunks, then 64, then 15. */
 	uint64_t list[GN - 1];
 	for (uint64_t i = 0, k = 0; i < GN; i++)
 		if (i != GBIG)
 			list[k++] = i;
 	gather_stream(list, GN - 1, 1u << 20);
-	cr_assert_eq(n_preadv, 2, "8 KiB left out between two runs: %ld calls", n_preadv);
-	for (uint64_t i = 0; i < GN; i++)
-		list[i < GN - 1 ? i : 0] = GN - 1 - i; /* first GN - 1 of the reverse order */
-	gather_stream(list, GN - 1, 1u << 20);
-	cr_assert_eq(n_preadv, GN - 1, "backwards, every tensor is a call: %ld", n_preadv);
+	cr_assert_eq(n_preadv, 3, "8 KiB left out between two runs: %ld calls", n_preadv);
+	for (uint64_t i = 0; i < 30; i++)
+		list[i] = 29 - i; /* tensors 29, 28, ..., 0 */
+	gather_stream(list, 30, 1u << 20);
+	cr_assert_eq(n_preadv, 30, "backwards, every tensor is a call: %ld", n_preadv);
 }
 
 Test(gathered, a_call_stays_in_its_window)
@@ -525,12 +529,12 @@ Test(gathered, a_call_stays_in_its_window)
 
 Test(gathered, a_short_call_is_finished_chunk_by_chunk)
 {
-	short_to = 2500; /* ends in the third tensor */
+	short_to = 2500; /* each call ends in its third tensor */
 	kiln_stream_result res = gather_stream(NULL, 0, 1u << 20);
 	short_to = 0;
-	cr_assert_gt(res.retries, 0, "the rest of the cut chunk is asked for again");
-	cr_assert_gt(n_pread, 0);
-	cr_assert_lt(n_pread, GN, "what the call brought is not read again");
+	cr_assert_eq(res.retries, 2, "one retry a call cut short: %llu",
+		     (unsigned long long)res.retries);
+	cr_assert_eq(n_pread, GN - 4, "what the calls brought (two chunks each) is not read again");
 }
 
 Test(gathered, a_failed_call_is_read_again_chunk_by_chunk)
@@ -540,10 +544,48 @@ Test(gathered, a_failed_call_is_read_again_chunk_by_chunk)
 	int errs[] = {EIO, EINTR};
 	for (int i = 0; i < 2; i++) {
 		preadv_errno = errs[i];
-		gather_stream(NULL, 0, 1u << 20);
+		kiln_stream_result res = gather_stream(NULL, 0, 1u << 20);
 		preadv_errno = 0;
 		cr_assert_eq(n_pread, GN, "errno %d: each chunk read on its own", errs[i]);
+		cr_assert_eq(res.retries, 2, "errno %d: one retry a failed call", errs[i]);
 	}
+}
+
+static int cancel_third(void *ctx, const kiln_chunk *c)
+{
+	(void)c;
+	return ++*(int *)ctx == 3;
+}
+
+Test(gathered, a_stop_in_a_callback_ends_the_call_there)
+{
+	/* Every chunk of the call is in place before the first callback; none is told of after the
+	 * third's said stop, and nothing more is read. */
+	kiln_model *m;
+	kiln_error err;
+	kiln_open_options oo = {.source = KILN_SOURCE_MMAP};
+	cr_assert_eq(kiln_model_open(gpath, &oo, &m, &err), 0, "%s", err.message);
+	void *dst[GN];
+	for (size_t i = 0; i < GN; i++)
+		dst[i] = calloc(1, 8192);
+	int seen = 0;
+	n_preadv = n_pread = 0;
+	kiln__sys.pread = count_pread;
+	kiln__sys.preadv = count_preadv;
+	kiln_stream_options o = {.engine = KILN_ENGINE_PREAD,
+				 .chunk_size = 1u << 20,
+				 .on_chunk = cancel_third,
+				 .ctx = &seen};
+	kiln_stream_result res;
+	int rc = kiln_stream(m, NULL, GN, dst, &o, &res, &err);
+	kiln__sys = kiln__sys_default;
+	cr_assert_eq(rc, KILN_CANCELED, "%s", err.message);
+	cr_assert_eq(seen, 3, "callbacks after the stop: %d", seen - 3);
+	cr_assert_eq(n_preadv, 1, "no call after the stop");
+	cr_assert_eq(n_pread, 0);
+	for (size_t i = 0; i < GN; i++)
+		free(dst[i]);
+	kiln_model_close(m);
 }
 
 Test(gathered, chunks_checked_as_they_land_are_read_one_a_call)

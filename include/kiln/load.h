@@ -46,8 +46,9 @@ typedef struct kiln_chunk {
 
 /* Called once per landed chunk, on the thread that called the streaming function, before it
  * returns. With io_uring chunks land in completion order: no order is promised, across tensors
- * or within one. With pread they come in request order. Return 0 to go on, nonzero to stop: the
- * stream waits for the reads in flight and returns CANCELED. */
+ * or within one. With pread they come in request order (the chunks of one window may all be in
+ * place before the first of them is told of: destinations must not overlap). Return 0 to go on,
+ * nonzero to stop: the stream waits for the reads in flight and returns CANCELED. */
 typedef int (*kiln_chunk_fn)(void *ctx, const kiln_chunk *chunk);
 
 /* Staging mode: called before staging buffer `buffer` is filled again, so an asynchronous copy

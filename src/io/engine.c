@@ -342,12 +342,13 @@ static void run_pread(struct run *r)
 /*
  * Buffered pread into the caller's memory, neighbours together: the chunks of one file that lie
  * within one chunk-sized window of it, in order and at most GATHER_GAP bytes apart, are read
- * with one preadv (the bytes between them into a scratch buffer). Read a tensor at a time, a
- * file of 3.5 MiB tensors reached the disk in requests of 2.9 MiB where plain 16 MiB reads made
- * 3.9 MiB ones, and loaded cold at 0.90x their speed (docs/benchmarks.md, "Cold: kiln_load
- * against plain pread"). A call that fails or comes back short leaves each chunk to run_pread's
- * own retries from where its bytes stopped, so errors, EINTR and a file that ended read as they
- * do a chunk at a time.
+ * with one preadv (the bytes between them into a scratch buffer). A chunk never crosses a
+ * tensor, so a file of small tensors was a system call a tensor: warm, kiln_load of 20,000
+ * tensors ran at 0.84-0.90x two plain threads, gathered at 0.98-1.01x (docs/benchmarks.md,
+ * "Neighbouring chunks in one call"). Callbacks still come a chunk at a time, in order, each once
+ * its chunk is in place. A call that fails or comes back short counts one retry and leaves each
+ * chunk to be read on its own from where its bytes stopped, so errors (named by their chunk),
+ * EINTR and a file that ended read as they do a chunk at a time.
  */
 #define GATHER_MAX 64u   /* chunks in one call */
 #define GATHER_GAP 4096u /* bytes between two chunks read and thrown away */
@@ -397,6 +398,8 @@ static void run_preadv(struct run *r, uint8_t *gap)
 			pos = s->off + s->len;
 		}
 		ssize_t got = kiln__sys.preadv(r->slots[0].fd, iov, n, (off_t)r->slots[0].off);
+		if (got < 0 || (uint64_t)got < pos - r->slots[0].off)
+			r->io->res.retries++; /* the rest asked for again, a chunk at a time */
 		for (uint32_t i = 0; i < k; i++) {
 			struct slot *s = &r->slots[i];
 			uint64_t into = s->off - r->slots[0].off, have = 0;
@@ -404,10 +407,10 @@ static void run_preadv(struct run *r, uint8_t *gap)
 				have =
 				    (uint64_t)got - into < s->len ? (uint64_t)got - into : s->len;
 			int again = 1;
-			if (have)
+			if (have == s->len || r->stop) /* landed; or released, once stopped */
 				again = complete(r, s, (ssize_t)have);
-			else if (r->stop) /* an earlier chunk failed: this one is only released */
-				again = complete(r, s, 0);
+			else
+				s->done = have; /* counted above: the rest is read on its own */
 			while (again)
 				again = complete(r, s, do_pread(s));
 		}
@@ -424,19 +427,20 @@ static void run_memory(struct run *r)
 	}
 }
 
-/* Whether buffered reads are gathered: not into staging buffers (a chunk a buffer), not under
- * O_DIRECT, and not when each chunk's bytes are hashed as they land (the landed hook): there a
+/* Whether buffered reads are gathered: not into staging buffers (a chunk a buffer), not on
+ * O_DIRECT descriptors (once open_direct has run: a file system that refuses them reads
+ * buffered), and not when each chunk's bytes are hashed as they land (the landed hook): there a
  * call a chunk keeps the hash right behind its copy, where a window read first and hashed after
  * measured 3-6 % slower checked loads (docs/benchmarks.md). */
-static int gathers(const struct kiln__io *io)
+static int gathers(const struct run *r)
 {
-	return !io->staging && !io->direct && !io->landed;
+	return !r->io->staging && !r->dfds && !r->io->landed;
 }
 
 /* Buffered reads: gathered into the caller's memory, else a chunk at a time. */
 static void run_buffered(struct run *r)
 {
-	if (!gathers(r->io)) {
+	if (!gathers(r)) {
 		run_pread(r);
 		return;
 	}
@@ -714,7 +718,7 @@ int kiln__io_run(struct kiln__io *io, const struct kiln__range *ranges, size_t n
 	 * (they land in their destinations; nothing is held per slot). */
 	r.nslots = io->read_spans                ? (io->qd > READER_BATCH ? io->qd : READER_BATCH)
 		   : engine != KILN_ENGINE_PREAD ? io->qd
-		   : gathers(io)                 ? GATHER_MAX
+		   : gathers(&r)                 ? GATHER_MAX
 						 : 1;
 	if (io->staging && r.nslots > io->nstaging)
 		r.nslots = io->nstaging;
