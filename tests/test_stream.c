@@ -9,6 +9,7 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 
 #include "helpers.h"
 #include "base/sys.h"
+#include "io/engine.h"
 
 #define NT 7
 static uint8_t *data[NT];
@@ -622,4 +624,47 @@ Test(gathered, chunks_checked_as_they_land_are_read_one_a_call)
 	cr_assert_neq(asprintf(&side, "%s.kiln-digest", gpath), -1);
 	unlink(side);
 	free(side);
+}
+
+/* The engine itself (src/io/engine.h), for the cases a model's reads rarely make: two files
+ * whose ranges lie within 4 KiB forward of each other, an empty range between neighbours, the
+ * same bytes to two places. Both files are the gathered test's file. */
+static int engine_reads(const struct kiln__range *g, size_t n)
+{
+	int fds[2] = {open(gpath, O_RDONLY | O_CLOEXEC), open(gpath, O_RDONLY | O_CLOEXEC)};
+	cr_assert(fds[0] >= 0 && fds[1] >= 0);
+	struct kiln__io io = {
+	    .fds = fds, .nfds = 2, .chunk = 1u << 20, .qd = 4, .engine = KILN_ENGINE_PREAD};
+	n_preadv = n_pread = 0;
+	kiln__sys.pread = count_pread;
+	kiln__sys.preadv = count_preadv;
+	kiln_error err;
+	int rc = kiln__io_run(&io, g, n, &err);
+	kiln__sys = kiln__sys_default;
+	cr_assert_eq(rc, 0, "%s", err.message);
+	for (size_t i = 0; i < n; i++)
+		cr_assert_eq(memcmp(g[i].dst, gfile.p + g[i].off, (size_t)g[i].len), 0, "range %zu",
+			     i);
+	close(fds[0]);
+	close(fds[1]);
+	return (int)io.res.chunks;
+}
+
+Test(gathered, another_file_an_empty_range_and_the_same_bytes_twice)
+{
+	uint8_t a[1000], b[1000], c[1000];
+	/* Another file 100 bytes on: a call of its own. */
+	struct kiln__range g[3] = {{.off = 0, .len = 1000, .dst = a, .file = 0},
+				   {.off = 1100, .len = 1000, .dst = b, .file = 1}};
+	cr_assert_eq(engine_reads(g, 2), 2);
+	cr_assert_eq(n_preadv, 2, "two files: %ld calls", n_preadv);
+	/* An empty range between two neighbours: passed over, one call. */
+	g[1] = (struct kiln__range){.off = 1000, .len = 0, .dst = b, .file = 0};
+	g[2] = (struct kiln__range){.off = 1024, .len = 1000, .dst = c, .file = 0};
+	cr_assert_eq(engine_reads(g, 3), 2);
+	cr_assert_eq(n_preadv, 1, "an empty range between: %ld calls", n_preadv);
+	/* The same bytes to two places: a call each, both filled. */
+	g[1] = (struct kiln__range){.off = 0, .len = 1000, .dst = b, .file = 0};
+	cr_assert_eq(engine_reads(g, 2), 2);
+	cr_assert_eq(n_preadv, 2, "the same bytes twice: %ld calls", n_preadv);
 }
