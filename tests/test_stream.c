@@ -451,6 +451,38 @@ static void drop_gathered(void)
 
 TestSuite(gathered, .init = make_gathered, .fini = drop_gathered);
 
+/* From here until kiln__sys is reset: the file's reads counted through the fakes above. */
+static void count_calls(void)
+{
+	n_preadv = n_pread = preadv_max_bytes = 0;
+	kiln__sys.pread = count_pread;
+	kiln__sys.preadv = count_preadv;
+}
+
+/* kiln_stream of `list` (NULL: every tensor, n of them) into fresh 8 KiB destinations, its reads
+ * counted; the destinations in dst. */
+static int counted_stream(const kiln_model *m, const uint64_t *list, size_t n, void **dst,
+			  const kiln_stream_options *o, kiln_stream_result *res, kiln_error *err)
+{
+	for (size_t i = 0; i < n; i++)
+		dst[i] = calloc(1, 8192);
+	count_calls();
+	int rc = kiln_stream(m, list, n, dst, o, res, err);
+	kiln__sys = kiln__sys_default;
+	return rc;
+}
+
+/* Each destination holds its tensor's bytes; then freed. */
+static void check_and_free(const uint64_t *list, size_t n, void **dst)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint64_t t = list ? list[i] : i;
+		cr_assert_eq(memcmp(dst[i], gdata[t], t == GBIG ? 8192 : 1000), 0, "tensor %llu",
+			     (unsigned long long)t);
+		free(dst[i]);
+	}
+}
+
 /* Stream `list` (NULL: every tensor) with pread and chunk_size `chunk`, counting the calls; every
  * tensor's bytes checked. */
 static kiln_stream_result gather_stream(const uint64_t *list, size_t count, uint32_t chunk)
@@ -461,23 +493,12 @@ static kiln_stream_result gather_stream(const uint64_t *list, size_t count, uint
 	cr_assert_eq(kiln_model_open(gpath, &oo, &m, &err), 0, "%s", err.message);
 	size_t n = list ? count : GN;
 	void *dst[GN];
-	for (size_t i = 0; i < n; i++)
-		dst[i] = calloc(1, 8192);
-	n_preadv = n_pread = preadv_max_bytes = 0;
-	kiln__sys.pread = count_pread;
-	kiln__sys.preadv = count_preadv;
 	kiln_stream_options o = {.engine = KILN_ENGINE_PREAD, .chunk_size = chunk};
 	kiln_stream_result res;
-	int rc = kiln_stream(m, list, n, dst, &o, &res, &err);
-	kiln__sys = kiln__sys_default;
+	int rc = counted_stream(m, list, n, dst, &o, &res, &err);
 	cr_assert_eq(rc, 0, "%s", err.message);
 	cr_assert_eq(res.engine, KILN_ENGINE_PREAD);
-	for (size_t i = 0; i < n; i++) {
-		uint64_t t = list ? list[i] : i;
-		cr_assert_eq(memcmp(dst[i], gdata[t], t == GBIG ? 8192 : 1000), 0, "tensor %llu",
-			     (unsigned long long)t);
-		free(dst[i]);
-	}
+	check_and_free(list, n, dst);
 	kiln_model_close(m);
 	return res;
 }
@@ -568,19 +589,13 @@ Test(gathered, a_stop_in_a_callback_ends_the_call_there)
 	kiln_open_options oo = {.source = KILN_SOURCE_MMAP};
 	cr_assert_eq(kiln_model_open(gpath, &oo, &m, &err), 0, "%s", err.message);
 	void *dst[GN];
-	for (size_t i = 0; i < GN; i++)
-		dst[i] = calloc(1, 8192);
 	int seen = 0;
-	n_preadv = n_pread = 0;
-	kiln__sys.pread = count_pread;
-	kiln__sys.preadv = count_preadv;
 	kiln_stream_options o = {.engine = KILN_ENGINE_PREAD,
 				 .chunk_size = 1u << 20,
 				 .on_chunk = cancel_third,
 				 .ctx = &seen};
 	kiln_stream_result res;
-	int rc = kiln_stream(m, NULL, GN, dst, &o, &res, &err);
-	kiln__sys = kiln__sys_default;
+	int rc = counted_stream(m, NULL, GN, dst, &o, &res, &err);
 	cr_assert_eq(rc, KILN_CANCELED, "%s", err.message);
 	cr_assert_eq(seen, 3, "callbacks after the stop: %d", seen - 3);
 	cr_assert_eq(n_preadv, 1, "no call after the stop");
@@ -603,22 +618,13 @@ Test(gathered, chunks_checked_as_they_land_are_read_one_a_call)
 	kiln_open_options oo = {.flags = KILN_OPEN_DIRECTORY_ONLY | KILN_OPEN_VERIFY_DIGESTS};
 	cr_assert_eq(kiln_model_open(gpath, &oo, &m, &err), 0, "%s", err.message);
 	void *dst[GN];
-	for (size_t i = 0; i < GN; i++)
-		dst[i] = calloc(1, 8192);
-	n_preadv = n_pread = 0;
-	kiln__sys.pread = count_pread;
-	kiln__sys.preadv = count_preadv;
 	kiln_stream_options o = {.engine = KILN_ENGINE_PREAD, .chunk_size = 1u << 20};
 	kiln_stream_result res;
-	int rc = kiln_stream(m, NULL, GN, dst, &o, &res, &err);
-	kiln__sys = kiln__sys_default;
+	int rc = counted_stream(m, NULL, GN, dst, &o, &res, &err);
 	cr_assert_eq(rc, 0, "%s", err.message);
 	cr_assert_eq(n_preadv, 0, "checked reads gathered into %ld calls", n_preadv);
 	cr_assert_geq(n_pread, GN);
-	for (size_t i = 0; i < GN; i++) {
-		cr_assert_eq(memcmp(dst[i], gdata[i], i == GBIG ? 8192 : 1000), 0);
-		free(dst[i]);
-	}
+	check_and_free(NULL, GN, dst);
 	kiln_model_close(m);
 	char *side = NULL;
 	cr_assert_neq(asprintf(&side, "%s.kiln-digest", gpath), -1);
@@ -635,9 +641,7 @@ static int engine_reads(const struct kiln__range *g, size_t n)
 	cr_assert(fds[0] >= 0 && fds[1] >= 0);
 	struct kiln__io io = {
 	    .fds = fds, .nfds = 2, .chunk = 1u << 20, .qd = 4, .engine = KILN_ENGINE_PREAD};
-	n_preadv = n_pread = 0;
-	kiln__sys.pread = count_pread;
-	kiln__sys.preadv = count_preadv;
+	count_calls();
 	kiln_error err;
 	int rc = kiln__io_run(&io, g, n, &err);
 	kiln__sys = kiln__sys_default;
