@@ -711,7 +711,8 @@ static PyObject *model_load(ModelObject *self, PyObject *args, PyObject *kw)
 	lo.inflight_bytes = inflight;
 	lo.dests = arena ? NULL : (void *const *)dests;
 	lo.progress = load_progress;
-	lo.on_ready = load_ready;
+	/* only when asked: without a listener kiln_load reads a run a thread (kiln/load.h) */
+	lo.on_ready = cb.on_ready ? load_ready : NULL;
 	lo.ctx = &cb;
 	lo.device = dev ? dev->device : NULL;
 	lo.place = device_of ? load_place : NULL;
@@ -1110,8 +1111,9 @@ static PyMethodDef model_methods[] = {
      "load(pairs, *, threads=0, direct=False, drop_cache=False, inflight=0, progress=None,\n"
      "on_ready=None, arena=False, device=None, place=None, register=False) -> dict\n"
      "The load pipeline (kiln_load): payloads into caller buffers on reader threads, the GIL\n"
-     "released; pairs: (name, index or Tensor, writable buffer), read and announced in that\n"
-     "order. progress(done, total) in bytes and on_ready(key) run on this thread; an\n"
+     "released; pairs: (name, index or Tensor, writable buffer), announced in that order\n"
+     "(read in it with on_ready; without, each thread reads a contiguous run of the pairs).\n"
+     "progress(done, total) in bytes and on_ready(key) run on this thread; an\n"
      "exception in either stops the load and is raised. arena=True: pairs are keys alone,\n"
      "kiln allocates one block (huge pages where the kernel gives them), and the result's\n"
      "\"capsules\" are DLPack capsules (uint8, 1-D) of each tensor's bytes in it, the block\n"

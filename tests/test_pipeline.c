@@ -5,11 +5,14 @@
  * wrong bytes): every source and format gives the bytes kiln_tensor_copy gives; tensors are
  * announced once each, in the order asked, with their bytes in place; progress is monotone;
  * budgets hold (counted); cancellation and failures (a read, a copy, an allocation) end the load
- * with everything released and nothing written afterwards.
+ * with everything released and nothing written afterwards. Without on_ready each thread reads
+ * a lane of the list, and a thread done with its own takes another's last piece first (seen
+ * through the read calls).
  */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -289,6 +292,126 @@ Test(pipeline, ready_once_each_in_the_order_asked)
 	load_ok(m, some, 3, &o, NULL);
 	cr_assert_eq(s.seen, 3);
 	cr_assert_eq(s.bad, 0);
+	kiln_model_close(m);
+}
+
+/* Where each reader thread starts: its first read waits (up to 5 s) until the other's has
+ * begun, so both first offsets are known whatever the scheduling. */
+static _Atomic int first_arrived;
+static _Atomic uint64_t first_off[2];
+static _Thread_local int first_done;
+static ssize_t first_pread(int fd, void *buf, size_t len, off_t off)
+{
+	if (!first_done) {
+		first_done = 1;
+		int k = atomic_fetch_add(&first_arrived, 1);
+		if (k < 2)
+			atomic_store(&first_off[k], (uint64_t)off);
+		for (int t = 0; t < 5000 && atomic_load(&first_arrived) < 2; t++)
+			usleep(1000);
+	}
+	return kiln__sys_default.pread(fd, buf, len, off);
+}
+
+static void first_reads(const kiln_model *m, int ordered, uint64_t *lo, uint64_t *hi)
+{
+	struct order s = {.m = m, .n = NT};
+	kiln_load_options o = {.size = sizeof(o),
+			       .threads = 2,
+			       .engine = KILN_ENGINE_PREAD,
+			       .inflight_bytes = 2u << 20, /* 1 MiB pieces */
+			       .on_ready = ordered ? on_ready : NULL,
+			       .ctx = &s};
+	void *ptrs[NT];
+	kiln_arena *a = NULL;
+	kiln_error err;
+	atomic_store(&first_arrived, 0);
+	kiln__sys.pread = first_pread;
+	kiln__sys.preadv = kt_preadv_by_pread;
+	int rc = kiln_load(m, NULL, 0, &o, ptrs, &a, NULL, &err);
+	kiln__sys = kiln__sys_default;
+	cr_assert_eq(rc, 0, "%s", err.message);
+	cr_assert_eq(atomic_load(&first_arrived), 2, "two reader threads read");
+	same_bytes(m, NULL, NT, ptrs);
+	kiln_arena_free(a);
+	uint64_t x = atomic_load(&first_off[0]), y = atomic_load(&first_off[1]);
+	*lo = x < y ? x : y;
+	*hi = x < y ? y : x;
+	if (ordered)
+		cr_assert_eq(s.seen, NT);
+}
+
+Test(pipeline, lanes_without_on_ready)
+{
+	/* Nobody waiting on the list's order: each thread reads a contiguous half of it (one run
+	 * for read-ahead), the second starting about halfway through the payload. With on_ready,
+	 * pieces in list order: the second thread starts at the second piece. */
+	kiln_model *m = open_with(KILN_SOURCE_MMAP, 0);
+	uint64_t total = payload_total(m), base = kiln_model_tensor(m, 1)->file_offset, lo, hi;
+	cr_assert_eq(kiln_model_tensor(m, 0)->byte_length, 0, "tensor 1 holds the first byte");
+	first_reads(m, 0, &lo, &hi);
+	cr_assert_eq(lo, base, "the first lane starts at the first byte");
+	cr_assert_geq(hi, base + total / 2 - (1u << 20), "the second lane starts at %llu of %llu",
+		      (unsigned long long)(hi - base), (unsigned long long)total);
+	cr_assert_leq(hi, base + total / 2 + (1u << 20));
+	first_reads(m, 1, &lo, &hi);
+	cr_assert_eq(lo, base);
+	cr_assert_leq(hi, base + (2u << 20), "in list order, the second piece: %llu",
+		      (unsigned long long)(hi - base));
+	kiln_model_close(m);
+}
+
+/* The second lane's thread held in its first read until the other has taken one of its
+ * pieces: the other, its own lane done, takes the last piece of the list first. */
+static _Atomic uint64_t lane2, stolen;
+static _Thread_local int held;
+static ssize_t steal_pread(int fd, void *buf, size_t len, off_t off)
+{
+	if (!first_done) {
+		first_done = 1;
+		held = (uint64_t)off != atomic_load(&first_off[0]);
+		if (held)
+			atomic_store(&lane2, (uint64_t)off);
+		atomic_fetch_add(&first_arrived, 1);
+		for (int t = 0;
+		     t < 5000 && (held ? !atomic_load(&stolen) : atomic_load(&first_arrived) < 2);
+		     t++)
+			usleep(1000);
+	} else if (!held && atomic_load(&lane2) && (uint64_t)off >= atomic_load(&lane2) &&
+		   !atomic_load(&stolen)) {
+		atomic_store(&stolen, (uint64_t)off);
+	}
+	return kiln__sys_default.pread(fd, buf, len, off);
+}
+
+Test(pipeline, lanes_taken_from_the_back)
+{
+	kiln_model *m = open_with(KILN_SOURCE_MMAP, 0);
+	uint64_t total = payload_total(m), base = kiln_model_tensor(m, 1)->file_offset;
+	kiln_load_options o = {.size = sizeof(o),
+			       .threads = 2,
+			       .engine = KILN_ENGINE_PREAD,
+			       .inflight_bytes = 2u << 20};
+	void *ptrs[NT];
+	kiln_arena *a = NULL;
+	kiln_error err;
+	atomic_store(&first_arrived, 0);
+	atomic_store(&first_off[0], base); /* the first lane's start: that reader is not held */
+	atomic_store(&lane2, 0);
+	atomic_store(&stolen, 0);
+	kiln__sys.pread = steal_pread;
+	kiln__sys.preadv = kt_preadv_by_pread;
+	int rc = kiln_load(m, NULL, 0, &o, ptrs, &a, NULL, &err);
+	kiln__sys = kiln__sys_default;
+	cr_assert_eq(rc, 0, "%s", err.message);
+	same_bytes(m, NULL, NT, ptrs);
+	kiln_arena_free(a);
+	uint64_t at = atomic_load(&lane2), got = atomic_load(&stolen);
+	cr_assert_gt(at, base, "the second lane's reader was held");
+	cr_assert_gt(got, 0, "the other thread took a piece of the held one's lane");
+	cr_assert_geq(got, base + total - (1u << 20),
+		      "its first taken piece is the list's last: %llu of %llu",
+		      (unsigned long long)(got - base), (unsigned long long)total);
 	kiln_model_close(m);
 }
 

@@ -243,7 +243,10 @@ typedef struct kiln_load_options {
 	uint32_t chunk_size;
 	uint32_t reserved32;
 	/* Bytes being read at once, all threads together: each thread takes a piece of at most
-	 * inflight_bytes / threads of the list at a time. 0: pieces of 128 MiB. */
+	 * inflight_bytes / threads of the list at a time. 0: pieces of 128 MiB. Pieces are taken
+	 * in list order when on_ready is set; without it each thread reads a contiguous run of
+	 * the list (about 1 / threads of its bytes, front to back) before helping the others
+	 * from their ends, one long run for read-ahead (docs/pipeline.md, "Lanes"). */
 	uint64_t inflight_bytes;
 	/* Staged devices: pinned staging, all threads together (at least two chunks a thread); with
 	 * KILN_LOAD_REGISTER, bytes registered at once (at least a page a thread). 0: 256 MiB. */
@@ -258,7 +261,8 @@ typedef struct kiln_load_options {
 	void *const *dests;
 	/* Called on the calling thread for each tensor once its bytes are in place, in the order
 	 * of the list (tensor k only after 0..k-1), so a runtime can start on the first layers
-	 * while later ones load. Nonzero stops the load (CANCELED). */
+	 * while later ones load. Nonzero stops the load (CANCELED). Setting it makes the
+	 * threads read in list order (inflight_bytes): leave it NULL when only the end counts. */
 	int (*on_ready)(void *ctx, const kiln_ready *r);
 	/* Called on the calling thread every 50 ms or so and at the end. Nonzero: CANCELED. */
 	int (*progress)(void *ctx, const kiln_load_progress *p);

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The load pipeline (kiln_load): the list of tensors cut into pieces of at most
- * inflight_bytes / threads, taken in list order by reader threads, each reading its piece with
+ * inflight_bytes / threads, taken in list order by reader threads (with on_ready; without, from
+ * a contiguous lane of the list each, struct load), each reading its piece with
  * the chunk engine (src/io/engine.c, through kiln__stream_ranges) straight into the destinations,
  * or, for a staged device, into its own pinned buffers that device->copy moves on one lane per
  * buffer; with KILN_LOAD_REGISTER, copy() reads the file's bytes in memory, registered with the
@@ -65,9 +66,13 @@ struct load {
 	/* the pieces: ranges[pstart[p], pstart[p + 1]) */
 	struct kiln__range *ranges;
 	size_t nranges, *pstart, npieces;
+	/* Lanes of pieces, lanes[2l] (the next to take) to lanes[2l + 1] (past the last), under
+	 * lock: one lane, the list in order, when on_ready waits on that order; else one a
+	 * worker, a contiguous run of the list each. */
+	size_t *lanes;
+	uint32_t nlanes;
 	uint64_t total;
 	uint32_t chunk;
-	_Atomic size_t next;
 	_Atomic int stop;
 	_Atomic uint64_t inflight, peak;
 	pthread_mutex_t lock;
@@ -307,15 +312,36 @@ static void drop_cache(const struct load *L, const struct kiln__range *r, size_t
 				  KILN__ADVISE_DONTNEED);
 }
 
+/* The next piece for worker `id`: the front of its own lane, so that its reads run on where
+ * the last piece ended (read-ahead sees one run, as in a plain read of a share of the file);
+ * its lane done, the last piece of the lane with most left, which leaves that lane's run
+ * intact. 0 when none is left. */
+static int take(struct load *L, uint32_t id, size_t *p)
+{
+	pthread_mutex_lock(&L->lock);
+	size_t *own = &L->lanes[2 * (id % L->nlanes)];
+	int got = own[0] < own[1];
+	if (got) {
+		*p = own[0]++;
+	} else {
+		size_t *most = own;
+		for (uint32_t l = 0; l < L->nlanes; l++)
+			if (L->lanes[2 * l + 1] - L->lanes[2 * l] > most[1] - most[0])
+				most = &L->lanes[2 * l];
+		if ((got = most[0] < most[1]))
+			*p = --most[1];
+	}
+	pthread_mutex_unlock(&L->lock);
+	return got;
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
 	struct load *L = w->L;
 	for (;;) {
-		if (atomic_load(&L->stop))
-			break;
-		size_t p = atomic_fetch_add(&L->next, 1);
-		if (p >= L->npieces)
+		size_t p;
+		if (atomic_load(&L->stop) || !take(L, w->id, &p))
 			break;
 		const struct kiln__range *r = &L->ranges[L->pstart[p]];
 		size_t n = L->pstart[p + 1] - L->pstart[p];
@@ -519,6 +545,35 @@ static int destinations(struct load *L, uint32_t ndev, const uint64_t *need, kil
 	return 0;
 }
 
+/* The lanes (struct load). Without on_ready nothing waits on the list's order, and pieces
+ * taken in turn make each thread's reads jump a piece at every piece, restarting read-ahead:
+ * cold, 0.90-0.94x two plain pread streams where contiguous runs reach 0.96-0.98x
+ * (docs/benchmarks.md, "Cold: kiln_load against plain pread"). So each worker gets a lane of
+ * about total / nworkers bytes, cut between pieces. */
+static int lanes(struct load *L, kiln_error *err)
+{
+	L->nlanes = L->o.on_ready || L->nworkers < 2 ? 1 : L->nworkers;
+	L->lanes = calloc(2 * (size_t)L->nlanes, sizeof(*L->lanes));
+	if (!L->lanes)
+		return kiln__nomem(err, 0, NULL);
+	uint64_t sum = 0, bytes = 0;
+	for (size_t i = 0; i < L->nranges; i++)
+		sum += L->ranges[i].len;
+	size_t p = 0;
+	for (uint32_t l = 0; l < L->nlanes; l++) {
+		L->lanes[2 * l] = p;
+		/* to the first piece that starts at or past the lane's share of the bytes */
+		uint64_t upto = sum / L->nlanes * (l + 1);
+		while (p < L->npieces && (l + 1 == L->nlanes || bytes < upto)) {
+			for (size_t i = L->pstart[p]; i < L->pstart[p + 1]; i++)
+				bytes += L->ranges[i].len;
+			p++;
+		}
+		L->lanes[2 * l + 1] = p;
+	}
+	return 0;
+}
+
 /* Where each position goes, the arena when kiln allocates, the pieces. */
 static int plan(struct load *L, void **ptrs, kiln_arena **arena, kiln_load_result *res,
 		kiln_error *err)
@@ -598,7 +653,7 @@ static int plan(struct load *L, void **ptrs, kiln_arena **arena, kiln_load_resul
 	if (L->nranges)
 		L->pstart[++L->npieces] = L->nranges;
 	L->nworkers = threads < L->npieces ? threads : (uint32_t)L->npieces;
-	return 0;
+	return lanes(L, err);
 }
 
 /* Staging for each worker: its share of the pinned budget, at least two chunks. */
@@ -810,6 +865,7 @@ KILN_API int kiln_load(const kiln_model *m, const uint64_t *tensors, size_t coun
 	free(L.remaining);
 	free(L.ranges);
 	free(L.pstart);
+	free(L.lanes);
 	pthread_mutex_destroy(&L.lock);
 	pthread_cond_destroy(&L.cond);
 	res.peak_inflight = atomic_load(&L.peak);
