@@ -293,18 +293,80 @@ for cmd in verify "load --verify"; do
 	*) check "klnt $cmd: the chunk named ($out)" no yes ;;
 	esac
 done
-# From kiln's cache a URL makes no request: its sidecar on the server is not fetched, and a
-# file without a table of its own says so.
+# kiln's cache keeps the server's sidecar of a version with it (URLHASH-VERSIONHASH.EXT.kiln-digest):
+# a check of the cached copy uses it, and catches a byte flipped on the server or in the copy.
 own_cache="$work/own-cache"
 mkdir -p "$own_cache" && chmod 0700 "$own_cache"
+for f in tiny-llama.gguf flip-tl.gguf; do
+	KILN_CACHE_DIR="$own_cache" "$klnt" check "http://127.0.0.1:$http/$f" >/dev/null 2>&1 || true
+done
+check "the cache keeps a sidecar for each of two versions" "$(ls "$own_cache" | grep -c '^[0-9a-f]*-[0-9a-f]*\.gguf\.kiln-digest$')" 2
+rc=0
+out=$(KILN_CACHE_DIR="$own_cache" "$klnt" verify "http://127.0.0.1:$http/tiny-llama.gguf" 2>&1) || rc=$?
+check "klnt verify from the cache: exit status ($out)" "$rc" 0
+case $out in
+*": ok (1 file, "*"xxh3-128 from sidecar"*) check "klnt verify from the cache against the kept sidecar" yes yes ;;
+*) check "klnt verify from the cache against the kept sidecar ($out)" no yes ;;
+esac
+for cmd in verify "load --verify"; do
+	rc=0
+	out=$(KILN_CACHE_DIR="$own_cache" "$klnt" $cmd "http://127.0.0.1:$http/flip-tl.gguf" 2>&1) || rc=$?
+	check "klnt $cmd from the cache of the server's flipped byte: exit status" "$rc" 1
+	case $out in
+	*"flip-tl.gguf: CORRUPT: chunk "*"differs from its digest"*) check "klnt $cmd from the cache: the chunk named" yes yes ;;
+	*) check "klnt $cmd from the cache: the chunk named ($out)" no yes ;;
+	esac
+done
+# A byte flipped in the cached copy itself (the disk under the cache).
+entry=
+for e in $(ls "$own_cache"); do
+	case $e in *-*.gguf) if cmp -s "$own_cache/$e" "$root/tiny-llama.gguf"; then entry=$e; fi ;; esac
+done
+size=$(wc -c <"$own_cache/$entry")
+printf '\377' | dd of="$own_cache/$entry" bs=1 seek=$((size - 5)) conv=notrunc status=none
+rc=0
+out=$(KILN_CACHE_DIR="$own_cache" "$klnt" verify "http://127.0.0.1:$http/tiny-llama.gguf" 2>&1) || rc=$?
+check "a byte flipped in the cached copy: exit status" "$rc" 1
+case $out in
+*"tiny-llama.gguf: CORRUPT: chunk "*"differs from its digest"*) check "a byte flipped in the cached copy is caught" yes yes ;;
+*) check "a byte flipped in the cached copy is caught ($out)" no yes ;;
+esac
+# A symbolic link in the sidecar's place is not followed.
+mv "$own_cache/$entry.kiln-digest" "$work/kept.kiln-digest"
+ln -s "$work/kept.kiln-digest" "$own_cache/$entry.kiln-digest"
+rc=0
+out=$(KILN_CACHE_DIR="$own_cache" "$klnt" verify "http://127.0.0.1:$http/tiny-llama.gguf" 2>&1) || rc=$?
+check "a symlink as the cached sidecar: exit status (a read error)" "$rc" 3
+case $out in
+*"a symbolic link, not followed"*) check "a symlink as the cached sidecar is refused" yes yes ;;
+*) check "a symlink as the cached sidecar is refused ($out)" no yes ;;
+esac
+# Opened without asking the server (within its max age) the version is not known: no sidecar.
+rc=0
+out=$(KILN_CACHE_DIR="$own_cache" KILN_CACHE_MAX_AGE_MS=600000 "$klnt" verify "http://127.0.0.1:$http/flip-tl.gguf" 2>&1) || rc=$?
+check "klnt verify of a fresh cached copy without a table: exit status" "$rc" 1
+case $out in
+*"without asking the server (its max age)"*) check "a fresh cached copy says why no sidecar" yes yes ;;
+*) check "a fresh cached copy says why no sidecar ($out)" no yes ;;
+esac
+# A new version on the server replaces the old one and its sidecar; one the server has no
+# sidecar for is kept without, and says so.
+rm -f "$root/flip-tl.gguf.kiln-digest"
+printf '\376' | dd of="$root/flip-tl.gguf" bs=1 seek=$((size - 3)) conv=notrunc status=none
+touch -d '+1 hour' "$root/flip-tl.gguf"
 KILN_CACHE_DIR="$own_cache" "$klnt" check "http://127.0.0.1:$http/flip-tl.gguf" >/dev/null 2>&1 || true
 rc=0
 out=$(KILN_CACHE_DIR="$own_cache" "$klnt" verify "http://127.0.0.1:$http/flip-tl.gguf" 2>&1) || rc=$?
-check "klnt verify from the cache of a file without a table: exit status" "$rc" 1
+check "a new version without a sidecar: exit status" "$rc" 1
 case $out in
-*"opened from kiln's cache, whose copies keep no sidecar"*) check "klnt verify from the cache says why no sidecar" yes yes ;;
-*) check "klnt verify from the cache says why no sidecar ($out)" no yes ;;
+*"kiln's cache keeps no .kiln-digest for this version"*) check "a new version without a sidecar says so" yes yes ;;
+*) check "a new version without a sidecar says so ($out)" no yes ;;
 esac
+check "the old version's sidecar went with it" "$(ls "$own_cache" | grep -c '\.kiln-digest$')" 1
+# Versions evicted for room take their sidecars with them.
+KILN_CACHE_DIR="$own_cache" KILN_CACHE_MAX_BYTES=100000 "$klnt" check "http://127.0.0.1:$http/e.gguf" >/dev/null 2>&1 || true
+check "evicted versions took their sidecars" "$(ls "$own_cache" | grep -c '\.kiln-digest$')" 0
+check "one version is left" "$(ls "$own_cache" | grep -c '^[0-9a-f]*-[0-9a-f]*\.gguf$')" 1
 cp "$root/tiny-llama.gguf.kiln-digest" "$root/e.gguf.kiln-digest"
 rc=0
 out=$("$klnt" verify "http://127.0.0.1:$http/e.gguf" 2>&1) || rc=$?

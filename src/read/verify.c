@@ -21,11 +21,10 @@
 #include "source/file.h"
 #include "source/source.h"
 
-#define SIDECAR_SUFFIX ".kiln-digest"
-#define DEFAULT_LOG2   20 /* 1 MiB chunks: a 1 GiB file's table is 16 KiB */
+#define DEFAULT_LOG2 20 /* 1 MiB chunks: a 1 GiB file's table is 16 KiB */
 /* Bytes read at a time, at most: the one buffer, whatever the chunk size. 1 MiB stays in the
  * CPU's cache between the kernel's copy and the hash (docs/benchmarks.md, "Integrity"). */
-#define BLOCK          ((size_t)1 << 20)
+#define BLOCK        ((size_t)1 << 20)
 
 const char *kiln_digest_algorithm_name(unsigned algorithm)
 {
@@ -80,17 +79,17 @@ static char *sidecar_name(const struct kiln__file *f, kiln_error *err)
 				 KILN_NO_OFFSET,
 				 "kiln writes no sidecar to a server; run klnt digest on a local "
 				 "copy and put FILE%s beside the URL",
-				 SIDECAR_SUFFIX);
+				 KILN__SIDECAR_SUFFIX);
 		return NULL;
 	}
 	size_t n = strlen(f->path);
-	char *s = malloc(n + sizeof(SIDECAR_SUFFIX));
+	char *s = malloc(n + sizeof(KILN__SIDECAR_SUFFIX));
 	if (!s) {
-		kiln__nomem(err, n + sizeof(SIDECAR_SUFFIX), "a sidecar's name");
+		kiln__nomem(err, n + sizeof(KILN__SIDECAR_SUFFIX), "a sidecar's name");
 		return NULL;
 	}
 	memcpy(s, f->path, n);
-	memcpy(s + n, SIDECAR_SUFFIX, sizeof(SIDECAR_SUFFIX));
+	memcpy(s + n, KILN__SIDECAR_SUFFIX, sizeof(KILN__SIDECAR_SUFFIX));
 	return s;
 }
 
@@ -304,35 +303,38 @@ static int another(const char *name, uint64_t said, const struct kiln__file *f, 
 				said, f->size);
 }
 
-/* The sidecar of file f (beside a local file, or on a URL's server), read whole and parsed: 0
- * with *table (malloc'd) and *d; NOTFOUND when there is none; UNSUPPORTED or INVAL where none
- * is looked for (a URL's cached copy, a signed URL, a buffer); the table's own errors, naming
- * the sidecar. What is read is capped at the largest table a file of f's size can have (the
- * smallest chunks): of a longer sidecar only the head is read, to tell the digests of another
- * file from a table that is too long. */
+/* The sidecar of file f (beside a local file, on a URL's server, or kept in kiln's cache with a
+ * URL's version), read whole and parsed: 0 with *table (malloc'd) and *d; NOTFOUND when there is
+ * none; UNSUPPORTED or INVAL where none is looked for (a URL's copy cached without asking the
+ * server, a signed URL, a buffer); the table's own errors, naming the sidecar. What is read is
+ * capped at the largest table a file of f's size can have (the smallest chunks): of a longer
+ * sidecar only the head is read, to tell the digests of another file from a table that is too
+ * long. */
 static int read_sidecar(const struct kiln__file *f, uint8_t **table, struct kiln__digests *d,
 			kiln_error *err)
 {
 	*table = NULL;
 	char name[1024];
-	snprintf(name, sizeof(name), "%s%s", file_named(f), SIDECAR_SUFFIX);
+	snprintf(name, sizeof(name), "%s%s", file_named(f), KILN__SIDECAR_SUFFIX);
 	size_t cap = kiln__digests_size(0, f->size, KILN__DIGEST_LOG2_MIN), len;
 	uint64_t size;
-	int rc =
-	    kiln__file_beside(f, SIDECAR_SUFFIX, cap, KILN__DIGEST_HEAD, table, &len, &size, err);
+	int rc = kiln__file_beside(f, KILN__SIDECAR_SUFFIX, cap, KILN__DIGEST_HEAD, table, &len,
+				   &size, err);
+	if (rc == KILN_NOTFOUND && f->url)
+		return rc; /* a URL's cached copy: the source said what its cache keeps */
 	if (rc == KILN_NOTFOUND && f->remote)
 		return kiln__fail_named(err, file_named(f), KILN_NOTFOUND, KILN_NO_INDEX, NULL,
 					KILN_NO_OFFSET,
 					"no digests (no table of its own, no %s beside it on the "
 					"server); make a sidecar with klnt digest on a local copy "
 					"and put it beside the URL",
-					SIDECAR_SUFFIX);
+					KILN__SIDECAR_SUFFIX);
 	if (rc == KILN_NOTFOUND)
 		return kiln__fail_named(err, file_named(f), KILN_NOTFOUND, KILN_NO_INDEX, NULL,
 					KILN_NO_OFFSET,
 					"no digests (no %s, %s or Hugging Face cache blob); make "
 					"them once with: klnt digest %s",
-					SIDECAR_SUFFIX, KILN__SIGNING_NAME, file_named(f));
+					KILN__SIDECAR_SUFFIX, KILN__SIGNING_NAME, file_named(f));
 	if (rc)
 		return rc;
 	if (size > cap) { /* its head alone was read: a table of another file, or too long */
@@ -693,9 +695,11 @@ int kiln__verifier_open(const kiln_model *m, const struct kiln__file *f,
 	}
 	if (rc && rc != KILN_NOTFOUND && err)
 		*err = first;
-	if (rc == KILN_NOTFOUND && f->remote) {
+	if (rc == KILN_NOTFOUND && (f->remote || f->url)) {
+		/* a URL's server, or kiln's cache of it, keeps no model.sig or cache blob for kiln
+		 */
 		if (err)
-			*err = first; /* a URL's server keeps no model.sig or cache blob for kiln */
+			*err = first;
 	} else if (rc == KILN_NOTFOUND) {
 		/* No sidecar: the digests other tools keep, model_signing's first (signed), then
 		 * the Hugging Face cache's blob name. */

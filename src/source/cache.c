@@ -8,7 +8,9 @@
  * (hard) link to the newest version: a fresh hit opens a name known from the URL, no scan of the
  * directory and no symbolic link to follow. A file's modification time is when it was last used or
  * confirmed current: eviction removes the oldest first, and an entry younger than the max age is
- * used without asking the server.
+ * used without asking the server. The server's digest sidecar of a version, fetched with it, is
+ * kept beside it as URLHASH-VERSIONHASH.EXT.kiln-digest: bound to that version by its name, gone
+ * with it, never an entry of its own.
  *
  * The names are predictable (anyone who knows the URL and the ETag can compute them), so the
  * cache is a private store or nothing: the directory must belong to the effective user and be
@@ -37,6 +39,7 @@
 #include "net/net.h"
 #include "net/url.h"
 #include "source/cache.h"
+#include "source/file.h"
 
 #define URLHASH_LEN 32
 
@@ -205,10 +208,18 @@ static uint64_t mtime_ms(const struct stat *st)
 	return (uint64_t)st->st_mtim.tv_sec * 1000u + (uint64_t)st->st_mtim.tv_nsec / 1000000u;
 }
 
+/* The name of entry `name`'s sidecar (entries are shorter than KILN__CACHE_NAME_MAX). */
+static void sidecar_name(const char *name, char out[KILN__CACHE_NAME_MAX + 16])
+{
+	snprintf(out, KILN__CACHE_NAME_MAX + 16, "%.*s%s", KILN__CACHE_NAME_MAX - 1, name,
+		 KILN__SIDECAR_SUFFIX);
+}
+
 int kiln__cache_is_entry(const char *name)
 {
-	size_t n = strlen(name);
-	if (n < URLHASH_LEN + 18 || name[URLHASH_LEN] != '-')
+	size_t n = strlen(name), k = strlen(KILN__SIDECAR_SUFFIX);
+	if (n < URLHASH_LEN + 18 || name[URLHASH_LEN] != '-' ||
+	    (n > k && !strcmp(name + n - k, KILN__SIDECAR_SUFFIX)))
 		return 0;
 	for (size_t i = 0; i < URLHASH_LEN + 17; i++)
 		if (i != URLHASH_LEN && !strchr("0123456789abcdef", name[i]))
@@ -297,13 +308,17 @@ static int point_link(const struct kiln__cache *c, const char *name, kiln_error 
 	return 0;
 }
 
-/* Remove the version `name` and, when it is that version, the URL's link; 0 when removed. */
+/* Remove the version `name`, its sidecar and, when it is that version, the URL's link; 0 when
+ * removed. */
 static int remove_version(const struct kiln__cache *c, const char *name)
 {
 	struct stat v, l;
 	int have = !fstatat(c->fd, name, &v, AT_SYMLINK_NOFOLLOW);
 	if (unlinkat(c->fd, name, 0))
 		return -1;
+	char side[KILN__CACHE_NAME_MAX + 16];
+	sidecar_name(name, side);
+	(void)unlinkat(c->fd, side, 0);
 	char lnk[KILN__CACHE_NAME_MAX];
 	kiln__cache_link_name(name, lnk);
 	if (have && !fstatat(c->fd, lnk, &l, AT_SYMLINK_NOFOLLOW) && l.st_ino == v.st_ino &&
@@ -345,7 +360,10 @@ static void evict(const struct kiln__cache *c, const char *keep)
 		    !strcmp(e->d_name, keep))
 			continue;
 		if (!memcmp(e->d_name, keep, URLHASH_LEN)) { /* an older version of the same URL */
+			char side[KILN__CACHE_NAME_MAX + 16];
+			sidecar_name(e->d_name, side);
 			unlinkat(c->fd, e->d_name, 0);
+			unlinkat(c->fd, side, 0);
 			continue;
 		}
 		if (n == cap) {
@@ -378,19 +396,15 @@ static void evict(const struct kiln__cache *c, const char *keep)
 	closedir(d);
 }
 
-int kiln__cache_store(struct kiln__cache *c, const char *name, const uint8_t *bytes, uint64_t len,
-		      kiln_error *err)
+/* `len` bytes published as `name` in the open cache, atomically. */
+static int publish(struct kiln__cache *c, const char *name, const uint8_t *bytes, uint64_t len,
+		   kiln_error *err)
 {
-	int rc = kiln__cache_open(c, 1, err);
-	if (rc)
-		return rc;
-	if (c->max_bytes && len > c->max_bytes)
-		return 0; /* larger than the whole cache: not kept */
 	char *shown = kiln__cache_path(c, name);
 	if (!shown)
 		return kiln__nomem(err, 0, NULL);
 	struct kiln__pending w;
-	rc = kiln__pending_create_at(&w, c->fd, name, shown, 0, err);
+	int rc = kiln__pending_create_at(&w, c->fd, name, shown, 0, err);
 	if (!rc) {
 		int e = kiln__write_all(w.fd, bytes, (size_t)len);
 		if (e)
@@ -405,9 +419,58 @@ int kiln__cache_store(struct kiln__cache *c, const char *name, const uint8_t *by
 	free(shown);
 	if (rc == KILN_UNSYNCED)
 		rc = 0; /* in place; a crash may lose it, which a cache may */
+	return rc;
+}
+
+int kiln__cache_store(struct kiln__cache *c, const char *name, const uint8_t *bytes, uint64_t len,
+		      kiln_error *err)
+{
+	int rc = kiln__cache_open(c, 1, err);
+	if (rc)
+		return rc;
+	if (c->max_bytes && len > c->max_bytes)
+		return 0; /* larger than the whole cache: not kept */
+	rc = publish(c, name, bytes, len, err);
 	if (!rc)
 		rc = point_link(c, name, err);
 	if (!rc)
 		evict(c, name);
 	return rc;
+}
+
+int kiln__cache_store_sidecar(struct kiln__cache *c, const char *name, const uint8_t *bytes,
+			      size_t len, kiln_error *err)
+{
+	struct stat st;
+	if (c->fd < 0 || fstatat(c->fd, name, &st, AT_SYMLINK_NOFOLLOW))
+		return 0; /* the version is not kept: neither is its sidecar */
+	char side[KILN__CACHE_NAME_MAX + 16];
+	sidecar_name(name, side);
+	return publish(c, side, bytes, len, err);
+}
+
+int kiln__cache_open_sidecar(const char *entry_path, uint64_t *size)
+{
+	char *name = NULL;
+	if (asprintf(&name, "%s%s", entry_path, KILN__SIDECAR_SUFFIX) < 0) {
+		errno = ENOMEM;
+		return -1;
+	}
+	int d = open(name, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW), e = errno;
+	free(name);
+	struct stat st;
+	if (d >= 0 && fstat(d, &st))
+		e = errno;
+	else if (d >= 0 && !S_ISREG(st.st_mode))
+		e = EINVAL;
+	else if (d >= 0 && (st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH))))
+		e = EPERM;
+	else if (d >= 0) {
+		*size = (uint64_t)st.st_size;
+		return d;
+	}
+	if (d >= 0)
+		close(d);
+	errno = e;
+	return -1;
 }

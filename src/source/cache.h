@@ -47,5 +47,15 @@ char *kiln__cache_path(const struct kiln__cache *c, const char *name);
 /* Publish `len` bytes as entry `name` atomically, then evict to max_bytes. */
 int kiln__cache_store(struct kiln__cache *c, const char *name, const uint8_t *bytes, uint64_t len,
 		      kiln_error *err);
+/* Keep `len` bytes, the server's digest sidecar of the version entry `name` (fetched with it),
+ * beside it as name + KILN__SIDECAR_SUFFIX, atomically; nothing when the entry is not kept.
+ * Removed with the entry; not counted against max_bytes (it is at most 1/64 of its object and
+ * 4 KiB: src/source/remote.c). */
+int kiln__cache_store_sidecar(struct kiln__cache *c, const char *name, const uint8_t *bytes,
+			      size_t len, kiln_error *err);
+/* The open descriptor of the sidecar kept with the entry at `entry_path` (a regular file of the
+ * user's, writable by no one else, reached without following a symlink) and its size; -1 with
+ * errno: ENOENT when there is none, ELOOP for a symlink, EINVAL not a regular file, EPERM. */
+int kiln__cache_open_sidecar(const char *entry_path, uint64_t *size);
 
 #endif

@@ -16,6 +16,7 @@
 #include "base/sys.h"
 #include "io/engine.h"
 #include "net/url.h"
+#include "source/cache.h"
 #include "source/source.h"
 
 const char *kiln_source_name(unsigned source)
@@ -226,17 +227,39 @@ int kiln__file_beside(const struct kiln__file *f, const char *suffix, size_t cap
 int kiln__beside_local(const struct kiln__file *f, const char *suffix, size_t cap, size_t head,
 		       uint8_t **out, size_t *len, uint64_t *size, kiln_error *err)
 {
-	if (f->url)
-		return kiln__fail_named(err, kiln__file_shown(f), KILN_UNSUPPORTED, KILN_NO_INDEX,
-					NULL, KILN_NO_OFFSET,
-					"opened from kiln's cache, whose copies keep no sidecar: "
-					"its own table is checked, or open it without the cache to "
-					"check it against a sidecar on the server");
 	char *name = NULL;
 	if (asprintf(&name, "%s%s", f->path, suffix) < 0)
 		return kiln__nomem(err, 0, NULL);
 	kiln_error opened;
-	int fd = kiln__open_file(name, size, &opened), rc = 0;
+	int fd, rc = 0;
+	if (f->url) { /* a URL's copy in kiln's cache: the sidecar kept with its version, if any */
+		const char *base = strrchr(f->path, '/');
+		int e = 0;
+		if (!kiln__cache_is_entry(base ? base + 1 : f->path) ||
+		    strcmp(suffix, KILN__SIDECAR_SUFFIX)) {
+			free(name);
+			return kiln__fail_named(
+			    err, kiln__file_shown(f), KILN_UNSUPPORTED, KILN_NO_INDEX, NULL,
+			    KILN_NO_OFFSET,
+			    "opened from kiln's cache without asking the server (its max age), so "
+			    "the version and the sidecar kept with it are not known: its own table "
+			    "is checked; a max age of 0 asks the server");
+		}
+		if ((fd = kiln__cache_open_sidecar(f->path, size)) < 0 && (e = errno) == ENOENT) {
+			free(name);
+			return kiln__fail_named(err, kiln__file_shown(f), KILN_NOTFOUND,
+						KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
+						"no digests (no table of its own; kiln's cache "
+						"keeps no %s for this version: the server had none "
+						"beside it when it was fetched)",
+						suffix);
+		}
+		if (fd < 0)
+			kiln__fail_sys(&opened, KILN_IO, e, "%s: cannot open: %s", name,
+				       e == ELOOP ? "a symbolic link, not followed" : strerror(e));
+	} else {
+		fd = kiln__open_file(name, size, &opened);
+	}
 	if (fd < 0) {
 		rc = opened.sys_errno == ENOENT ? KILN_NOTFOUND : opened.code;
 		if (rc == KILN_NOTFOUND)

@@ -148,12 +148,17 @@ int kiln__file_read(const struct kiln__file *f, uint64_t off, void *dst, size_t 
 int kiln__file_read_spans(const struct kiln__file *f, const struct kiln__span *spans, size_t n,
 			  const _Atomic int *stop, kiln_error *err);
 
+/* The name a file's digest sidecar has: the file's, then this (klnt digest writes it; kiln's
+ * cache keeps a URL's beside the version it was fetched with, src/source/cache.h). */
+#define KILN__SIDECAR_SUFFIX ".kiln-digest"
+
 /* A small object beside file f, named as f with `suffix` after it (a digest sidecar): beside a
- * local file, or on a URL's server with its credentials. Its size in *size and, in malloc'ed
- * *out, all of it when it has at most `cap` bytes, else its first min(head, size) bytes (*len
- * says how many). NOTFOUND when there is none; UNSUPPORTED for a URL's copy in kiln's cache
- * (its neighbours are on the server, which a cached open does not ask); INVAL for a buffer or a
- * URL with a query, which have no name to look beside; else the read's errors. */
+ * local file, on a URL's server with its credentials, or for a URL's copy in kiln's cache the
+ * sidecar the cache kept with that version (KILN__SIDECAR_SUFFIX only). Its size in *size and,
+ * in malloc'ed *out, all of it when it has at most `cap` bytes, else its first min(head, size)
+ * bytes (*len says how many). NOTFOUND when there is none; UNSUPPORTED for a cached copy opened
+ * without asking the server (its version is not known); INVAL for a buffer or a URL with a
+ * query, which have no name to look beside; else the read's errors. */
 int kiln__file_beside(const struct kiln__file *f, const char *suffix, size_t cap, size_t head,
 		      uint8_t **out, size_t *len, uint64_t *size, kiln_error *err);
 

@@ -221,6 +221,25 @@ static void remote_expect(struct kiln__file *f, uint64_t off, uint64_t end)
 		s->expect_end = end;
 }
 
+/* The server's digest sidecar of the version just cached, kept with it, so that a check of the
+ * cached copy has what a check of the URL would fetch (src/read/verify.c checks it as it checks
+ * any sidecar: the server may have changed it since, as with a check of the URL itself). At most
+ * 1/64 of the file and 4 KiB, more than the largest table a file can have (4 KiB chunks, 16
+ * bytes each): a longer one is not kept. None, or any failure: nothing is kept, and nothing
+ * fails. */
+static void keep_sidecar(struct kiln__file *f)
+{
+	struct remote_state *s = state(f);
+	size_t cap = (size_t)(f->size / 64) + 4096, len;
+	uint64_t size;
+	uint8_t *b = NULL;
+	kiln_error ignored;
+	if (!kiln__remote_beside(s->r, KILN__SIDECAR_SUFFIX, cap, 0, &b, &len, &size, &ignored) &&
+	    size <= cap)
+		(void)kiln__cache_store_sidecar(&s->cache, s->cache_name, b, len, &ignored);
+	free(b);
+}
+
 static int remote_finish(struct kiln__file *f, const kiln_open_options *o, kiln_error *err)
 {
 	struct remote_state *s = state(f);
@@ -242,7 +261,8 @@ static int remote_finish(struct kiln__file *f, const kiln_open_options *o, kiln_
 	f->mem = end == f->size ? s->block : NULL;
 	if (s->cache_name[0]) {
 		kiln_error ignored; /* a cache that cannot be written is skipped */
-		(void)kiln__cache_store(&s->cache, s->cache_name, s->block, f->size, &ignored);
+		if (!kiln__cache_store(&s->cache, s->cache_name, s->block, f->size, &ignored))
+			keep_sidecar(f);
 		f->load.cache_refused = s->cache.refused;
 	}
 	return 0;
