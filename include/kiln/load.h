@@ -208,9 +208,11 @@ typedef struct kiln_ready {
 } kiln_ready;
 
 typedef struct kiln_load_progress {
-	uint64_t bytes, bytes_total;     /* payload bytes in place, of all */
-	uint64_t tensors, tensors_total; /* tensors announced, of all */
-	double seconds;                  /* since the load began */
+	uint64_t bytes, bytes_total; /* payload bytes in place, of all */
+	/* tensors announced, of all: counted in list order, so without on_ready, whose threads
+	 * read a run of the list each, the count trails the bytes until the first run is done */
+	uint64_t tensors, tensors_total;
+	double seconds; /* since the load began */
 } kiln_load_progress;
 
 enum kiln_load_flags {
