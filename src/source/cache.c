@@ -338,8 +338,38 @@ static int by_age(const void *a, const void *b)
 	return x->t < y->t ? -1 : x->t > y->t;
 }
 
-/* Remove the oldest entries until the cache holds at most max_bytes, never `keep`; and other
- * versions of the URL of `keep` (an object that changed). */
+/* Bytes of the sidecar kept with entry `name`, 0 when none. */
+static uint64_t sidecar_size(const struct kiln__cache *c, const char *name)
+{
+	char side[KILN__CACHE_NAME_MAX + 16];
+	struct stat st;
+	sidecar_name(name, side);
+	return fstatat(c->fd, side, &st, AT_SYMLINK_NOFOLLOW) ? 0 : (uint64_t)st.st_size;
+}
+
+/* Whether `name` is a sidecar whose version is gone (removed now), or one whose version may
+ * still be on its way: kiln__cache_store publishes the sidecar a moment before its version, so
+ * only one older than a minute is an orphan (a crash between the two, or a version removed by
+ * another process in that moment). */
+static int orphan(const struct kiln__cache *c, const char *name)
+{
+	size_t n = strlen(name), k = strlen(KILN__SIDECAR_SUFFIX);
+	if (n <= k || n - k >= KILN__CACHE_NAME_MAX || strcmp(name + n - k, KILN__SIDECAR_SUFFIX))
+		return 0;
+	char stem[KILN__CACHE_NAME_MAX];
+	memcpy(stem, name, n - k);
+	stem[n - k] = 0;
+	struct stat st;
+	if (!kiln__cache_is_entry(stem) || !fstatat(c->fd, stem, &st, AT_SYMLINK_NOFOLLOW))
+		return 1; /* not ours to judge, or kept with its version: not an entry either way */
+	if (!fstatat(c->fd, name, &st, AT_SYMLINK_NOFOLLOW) && mtime_ms(&st) + 60000 < now_ms())
+		(void)unlinkat(c->fd, name, 0);
+	return 1;
+}
+
+/* Remove the oldest entries (each with its sidecar) until the cache holds at most max_bytes,
+ * never `keep`; other versions of the URL of `keep` (an object that changed); and sidecars left
+ * without their version. */
 static void evict(const struct kiln__cache *c, const char *keep)
 {
 	int dfd = openat(c->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -355,6 +385,8 @@ static void evict(const struct kiln__cache *c, const char *keep)
 	struct dirent *e;
 	while ((e = readdir(d))) {
 		struct stat st;
+		if (orphan(c, e->d_name))
+			continue;
 		if (!kiln__cache_is_entry(e->d_name) ||
 		    fstatat(c->fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode) ||
 		    !strcmp(e->d_name, keep))
@@ -377,13 +409,13 @@ static void evict(const struct kiln__cache *c, const char *keep)
 		if (!(es[n].name = strdup(e->d_name)))
 			break;
 		es[n].t = mtime_ms(&st);
-		es[n].size = (uint64_t)st.st_size;
+		es[n].size = (uint64_t)st.st_size + sidecar_size(c, e->d_name);
 		total += es[n].size;
 		n++;
 	}
 	struct stat ks;
 	if (!fstatat(c->fd, keep, &ks, AT_SYMLINK_NOFOLLOW))
-		total += (uint64_t)ks.st_size;
+		total += (uint64_t)ks.st_size + sidecar_size(c, keep);
 	if (c->max_bytes && total > c->max_bytes) {
 		qsort(es, n, sizeof(*es), by_age);
 		for (size_t i = 0; i < n && total > c->max_bytes; i++)
@@ -422,31 +454,34 @@ static int publish(struct kiln__cache *c, const char *name, const uint8_t *bytes
 	return rc;
 }
 
+int kiln__cache_fits(const struct kiln__cache *c, uint64_t len)
+{
+	return !c->max_bytes || len <= c->max_bytes;
+}
+
 int kiln__cache_store(struct kiln__cache *c, const char *name, const uint8_t *bytes, uint64_t len,
-		      kiln_error *err)
+		      const uint8_t *sidecar, size_t sidecar_len, kiln_error *err)
 {
 	int rc = kiln__cache_open(c, 1, err);
 	if (rc)
 		return rc;
-	if (c->max_bytes && len > c->max_bytes)
+	if (!kiln__cache_fits(c, len))
 		return 0; /* larger than the whole cache: not kept */
-	rc = publish(c, name, bytes, len, err);
+	/* The sidecar first: once the version has its name, what is beside it is what the server
+	 * had (a sidecar, or none). */
+	char side[KILN__CACHE_NAME_MAX + 16];
+	sidecar_name(name, side);
+	if (sidecar)
+		rc = publish(c, side, sidecar, sidecar_len, err);
+	else
+		(void)unlinkat(c->fd, side, 0); /* a stale one of the same version */
+	if (!rc && (rc = publish(c, name, bytes, len, err)) && sidecar)
+		(void)unlinkat(c->fd, side, 0);
 	if (!rc)
 		rc = point_link(c, name, err);
 	if (!rc)
 		evict(c, name);
 	return rc;
-}
-
-int kiln__cache_store_sidecar(struct kiln__cache *c, const char *name, const uint8_t *bytes,
-			      size_t len, kiln_error *err)
-{
-	struct stat st;
-	if (c->fd < 0 || fstatat(c->fd, name, &st, AT_SYMLINK_NOFOLLOW))
-		return 0; /* the version is not kept: neither is its sidecar */
-	char side[KILN__CACHE_NAME_MAX + 16];
-	sidecar_name(name, side);
-	return publish(c, side, bytes, len, err);
 }
 
 int kiln__cache_open_sidecar(const char *entry_path, uint64_t *size)

@@ -44,15 +44,14 @@ char *kiln__cache_lookup(const struct kiln__cache *c, const char *url, int *fres
 int kiln__cache_hit(const struct kiln__cache *c, const char *name, uint64_t size);
 /* dir/name, for messages and the local source (malloc'ed; NULL: no memory). */
 char *kiln__cache_path(const struct kiln__cache *c, const char *name);
-/* Publish `len` bytes as entry `name` atomically, then evict to max_bytes. */
+/* Whether an object of `len` bytes would be kept (not larger than max_bytes). */
+int kiln__cache_fits(const struct kiln__cache *c, uint64_t len);
+/* Publish `len` bytes as entry `name` atomically, with what the server has beside that version:
+ * its digest sidecar (sidecar_len bytes, kept as name + KILN__SIDECAR_SUFFIX, published first)
+ * or, when `sidecar` is NULL, none (a stale one removed). Then evict to max_bytes, counting
+ * each sidecar with its entry. Nothing when the object does not fit. */
 int kiln__cache_store(struct kiln__cache *c, const char *name, const uint8_t *bytes, uint64_t len,
-		      kiln_error *err);
-/* Keep `len` bytes, the server's digest sidecar of the version entry `name` (fetched with it),
- * beside it as name + KILN__SIDECAR_SUFFIX, atomically; nothing when the entry is not kept.
- * Removed with the entry; not counted against max_bytes (it is at most 1/64 of its object and
- * 4 KiB: src/source/remote.c). */
-int kiln__cache_store_sidecar(struct kiln__cache *c, const char *name, const uint8_t *bytes,
-			      size_t len, kiln_error *err);
+		      const uint8_t *sidecar, size_t sidecar_len, kiln_error *err);
 /* The open descriptor of the sidecar kept with the entry at `entry_path` (a regular file of the
  * user's, writable by no one else, reached without following a symlink) and its size; -1 with
  * errno: ENOENT when there is none, ELOOP for a symlink, EINVAL not a regular file, EPERM. */

@@ -221,22 +221,27 @@ static void remote_expect(struct kiln__file *f, uint64_t off, uint64_t end)
 		s->expect_end = end;
 }
 
-/* The server's digest sidecar of the version just cached, kept with it, so that a check of the
- * cached copy has what a check of the URL would fetch (src/read/verify.c checks it as it checks
- * any sidecar: the server may have changed it since, as with a check of the URL itself). At most
- * 1/64 of the file and 4 KiB, more than the largest table a file can have (4 KiB chunks, 16
- * bytes each): a longer one is not kept. None, or any failure: nothing is kept, and nothing
- * fails. */
-static void keep_sidecar(struct kiln__file *f)
+/* Keep the version just fetched in the cache with what the server has beside it: its digest
+ * sidecar, fetched now (right after the version, with the same settings: the server could have
+ * changed it in between, as between any two requests), or none (NOTFOUND), so that a check of
+ * the cached copy has what a check of the URL would fetch (src/read/verify.c checks it as any
+ * sidecar). Any other outcome keeps nothing: a failed fetch, or a sidecar longer than 1/64 of the
+ * file plus 4 KiB (four times the largest table a file can have: 16 bytes for each 4 KiB chunk),
+ * so that the next open asks the server again and its check meets the server's sidecar as a
+ * URL's does. A cache that cannot be written is skipped. */
+static void keep_version(struct kiln__file *f)
 {
 	struct remote_state *s = state(f);
-	size_t cap = (size_t)(f->size / 64) + 4096, len;
-	uint64_t size;
+	if (!kiln__cache_fits(&s->cache, f->size))
+		return;
+	size_t cap = (size_t)(f->size / 64) + 4096, len = 0;
+	uint64_t size = 0;
 	uint8_t *b = NULL;
 	kiln_error ignored;
-	if (!kiln__remote_beside(s->r, KILN__SIDECAR_SUFFIX, cap, 0, &b, &len, &size, &ignored) &&
-	    size <= cap)
-		(void)kiln__cache_store_sidecar(&s->cache, s->cache_name, b, len, &ignored);
+	int rc = kiln__remote_beside(s->r, KILN__SIDECAR_SUFFIX, cap, 0, &b, &len, &size, &ignored);
+	if (rc == KILN_NOTFOUND || (!rc && size <= cap))
+		(void)kiln__cache_store(&s->cache, s->cache_name, s->block, f->size, rc ? NULL : b,
+					len, &ignored);
 	free(b);
 }
 
@@ -260,9 +265,7 @@ static int remote_finish(struct kiln__file *f, const kiln_open_options *o, kiln_
 	f->base = s->block;
 	f->mem = end == f->size ? s->block : NULL;
 	if (s->cache_name[0]) {
-		kiln_error ignored; /* a cache that cannot be written is skipped */
-		if (!kiln__cache_store(&s->cache, s->cache_name, s->block, f->size, &ignored))
-			keep_sidecar(f);
+		keep_version(f);
 		f->load.cache_refused = s->cache.refused;
 	}
 	return 0;
