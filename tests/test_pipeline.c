@@ -295,6 +295,23 @@ Test(pipeline, ready_once_each_in_the_order_asked)
 	kiln_model_close(m);
 }
 
+/* kiln_load of every tensor with `fake` as pread (and preadv made of it), then the bytes
+ * checked with the real one. */
+static void load_faked(const kiln_model *m, const kiln_load_options *o,
+		       ssize_t (*fake)(int, void *, size_t, off_t))
+{
+	void *ptrs[NT];
+	kiln_arena *a = NULL;
+	kiln_error err;
+	kiln__sys.pread = fake;
+	kiln__sys.preadv = kt_preadv_by_pread;
+	int rc = kiln_load(m, NULL, 0, o, ptrs, &a, NULL, &err);
+	kiln__sys = kiln__sys_default;
+	cr_assert_eq(rc, 0, "%s", err.message);
+	same_bytes(m, NULL, NT, ptrs);
+	kiln_arena_free(a);
+}
+
 /* Where each reader thread starts: its first read waits (up to 5 s) until the other's has
  * begun, so both first offsets are known whatever the scheduling. */
 static _Atomic int first_arrived;
@@ -322,18 +339,9 @@ static void first_reads(const kiln_model *m, int ordered, uint64_t *lo, uint64_t
 			       .inflight_bytes = 2u << 20, /* 1 MiB pieces */
 			       .on_ready = ordered ? on_ready : NULL,
 			       .ctx = &s};
-	void *ptrs[NT];
-	kiln_arena *a = NULL;
-	kiln_error err;
 	atomic_store(&first_arrived, 0);
-	kiln__sys.pread = first_pread;
-	kiln__sys.preadv = kt_preadv_by_pread;
-	int rc = kiln_load(m, NULL, 0, &o, ptrs, &a, NULL, &err);
-	kiln__sys = kiln__sys_default;
-	cr_assert_eq(rc, 0, "%s", err.message);
+	load_faked(m, &o, first_pread);
 	cr_assert_eq(atomic_load(&first_arrived), 2, "two reader threads read");
-	same_bytes(m, NULL, NT, ptrs);
-	kiln_arena_free(a);
 	uint64_t x = atomic_load(&first_off[0]), y = atomic_load(&first_off[1]);
 	*lo = x < y ? x : y;
 	*hi = x < y ? y : x;
@@ -392,20 +400,11 @@ Test(pipeline, lanes_taken_from_the_back)
 			       .threads = 2,
 			       .engine = KILN_ENGINE_PREAD,
 			       .inflight_bytes = 2u << 20};
-	void *ptrs[NT];
-	kiln_arena *a = NULL;
-	kiln_error err;
 	atomic_store(&first_arrived, 0);
 	atomic_store(&first_off[0], base); /* the first lane's start: that reader is not held */
 	atomic_store(&lane2, 0);
 	atomic_store(&stolen, 0);
-	kiln__sys.pread = steal_pread;
-	kiln__sys.preadv = kt_preadv_by_pread;
-	int rc = kiln_load(m, NULL, 0, &o, ptrs, &a, NULL, &err);
-	kiln__sys = kiln__sys_default;
-	cr_assert_eq(rc, 0, "%s", err.message);
-	same_bytes(m, NULL, NT, ptrs);
-	kiln_arena_free(a);
+	load_faked(m, &o, steal_pread);
 	uint64_t at = atomic_load(&lane2), got = atomic_load(&stolen);
 	cr_assert_gt(at, base, "the second lane's reader was held");
 	cr_assert_gt(got, 0, "the other thread took a piece of the held one's lane");

@@ -241,19 +241,17 @@ int kiln__beside_local(const struct kiln__file *f, const char *suffix, size_t ca
 			return kiln__fail_named(
 			    err, kiln__file_shown(f), KILN_UNSUPPORTED, KILN_NO_INDEX, NULL,
 			    KILN_NO_OFFSET,
-			    "opened from kiln's cache without asking the server (its max age), so "
-			    "the version and the sidecar kept with it are not known (its own "
-			    "table, "
-			    "if any, is checked); a max age of 0 asks the server");
+			    "opened from kiln's cache without asking the server (its max age): "
+			    "its version, and so its sidecar, is not known (its own table, if "
+			    "any, is checked); a max age of 0 asks the server");
 		}
 		if ((fd = kiln__cache_open_sidecar(f->path, size)) < 0 && (e = errno) == ENOENT) {
 			free(name);
 			return kiln__fail_named(
 			    err, kiln__file_shown(f), KILN_NOTFOUND, KILN_NO_INDEX, NULL,
 			    KILN_NO_OFFSET,
-			    "no digests (no table of its own; kiln's cache "
-			    "keeps no %s for this version: the server had none, "
-			    "or an older kiln cached it)",
+			    "no digests (no table of its own; kiln's cache keeps no %s for this "
+			    "version: the server had none, or an older kiln cached it)",
 			    suffix);
 		}
 		if (fd < 0)
