@@ -556,14 +556,12 @@ static int lanes(struct load *L, kiln_error *err)
 	L->lanes = calloc(2 * (size_t)L->nlanes, sizeof(*L->lanes));
 	if (!L->lanes)
 		return kiln__nomem(err, 0, NULL);
-	uint64_t sum = 0, bytes = 0;
-	for (size_t i = 0; i < L->nranges; i++)
-		sum += L->ranges[i].len;
+	uint64_t bytes = 0;
 	size_t p = 0;
 	for (uint32_t l = 0; l < L->nlanes; l++) {
 		L->lanes[2 * l] = p;
 		/* to the first piece that starts at or past the lane's share of the bytes */
-		uint64_t upto = sum / L->nlanes * (l + 1);
+		uint64_t upto = L->total / L->nlanes * (l + 1);
 		while (p < L->npieces && (l + 1 == L->nlanes || bytes < upto)) {
 			for (size_t i = L->pstart[p]; i < L->pstart[p + 1]; i++)
 				bytes += L->ranges[i].len;

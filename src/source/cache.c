@@ -232,15 +232,28 @@ void kiln__cache_link_name(const char *entry, char out[KILN__CACHE_NAME_MAX])
 	snprintf(out, KILN__CACHE_NAME_MAX, "%.*s%s", URLHASH_LEN, entry, entry + URLHASH_LEN + 17);
 }
 
-/* Entry `name` opened to be served: a regular file of the user's that no one else may write,
- * reached without following a symlink (O_NONBLOCK: a FIFO in its place does not block); -1. */
+/* The flags a cache file is opened with: never through a symlink (O_NONBLOCK: a FIFO in its
+ * place does not block). */
+#define SERVE_FLAGS (O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW)
+
+/* Why the open descriptor d of a cache file may not be served (0: it may): what is served is a
+ * regular file of the user's that no one else may write. *st is its status. */
+static int unservable(int d, struct stat *st)
+{
+	if (fstat(d, st))
+		return errno;
+	if (!S_ISREG(st->st_mode))
+		return EINVAL;
+	return st->st_uid != geteuid() || (st->st_mode & (S_IWGRP | S_IWOTH)) ? EPERM : 0;
+}
+
+/* Entry `name` opened to be served (unservable); -1. */
 static int open_entry(const struct kiln__cache *c, const char *name, struct stat *st)
 {
-	int d = openat(c->fd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW);
+	int d = openat(c->fd, name, SERVE_FLAGS);
 	if (d < 0)
 		return -1;
-	if (fstat(d, st) || !S_ISREG(st->st_mode) || st->st_uid != geteuid() ||
-	    (st->st_mode & (S_IWGRP | S_IWOTH)) || (uint64_t)st->st_size > SIZE_MAX) {
+	if (unservable(d, st) || (uint64_t)st->st_size > SIZE_MAX) {
 		close(d);
 		return -1;
 	}
@@ -392,10 +405,7 @@ static void evict(const struct kiln__cache *c, const char *keep)
 		    !strcmp(e->d_name, keep))
 			continue;
 		if (!memcmp(e->d_name, keep, URLHASH_LEN)) { /* an older version of the same URL */
-			char side[KILN__CACHE_NAME_MAX + 16];
-			sidecar_name(e->d_name, side);
-			unlinkat(c->fd, e->d_name, 0);
-			unlinkat(c->fd, side, 0);
+			(void)remove_version(c, e->d_name);
 			continue;
 		}
 		if (n == cap) {
@@ -484,28 +494,18 @@ int kiln__cache_store(struct kiln__cache *c, const char *name, const uint8_t *by
 	return rc;
 }
 
-int kiln__cache_open_sidecar(const char *entry_path, uint64_t *size)
+int kiln__cache_open_sidecar(const char *path, uint64_t *size)
 {
-	char *name = NULL;
-	if (asprintf(&name, "%s%s", entry_path, KILN__SIDECAR_SUFFIX) < 0) {
-		errno = ENOMEM;
+	int d = open(path, SERVE_FLAGS);
+	if (d < 0)
+		return -1;
+	struct stat st;
+	int e = unservable(d, &st);
+	if (e) {
+		close(d);
+		errno = e;
 		return -1;
 	}
-	int d = open(name, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW), e = errno;
-	free(name);
-	struct stat st;
-	if (d >= 0 && fstat(d, &st))
-		e = errno;
-	else if (d >= 0 && !S_ISREG(st.st_mode))
-		e = EINVAL;
-	else if (d >= 0 && (st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH))))
-		e = EPERM;
-	else if (d >= 0) {
-		*size = (uint64_t)st.st_size;
-		return d;
-	}
-	if (d >= 0)
-		close(d);
-	errno = e;
-	return -1;
+	*size = (uint64_t)st.st_size;
+	return d;
 }

@@ -52,9 +52,10 @@ int kiln__cache_fits(const struct kiln__cache *c, uint64_t len);
  * each sidecar with its entry. Nothing when the object does not fit. */
 int kiln__cache_store(struct kiln__cache *c, const char *name, const uint8_t *bytes, uint64_t len,
 		      const uint8_t *sidecar, size_t sidecar_len, kiln_error *err);
-/* The open descriptor of the sidecar kept with the entry at `entry_path` (a regular file of the
- * user's, writable by no one else, reached without following a symlink) and its size; -1 with
- * errno: ENOENT when there is none, ELOOP for a symlink, EINVAL not a regular file, EPERM. */
-int kiln__cache_open_sidecar(const char *entry_path, uint64_t *size);
+/* The open descriptor of the sidecar at `path` (an entry's path + KILN__SIDECAR_SUFFIX), served
+ * as entries are (a regular file of the user's, writable by no one else, reached without
+ * following a symlink), and its size; -1 with errno: ENOENT when there is none, ELOOP for a
+ * symlink, EINVAL not a regular file, EPERM. */
+int kiln__cache_open_sidecar(const char *path, uint64_t *size);
 
 #endif

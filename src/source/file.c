@@ -245,7 +245,7 @@ int kiln__beside_local(const struct kiln__file *f, const char *suffix, size_t ca
 			    "its version, and so its sidecar, is not known (its own table, if "
 			    "any, is checked); a max age of 0 asks the server");
 		}
-		if ((fd = kiln__cache_open_sidecar(f->path, size)) < 0 && (e = errno) == ENOENT) {
+		if ((fd = kiln__cache_open_sidecar(name, size)) < 0 && (e = errno) == ENOENT) {
 			free(name);
 			return kiln__fail_named(
 			    err, kiln__file_shown(f), KILN_NOTFOUND, KILN_NO_INDEX, NULL,
