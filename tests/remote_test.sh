@@ -311,6 +311,15 @@ case $out in
 *": ok (1 file, "*"xxh3-128 from sidecar"*) check "klnt verify from the cache against the kept sidecar" yes yes ;;
 *) check "klnt verify from the cache against the kept sidecar ($out)" no yes ;;
 esac
+# Opened without asking the server (within its max age), through the URL's link that names no
+# version: the version is the entry that is the same file, and its sidecar is used.
+rc=0
+out=$(KILN_CACHE_DIR="$own_cache" KILN_CACHE_MAX_AGE_MS=600000 "$klnt" verify "http://127.0.0.1:$http/tiny-llama.gguf" 2>&1) || rc=$?
+check "klnt verify of a fresh cached copy: exit status ($out)" "$rc" 0
+case $out in
+*": ok (1 file, "*"xxh3-128 from sidecar"*) check "a fresh cached copy is checked against its version's sidecar" yes yes ;;
+*) check "a fresh cached copy is checked against its version's sidecar ($out)" no yes ;;
+esac
 for cmd in verify "load --verify"; do
 	rc=0
 	out=$(KILN_CACHE_DIR="$own_cache" "$klnt" $cmd "http://127.0.0.1:$http/flip-tl.gguf" 2>&1) || rc=$?
@@ -338,14 +347,25 @@ case $out in
 *"tiny-llama.gguf: CORRUPT: chunk "*"differs from its digest"*) check "a byte flipped in the cached copy is caught" yes yes ;;
 *) check "a byte flipped in the cached copy is caught ($out)" no yes ;;
 esac
-# Opened without asking the server (within its max age) the version is not known: no sidecar.
-rc=0
-out=$(KILN_CACHE_DIR="$own_cache" KILN_CACHE_MAX_AGE_MS=600000 "$klnt" verify "http://127.0.0.1:$http/flip-tl.gguf" 2>&1) || rc=$?
-check "klnt verify of a fresh cached copy without a table: exit status" "$rc" 1
-case $out in
-*"without asking the server (its max age)"*) check "a fresh cached copy says why no sidecar" yes yes ;;
-*) check "a fresh cached copy says why no sidecar ($out)" no yes ;;
-esac
+# The same, opened without asking the server: the flipped bytes are caught through the fresh
+# copy's version too (the server's in flip-tl, the cache's own in tiny-llama). Decoys of the
+# same URL, copies with other version names and sidecars that are no table, are not taken for
+# its version: that is the entry that is the same file, not any of the same URL.
+for v in 0 1 2 3 4 5 6 7; do
+	decoy=${tl_entry%%-*}-fffffffffffffff$v.gguf
+	cp "$own_cache/$tl_entry" "$own_cache/$decoy"
+	echo "not a digest table" >"$own_cache/$decoy.kiln-digest"
+done
+for f in flip-tl.gguf tiny-llama.gguf; do
+	rc=0
+	out=$(KILN_CACHE_DIR="$own_cache" KILN_CACHE_MAX_AGE_MS=600000 "$klnt" verify "http://127.0.0.1:$http/$f" 2>&1) || rc=$?
+	check "klnt verify of the fresh cached $f: exit status" "$rc" 1
+	case $out in
+	*"$f: CORRUPT: chunk "*"differs from its digest"*) check "a flipped byte in the fresh cached $f is caught" yes yes ;;
+	*) check "a flipped byte in the fresh cached $f is caught ($out)" no yes ;;
+	esac
+done
+rm -f "$own_cache/${tl_entry%%-*}-fffffffffffffff"*
 # A new version on the server replaces the old one and its sidecar; one the server has no
 # sidecar for is kept without, and says so.
 rm -f "$root/flip-tl.gguf.kiln-digest"
@@ -358,6 +378,13 @@ check "a new version without a sidecar: exit status" "$rc" 1
 case $out in
 *"kiln's cache keeps no .kiln-digest for this version"*) check "a new version without a sidecar says so" yes yes ;;
 *) check "a new version without a sidecar says so ($out)" no yes ;;
+esac
+rc=0
+out=$(KILN_CACHE_DIR="$own_cache" KILN_CACHE_MAX_AGE_MS=600000 "$klnt" verify "http://127.0.0.1:$http/flip-tl.gguf" 2>&1) || rc=$?
+check "the new version without a sidecar, fresh: exit status" "$rc" 1
+case $out in
+*"kiln's cache keeps no .kiln-digest for this version"*) check "the new version without a sidecar, fresh, says so" yes yes ;;
+*) check "the new version without a sidecar, fresh, says so ($out)" no yes ;;
 esac
 check "the old version went with its sidecar" "$(ls "$own_cache" | grep -c "^$flip_entry" || true)" 0
 check "one sidecar left, the other URL's" "$(sidecars)" 1

@@ -308,6 +308,48 @@ int kiln__cache_hit(const struct kiln__cache *c, const char *name, uint64_t size
 	return d;
 }
 
+char *kiln__cache_version_path(const char *link, int fd)
+{
+	const char *base = strrchr(link, '/');
+	struct stat want;
+	if (!base || fstat(fd, &want))
+		return NULL;
+	char *dir = strndup(link, base > link ? (size_t)(base - link) : 1);
+	int dfd = dir ? open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+	DIR *d = dfd < 0 ? NULL : fdopendir(dfd);
+	if (!d) {
+		int e = dir ? errno : ENOMEM;
+		if (dfd >= 0)
+			close(dfd);
+		free(dir);
+		errno = e;
+		return NULL;
+	}
+	char *found = NULL;
+	int err = ENOENT;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		char lnk[KILN__CACHE_NAME_MAX];
+		struct stat st;
+		if (!kiln__cache_is_entry(e->d_name))
+			continue;
+		kiln__cache_link_name(e->d_name, lnk);
+		/* The same file, not the same name: only a hard link of it shares its inode. */
+		if (strcmp(lnk, base + 1) || fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) ||
+		    st.st_dev != want.st_dev || st.st_ino != want.st_ino)
+			continue;
+		if (asprintf(&found, "%s/%s", dir, e->d_name) < 0) {
+			found = NULL;
+			err = ENOMEM;
+		}
+		break;
+	}
+	closedir(d);
+	free(dir);
+	errno = err;
+	return found;
+}
+
 /* Make URLHASH.EXT name the version `name`. Between the unlink and the link a reader finds no
  * name and asks the server, which names this version: a round trip, never a wrong file. */
 static int point_link(const struct kiln__cache *c, const char *name, kiln_error *err)

@@ -224,27 +224,52 @@ int kiln__file_beside(const struct kiln__file *f, const char *suffix, size_t cap
 	return f->src->beside(f, suffix, cap, head, out, len, size, err);
 }
 
+/* In *path (malloc'ed), the sidecar kiln's cache keeps with the version of f, a URL's cached
+ * copy: 0, or NOTFOUND, IO, NOMEM. A copy opened without asking the server (a fresh hit) was opened
+ * through the URL's link, which names no version: its version is the entry that is the same file.
+ */
+static int kept_sidecar(const struct kiln__file *f, const char *suffix, char **path,
+			kiln_error *err)
+{
+	const char *base = strrchr(f->path, '/');
+	char *entry = NULL;
+	int e = 0;
+	*path = NULL;
+	if (strcmp(suffix, KILN__SIDECAR_SUFFIX))
+		return kiln__fail_named(err, kiln__file_shown(f), KILN_NOTFOUND, KILN_NO_INDEX,
+					NULL, KILN_NO_OFFSET,
+					"kiln's cache keeps no %s beside a copy", suffix);
+	if (!kiln__cache_is_entry(base ? base + 1 : f->path) &&
+	    !(entry = f->fd >= 0 ? kiln__cache_version_path(f->path, f->fd) : NULL))
+		e = f->fd >= 0 ? errno : EBADF;
+	if (!e && asprintf(path, "%s%s", entry ? entry : f->path, suffix) < 0)
+		e = ENOMEM, *path = NULL;
+	free(entry);
+	if (e == ENOENT)
+		return kiln__fail_named(
+		    err, kiln__file_shown(f), KILN_NOTFOUND, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
+		    "no digests (no table of its own; its version left kiln's cache after "
+		    "it was opened, and its %s with it)",
+		    suffix);
+	if (e == ENOMEM)
+		return kiln__nomem(err, 0, NULL);
+	if (e)
+		return kiln__fail_sys(
+		    err, KILN_IO, e, "%s: cannot find the version of this copy in kiln's cache: %s",
+		    f->path, strerror(e));
+	return 0;
+}
+
 int kiln__beside_local(const struct kiln__file *f, const char *suffix, size_t cap, size_t head,
 		       uint8_t **out, size_t *len, uint64_t *size, kiln_error *err)
 {
 	char *name = NULL;
-	if (asprintf(&name, "%s%s", f->path, suffix) < 0)
-		return kiln__nomem(err, 0, NULL);
 	kiln_error opened;
 	int fd, rc = 0;
 	if (f->url) { /* a URL's copy in kiln's cache: the sidecar kept with its version, if any */
-		const char *base = strrchr(f->path, '/');
 		int e = 0;
-		if (!kiln__cache_is_entry(base ? base + 1 : f->path) ||
-		    strcmp(suffix, KILN__SIDECAR_SUFFIX)) {
-			free(name);
-			return kiln__fail_named(
-			    err, kiln__file_shown(f), KILN_UNSUPPORTED, KILN_NO_INDEX, NULL,
-			    KILN_NO_OFFSET,
-			    "opened from kiln's cache without asking the server (its max age): "
-			    "its version, and so its sidecar, is not known (its own table, if "
-			    "any, is checked); a max age of 0 asks the server");
-		}
+		if ((rc = kept_sidecar(f, suffix, &name, err)))
+			return rc;
 		if ((fd = kiln__cache_open_sidecar(name, size)) < 0 && (e = errno) == ENOENT) {
 			free(name);
 			return kiln__fail_named(
@@ -261,6 +286,8 @@ int kiln__beside_local(const struct kiln__file *f, const char *suffix, size_t ca
 				       : e == EPERM  ? "not the user's own, or writable by others"
 						     : strerror(e));
 	} else {
+		if (asprintf(&name, "%s%s", f->path, suffix) < 0)
+			return kiln__nomem(err, 0, NULL);
 		fd = kiln__open_file(name, size, &opened);
 	}
 	if (fd < 0) {

@@ -156,9 +156,9 @@ int kiln__file_read_spans(const struct kiln__file *f, const struct kiln__span *s
  * local file, on a URL's server with its credentials, or for a URL's copy in kiln's cache the
  * sidecar the cache kept with that version (KILN__SIDECAR_SUFFIX only). Its size in *size and,
  * in malloc'ed *out, all of it when it has at most `cap` bytes, else its first min(head, size)
- * bytes (*len says how many). NOTFOUND when there is none; UNSUPPORTED for a cached copy opened
- * without asking the server (its version is not known); INVAL for a buffer or a URL with a
- * query, which have no name to look beside; else the read's errors. */
+ * bytes (*len says how many). NOTFOUND when there is none (for a cached copy opened without asking
+ * the server, also when its version has left the cache since); INVAL for a buffer or a URL with
+ * a query, which have no name to look beside; else the read's errors. */
 int kiln__file_beside(const struct kiln__file *f, const char *suffix, size_t cap, size_t head,
 		      uint8_t **out, size_t *len, uint64_t *size, kiln_error *err);
 
