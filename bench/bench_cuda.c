@@ -19,6 +19,11 @@
  * - pipeline/{cold,warm}/SOURCE/register: kiln_load with KILN_LOAD_REGISTER: no staging, the
  *   mapping's pages registered (cudaHostRegister, read only) a window at a time and copied
  *   from; the registrations are inside the timed load.
+ * - pipeline/{cold,warm}/SOURCE/verify: the staged pipeline of a model opened
+ *   KILN_OPEN_DIRECTORY_ONLY | KILN_OPEN_VERIFY_DIGESTS (as klnt bench's device+verify row): every
+ *   chunk hashed against the file's digest table as it lands
+ *   (the generator's files have one, as every file kiln writes); its rate beside the unverified
+ *   row's of the same temperature is the integrity issue's GPU target.
  *
  * The load can at best run at the slower of its two limits; "x_limit" is the row's rate over
  * min(read, h2d) of its own pairing. Counters and pairing work as in bench_load.c. After the
@@ -213,6 +218,7 @@ struct load {
 	int checked;
 	int pipeline; /* kiln_load onto the GPUs' device table instead of kiln_cuda_load; 2: with
 			 KILN_LOAD_REGISTER */
+	int verify;   /* opened KILN_OPEN_VERIFY_DIGESTS */
 };
 
 static kiln_cuda_devices *gpus; /* the pipeline rows' device table */
@@ -249,9 +255,10 @@ static void load_body(kb_state *st, uint64_t iters, void *arg)
 	struct load *l = arg;
 	char label[160];
 	if (l->pipeline)
-		snprintf(label, sizeof(label), "kiln_load, %s%s, default threads and %s",
+		snprintf(label, sizeof(label), "kiln_load, %s%s, default threads and %s%s",
 			 kiln_source_name(l->source), l->direct ? " + O_DIRECT" : "",
-			 l->pipeline == 2 ? "registered windows" : "staging");
+			 l->pipeline == 2 ? "registered windows" : "staging",
+			 l->verify ? ", every chunk hashed" : "");
 	else
 		snprintf(label, sizeof(label), "%s%s%s, ring %u x %zu MiB pinned",
 			 kiln_source_name(l->source), l->direct ? " + O_DIRECT" : "",
@@ -279,7 +286,9 @@ static void load_body(kb_state *st, uint64_t iters, void *arg)
 		cudaDeviceSynchronize();
 		kb_resume(st);
 		double t0 = kmeasure_now();
-		kiln_open_options o = {.source = l->source};
+		kiln_open_options o = {
+		    .source = l->source,
+		    .flags = l->verify ? KILN_OPEN_DIRECTORY_ONLY | KILN_OPEN_VERIFY_DIGESTS : 0};
 		kiln_model *dir;
 		kiln_error err;
 		if (kiln_model_open(g.path, &o, &dir, &err)) {
@@ -431,29 +440,31 @@ int main(int argc, char **argv)
 	kb_register_fixed("base/warm/read_then_h2d", base_body, &bases[4], 2, reps);
 	kb_register_fixed("base/cold/dd_direct_16MiB", base_body, &bases[5], 1, reps);
 
-	/* source, cold, direct, ring buffers, ring buffer size, engine */
-	static struct load loads[] = {{KILN_SOURCE_MMAP, 1, 0, 0, 0, 0, 0, 0},
-				      {KILN_SOURCE_MMAP, 1, 1, 0, 0, 0, 0, 0},
-				      {KILN_SOURCE_MMAP, 1, 0, 0, 0, KILN_ENGINE_URING, 0, 0},
-				      {KILN_SOURCE_MMAP, 0, 0, 0, 0, 0, 0, 0},
-				      {KILN_SOURCE_MMAP, 0, 0, 0, 0, KILN_ENGINE_URING, 0, 0},
-				      {KILN_SOURCE_MMAP, 0, 0, 4, 8 * MiB, 0, 0, 0},
-				      {KILN_SOURCE_READ, 0, 0, 0, 0, 0, 0, 0},
-				      {KILN_SOURCE_MMAP, 1, 0, 0, 0, 0, 0, 1},
-				      {KILN_SOURCE_MMAP, 1, 1, 0, 0, 0, 0, 1},
-				      {KILN_SOURCE_MMAP, 0, 0, 0, 0, 0, 0, 1},
-				      {KILN_SOURCE_MMAP, 1, 0, 0, 0, 0, 0, 2},
-				      {KILN_SOURCE_MMAP, 0, 0, 0, 0, 0, 0, 2}};
+	/* source, cold, direct, ring count, ring size, engine, checked, pipeline, verify */
+	static struct load loads[] = {{KILN_SOURCE_MMAP, 1, 0, 0, 0, 0, 0, 0, 0},
+				      {KILN_SOURCE_MMAP, 1, 1, 0, 0, 0, 0, 0, 0},
+				      {KILN_SOURCE_MMAP, 1, 0, 0, 0, KILN_ENGINE_URING, 0, 0, 0},
+				      {KILN_SOURCE_MMAP, 0, 0, 0, 0, 0, 0, 0, 0},
+				      {KILN_SOURCE_MMAP, 0, 0, 0, 0, KILN_ENGINE_URING, 0, 0, 0},
+				      {KILN_SOURCE_MMAP, 0, 0, 4, 8 * MiB, 0, 0, 0, 0},
+				      {KILN_SOURCE_READ, 0, 0, 0, 0, 0, 0, 0, 0},
+				      {KILN_SOURCE_MMAP, 1, 0, 0, 0, 0, 0, 1, 0},
+				      {KILN_SOURCE_MMAP, 1, 1, 0, 0, 0, 0, 1, 0},
+				      {KILN_SOURCE_MMAP, 0, 0, 0, 0, 0, 0, 1, 0},
+				      {KILN_SOURCE_MMAP, 1, 0, 0, 0, 0, 0, 2, 0},
+				      {KILN_SOURCE_MMAP, 0, 0, 0, 0, 0, 0, 2, 0},
+				      {KILN_SOURCE_MMAP, 1, 0, 0, 0, 0, 0, 1, 1},
+				      {KILN_SOURCE_MMAP, 0, 0, 0, 0, 0, 0, 1, 1}};
 	static char names[sizeof(loads) / sizeof(loads[0])][80];
 	for (size_t i = 0; i < sizeof(loads) / sizeof(loads[0]); i++) {
 		struct load *l = &loads[i];
-		int k = snprintf(names[i], sizeof(names[i]), "%s/%s/%s%s%s%s",
+		int k = snprintf(names[i], sizeof(names[i]), "%s/%s/%s%s%s%s%s",
 				 l->pipeline ? "pipeline" : "load", l->cold ? "cold" : "warm",
 				 kiln_source_name(l->source), l->direct ? "/direct" : "",
 				 l->engine == KILN_ENGINE_PREAD   ? "/pread"
 				 : l->engine == KILN_ENGINE_URING ? "/uring_engine"
 								  : "",
-				 l->pipeline == 2 ? "/register" : "");
+				 l->pipeline == 2 ? "/register" : "", l->verify ? "/verify" : "");
 		if (l->ring_n)
 			snprintf(names[i] + k, sizeof(names[i]) - (size_t)k, "/ring:%ux%zuMiB",
 				 l->ring_n, l->ring_size / MiB);

@@ -22,8 +22,10 @@
 #                    KLNT and a safetensors file of the same tensors: kiln_load warm against
 #                    cudaMemcpy from pinned memory (>= 0.8x), cold with O_DIRECT against
 #                    dd iflag=direct bs=16M of the same file (>= 0.9x), staged and registered,
-#                    with the pinned and extra device bytes kiln_load counted; one verdict line
-#                    each (about 3 minutes on an H200 with --reps 3)
+#                    with the pinned and extra device bytes kiln_load counted; and the staged
+#                    pipeline with every chunk hashed against the unverified one (>= 0.95x, the
+#                    integrity issue's); one verdict line each (about 3 minutes on an H200 with
+#                    --reps 3, before the verified rows)
 #   --target-sizes S file sizes in MiB for --targets (default "1024 8192")
 #
 # The benchmark file goes under DIR (it must be on a disk-backed file system: eviction is checked
@@ -134,7 +136,7 @@ run_bench() {
 
 if [ "$targets" = 1 ]; then
 	# The rows the targets compare; the load rows pair only cudaMemcpy (warm) and dd (cold).
-	filter='^(base/h2d_pinned|base/cold/dd_direct_16MiB|pipeline/(warm|cold)/mmap(/direct)?(/register)?)/'
+	filter='^(base/h2d_pinned|base/cold/dd_direct_16MiB|pipeline/(warm|cold)/mmap(/direct)?(/register|/verify)?)/'
 	for mib in $target_sizes; do
 		for fmt in klnt safetensors; do
 			echo "== targets: $fmt, $mib MiB, $reps repetitions per row"
@@ -151,6 +153,11 @@ if [ "$targets" = 1 ]; then
 					for (i = 2; i <= NF; i++)
 						if (split($i, kv, "=") == 2)
 							c[kv[1]] = kv[2]
+					rate[name] = c["GB/s"]
+					if (name ~ /\/verify$/) {
+						printf "  %s %s MiB %s: %s GB/s\n", fmt, mib, name, c["GB/s"]
+						next
+					}
 					if (name ~ /^pipeline\/warm/) {
 						r = c["x_h2d"]; want = 0.8; what = "cudaMemcpy from pinned memory"
 					} else if (name ~ /^pipeline\/cold/) {
@@ -163,6 +170,21 @@ if [ "$targets" = 1 ]; then
 						fmt, mib, name, c["GB/s"], r, what, want,
 						(r + 0 >= want ? "met" : "MISSED"), c["pinned_MiB"],
 						c["extra_dev_B"], c["largest_MiB"]
+				}
+				# Integrity (issue 30): each chunk hashed as it lands, against the same
+				# pipeline unverified in the same run.
+				END {
+					for (v in rate) {
+						if (v !~ /\/verify$/)
+							continue
+						u = v
+						sub(/\/verify$/, "", u)
+						if (rate[u] + 0 <= 0)
+							continue
+						r = rate[v] / rate[u]
+						printf "  %s %s MiB %s: %.3fx the unverified pipeline (target 0.95x: %s)\n",
+							fmt, mib, v, r, (r >= 0.95 ? "met" : "MISSED")
+					}
 				}' "$txt"
 		done
 	done

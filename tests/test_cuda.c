@@ -222,3 +222,69 @@ Test(cuda, pipeline_to_every_gpu_matches_the_file)
 	unlink(p);
 	free(p);
 }
+
+/* A model opened to check its digests, loaded onto the GPU by the pipeline: every chunk is
+ * hashed as it lands in staging; a byte flipped in the file after the open fails the load with
+ * CORRUPT naming the chunk, and no tensor is handed out. */
+Test(cuda, pipeline_checks_every_chunk_on_its_way_to_the_gpu)
+{
+	need_device();
+	uint64_t *sizes;
+	uint8_t **data;
+	char *p = model(&sizes, &data);
+	kiln_tensor_spec t[4];
+	for (int i = 0; i < 4; i++)
+		t[i] = (kiln_tensor_spec){
+		    .dtype = KILN_DT_U8, .rank = 1, .shape = {sizes[i]}, .data = data[i]};
+	kiln_error err;
+	/* Written again by kiln's writer, which puts the digest table in. */
+	cr_assert_eq(kiln_write_file(p, t, 4, KILN_WRITE_NO_SYNC, &err), 0, "%s", err.message);
+	kiln_cuda_devices *g;
+	cr_assert_eq(kiln_cuda_devices_open(0, &g, &err), 0, "%s", err.message);
+	kiln_open_options oo = {.size = sizeof(oo),
+				.flags = KILN_OPEN_DIRECTORY_ONLY | KILN_OPEN_VERIFY_DIGESTS};
+	for (int flipped = 0; flipped < 2; flipped++) {
+		kiln_model *m;
+		cr_assert_eq(kiln_model_open(p, &oo, &m, &err), 0, "%s", err.message);
+		if (flipped) {
+			FILE *f = fopen(p, "r+b");
+			cr_assert_not_null(f);
+			long at = (long)(kiln_model_tensor(m, 1)->file_offset + sizes[1] / 2);
+			cr_assert_eq(fseek(f, at, SEEK_SET), 0);
+			int c = fgetc(f);
+			cr_assert_eq(fseek(f, at, SEEK_SET), 0);
+			fputc(c ^ 1, f);
+			fclose(f);
+		}
+		kiln_load_options o = {.size = sizeof(o),
+				       .threads = 2,
+				       .chunk_size = 256u << 10,
+				       .pinned_bytes = 4u << 20,
+				       .device = kiln_cuda_device(g)};
+		void *ptrs[4];
+		kiln_arena *a = (kiln_arena *)1;
+		int rc = kiln_load(m, NULL, 0, &o, ptrs, &a, NULL, &err);
+		if (flipped) {
+			cr_assert_eq(rc, KILN_CORRUPT, "%s: %s", kiln_code_name(rc), err.message);
+			cr_assert_str_eq(err.field, "digests");
+			cr_assert_not_null(strstr(err.message, "differs from its digest"), "%s",
+					   err.message);
+			cr_assert_null(a);
+		} else {
+			cr_assert_eq(rc, 0, "%s", err.message);
+			for (int i = 0; i < 4; i++) {
+				uint8_t *back = malloc(sizes[i] + 1);
+				cr_assert_eq(
+				    cudaMemcpy(back, ptrs[i], sizes[i], cudaMemcpyDeviceToHost),
+				    cudaSuccess);
+				cr_assert_eq(memcmp(back, data[i], sizes[i]), 0, "tensor %d", i);
+				free(back);
+			}
+			kiln_arena_free(a);
+		}
+		kiln_model_close(m);
+	}
+	kiln_cuda_devices_close(g);
+	unlink(p);
+	free(p);
+}
