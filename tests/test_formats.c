@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -4094,4 +4095,46 @@ Test(samples, tiny_sharded_safetensors)
 	}
 	ref_free(&r);
 	jfree(&exp);
+}
+
+/* GGUF's header has no length: its reader grows a copy of the file's start by doubling, so a
+ * header of 7,000 key/values (about 150 KiB) is read as 256 KiB. Once parsed, the pages of the
+ * copy past the header go back: they are not resident after the open. */
+Test(resident, gguf_header_copy_keeps_no_pages_past_the_header)
+{
+	struct buf kv = {0};
+	enum { NKV = 7000 };
+	for (int i = 0; i < NKV; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "k%05d", i);
+		gkey(&kv, k, GU32), B32(&kv, (uint32_t)i);
+	}
+	struct tinfo t[] = {{"w", 1, {(uint64_t)1 << 17}, 0, AUTO}}; /* 512 KiB of f32 */
+	struct gguf g = gguf_make(3, &kv, NKV, t, 1, 32);
+	bfree(&kv);
+	cr_assert_gt(g.data, 128u << 10);
+	cr_assert_lt(g.data, 192u << 10);
+	char *path = write_temp(g.b.p, g.b.len);
+	kiln_open_options o = {.size = sizeof(o), .source = KILN_SOURCE_MMAP};
+	kiln_model *m;
+	kiln_error err;
+	cr_assert_eq(kiln_model_open(path, &o, &m, &err), 0, "%s", err.message);
+	/* The view's name points into the copy, at its offset in the file. */
+	const kiln_tensor *w = kiln_model_find_cstr(m, "w");
+	cr_assert_not_null(w);
+	const uint8_t *copy = (const uint8_t *)w->name - (g.at[0] + 8);
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	cr_assert_eq((uintptr_t)copy % page, 0, "the copy is not a reservation of its own");
+	size_t from = ((size_t)g.data + page - 1) / page * page, to = (size_t)256 << 10;
+	unsigned char vec[(256 << 10) / 4096 + 1];
+	cr_assert_eq(mincore((void *)copy, to, vec), 0, "%s", strerror(errno));
+	cr_assert(vec[0] & 1, "the header's first page is not resident");
+	for (size_t p = from / page; p < to / page; p++)
+		cr_assert_not(vec[p] & 1,
+			      "page %zu of the copy (past the header, at %" PRIu64 ") is resident",
+			      p, g.data);
+	kiln_model_close(m);
+	unlink(path);
+	free(path);
+	blob_free(&g.b);
 }

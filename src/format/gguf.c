@@ -740,6 +740,9 @@ static int gguf_read(struct kiln__file *f, int exact, kiln_error *err)
 	}
 #undef IS_DIGESTS_KEY
 	f->split_tensors = r.split_tensors;
+	/* Past the tensor infos the prefix holds payload bytes read ahead: nothing points there. */
+	if (!rc)
+		kiln__prefix_keep(f, r.pos);
 out:
 	free(ti);
 	free(r.kv);

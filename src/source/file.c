@@ -106,6 +106,12 @@ int kiln__prefix(struct kiln__file *f, uint64_t len, const uint8_t **p, kiln_err
 	return *p ? 0 : err ? err->code : KILN_IO;
 }
 
+void kiln__prefix_keep(struct kiln__file *f, uint64_t len)
+{
+	if (f->src->prefix_keep)
+		f->src->prefix_keep(f, len);
+}
+
 void kiln__expect(struct kiln__file *f, uint64_t off, uint64_t end)
 {
 	if (f->src->expect)

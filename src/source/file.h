@@ -132,6 +132,9 @@ int kiln__fetch(struct kiln__file *f, uint64_t off, uint64_t len, int keep, cons
  * length up front (GGUF) or one that must be read whole (safetensors): a longer prefix later may
  * move the bytes, so readers keep offsets until they are done. len <= f->size. */
 int kiln__prefix(struct kiln__file *f, uint64_t len, const uint8_t **p, kiln_error *err);
+/* The reader is done with the prefix past `len` (it read ahead of a header whose end it did not
+ * know): the source may give that memory back. Never an error. */
+void kiln__prefix_keep(struct kiln__file *f, uint64_t len);
 /* The reader will fetch within [off, end) next: the source may read it ahead or in one go. */
 void kiln__expect(struct kiln__file *f, uint64_t off, uint64_t end);
 /* Memory from the model's allocator, kept until close (an arena for decoded names). */

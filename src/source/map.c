@@ -247,6 +247,21 @@ static const uint8_t *map_prefix(struct kiln__file *f, uint64_t len, kiln_error 
 	return s->prefix;
 }
 
+/* A reserved prefix's pages past the header go back to the system: GGUF's reader grows the
+ * prefix by doubling, so a 137 KiB header was held in 256 KiB. (Below PREFIX_RESERVE the
+ * allocator's block stays: at most as much again of a small header.) */
+static void map_prefix_keep(struct kiln__file *f, uint64_t len)
+{
+	struct map_state *s = state(f);
+	if (!s->prefix_reserved || len >= s->prefix_len)
+		return;
+	size_t page = kiln__page_size(), from = ((size_t)len + page - 1) & ~(page - 1),
+	       to = ((size_t)s->prefix_len + page - 1) & ~(page - 1);
+	if (to > from)
+		(void)madvise(s->prefix + from, to - from, MADV_DONTNEED);
+	s->prefix_len = len;
+}
+
 static const int advice_of[] = {
     [KILN_ADVICE_NORMAL] = MADV_NORMAL,
     [KILN_ADVICE_SEQUENTIAL] = MADV_SEQUENTIAL,
@@ -474,6 +489,7 @@ const struct kiln__source kiln__source_map = {
     .attach = map_attach,
     .fetch = map_fetch,
     .prefix = map_prefix,
+    .prefix_keep = map_prefix_keep,
     .expect = map_expect,
     .finish = map_finish,
     .release = map_release,

@@ -29,6 +29,9 @@ struct kiln__source {
 	/* kiln__prefix: bytes [0, len) in one piece, kept until close; a longer prefix may move
 	 * it (the earlier pointer is then dead). */
 	const uint8_t *(*prefix)(struct kiln__file *f, uint64_t len, kiln_error *err);
+	/* kiln__prefix_keep: only [0, len) of the prefix is used from now on. NULL when the
+	 * source has nothing to give back. */
+	void (*prefix_keep)(struct kiln__file *f, uint64_t len);
 	/* kiln__expect: a hint, never an error. NULL when it has nothing to do. */
 	void (*expect)(struct kiln__file *f, uint64_t off, uint64_t end);
 	/* The reader accepted the file (f->payload_base is set): place it in memory (f->base),
