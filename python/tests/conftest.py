@@ -42,6 +42,21 @@ def golden_bytes(name):
     return hex_decode((GOLDEN / f"{name}.hex").read_text())
 
 
+def klnt_cli():
+    """The klnt CLI's path (KILN_KLNT, else build/klnt); the test is skipped without one."""
+    k = os.environ.get("KILN_KLNT") or str(
+        pathlib.Path(__file__).resolve().parents[2] / "build" / "klnt")
+    if not os.path.exists(k):
+        pytest.skip(f"the klnt CLI is not built ({k}; KILN_KLNT names it)")
+    return k
+
+
+def klnt_env():
+    """The environment to run klnt in: it links its own sanitizer runtime (if any), not the one
+    preloaded into Python."""
+    return {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+
+
 @pytest.fixture
 def write_bytes(tmp_path):
     """Write bytes to a fresh file and return its path."""

@@ -9,6 +9,7 @@ import shutil
 import pytest
 
 import kiln
+from conftest import klnt_cli, klnt_env
 
 SAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests",
                        "samples")
@@ -302,21 +303,11 @@ def _gguf_read(path):
     return version, kv, infos, data, raw
 
 
-def _klnt():
-    import pathlib
-
-    k = os.environ.get("KILN_KLNT") or str(pathlib.Path(__file__).resolve().parents[2] / "build"
-                                           / "klnt")
-    if not os.path.exists(k):
-        pytest.skip(f"the klnt CLI is not built ({k}; KILN_KLNT names it)")
-    return k
-
-
 def test_gguf_export_is_read_by_an_independent_reader(tmp_path):
     import subprocess
 
-    klnt = _klnt()
-    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    klnt = klnt_cli()
+    env = klnt_env()
     src = os.path.join(SAMPLES, "tiny-llama.gguf")
     k, out, bare = (str(tmp_path / n) for n in ("m.klnt", "m.gguf", "bare.gguf"))
     for args in (["import", "-o", k, src], ["export", "--to", "gguf", "-o", out, k],

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import kiln
+from conftest import klnt_cli, klnt_env
 
 DTYPES = {
     "bool": np.bool_, "u8": np.uint8, "i8": np.int8, "u16": np.uint16, "i16": np.int16,
@@ -182,18 +183,12 @@ def test_save_file_metadata_through_klnt_export(tmp_path):
     import struct
     import subprocess
 
-    import pathlib
-
-    klnt = os.environ.get("KILN_KLNT") or str(
-        pathlib.Path(__file__).resolve().parents[2] / "build" / "klnt")
-    if not os.path.exists(klnt):
-        pytest.skip(f"the klnt CLI is not built ({klnt}; KILN_KLNT names it)")
+    klnt = klnt_cli()
     p, out = str(tmp_path / "m.klnt"), str(tmp_path / "m.safetensors")
     meta = {"format": "pt", "note": "ünïcode ✓", "k": ""}
     w = np.arange(6, dtype=np.float32).reshape(2, 3)
     kiln.save_file({"w": w}, p, metadata=meta)
-    # The CLI links its own sanitizer runtime (if any): not the one preloaded into Python.
-    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    env = klnt_env()
     r = subprocess.run([klnt, "export", "--to", "safetensors", "-o", out, p],
                        capture_output=True, env=env)
     assert r.returncode == 0, r.stderr

@@ -19,6 +19,7 @@ import textwrap
 import pytest
 
 import kiln
+from conftest import klnt_cli, klnt_env
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (python3-torch)")
 import kiln.safetensors.torch  # noqa: E402
@@ -97,13 +98,6 @@ def _expect_filled(model, full, rank, size):
                            want.contiguous().view(torch.uint8)), name
 
 
-def _klnt_cli():
-    klnt = os.environ.get("KILN_KLNT") or os.path.join(ROOT, "build", "klnt")
-    if not os.path.exists(klnt):
-        pytest.skip(f"the klnt CLI is not built ({klnt}; KILN_KLNT names it)")
-    return klnt
-
-
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory):
     """The same tensors as a sharded safetensors checkpoint (a directory with its index), a
@@ -124,8 +118,8 @@ def checkpoints(tmp_path_factory):
     klnt = str(root / "m.klnt")
     kiln.save_file(full, klnt)
     gguf = str(root / "m.gguf")
-    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
-    r = subprocess.run([_klnt_cli(), "export", "--to", "gguf", "-o", gguf, klnt],
+    env = klnt_env()
+    r = subprocess.run([klnt_cli(), "export", "--to", "gguf", "-o", gguf, klnt],
                        capture_output=True, env=env)
     assert r.returncode == 0, r.stderr
     return full, {"safetensors": str(st), "klnt": klnt, "gguf": gguf}
