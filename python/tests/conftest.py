@@ -42,6 +42,15 @@ def golden_bytes(name):
     return hex_decode((GOLDEN / f"{name}.hex").read_text())
 
 
+def flip_bit(path, at):
+    """Flip the lowest bit of byte `at` of the file (twice puts it back)."""
+    with open(path, "r+b") as f:
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0x01]))
+
+
 def klnt_cli():
     """The klnt CLI's path (KILN_KLNT, else build/klnt); the test is skipped without one."""
     k = os.environ.get("KILN_KLNT") or str(

@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 import kiln
-from conftest import klnt_cli, klnt_env
+from conftest import flip_bit, klnt_cli, klnt_env
 
 SAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests",
                        "samples")
@@ -101,14 +101,6 @@ def test_open_verify_without_digests_says_how_to_get_some(gguf):
 DIFFERS = r"chunk \d+ \(bytes \d+\.\.\d+, tensor [bc]\) differs from its digest"
 
 
-def _flip(path, at):
-    with open(path, "r+b") as f:
-        f.seek(at)
-        b = f.read(1)
-        f.seek(at)
-        f.write(bytes([b[0] ^ 0x01]))
-
-
 @pytest.fixture
 def st_file(tmp_path):
     """A safetensors file of 3 tensors (about 40 KiB), digests in 4 KiB chunks beside it."""
@@ -135,7 +127,7 @@ def test_torch_load_verify(st_file, tmp_path):
     with pytest.raises(kiln.Error, match="klnt digest"):
         kt.load(bare, verify=True)
     kt.load(bare)  # without verify= digests are not asked for
-    _flip(st_file, os.path.getsize(st_file) - 100)  # in c, the last tensor
+    flip_bit(st_file, os.path.getsize(st_file) - 100)  # in c, the last tensor
     with pytest.raises(kiln.CorruptError, match=DIFFERS):
         kt.load(st_file, verify=True)
     kt.load(st_file)  # unverified, the flip goes unseen: why verify= exists
@@ -152,7 +144,7 @@ def test_dropin_verify(st_file, tmp_path, backend):
         assert torch.equal(f.get_tensor("c"), torch.arange(1000))
     assert stn.load_file(st_file, backend=backend, verify=True)["a"][4095] == 4095
     assert stt.load_file(st_file, backend=backend, verify=True)["b"].sum() == 4096
-    _flip(st_file, os.path.getsize(st_file) - 100)
+    flip_bit(st_file, os.path.getsize(st_file) - 100)
     # kiln's own errors, not "Error while deserializing header"
     with pytest.raises(kiln.CorruptError, match=DIFFERS):
         st.safe_open(st_file, "pt", backend=backend, verify=True)
@@ -205,7 +197,7 @@ def test_kiln_save_file_writes_its_table(tmp_path):
     got = kt.load(p, verify=True)
     assert set(got) == {"w", "b"} and torch.equal(got["w"], torch.arange(300000.0))
     assert [n for n, _ in kt.iter_load(p, verify=True)] == ["w", "b"]
-    _flip(p, 4096 + 1000)  # in w
+    flip_bit(p, 4096 + 1000)  # in w
     with pytest.raises(kiln.CorruptError, match=r"chunk 0 \(bytes 0\.\.1048576, tensor w\)"):
         kt.load(p, verify=True)
     # digests=False: the tensors alone; nothing to check against, and says how to get some
@@ -241,7 +233,7 @@ def test_dropin_save_file_keeps_safetensors_bytes_unless_asked(tmp_path):
         assert sorted(f.keys()) == ["a", "b"]
     with st.safe_open(withd, "np", verify=True) as f:
         assert f.get_tensor("a")[49999] == 49999
-    _flip(withd, base2 + 1000)
+    flip_bit(withd, base2 + 1000)
     with pytest.raises(kiln.CorruptError, match="tensor a"):
         stn.load_file(withd, verify=True)
     with pytest.raises(TypeError, match="digests must be a bool"):

@@ -18,7 +18,7 @@ import pytest
 
 import kiln
 import kiln.safetensors.numpy as kiln_st
-from conftest import klnt_cli, klnt_env
+from conftest import flip_bit, klnt_cli, klnt_env
 
 # kiln's plain dtypes and their ggml type ids (docs/convert.md); an opaque dtype is 4096 + id.
 GGML_OF = {"f32": 0, "f16": 1, "i8": 24, "i16": 25, "i32": 26, "i64": 27, "f64": 28, "bf16": 30}
@@ -98,21 +98,13 @@ def _typed_keys(path):
     kiln.write_file(path, specs, sync=False, metadata=json.dumps(doc).encode())
 
 
-def _flip(path, at):
-    with open(path, "r+b") as f:
-        f.seek(at)
-        b = f.read(1)
-        f.seek(at)
-        f.write(bytes([b[0] ^ 0x01]))
-
-
 def _caught(path, at):
     """A bit flipped at `at` fails a checked open naming the chunk; put back, it passes."""
-    _flip(path, at)
+    flip_bit(path, at)
     with pytest.raises(kiln.CorruptError) as e:
         kiln.open(path, verify=True)
     assert e.value.field == "digests" and "chunk " in str(e.value)
-    _flip(path, at)
+    flip_bit(path, at)
     with kiln.open(path, verify=True) as m:
         assert m.info["digests_verified"] is True
 
