@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
+#include "base/sys.h"
 
 #ifndef KILN_SAMPLES
 #define KILN_SAMPLES "../shared/samples"
@@ -4137,4 +4138,70 @@ Test(resident, gguf_header_copy_keeps_no_pages_past_the_header)
 	unlink(path);
 	free(path);
 	blob_free(&g.b);
+}
+
+static void *refuse_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	(void)addr, (void)len, (void)prot, (void)flags, (void)fd, (void)off;
+	errno = ENODEV;
+	return MAP_FAILED;
+}
+
+/* Opened AUTO, every name of `n` (names[i] of tensor i) reads back though the file system
+ * cannot map files: the READ source takes over once the header is parsed, and the copies of it
+ * the views point into stay until close. */
+static void unmappable_names_read_back(const blob *b, const char *const *names, size_t n)
+{
+	char *path = write_temp(b->p, b->len);
+	void *(*mmap_was)(void *, size_t, int, int, int, off_t) = kiln__sys.mmap;
+	kiln__sys.mmap = refuse_mmap;
+	kiln_open_options o = {.size = sizeof(o), .source = KILN_SOURCE_AUTO};
+	kiln_model *m;
+	kiln_error err;
+	int rc = kiln_model_open(path, &o, &m, &err);
+	kiln__sys.mmap = mmap_was;
+	cr_assert_eq(rc, 0, "%s", err.message);
+	kiln_model_info info;
+	kiln_model_get_info(m, &info);
+	cr_assert_eq(info.auto_choice, KILN_AUTO_UNMAPPABLE);
+	cr_assert_eq(kiln_model_count(m), n);
+	for (size_t i = 0; i < n; i++) {
+		const kiln_tensor *t = kiln_model_tensor(m, i);
+		cr_assert_eq(t->name_len, strlen(names[i]));
+		cr_assert_eq(memcmp(t->name, names[i], t->name_len), 0, "tensor %zu", i);
+	}
+	kiln_model_close(m);
+	unlink(path);
+	free(path);
+}
+
+/* Headers whose copies are reserved mappings (over 256 KiB), unmapped when freed: a name read
+ * from a freed copy faults even without a sanitizer. */
+Test(resident, auto_unmappable_keeps_the_header_views_point_into)
+{
+	struct buf kv = {0};
+	for (int i = 0; i < 12000; i++) {
+		char k[16];
+		snprintf(k, sizeof(k), "k%05d", i);
+		gkey(&kv, k, GU32), B32(&kv, (uint32_t)i);
+	}
+	struct tinfo t[] = {{"w", 1, {64}, 0, AUTO}};
+	struct gguf g = gguf_make(3, &kv, 12000, t, 1, 32);
+	bfree(&kv);
+	cr_assert_gt(g.data, 256u << 10);
+	const char *w = "w";
+	unmappable_names_read_back(&g.b, &w, 1);
+	blob_free(&g.b);
+
+	enum { N = 6000 };
+	static char st_names[N][8];
+	static const char *st_ptrs[N];
+	for (int i = 0; i < N; i++) {
+		snprintf(st_names[i], sizeof(st_names[i]), "t%05d", i);
+		st_ptrs[i] = st_names[i];
+	}
+	blob s = st_shard(st_ptrs, N, 1, NULL);
+	cr_assert_gt(s.len, (size_t)256 << 10);
+	unmappable_names_read_back(&s, st_ptrs, N);
+	blob_free(&s);
 }

@@ -75,6 +75,10 @@ void kiln__file_release(struct kiln__file *f)
 {
 	if (f->src)
 		f->src->release(f);
+	if (f->held_release)
+		f->held_release(f, f->held);
+	f->held = NULL;
+	f->held_release = NULL;
 	while (f->kept) {
 		struct kiln__kept *k = f->kept;
 		f->kept = k->next;

@@ -86,6 +86,10 @@ struct kiln__file {
 	 * resident). */
 	const uint8_t *mem;
 	void *src_state;
+	/* What a source that handed the file to another (AUTO's fallback) left for the views to
+	 * point into (its header copies), and how to free it at close; NULL when nothing. */
+	void *held;
+	void (*held_release)(struct kiln__file *f, void *held);
 };
 
 /* A file's name for naming rules and kiln_file_info: its URL when it was opened from a cached

@@ -187,9 +187,8 @@ static const uint8_t *map_fetch(struct kiln__file *f, uint64_t off, uint64_t len
 	return s->window;
 }
 
-static void free_prefix(struct kiln__file *f)
+static void free_prefix(struct kiln__file *f, struct map_state *s)
 {
-	struct map_state *s = state(f);
 	if (s->prefix_reserved)
 		kiln__owned_unreserve(s->prefix, s->prefix_cap);
 	else if (s->prefix)
@@ -228,7 +227,7 @@ static const uint8_t *map_prefix(struct kiln__file *f, uint64_t len, kiln_error 
 			}
 			if (s->prefix) {
 				memcpy(p, s->prefix, (size_t)s->prefix_len);
-				free_prefix(f);
+				free_prefix(f, s);
 			}
 			s->prefix = p;
 			s->prefix_cap = (size_t)cap;
@@ -402,7 +401,15 @@ static void free_buffers(struct kiln__file *f)
 	s->window_cap = 0;
 }
 
-static void map_release(struct kiln__file *f);
+/* The state with what is left of it once its buffers and mapping are gone: the header copies. */
+static void free_held(struct kiln__file *f, void *held)
+{
+	struct map_state *s = held;
+	if (s->whole)
+		kiln__free(f->alloc, s->whole, (size_t)s->whole_len);
+	free_prefix(f, s);
+	kiln__free(f->alloc, s, sizeof(*s));
+}
 
 static int map_finish(struct kiln__file *f, const kiln_open_options *o, kiln_error *err)
 {
@@ -420,8 +427,14 @@ static int map_finish(struct kiln__file *f, const kiln_open_options *o, kiln_err
 	if (p == MAP_FAILED) {
 		int e = errno;
 		if (s->auto_pending && e == ENODEV) {
-			/* AUTO on a file system that cannot map files: read it instead. */
-			map_release(f);
+			/* AUTO on a file system that cannot map files: read it instead. The views'
+			 * names and key/values point into the header copies: they stay until close.
+			 */
+			if (s->ra_quiet)
+				posix_fadvise(f->fd, 0, 0, POSIX_FADV_NORMAL);
+			f->held = s;
+			f->held_release = free_held;
+			f->src_state = NULL;
 			f->load.auto_choice = KILN_AUTO_UNMAPPABLE;
 			return kiln__read_takeover(f, o, err);
 		}
@@ -456,12 +469,9 @@ static void map_release(struct kiln__file *f)
 	if (s->ra_quiet)
 		posix_fadvise(f->fd, 0, 0, POSIX_FADV_NORMAL);
 	free_buffers(f);
-	if (s->whole)
-		kiln__free(f->alloc, s->whole, (size_t)s->whole_len);
-	free_prefix(f);
 	if (s->map_addr)
 		munmap(s->map_addr, s->map_len);
-	kiln__free(f->alloc, s, sizeof(*s));
+	free_held(f, s);
 	f->src_state = NULL;
 }
 
