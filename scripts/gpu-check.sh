@@ -154,6 +154,7 @@ if [ "$targets" = 1 ]; then
 						if (split($i, kv, "=") == 2)
 							c[kv[1]] = kv[2]
 					rate[name] = c["GB/s"]
+					order[++rows] = name
 					if (name ~ /\/verify$/) {
 						printf "  %s %s MiB %s: %s GB/s\n", fmt, mib, name, c["GB/s"]
 						next
@@ -172,15 +173,19 @@ if [ "$targets" = 1 ]; then
 						c["extra_dev_B"], c["largest_MiB"]
 				}
 				# Integrity (issue 30): each chunk hashed as it lands, against the same
-				# pipeline unverified in the same run.
+				# pipeline unverified in the same run (the ratio of the two medians).
 				END {
-					for (v in rate) {
+					for (k = 1; k <= rows; k++) {
+						v = order[k]
 						if (v !~ /\/verify$/)
 							continue
 						u = v
 						sub(/\/verify$/, "", u)
-						if (rate[u] + 0 <= 0)
+						if (rate[u] + 0 <= 0 || rate[v] + 0 <= 0) {
+							printf "  %s %s MiB %s: no unverified twin or no rate (target 0.95x: MISSED)\n",
+								fmt, mib, v
 							continue
+						}
 						r = rate[v] / rate[u]
 						printf "  %s %s MiB %s: %.3fx the unverified pipeline (target 0.95x: %s)\n",
 							fmt, mib, v, r, (r >= 0.95 ? "met" : "MISSED")

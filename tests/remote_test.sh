@@ -320,6 +320,16 @@ case $out in
 *": ok (1 file, "*"xxh3-128 from sidecar"*) check "a fresh cached copy is checked against its version's sidecar" yes yes ;;
 *) check "a fresh cached copy is checked against its version's sidecar ($out)" no yes ;;
 esac
+# The same through a cache directory named by a symbolic link (the cache follows it).
+ln -s "$own_cache" "$work/own-cache-link"
+rc=0
+out=$(KILN_CACHE_DIR="$work/own-cache-link" KILN_CACHE_MAX_AGE_MS=600000 "$klnt" verify "http://127.0.0.1:$http/tiny-llama.gguf" 2>&1) || rc=$?
+check "a fresh cached copy through a linked cache directory: exit status ($out)" "$rc" 0
+case $out in
+*": ok (1 file, "*"xxh3-128 from sidecar"*) check "a fresh cached copy through a linked cache directory is checked" yes yes ;;
+*) check "a fresh cached copy through a linked cache directory is checked ($out)" no yes ;;
+esac
+rm -f "$work/own-cache-link"
 for cmd in verify "load --verify"; do
 	rc=0
 	out=$(KILN_CACHE_DIR="$own_cache" "$klnt" $cmd "http://127.0.0.1:$http/flip-tl.gguf" 2>&1) || rc=$?
@@ -356,6 +366,9 @@ for v in 0 1 2 3 4 5 6 7; do
 	cp "$own_cache/$tl_entry" "$own_cache/$decoy"
 	echo "not a digest table" >"$own_cache/$decoy.kiln-digest"
 done
+# A symbolic link to the URL's link is not the same file either (never followed).
+ln -s "${tl_entry%%-*}.gguf" "$own_cache/${tl_entry%%-*}-fffffffffffffff8.gguf"
+echo "not a digest table" >"$own_cache/${tl_entry%%-*}-fffffffffffffff8.gguf.kiln-digest"
 for f in flip-tl.gguf tiny-llama.gguf; do
 	rc=0
 	out=$(KILN_CACHE_DIR="$own_cache" KILN_CACHE_MAX_AGE_MS=600000 "$klnt" verify "http://127.0.0.1:$http/$f" 2>&1) || rc=$?

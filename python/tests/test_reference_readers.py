@@ -109,9 +109,16 @@ def _caught(path, at):
         assert m.info["digests_verified"] is True
 
 
+def _gguf_py():
+    return pytest.importorskip(
+        "gguf", reason="llama.cpp's gguf-py is not installed (pip install gguf); "
+        "Debian 12 does not package it")
+
+
 @pytest.fixture(scope="module", params=["many_types", "typed_keys"])
 def kiln_gguf(request, tmp_path_factory):
-    """A GGUF file klnt export wrote from a KLNT file kiln wrote."""
+    """A GGUF file klnt export wrote from a KLNT file kiln wrote (made only where gguf-py is)."""
+    _gguf_py()
     d = tmp_path_factory.mktemp("gguf")
     src, out = str(d / "m.klnt"), str(d / "m.gguf")
     (_many_types if request.param == "many_types" else _typed_keys)(src)
@@ -122,9 +129,7 @@ def kiln_gguf(request, tmp_path_factory):
 
 
 def test_gguf_py_sees_what_kiln_sees(kiln_gguf):
-    gguf = pytest.importorskip(
-        "gguf", reason="llama.cpp's gguf-py is not installed (pip install gguf); "
-        "Debian 12 does not package it")
+    gguf = _gguf_py()
     r = gguf.GGUFReader(kiln_gguf)
     with kiln.open(kiln_gguf) as m:
         # Key/values: kiln leaves its own digest table out of the model's metadata.

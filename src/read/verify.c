@@ -305,10 +305,10 @@ static int another(const char *name, uint64_t said, const struct kiln__file *f, 
 
 /* The sidecar of file f (beside a local file, on a URL's server, or kept in kiln's cache with a
  * URL's version), read whole and parsed: 0 with *table (malloc'd) and *d; NOTFOUND when there is
- * none; INVAL where none is looked for (a signed URL, a buffer); the table's own errors, naming the sidecar. What is read is
- * capped at the largest table a file of f's size can have (the smallest chunks): of a longer
- * sidecar only the head is read, to tell the digests of another file from a table that is too
- * long. */
+ * none; INVAL where none is looked for (a signed URL, a buffer); the table's own errors, naming the
+ * sidecar. What is read is capped at the largest table a file of f's size can have (the smallest
+ * chunks): of a longer sidecar only the head is read, to tell the digests of another file from a
+ * table that is too long. */
 static int read_sidecar(const struct kiln__file *f, uint8_t **table, struct kiln__digests *d,
 			kiln_error *err)
 {

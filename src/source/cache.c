@@ -312,39 +312,47 @@ char *kiln__cache_version_path(const char *link, int fd)
 {
 	const char *base = strrchr(link, '/');
 	struct stat want;
-	if (!base || fstat(fd, &want))
-		return NULL;
-	char *dir = strndup(link, base > link ? (size_t)(base - link) : 1);
-	int dfd = dir ? open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
-	DIR *d = dfd < 0 ? NULL : fdopendir(dfd);
-	if (!d) {
-		int e = dir ? errno : ENOMEM;
-		if (dfd >= 0)
-			close(dfd);
-		free(dir);
-		errno = e;
+	if (!base) {
+		errno = EINVAL;
 		return NULL;
 	}
+	if (fstat(fd, &want))
+		return NULL;
+	char *dir = strndup(link, base > link ? (size_t)(base - link) : 1);
+	if (!dir) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	/* The directory again, held to what the cache that served the copy held it to. */
+	struct kiln__cache c = {.dir = dir, .fd = -1};
+	DIR *d = NULL;
+	int err = kiln__cache_open(&c, 0, NULL) ? (c.refused ? c.refused : ENOENT) : 0;
+	if (!err && !(d = fdopendir(c.fd))) {
+		err = errno;
+		kiln__cache_close(&c);
+	}
 	char *found = NULL;
-	int err = ENOENT;
-	struct dirent *e;
-	while ((e = readdir(d))) {
+	for (struct dirent *e; !err;) {
+		errno = 0;
+		if (!(e = readdir(d))) {
+			err = errno ? errno : ENOENT; /* an error, or no entry is that file */
+			break;
+		}
 		char lnk[KILN__CACHE_NAME_MAX];
 		struct stat st;
 		if (!kiln__cache_is_entry(e->d_name))
 			continue;
 		kiln__cache_link_name(e->d_name, lnk);
 		/* The same file, not the same name: only a hard link of it shares its inode. */
-		if (strcmp(lnk, base + 1) || fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) ||
+		if (strcmp(lnk, base + 1) || fstatat(c.fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) ||
 		    st.st_dev != want.st_dev || st.st_ino != want.st_ino)
 			continue;
-		if (asprintf(&found, "%s/%s", dir, e->d_name) < 0) {
-			found = NULL;
-			err = ENOMEM;
-		}
+		if (asprintf(&found, "%s/%s", dir, e->d_name) < 0)
+			found = NULL, err = ENOMEM;
 		break;
 	}
-	closedir(d);
+	if (d)
+		closedir(d); /* and c.fd with it */
 	free(dir);
 	errno = err;
 	return found;

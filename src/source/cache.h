@@ -52,10 +52,11 @@ int kiln__cache_fits(const struct kiln__cache *c, uint64_t len);
  * each sidecar with its entry. Nothing when the object does not fit. */
 int kiln__cache_store(struct kiln__cache *c, const char *name, const uint8_t *bytes, uint64_t len,
 		      const uint8_t *sidecar, size_t sidecar_len, kiln_error *err);
-/* The path of the entry that `fd`, opened through the link `link` (dir/URLHASH.EXT, a fresh
- * hit), is: the link names no version, the version's own name, a hard link to the same file,
- * does. A scan of the directory, made only when something asks for the version (its sidecar).
- * malloc'ed; NULL with errno: ENOENT when no entry is that file (evicted since), ENOMEM. */
+/* The path of the version entry that is the same file as `fd`, a copy opened through the URL's
+ * link `link` (dir/URLHASH.EXT, which names no version): found by its inode in a scan of the
+ * directory, checked as kiln__cache_open checks it. Made only when something asks for the
+ * version (its sidecar). malloc'ed; NULL with errno: ENOENT when no entry is that file (evicted
+ * since), ENOMEM, or why the directory could not be opened or read. */
 char *kiln__cache_version_path(const char *link, int fd);
 /* The open descriptor of the sidecar at `path` (an entry's path + KILN__SIDECAR_SUFFIX), served
  * as entries are (a regular file of the user's, writable by no one else, reached without

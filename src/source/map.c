@@ -246,9 +246,10 @@ static const uint8_t *map_prefix(struct kiln__file *f, uint64_t len, kiln_error 
 	return s->prefix;
 }
 
-/* A reserved prefix's pages past the header go back to the system: GGUF's reader grows the
- * prefix by doubling, so a 137 KiB header was held in 256 KiB. (Below PREFIX_RESERVE the
- * allocator's block stays: at most as much again of a small header.) */
+/* A reserved prefix's small pages past the header go back to the system: GGUF's reader grows
+ * the prefix by doubling, so a 137 KiB header was held in 256 KiB. (A huge page there is only
+ * split, its memory freed when the kernel gets to it; below PREFIX_RESERVE the allocator's
+ * block stays: at most as much again of a small header.) */
 static void map_prefix_keep(struct kiln__file *f, uint64_t len)
 {
 	struct map_state *s = state(f);
