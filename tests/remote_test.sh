@@ -437,6 +437,35 @@ case $out in
 *"a symbolic link, not followed"*) check "a symlink as the cached sidecar is refused" yes yes ;;
 *) check "a symlink as the cached sidecar is refused ($out)" no yes ;;
 esac
+# A version evicted after a fresh copy of it was opened takes its sidecar along: a check made
+# then says so (one process: the Python module, where it is built without ASan, as above).
+rm -f "$own_cache/$tl_entry.kiln-digest"
+mv "$work/kept.kiln-digest" "$own_cache/$tl_entry.kiln-digest"
+if [ -d "$py/kiln" ] && ! nm -D "$py"/kiln/_kiln*.so 2>/dev/null | grep -q __asan_init; then
+	out=$(KILN_CACHE_DIR="$own_cache" KILN_CACHE_MAX_AGE_MS=600000 PYTHONPATH="$py" \
+		/usr/bin/python3 - "http://127.0.0.1:$http/tiny-llama.gguf" "$own_cache/$tl_entry" <<'EOF' 2>&1
+import os
+import sys
+
+import kiln
+
+m = kiln.open(sys.argv[1])
+for evicted in (False, True):
+    if evicted:
+        os.unlink(sys.argv[2])
+        os.unlink(sys.argv[2] + ".kiln-digest")
+    try:
+        m.verify_digests()
+        print("verified")
+    except kiln.Error as e:
+        print(e.cls, e)
+EOF
+)
+	case $out in
+	*"verified"*"NOTFOUND"*"left kiln's cache after it was opened"*) check "a version evicted after the open: its sidecar is gone, and said so" yes yes ;;
+	*) check "a version evicted after the open: its sidecar is gone, and said so ($out)" no yes ;;
+	esac
+fi
 cp "$root/tiny-llama.gguf.kiln-digest" "$root/e.gguf.kiln-digest"
 rc=0
 out=$("$klnt" verify "http://127.0.0.1:$http/e.gguf" 2>&1) || rc=$?
