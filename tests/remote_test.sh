@@ -123,6 +123,19 @@ fail=0
 check() { # what got want
 	if [ "$2" = "$3" ]; then echo "ok: $1"; else echo "FAIL: $1: got '$2', want '$3'"; fail=1; fi
 }
+# verdict WHAT STATUS PATTERN COMMAND...: COMMAND exits with STATUS, and what it prints (stdout
+# and stderr) matches the case pattern PATTERN.
+verdict() {
+	what=$1 want=$2 pat=$3
+	shift 3
+	rc=0
+	out=$("$@" 2>&1) || rc=$?
+	check "$what: exit status" "$rc" "$want"
+	case $out in
+	$pat) check "$what" yes yes ;;
+	*) check "$what ($out)" no yes ;;
+	esac
+}
 export AWS_ACCESS_KEY_ID="$access" AWS_SECRET_ACCESS_KEY="$secret" AWS_ENDPOINT_URL="$endpoint"
 for f in m.klnt tiny-llama.gguf tiny-sharded/model.safetensors.index.json series-00001-of-00003.klnt; do
 	got=$("$klnt" check "s3://models/$f" | sed "s|s3://models/||")
@@ -304,40 +317,20 @@ for f in tiny-llama.gguf flip-tl.gguf; do
 	KILN_CACHE_DIR="$own_cache" "$klnt" check "http://127.0.0.1:$http/$f" >/dev/null 2>&1 || true
 done
 check "the cache keeps the sidecar of each of two URLs" "$(sidecars)" 2
-rc=0
-out=$(KILN_CACHE_DIR="$own_cache" "$klnt" verify "http://127.0.0.1:$http/tiny-llama.gguf" 2>&1) || rc=$?
-check "klnt verify from the cache: exit status ($out)" "$rc" 0
-case $out in
-*": ok (1 file, "*"xxh3-128 from sidecar"*) check "klnt verify from the cache against the kept sidecar" yes yes ;;
-*) check "klnt verify from the cache against the kept sidecar ($out)" no yes ;;
-esac
+verdict "klnt verify from the cache against the kept sidecar" 0 "*: ok (1 file, *xxh3-128 from sidecar*" \
+	env KILN_CACHE_DIR="$own_cache" "$klnt" verify "http://127.0.0.1:$http/tiny-llama.gguf"
 # Opened without asking the server (within its max age), through the URL's link that names no
 # version: the version is the entry that is the same file, and its sidecar is used.
-rc=0
-out=$(KILN_CACHE_DIR="$own_cache" KILN_CACHE_MAX_AGE_MS=600000 "$klnt" verify "http://127.0.0.1:$http/tiny-llama.gguf" 2>&1) || rc=$?
-check "klnt verify of a fresh cached copy: exit status ($out)" "$rc" 0
-case $out in
-*": ok (1 file, "*"xxh3-128 from sidecar"*) check "a fresh cached copy is checked against its version's sidecar" yes yes ;;
-*) check "a fresh cached copy is checked against its version's sidecar ($out)" no yes ;;
-esac
+verdict "a fresh cached copy is checked against its version's sidecar" 0 "*: ok (1 file, *xxh3-128 from sidecar*" \
+	env KILN_CACHE_DIR="$own_cache" KILN_CACHE_MAX_AGE_MS=600000 "$klnt" verify "http://127.0.0.1:$http/tiny-llama.gguf"
 # The same through a cache directory named by a symbolic link (the cache follows it).
 ln -s "$own_cache" "$work/own-cache-link"
-rc=0
-out=$(KILN_CACHE_DIR="$work/own-cache-link" KILN_CACHE_MAX_AGE_MS=600000 "$klnt" verify "http://127.0.0.1:$http/tiny-llama.gguf" 2>&1) || rc=$?
-check "a fresh cached copy through a linked cache directory: exit status ($out)" "$rc" 0
-case $out in
-*": ok (1 file, "*"xxh3-128 from sidecar"*) check "a fresh cached copy through a linked cache directory is checked" yes yes ;;
-*) check "a fresh cached copy through a linked cache directory is checked ($out)" no yes ;;
-esac
+verdict "a fresh cached copy through a linked cache directory is checked" 0 "*: ok (1 file, *xxh3-128 from sidecar*" \
+	env KILN_CACHE_DIR="$work/own-cache-link" KILN_CACHE_MAX_AGE_MS=600000 "$klnt" verify "http://127.0.0.1:$http/tiny-llama.gguf"
 rm -f "$work/own-cache-link"
 for cmd in verify "load --verify"; do
-	rc=0
-	out=$(KILN_CACHE_DIR="$own_cache" "$klnt" $cmd "http://127.0.0.1:$http/flip-tl.gguf" 2>&1) || rc=$?
-	check "klnt $cmd from the cache of the server's flipped byte: exit status" "$rc" 1
-	case $out in
-	*"flip-tl.gguf: CORRUPT: chunk "*"differs from its digest"*) check "klnt $cmd from the cache: the chunk named" yes yes ;;
-	*) check "klnt $cmd from the cache: the chunk named ($out)" no yes ;;
-	esac
+	verdict "klnt $cmd from the cache: the chunk named" 1 "*flip-tl.gguf: CORRUPT: chunk *differs from its digest*" \
+		env KILN_CACHE_DIR="$own_cache" "$klnt" $cmd "http://127.0.0.1:$http/flip-tl.gguf"
 done
 # The cached versions by what they hold.
 entry_of() {
@@ -350,13 +343,8 @@ flip_entry=$(entry_of "$root/flip-tl.gguf")
 # A byte flipped in the cached copy itself (the disk under the cache).
 size=$(wc -c <"$own_cache/$tl_entry")
 printf '\377' | dd of="$own_cache/$tl_entry" bs=1 seek=$((size - 5)) conv=notrunc status=none
-rc=0
-out=$(KILN_CACHE_DIR="$own_cache" "$klnt" verify "http://127.0.0.1:$http/tiny-llama.gguf" 2>&1) || rc=$?
-check "a byte flipped in the cached copy: exit status" "$rc" 1
-case $out in
-*"tiny-llama.gguf: CORRUPT: chunk "*"differs from its digest"*) check "a byte flipped in the cached copy is caught" yes yes ;;
-*) check "a byte flipped in the cached copy is caught ($out)" no yes ;;
-esac
+verdict "a byte flipped in the cached copy is caught" 1 "*tiny-llama.gguf: CORRUPT: chunk *differs from its digest*" \
+	env KILN_CACHE_DIR="$own_cache" "$klnt" verify "http://127.0.0.1:$http/tiny-llama.gguf"
 # The same, opened without asking the server: the flipped bytes are caught through the fresh
 # copy's version too (the server's in flip-tl, the cache's own in tiny-llama). Decoys of the
 # same URL, copies with other version names and sidecars that are no table, are not taken for
@@ -370,13 +358,8 @@ done
 ln -s "${tl_entry%%-*}.gguf" "$own_cache/${tl_entry%%-*}-fffffffffffffff8.gguf"
 echo "not a digest table" >"$own_cache/${tl_entry%%-*}-fffffffffffffff8.gguf.kiln-digest"
 for f in flip-tl.gguf tiny-llama.gguf; do
-	rc=0
-	out=$(KILN_CACHE_DIR="$own_cache" KILN_CACHE_MAX_AGE_MS=600000 "$klnt" verify "http://127.0.0.1:$http/$f" 2>&1) || rc=$?
-	check "klnt verify of the fresh cached $f: exit status" "$rc" 1
-	case $out in
-	*"$f: CORRUPT: chunk "*"differs from its digest"*) check "a flipped byte in the fresh cached $f is caught" yes yes ;;
-	*) check "a flipped byte in the fresh cached $f is caught ($out)" no yes ;;
-	esac
+	verdict "a flipped byte in the fresh cached $f is caught" 1 "*$f: CORRUPT: chunk *differs from its digest*" \
+		env KILN_CACHE_DIR="$own_cache" KILN_CACHE_MAX_AGE_MS=600000 "$klnt" verify "http://127.0.0.1:$http/$f"
 done
 rm -f "$own_cache/${tl_entry%%-*}-fffffffffffffff"*
 # A new version on the server replaces the old one and its sidecar; one the server has no
@@ -385,20 +368,10 @@ rm -f "$root/flip-tl.gguf.kiln-digest"
 printf '\376' | dd of="$root/flip-tl.gguf" bs=1 seek=$((size - 3)) conv=notrunc status=none
 touch -d '+1 hour' "$root/flip-tl.gguf"
 KILN_CACHE_DIR="$own_cache" "$klnt" check "http://127.0.0.1:$http/flip-tl.gguf" >/dev/null 2>&1 || true
-rc=0
-out=$(KILN_CACHE_DIR="$own_cache" "$klnt" verify "http://127.0.0.1:$http/flip-tl.gguf" 2>&1) || rc=$?
-check "a new version without a sidecar: exit status" "$rc" 1
-case $out in
-*"kiln's cache keeps no .kiln-digest for this version"*) check "a new version without a sidecar says so" yes yes ;;
-*) check "a new version without a sidecar says so ($out)" no yes ;;
-esac
-rc=0
-out=$(KILN_CACHE_DIR="$own_cache" KILN_CACHE_MAX_AGE_MS=600000 "$klnt" verify "http://127.0.0.1:$http/flip-tl.gguf" 2>&1) || rc=$?
-check "the new version without a sidecar, fresh: exit status" "$rc" 1
-case $out in
-*"kiln's cache keeps no .kiln-digest for this version"*) check "the new version without a sidecar, fresh, says so" yes yes ;;
-*) check "the new version without a sidecar, fresh, says so ($out)" no yes ;;
-esac
+verdict "a new version without a sidecar says so" 1 "*kiln's cache keeps no .kiln-digest for this version*" \
+	env KILN_CACHE_DIR="$own_cache" "$klnt" verify "http://127.0.0.1:$http/flip-tl.gguf"
+verdict "the new version without a sidecar, fresh, says so" 1 "*kiln's cache keeps no .kiln-digest for this version*" \
+	env KILN_CACHE_DIR="$own_cache" KILN_CACHE_MAX_AGE_MS=600000 "$klnt" verify "http://127.0.0.1:$http/flip-tl.gguf"
 check "the old version went with its sidecar" "$(ls "$own_cache" | grep -c "^$flip_entry" || true)" 0
 check "one sidecar left, the other URL's" "$(sidecars)" 1
 # A sidecar the server fails to give (a socket in nginx's root: 500) keeps the version out of
@@ -430,13 +403,8 @@ tl_entry=$(entry_of "$root/tiny-llama.gguf")
 check "the sidecar kept again" "$(sidecars)" 1
 mv "$own_cache/$tl_entry.kiln-digest" "$work/kept.kiln-digest"
 ln -s "$work/kept.kiln-digest" "$own_cache/$tl_entry.kiln-digest"
-rc=0
-out=$(KILN_CACHE_DIR="$own_cache" "$klnt" verify "http://127.0.0.1:$http/tiny-llama.gguf" 2>&1) || rc=$?
-check "a symlink as the cached sidecar: exit status (a read error)" "$rc" 3
-case $out in
-*"a symbolic link, not followed"*) check "a symlink as the cached sidecar is refused" yes yes ;;
-*) check "a symlink as the cached sidecar is refused ($out)" no yes ;;
-esac
+verdict "a symlink as the cached sidecar is refused" 3 "*a symbolic link, not followed*" \
+	env KILN_CACHE_DIR="$own_cache" "$klnt" verify "http://127.0.0.1:$http/tiny-llama.gguf"
 # A version evicted after a fresh copy of it was opened takes its sidecar along: a check made
 # then says so (one process: the Python module, where it is built without ASan, as above).
 rm -f "$own_cache/$tl_entry.kiln-digest"
