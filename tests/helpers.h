@@ -43,6 +43,9 @@ typedef struct {
  * back short: a test that fakes pread sets kiln__sys.preadv to this so gathered reads
  * (src/io/engine.c) meet its faults too. */
 ssize_t kt_preadv_by_pread(int fd, const struct iovec *iov, int iovcnt, off_t off);
+/* An mmap that fails with ENODEV, as on a file system that cannot map files: for
+ * kiln__sys.mmap. */
+void *kt_mmap_enodev(void *addr, size_t len, int prot, int flags, int fd, off_t off);
 
 /* Read golden/<name>.hex (hex pairs, '#' comments). Aborts the test on error. */
 blob load_golden(const char *name);

@@ -4140,13 +4140,6 @@ Test(resident, gguf_header_copy_keeps_no_pages_past_the_header)
 	blob_free(&g.b);
 }
 
-static void *refuse_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
-{
-	(void)addr, (void)len, (void)prot, (void)flags, (void)fd, (void)off;
-	errno = ENODEV;
-	return MAP_FAILED;
-}
-
 /* Opened AUTO, every name of `n` (names[i] of tensor i) reads back though the file system
  * cannot map files: the READ source takes over once the header is parsed, and the copies of it
  * the views point into stay until close. */
@@ -4154,7 +4147,7 @@ static void unmappable_names_read_back(const blob *b, const char *const *names, 
 {
 	char *path = write_temp(b->p, b->len);
 	void *(*mmap_was)(void *, size_t, int, int, int, off_t) = kiln__sys.mmap;
-	kiln__sys.mmap = refuse_mmap;
+	kiln__sys.mmap = kt_mmap_enodev;
 	kiln_open_options o = {.size = sizeof(o), .source = KILN_SOURCE_AUTO};
 	kiln_model *m;
 	kiln_error err;

@@ -1223,22 +1223,10 @@ Test(faults, auto_leaves_a_file_larger_than_memory_unpopulated)
 	reset_faults();
 }
 
-static void *refuse_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
-{
-	(void)addr;
-	(void)len;
-	(void)prot;
-	(void)flags;
-	(void)fd;
-	(void)off;
-	errno = ENODEV;
-	return MAP_FAILED;
-}
-
 Test(faults, auto_reads_a_file_that_cannot_be_mapped)
 {
 	reset_faults();
-	kiln__sys.mmap = refuse_mmap;
+	kiln__sys.mmap = kt_mmap_enodev;
 	kiln_model_info info;
 	kiln_model *dir = open_auto(0, &info);
 	cr_assert_eq(info.source, KILN_SOURCE_READ);

@@ -402,6 +402,18 @@ static void free_buffers(struct kiln__file *f)
 	s->window_cap = 0;
 }
 
+/* Everything the state holds but the header copies the views point into. */
+static void release_but_header(struct kiln__file *f, struct map_state *s)
+{
+	if (s->ra_quiet)
+		posix_fadvise(f->fd, 0, 0, POSIX_FADV_NORMAL);
+	s->ra_quiet = 0;
+	free_buffers(f);
+	if (s->map_addr)
+		munmap(s->map_addr, s->map_len);
+	s->map_addr = NULL;
+}
+
 /* The state with what is left of it once its buffers and mapping are gone: the header copies. */
 static void free_held(struct kiln__file *f, void *held)
 {
@@ -431,8 +443,7 @@ static int map_finish(struct kiln__file *f, const kiln_open_options *o, kiln_err
 			/* AUTO on a file system that cannot map files: read it instead. The views'
 			 * names and key/values point into the header copies: they stay until close.
 			 */
-			if (s->ra_quiet)
-				posix_fadvise(f->fd, 0, 0, POSIX_FADV_NORMAL);
+			release_but_header(f, s);
 			f->held = s;
 			f->held_release = free_held;
 			f->src_state = NULL;
@@ -467,11 +478,7 @@ static void map_release(struct kiln__file *f)
 	struct map_state *s = state(f);
 	if (!s)
 		return;
-	if (s->ra_quiet)
-		posix_fadvise(f->fd, 0, 0, POSIX_FADV_NORMAL);
-	free_buffers(f);
-	if (s->map_addr)
-		munmap(s->map_addr, s->map_len);
+	release_but_header(f, s);
 	free_held(f, s);
 	f->src_state = NULL;
 }
