@@ -27,12 +27,13 @@
 /* open + validate + close; with `lookups`, as the issue's targets are measured: every tensor
  * looked up by its name (by index when unnamed) before the close. */
 static volatile uintptr_t sink;
-static void open_loop(kb_state *st, uint64_t iters, const char *path, int lookups)
+static void open_loop(kb_state *st, uint64_t iters, const char *path, int lookups, uint32_t flags)
 {
+	kiln_open_options o = {.size = sizeof(o), .flags = flags};
 	for (uint64_t i = 0; i < iters; i++) {
 		kiln_model *dir;
 		kiln_error err;
-		if (kiln_model_open(path, NULL, &dir, &err) != 0) {
+		if (kiln_model_open(path, &o, &dir, &err) != 0) {
 			kb_skip(st, err.message);
 			return;
 		}
@@ -49,12 +50,40 @@ static void open_loop(kb_state *st, uint64_t iters, const char *path, int lookup
 
 static void open_body(kb_state *st, uint64_t iters, void *arg)
 {
-	open_loop(st, iters, arg, 0);
+	open_loop(st, iters, arg, 0, 0);
 }
 
 static void open_lookup_body(kb_state *st, uint64_t iters, void *arg)
 {
-	open_loop(st, iters, arg, 1);
+	open_loop(st, iters, arg, 1, 0);
+}
+
+/* KILN_OPEN_PACK_VIEWS: what packing costs an open, and an open that then uses every view. */
+static void packed_open_body(kb_state *st, uint64_t iters, void *arg)
+{
+	open_loop(st, iters, arg, 0, KILN_OPEN_PACK_VIEWS);
+}
+
+static void packed_lookup_body(kb_state *st, uint64_t iters, void *arg)
+{
+	open_loop(st, iters, arg, 1, KILN_OPEN_PACK_VIEWS);
+}
+
+static void register_packed(const char *what, char *path)
+{
+	char name[128];
+	static const struct {
+		const char *packing, *op;
+		void (*body)(kb_state *, uint64_t, void *);
+	} rows[] = {{"unpacked", "open", open_body},
+		    {"packed", "open", packed_open_body},
+		    {"unpacked", "open_lookup_close", open_lookup_body},
+		    {"packed", "open_lookup_close", packed_lookup_body}};
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+		snprintf(name, sizeof(name), "%s/%s/tensors:3000/%s", rows[i].packing, what,
+			 rows[i].op);
+		kb_register(name, rows[i].body, path);
+	}
 }
 
 /* The floor: what any loader of a mapped file pays, with no format at all. */
@@ -174,6 +203,8 @@ int main(int argc, char **argv)
 		kb_register(name, open_body, path);
 		if (named[i] >= 300)
 			register_targets("named", named[i], path);
+		if (named[i] == 3000)
+			register_packed("named", path);
 	}
 	/* The 16,000: more short names than one heap holds, so unnamed. */
 	if (!smoke)
@@ -187,8 +218,11 @@ int main(int argc, char **argv)
 		snprintf(name, sizeof(name), "warm_open/safetensors/tensors:%u", stock[i]);
 		kb_register(name, open_body, kbu_safetensors_file(stock[i]));
 		if (stock[i] <= 3000) {
+			char *gguf = kbu_gguf_file(stock[i], 0);
 			snprintf(name, sizeof(name), "warm_open/gguf/tensors:%u", stock[i]);
-			kb_register(name, open_body, kbu_gguf_file(stock[i], 0));
+			kb_register(name, open_body, gguf);
+			if (stock[i] == 3000)
+				register_packed("gguf", gguf);
 		}
 	}
 	char *vocab = kbu_gguf_file(0, smoke ? (256u << 10) : (4u << 20));

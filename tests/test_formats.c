@@ -4198,3 +4198,238 @@ Test(resident, auto_unmappable_keeps_the_header_views_point_into)
 	unmappable_names_read_back(&s, st_ptrs, N);
 	blob_free(&s);
 }
+
+/* ---------------------------------------------------------------------------------------------
+ * Packed views (src/index/pack.c): a large model's views leave memory once it is open and come
+ * back a page at a time, the same views as an unpacked open's.
+ * ------------------------------------------------------------------------------------------- */
+
+#include "index/index.h"
+
+enum { PACK_N = 3000 };
+
+/* Tensor i of the packed-view files: rank 1 to 4, three dtypes, and every 500th one of 100 KB,
+ * so that neighbouring views differ in words by nothing and by 1, 4 and 8 bytes. */
+static void pack_shape(uint32_t i, uint32_t *rank, uint64_t *shape, unsigned *dtype)
+{
+	*rank = 1 + i % 4;
+	for (uint32_t k = 0; k < *rank; k++)
+		shape[k] = 1 + (i + k) % 3;
+	if (i % 500 == 7)
+		*rank = 1, shape[0] = 100000;
+	*dtype = i % 3 == 0 ? KILN_DT_F32 : i % 3 == 1 ? KILN_DT_F16 : KILN_DT_U8;
+}
+
+static char *pack_file(unsigned format)
+{
+	static char names[PACK_N][24];
+	static kiln_tensor_spec spec[PACK_N];
+	static uint8_t bytes[100000 * 4];
+	for (size_t k = 0; k < sizeof(bytes); k++)
+		bytes[k] = (uint8_t)(k * 2654435761u >> 13);
+	struct buf g = {0};
+	if (format == KILN_FORMAT_GGUF) {
+		bput(&g, "GGUF", 4);
+		B32(&g, 3);
+		B64(&g, PACK_N);
+		B64(&g, 0);
+	}
+	uint64_t next = 0;
+	for (uint32_t i = 0; i < PACK_N; i++) {
+		uint32_t rank;
+		unsigned dtype;
+		uint64_t shape[4], count = 1;
+		pack_shape(i, &rank, shape, &dtype);
+		snprintf(names[i], sizeof(names[i]), "blk.%u.%s", i / 7, i % 2 ? "weight" : "b");
+		names[i][strlen(names[i]) - 1] += (char)(i % 7); /* unique: blk.L.b .. blk.L.h */
+		spec[i] = (kiln_tensor_spec){.name = names[i],
+					     .name_len = strlen(names[i]),
+					     .dtype = dtype,
+					     .rank = rank,
+					     .data = bytes};
+		for (uint32_t k = 0; k < rank; k++)
+			spec[i].shape[k] = shape[k], count *= shape[k];
+		spec[i].byte_length = count * kiln_dtype_bits(dtype) / 8;
+		if (format != KILN_FORMAT_GGUF)
+			continue;
+		gstr(&g, names[i]);
+		B32(&g, rank);
+		for (uint32_t k = 0; k < rank; k++)
+			B64(&g, shape[k]);
+		B32(&g, dtype == KILN_DT_F32 ? 0 : dtype == KILN_DT_F16 ? 1 : 24 /* I8 */);
+		B64(&g, next);
+		next += (count * kiln_dtype_bits(dtype) / 8 + 31) / 32 * 32;
+	}
+	char *path = NULL;
+	kiln_error err;
+	if (format == KILN_FORMAT_GGUF) {
+		for (uint32_t i = 0; i < PACK_N; i++)
+			spec[i].dtype = spec[i].dtype == KILN_DT_U8 ? KILN_DT_I8 : spec[i].dtype;
+		while (g.n % 32)
+			B8(&g, 0);
+		size_t data = g.n;
+		bput(&g, NULL, (size_t)next);
+		memset(g.p + data, 0x5A, (size_t)next);
+		blob b = to_blob(&g);
+		path = write_temp(b.p, b.len);
+		blob_free(&b);
+		return path;
+	}
+	char *dir = temp_dir();
+	cr_assert(asprintf(&path, "%s/packed.%s", dir,
+			   format == KILN_FORMAT_KLNT ? "klnt" : "safetensors") > 0);
+	free(dir);
+	int rc = format == KILN_FORMAT_KLNT
+		     ? kiln_write_file(path, spec, PACK_N, KILN_WRITE_NO_SYNC, &err)
+		     : kiln_safetensors_write_file(path, spec, PACK_N, NULL, 0, KILN_WRITE_NO_SYNC,
+						   &err);
+	cr_assert_eq(rc, 0, "%s", err.message);
+	return path;
+}
+
+/* Pages of the views array wholly inside it that are resident. */
+static size_t view_pages_resident(const kiln_model *m, size_t *whole)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	uintptr_t lo = (uintptr_t)m->tensors, hi = lo + (size_t)m->count * sizeof(kiln_tensor);
+	uintptr_t a = (lo + page - 1) / page * page, b = hi / page * page;
+	*whole = (b - a) / page;
+	unsigned char *vec = malloc(*whole + 1);
+	cr_assert_eq(mincore((void *)a, b - a, vec), 0, "%s", strerror(errno));
+	size_t n = 0;
+	for (size_t p = 0; p < *whole; p++)
+		n += vec[p] & 1;
+	free(vec);
+	return n;
+}
+
+static void same_views(const kiln_model *packed, const kiln_model *plain, uint64_t i)
+{
+	const kiln_tensor *a = kiln_model_tensor(packed, i), *b = kiln_model_tensor(plain, i);
+	cr_assert(a && b);
+	cr_assert_eq(a->index, i);
+	cr_assert(a->index == b->index && a->file == b->file && a->dtype == b->dtype &&
+		      a->rank == b->rank && a->role == b->role && a->name_len == b->name_len &&
+		      a->layout_len == b->layout_len && a->block_size == b->block_size &&
+		      a->quant_scheme == b->quant_scheme && a->quant_axis == b->quant_axis &&
+		      a->group_size == b->group_size && a->alignment == b->alignment &&
+		      a->scale_index == b->scale_index && a->outer_index == b->outer_index &&
+		      a->count == b->count && a->byte_length == b->byte_length &&
+		      a->byte_offset == b->byte_offset && a->file_offset == b->file_offset,
+		  "view %" PRIu64 " differs", i);
+	cr_assert_eq(memcmp(a->shape, b->shape, sizeof(a->shape)), 0, "view %" PRIu64, i);
+	cr_assert_eq(memcmp(a->name, b->name, a->name_len), 0, "view %" PRIu64 "'s name", i);
+	cr_assert_eq(!a->layout, !b->layout);
+	cr_assert_eq(!a->data, !b->data);
+	if (a->data)
+		cr_assert_eq(memcmp(a->data, b->data, (size_t)a->byte_length), 0, "view %" PRIu64,
+			     i);
+	/* The name still resolves to the view, now in its place. */
+	cr_assert_eq(kiln_model_find(packed, a->name, a->name_len), a);
+}
+
+static void packed_like_plain(unsigned format)
+{
+	char *path = pack_file(format);
+	kiln_model *plain, *packed;
+	kiln_error err;
+	cr_assert_eq(kiln_model_open(path, NULL, &plain, &err), 0, "%s", err.message);
+	cr_assert_null(plain->packed);
+	kiln_open_options o = {.size = sizeof(o), .flags = KILN_OPEN_PACK_VIEWS};
+	cr_assert_eq(kiln_model_open(path, &o, &packed, &err), 0, "%s", err.message);
+	cr_assert_not_null(packed->packed, "%s: views not packed", kiln_format_name(format));
+	cr_assert_geq(kiln_model_count(packed), PACK_N);
+	size_t whole, plain_whole;
+	cr_assert_eq(view_pages_resident(packed, &whole), 0, "pages kept after packing");
+	cr_assert_eq(view_pages_resident(plain, &plain_whole), plain_whole);
+	cr_assert_gt(whole, 100);
+	/* One view: its pages come back, and no others. */
+	same_views(packed, plain, PACK_N / 2);
+	size_t back = view_pages_resident(packed, &whole);
+	cr_assert(back >= 1 && back <= 2, "%zu pages back for one view", back);
+	/* Last to first, so every page is unpacked starting from a view in its middle. */
+	for (uint64_t i = kiln_model_count(packed); i-- > 0;)
+		same_views(packed, plain, i);
+	cr_assert_eq(view_pages_resident(packed, &whole), whole);
+	kiln_model_close(packed);
+	kiln_model_close(plain);
+	unlink(path);
+	free(path);
+}
+
+Test(packed, klnt_views_come_back_as_they_were)
+{
+	packed_like_plain(KILN_FORMAT_KLNT);
+}
+
+Test(packed, safetensors_views_come_back_as_they_were)
+{
+	packed_like_plain(KILN_FORMAT_SAFETENSORS);
+}
+
+Test(packed, gguf_views_come_back_as_they_were)
+{
+	packed_like_plain(KILN_FORMAT_GGUF);
+}
+
+static void *counting_alloc(void *ctx, size_t size)
+{
+	++*(int *)ctx;
+	return aligned_alloc(16, (size + 15) / 16 * 16);
+}
+
+static void counting_free(void *ctx, void *p, size_t size)
+{
+	(void)ctx, (void)size;
+	free(p);
+}
+
+static const kiln_tensor_spec *spec_of_few(void)
+{
+	static kiln_tensor_spec t[80];
+	static char names[80][8];
+	static const uint8_t one = 1;
+	for (int i = 0; i < 80; i++) {
+		snprintf(names[i], sizeof(names[i]), "f%d", i);
+		t[i] = (kiln_tensor_spec){.name = names[i],
+					  .name_len = strlen(names[i]),
+					  .dtype = KILN_DT_U8,
+					  .rank = 1,
+					  .shape = {1},
+					  .data = &one};
+	}
+	return t;
+}
+
+/* A caller's allocator holds the index whole: packing, which maps views of its own, is refused
+ * with it, and a model of a few views is left as it is. */
+Test(packed, refused_with_a_callers_allocator_and_not_for_a_few_views)
+{
+	char *path = pack_file(KILN_FORMAT_KLNT);
+	int calls = 0;
+	kiln_allocator a = {counting_alloc, counting_free, &calls};
+	kiln_open_options o = {.size = sizeof(o), .flags = KILN_OPEN_PACK_VIEWS, .allocator = &a};
+	kiln_model *m;
+	kiln_error err;
+	cr_assert_eq(kiln_model_open(path, &o, &m, &err), KILN_INVAL);
+	cr_assert(strstr(err.message, "allocator"), "%s", err.message);
+	cr_assert_eq(calls, 0);
+	o.flags = 0;
+	cr_assert_eq(kiln_model_open(path, &o, &m, &err), 0, "%s", err.message);
+	cr_assert_gt(calls, 0);
+	cr_assert_null(m->packed);
+	kiln_model_close(m);
+	unlink(path);
+	free(path);
+
+	blob b = build(spec_of_few(), 80); /* 80 views: 14,720 bytes */
+	path = write_temp(b.p, b.len);
+	o = (kiln_open_options){.size = sizeof(o), .flags = KILN_OPEN_PACK_VIEWS};
+	cr_assert_eq(kiln_model_open(path, &o, &m, &err), 0, "%s", err.message);
+	cr_assert_null(m->packed);
+	cr_assert_eq(kiln_model_count(m), 80);
+	kiln_model_close(m);
+	unlink(path);
+	free(path);
+	blob_free(&b);
+}

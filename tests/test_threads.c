@@ -709,6 +709,79 @@ static void hashing_thread(void)
 		free(big[i]);
 }
 
+/* A model of many tensors opened with its views packed (src/index/pack.c): four threads
+ * ask for every view at once, each in its own order, so that pages are unpacked while other
+ * threads wait for them or read their neighbours. */
+#define PACKED_N 3000
+struct packed_run {
+	const kiln_model *dir;
+	pthread_barrier_t *start;
+	uint64_t stride, from;
+	int failed;
+	char why[256];
+};
+
+static void *packed_walk(void *arg)
+{
+	struct packed_run *r = arg;
+	pthread_barrier_wait(r->start);
+	for (uint64_t j = 0; j < PACKED_N && !r->failed; j++) {
+		uint64_t i = (r->from + j * r->stride) % PACKED_N;
+		char want[24];
+		snprintf(want, sizeof(want), "packed.%" PRIu64, i);
+		const kiln_tensor *t =
+		    j % 2 ? kiln_model_tensor(r->dir, i) : kiln_model_find_cstr(r->dir, want);
+		CHECK(r,
+		      t && t->index == i && t->shape[0] == 1 + i % 5 &&
+			  t->name_len == strlen(want) && !memcmp(t->name, want, t->name_len),
+		      "view %" PRIu64 " is not the one written", i);
+	}
+	return NULL;
+}
+
+static void packed_views(void)
+{
+	static char pn[PACKED_N][24];
+	static kiln_tensor_spec ps[PACKED_N];
+	static const uint8_t zeros[5];
+	for (int i = 0; i < PACKED_N; i++) {
+		snprintf(pn[i], sizeof(pn[i]), "packed.%d", i);
+		ps[i] = (kiln_tensor_spec){.name = pn[i],
+					   .name_len = strlen(pn[i]),
+					   .dtype = KILN_DT_U8,
+					   .rank = 1,
+					   .shape = {1 + (uint64_t)i % 5},
+					   .data = zeros};
+	}
+	char p4[4200];
+	snprintf(p4, sizeof(p4), "%s.packed.klnt", path);
+	kiln_error err;
+	kiln_model *dir;
+	EXPECT(kiln_write_file(p4, ps, PACKED_N, KILN_WRITE_NO_SYNC, &err) == 0, "%s", err.message);
+	kiln_open_options o = {.size = sizeof(o), .flags = KILN_OPEN_PACK_VIEWS};
+	EXPECT(kiln_model_open(p4, &o, &dir, &err) == 0, "%s", err.message);
+	pthread_barrier_t start;
+	pthread_barrier_init(&start, NULL, THREADS);
+	static const uint64_t strides[THREADS] = {1, 7, 11, 13};
+	struct packed_run r[THREADS];
+	pthread_t th[THREADS];
+	for (int k = 0; k < THREADS; k++) {
+		r[k] = (struct packed_run){
+		    .dir = dir, .start = &start, .stride = strides[k], .from = (uint64_t)k * 997};
+		if (pthread_create(&th[k], NULL, packed_walk, &r[k]))
+			abort();
+	}
+	for (int k = 0; k < THREADS; k++)
+		pthread_join(th[k], NULL);
+	pthread_barrier_destroy(&start);
+	for (int k = 0; k < THREADS; k++)
+		if (r[k].failed)
+			fprintf(stderr, "FAIL: packed views, thread %d: %s\n", k, r[k].why),
+			    failures++;
+	kiln_model_close(dir);
+	unlink(p4);
+}
+
 int main(void)
 {
 	make_file();
@@ -753,6 +826,11 @@ int main(void)
 	hashing_thread();
 	cases++;
 	printf("threads: checked reads hashed on threads of their own: %s\n",
+	       failures > before ? "FAIL" : "ok");
+	before = failures;
+	packed_views();
+	cases++;
+	printf("threads: packed views unpacked by four threads at once: %s\n",
 	       failures > before ? "FAIL" : "ok");
 	before = failures;
 	borrowed_buffer();

@@ -202,7 +202,15 @@ enum kiln_open_flags {
 	 * passed. UNSUPPORTED when a file's only digests are SHA-256 of whole files (model_signing,
 	 * the Hugging Face cache). kiln_model_info.digests_verified (open whole) and
 	 * digest_chunks, digest_bytes say what was checked. */
-	KILN_OPEN_VERIFY_DIGESTS = 1u << 10
+	KILN_OPEN_VERIFY_DIGESTS = 1u << 10,
+	/* Keep the views packed once the model is open (about 12 bytes a tensor instead of
+	 * sizeof(kiln_tensor)), in address space that takes memory a page of views at a time, when
+	 * one of them is first asked for; pointers handed out stay valid, from any thread. For a
+	 * process that holds models open and uses few of their tensors. Each page of views costs a
+	 * page fault and its unpacking on first use, so a runtime that touches every tensor pays
+	 * more than it saves (docs/benchmarks.md, "Resident memory of an open"). Views under 16 KiB
+	 * are left as they are. INVAL with a caller's allocator (it is given the whole index). */
+	KILN_OPEN_PACK_VIEWS = 1u << 11
 };
 
 /* Access advice for a mapping (kiln_open_options.advice), applied after validation. */

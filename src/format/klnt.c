@@ -791,7 +791,7 @@ static int klnt_verify(const struct kiln__file *f, kiln_error *err)
 {
 	uint64_t cursor = 0;
 	for (uint64_t i = 0; i < f->count; i++) {
-		const kiln_tensor *t = &f->model->tensors[f->first + i];
+		const kiln_tensor *t = kiln__view(f->model, f->first + i);
 		int rc = payload_1_gap(f, t, cursor, err);
 		if (!rc)
 			rc = payload_2_nibble(f, t, err);

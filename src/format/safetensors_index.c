@@ -190,7 +190,7 @@ int kiln__st_index_check(const struct kiln_model *m, const struct kiln__st_index
 			 const char *path, kiln_error *err)
 {
 	for (uint64_t i = 0; i < m->count; i++) {
-		const kiln_tensor *t = &m->tensors[i];
+		const kiln_tensor *t = kiln__view(m, i);
 		struct kiln__st_mapped want = {.name = (char *)t->name, .len = t->name_len};
 		const struct kiln__st_mapped *e =
 		    bsearch(&want, ix->map, ix->nmap, sizeof(*ix->map), by_name);

@@ -82,7 +82,7 @@ static uint64_t slot_of(const struct kiln_model *m, uint64_t h, const char *name
 			return s;
 		if ((e & ~SLOT_INDEX_MASK) != tag)
 			continue;
-		const kiln_tensor *t = &m->tensors[(e & SLOT_INDEX_MASK) - 1];
+		const kiln_tensor *t = kiln__view(m, (e & SLOT_INDEX_MASK) - 1);
 		if (t->name_len == len && kiln__same_bytes(t->name, name, len))
 			return s;
 	}
@@ -166,9 +166,33 @@ uint64_t kiln__index_insert(struct kiln_model *m, uint64_t i, const char *name, 
 	return KILN_NO_INDEX;
 }
 
+int kiln__index_move_views(struct kiln_model *m, kiln_tensor *to)
+{
+	uint64_t table = m->slot_mask ? m->slot_mask + 1 : 0;
+	uint64_t *slots = NULL;
+	if (table) {
+		slots = kiln__alloc(&m->alloc, (size_t)table * sizeof(uint64_t));
+		if (!slots)
+			return KILN_NOMEM;
+		memcpy(slots, m->slots, (size_t)table * sizeof(uint64_t));
+	}
+	free_block(m, m->tensors, index_bytes(m->cap, table));
+	m->tensors = to;
+	m->cap = m->count;
+	m->slots = slots;
+	return 0;
+}
+
 void kiln__index_free(struct kiln_model *m)
 {
-	free_block(m, m->tensors, index_bytes(m->cap, m->slot_mask ? m->slot_mask + 1 : 0));
+	uint64_t table = m->slot_mask ? m->slot_mask + 1 : 0;
+	if (m->packed) { /* the views in their own mapping, the table in its own block */
+		kiln__index_unpack_free(m);
+		if (m->slots)
+			kiln__free(&m->alloc, m->slots, (size_t)table * sizeof(uint64_t));
+	} else {
+		free_block(m, m->tensors, index_bytes(m->cap, table));
+	}
 	m->tensors = NULL;
 	m->cap = 0;
 	m->count = 0;
@@ -209,7 +233,7 @@ uint64_t kiln_model_count(const kiln_model *m)
 
 const kiln_tensor *kiln_model_tensor(const kiln_model *m, uint64_t index)
 {
-	return m && index < m->count ? &m->tensors[index] : NULL;
+	return m && index < m->count ? kiln__view(m, index) : NULL;
 }
 
 const kiln_tensor *kiln__tensor_or_fail(const struct kiln_model *m, uint64_t index, kiln_error *err)
@@ -244,7 +268,7 @@ const kiln_tensor *kiln_model_find(const kiln_model *m, const char *name, size_t
 	if (!m || !m->slot_mask || (!name && len))
 		return NULL;
 	uint64_t e = m->slots[slot_of(m, kiln__name_hash(m->secret, name, len), name, len, NULL)];
-	return e ? &m->tensors[(e & SLOT_INDEX_MASK) - 1] : NULL;
+	return e ? kiln__view(m, (e & SLOT_INDEX_MASK) - 1) : NULL;
 }
 
 const kiln_tensor *kiln_model_find_cstr(const kiln_model *m, const char *name)

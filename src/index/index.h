@@ -43,6 +43,9 @@ struct kiln_model {
 	uint64_t slot_mask; /* table size - 1; 0 when there is no table */
 	uint64_t named;     /* names in the table */
 	uint64_t probes;    /* slots visited while inserting names: tests check it stays linear */
+	/* Set once the model is open, when its views are kept packed (src/index/pack.c): views
+	 * are then read through kiln__view, never straight from the array. */
+	struct kiln__packed *packed;
 	/* name-hash key (kiln__hash_key): names from a file are hostile */
 	uint8_t secret[KILN__SECRET_SIZE];
 	int verified; /* payload verification passed; atomic, see kiln_model_verify */
@@ -94,6 +97,30 @@ const kiln_tensor *kiln__tensor_or_fail(const struct kiln_model *m, uint64_t ind
  * for an empty tensor). */
 const kiln_tensor *kiln__tensor_fits_or_fail(const struct kiln_model *m, uint64_t index,
 					     const void *dst, size_t cap, kiln_error *err);
+
+/* --- packed views (src/index/pack.c) -------------------------------------------------------- */
+
+/* KILN_OPEN_PACK_VIEWS: pack an open model's views into a few bytes each and move them to
+ * address space of their own that takes memory a page at a time as views are used: with the
+ * default allocator, for views of 16 KiB and more; else nothing. No view may be written after. */
+void kiln__index_pack(struct kiln_model *m);
+/* Release the packed views: their code and their mapping. */
+void kiln__index_unpack_free(struct kiln_model *m);
+/* Packing's move (src/index/index.c): the views are now at `to` (packed, of the model's count),
+ * the name table gets a block of its own, and the block both shared goes back. 0 or NOMEM
+ * (nothing changed). */
+int kiln__index_move_views(struct kiln_model *m, kiln_tensor *to);
+/* Unpack the pages view t lies on, if they are still packed. Safe from any thread. */
+void kiln__index_unpack(const struct kiln_model *m, const kiln_tensor *t);
+
+/* View `index` (< count) of an open model: the one way the library reads a view. */
+static inline const kiln_tensor *kiln__view(const struct kiln_model *m, uint64_t index)
+{
+	const kiln_tensor *t = &m->tensors[index];
+	if (m->packed)
+		kiln__index_unpack(m, t);
+	return t;
+}
 
 /* Bind file f's views to its memory: data pointers (base + file_offset, or NULL) and alignment.
  * Called by the lifecycle once the source has placed the file. */

@@ -38,10 +38,16 @@ static int check_options(const kiln_open_options *opts, kiln_error *err)
 			       KILN_OPEN_POPULATE | KILN_OPEN_LOCK | KILN_OPEN_HUGEPAGE |
 			       KILN_OPEN_DIRECT | KILN_OPEN_PRIVATE | KILN_OPEN_ONE_FILE |
 			       KILN_OPEN_ALIGN | KILN_OPEN_DIRECTORY_ONLY |
-			       KILN_OPEN_VERIFY_DIGESTS;
+			       KILN_OPEN_VERIFY_DIGESTS | KILN_OPEN_PACK_VIEWS;
 	if (opts->flags & ~known)
 		return kiln__fail_inval(err, KILN_NO_INDEX, "flags", "unknown open flags 0x%x",
 					opts->flags & ~known);
+	if ((opts->flags & KILN_OPEN_PACK_VIEWS) && opts->allocator &&
+	    (opts->allocator->alloc || opts->allocator->free || opts->allocator->ctx))
+		return kiln__fail_inval(
+		    err, KILN_NO_INDEX, "flags",
+		    "KILN_OPEN_PACK_VIEWS keeps the views in kiln's own memory; "
+		    "a caller's allocator is given the whole index");
 	/* Every page of a writable private mapping is copied when it is locked. */
 	if ((opts->flags & KILN_OPEN_PRIVATE) && (opts->flags & KILN_OPEN_LOCK))
 		return kiln__fail_inval(err, KILN_NO_INDEX, "flags",
@@ -261,7 +267,7 @@ static int realign(struct kiln_model *m, kiln_error *err)
 {
 	uint64_t total = 0, n = 0;
 	for (uint64_t i = 0; i < m->count; i++) {
-		const kiln_tensor *t = &m->tensors[i];
+		const kiln_tensor *t = kiln__view(m, i);
 		if (t->data && t->alignment < kiln_dtype_align(t->dtype)) {
 			total += kiln__align64(t->byte_length);
 			n++;
@@ -317,6 +323,8 @@ static int finish_model(struct kiln_model *m, const kiln_open_options *o, int rc
 		kiln_model_close(m);
 		return rc;
 	}
+	if (o && (o->flags & KILN_OPEN_PACK_VIEWS))
+		kiln__index_pack(m); /* nothing writes a view from here on */
 	*out = m;
 	return 0;
 }

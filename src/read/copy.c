@@ -85,7 +85,7 @@ int kiln_tensor_hint(const kiln_model *m, const uint64_t *tensors, size_t count,
 		if (!kiln__tensor_or_fail(m, tensors[k], err))
 			return KILN_INVAL;
 	for (size_t k = 0; k < count; k++) {
-		const kiln_tensor *t = &m->tensors[tensors[k]];
+		const kiln_tensor *t = kiln__view(m, tensors[k]);
 		const struct kiln__file *f = &m->files[t->file];
 		if (!f->base)
 			continue;

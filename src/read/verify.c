@@ -99,7 +99,7 @@ static uint64_t tensor_in(const kiln_model *m, const struct kiln__file *f, uint6
 			  uint64_t end, char shown[KILN__SHOWN + 16])
 {
 	for (uint64_t i = f->first; i < f->first + f->count; i++) {
-		const kiln_tensor *t = &m->tensors[i];
+		const kiln_tensor *t = kiln__view(m, i);
 		if (t->byte_length && t->file_offset < end &&
 		    t->file_offset + t->byte_length > off) {
 			char nb[KILN__SHOWN];
