@@ -166,28 +166,34 @@ uint64_t kiln__index_insert(struct kiln_model *m, uint64_t i, const char *name, 
 	return KILN_NO_INDEX;
 }
 
-int kiln__index_move_views(struct kiln_model *m, kiln_tensor *to)
+void kiln__index_pack(struct kiln_model *m)
 {
+	if (m->packed || m->alloc.alloc != kiln__default_allocator.alloc)
+		return;
+	struct kiln__packed *k = kiln__pack(m->tensors, m->count);
+	if (!k)
+		return;
 	uint64_t table = m->slot_mask ? m->slot_mask + 1 : 0;
 	uint64_t *slots = NULL;
-	if (table) {
-		slots = kiln__alloc(&m->alloc, (size_t)table * sizeof(uint64_t));
-		if (!slots)
-			return KILN_NOMEM;
-		memcpy(slots, m->slots, (size_t)table * sizeof(uint64_t));
+	if (table && !(slots = kiln__alloc(&m->alloc, (size_t)table * sizeof(uint64_t)))) {
+		kiln__packed_free(k);
+		return;
 	}
+	if (table)
+		memcpy(slots, m->slots, (size_t)table * sizeof(uint64_t));
 	free_block(m, m->tensors, index_bytes(m->cap, table));
-	m->tensors = to;
+	m->tensors = kiln__packed_views(k);
 	m->cap = m->count;
 	m->slots = slots;
-	return 0;
+	m->packed = k;
 }
 
 void kiln__index_free(struct kiln_model *m)
 {
 	uint64_t table = m->slot_mask ? m->slot_mask + 1 : 0;
 	if (m->packed) { /* the views in their own mapping, the table in its own block */
-		kiln__index_unpack_free(m);
+		kiln__packed_free(m->packed);
+		m->packed = NULL;
 		if (m->slots)
 			kiln__free(&m->alloc, m->slots, (size_t)table * sizeof(uint64_t));
 	} else {

@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+#include "index/pack.h"
 #include "source/file.h"
 
 #define KILN__SECRET_SIZE 192
@@ -100,25 +101,17 @@ const kiln_tensor *kiln__tensor_fits_or_fail(const struct kiln_model *m, uint64_
 
 /* --- packed views (src/index/pack.c) -------------------------------------------------------- */
 
-/* KILN_OPEN_PACK_VIEWS: pack an open model's views into a few bytes each and move them to
- * address space of their own that takes memory a page at a time as views are used: with the
- * default allocator, for views of 16 KiB and more; else nothing. No view may be written after. */
+/* KILN_OPEN_PACK_VIEWS: pack an open model's views (kiln__pack) and move them to where they come
+ * back a page at a time, with the default allocator (the table gets a block of its own); else,
+ * or when packing does not pay, nothing. No view may be written after. */
 void kiln__index_pack(struct kiln_model *m);
-/* Release the packed views: their code and their mapping. */
-void kiln__index_unpack_free(struct kiln_model *m);
-/* Packing's move (src/index/index.c): the views are now at `to` (packed, of the model's count),
- * the name table gets a block of its own, and the block both shared goes back. 0 or NOMEM
- * (nothing changed). */
-int kiln__index_move_views(struct kiln_model *m, kiln_tensor *to);
-/* Unpack the pages view t lies on, if they are still packed. Safe from any thread. */
-void kiln__index_unpack(const struct kiln_model *m, const kiln_tensor *t);
 
 /* View `index` (< count) of an open model: the one way the library reads a view. */
 static inline const kiln_tensor *kiln__view(const struct kiln_model *m, uint64_t index)
 {
 	const kiln_tensor *t = &m->tensors[index];
 	if (m->packed)
-		kiln__index_unpack(m, t);
+		kiln__packed_ready(m->packed, t);
 	return t;
 }
 

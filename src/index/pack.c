@@ -20,7 +20,8 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
-#include "index/index.h"
+#include "base/base.h"
+#include "index/pack.h"
 
 #define WORDS      (sizeof(kiln_tensor) / sizeof(uint64_t))
 #define HEAD_BYTES ((WORDS * 2 + 7) / 8)
@@ -38,6 +39,7 @@ struct kiln__packed {
 	uint8_t *block; /* malloc'd: the page states, the keys' offsets, the code */
 	uint8_t *first; /* the views' own mapping, of `pages` pages */
 	size_t pages;
+	uint64_t count;
 	_Atomic uint8_t *state;
 	uint32_t *key_at; /* offset in code of view k * KEY_EVERY */
 	const uint8_t *code;
@@ -106,28 +108,26 @@ static const uint8_t *decode(const uint8_t *in, const uint64_t *prev, uint64_t *
 	return p;
 }
 
-void kiln__index_pack(struct kiln_model *m)
+struct kiln__packed *kiln__pack(const kiln_tensor *views, uint64_t n)
 {
 	size_t P = kiln__page_size();
-	uint64_t n = m->count;
-	if (m->packed || n * sizeof(kiln_tensor) < PACK_MIN ||
-	    m->alloc.alloc != kiln__default_allocator.alloc || n > SIZE_MAX / 2 / MAX_CODE)
-		return;
-	size_t views = (size_t)n * sizeof(kiln_tensor), pages = (views + P - 1) / P,
-	       keys = (size_t)((n + KEY_EVERY - 1) / KEY_EVERY);
-	size_t head = (pages + 7) / 8 * 8 + keys * sizeof(uint32_t);
+	if (n > SIZE_MAX / 2 / MAX_CODE || n * sizeof(kiln_tensor) < PACK_MIN)
+		return NULL;
+	size_t bytes = (size_t)n * sizeof(kiln_tensor), pages = (bytes + P - 1) / P,
+	       states = (pages + 7) / 8 * 8, keys = (size_t)((n + KEY_EVERY - 1) / KEY_EVERY);
+	size_t head = states + keys * sizeof(uint32_t);
 	/* Allocated for the worst case and cut to the code's length: from the allocator, so that
 	 * a process opening model after model reuses warm memory. */
 	uint8_t *block = malloc(head + (size_t)n * MAX_CODE);
 	if (!block)
-		return;
-	memset(block, 0, (pages + 7) / 8 * 8); /* every page packed */
-	uint32_t *key_at = (uint32_t *)(block + (pages + 7) / 8 * 8);
+		return NULL;
+	memset(block, 0, states); /* every page packed */
+	uint32_t *key_at = (uint32_t *)(block + states);
 	uint8_t *code = block + head, *at = code;
 	static const uint64_t zero[WORDS];
 	const uint64_t *prev = zero;
 	for (uint64_t i = 0; i < n; i++) {
-		const uint64_t *cur = (const uint64_t *)&m->tensors[i];
+		const uint64_t *cur = (const uint64_t *)&views[i];
 		if (i % KEY_EVERY == 0) {
 			if ((size_t)(at - code) > UINT32_MAX)
 				goto give_up;
@@ -139,7 +139,7 @@ void kiln__index_pack(struct kiln_model *m)
 	}
 	size_t used = (size_t)(at - block);
 	/* Packing that saves less than half the views' bytes is not worth a fault per page. */
-	if (used > views / 2)
+	if (used > bytes / 2)
 		goto give_up;
 	uint8_t *shrunk = realloc(block, used);
 	if (shrunk)
@@ -150,44 +150,43 @@ void kiln__index_pack(struct kiln_model *m)
 	if (to == MAP_FAILED)
 		goto give_up;
 	struct kiln__packed *k = malloc(sizeof(*k));
-	if (!k || kiln__index_move_views(m, (kiln_tensor *)to)) {
-		free(k);
+	if (!k) {
 		munmap(to, pages * P);
 		goto give_up;
 	}
-	*k = (struct kiln__packed){block,
-				   to,
-				   pages,
-				   (_Atomic uint8_t *)block,
-				   (uint32_t *)(block + (pages + 7) / 8 * 8),
-				   block + head};
-	m->packed = k;
-	return;
+	*k = (struct kiln__packed){
+	    block,       to, pages, n, (_Atomic uint8_t *)block, (uint32_t *)(block + states),
+	    block + head};
+	return k;
 give_up:
 	free(block);
+	return NULL;
 }
 
-void kiln__index_unpack_free(struct kiln_model *m)
+kiln_tensor *kiln__packed_views(const struct kiln__packed *k)
 {
-	struct kiln__packed *k = m->packed;
+	return (kiln_tensor *)k->first;
+}
+
+void kiln__packed_free(struct kiln__packed *k)
+{
 	if (!k)
 		return;
 	munmap(k->first, k->pages * kiln__page_size());
 	free(k->block);
 	free(k);
-	m->packed = NULL;
 }
 
 /* Write page j of the views from their code: only its own bytes, so that two threads unpacking
  * neighbouring pages never write the same view. */
-static void unpack_page(const struct kiln_model *m, const struct kiln__packed *k, size_t j)
+static void unpack_page(const struct kiln__packed *k, size_t j)
 {
 	size_t P = kiln__page_size();
 	uint8_t *page = k->first + j * P;
 	uintptr_t p0 = j * P; /* the views start the mapping */
 	uint64_t v_lo = p0 / sizeof(kiln_tensor), v_hi = (p0 + P - 1) / sizeof(kiln_tensor);
-	if (v_hi >= m->count)
-		v_hi = m->count - 1;
+	if (v_hi >= k->count)
+		v_hi = k->count - 1;
 	static const uint64_t zero[WORDS];
 	uint64_t views[2][WORDS];
 	const uint64_t *prev = zero;
@@ -207,7 +206,7 @@ static void unpack_page(const struct kiln_model *m, const struct kiln__packed *k
 	}
 }
 
-static void ready_page(const struct kiln_model *m, const struct kiln__packed *k, size_t j)
+static void ready_page(const struct kiln__packed *k, size_t j)
 {
 	uint8_t s = atomic_load_explicit(&k->state[j], memory_order_acquire);
 	if (s == PAGE_READY)
@@ -215,7 +214,7 @@ static void ready_page(const struct kiln_model *m, const struct kiln__packed *k,
 	uint8_t expect = PAGE_PACKED;
 	if (atomic_compare_exchange_strong_explicit(&k->state[j], &expect, PAGE_BUSY,
 						    memory_order_acquire, memory_order_acquire)) {
-		unpack_page(m, k, j);
+		unpack_page(k, j);
 		atomic_store_explicit(&k->state[j], PAGE_READY, memory_order_release);
 		return;
 	}
@@ -224,14 +223,13 @@ static void ready_page(const struct kiln_model *m, const struct kiln__packed *k,
 		sched_yield();
 }
 
-void kiln__index_unpack(const struct kiln_model *m, const kiln_tensor *t)
+void kiln__packed_ready(const struct kiln__packed *k, const kiln_tensor *t)
 {
-	const struct kiln__packed *k = m->packed;
 	size_t P = kiln__page_size();
 	/* Every view lies in the mapping, on one page or across two. */
 	size_t s = (size_t)((uintptr_t)t - (uintptr_t)k->first) / P,
 	       e = (size_t)((uintptr_t)t + sizeof(*t) - 1 - (uintptr_t)k->first) / P;
-	ready_page(m, k, s);
+	ready_page(k, s);
 	if (e != s)
-		ready_page(m, k, e);
+		ready_page(k, e);
 }
