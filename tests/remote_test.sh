@@ -433,6 +433,37 @@ EOF
 	*"verified"*"NOTFOUND"*"left kiln's cache after it was opened"*) check "a version evicted after the open: its sidecar is gone, and said so" yes yes ;;
 	*) check "a version evicted after the open: its sidecar is gone, and said so ($out)" no yes ;;
 	esac
+	# The same for a copy the server confirmed (opened as its version's entry), not taken for a
+	# version the server gave no sidecar.
+	out=$(KILN_CACHE_DIR="$own_cache" PYTHONPATH="$py" /usr/bin/python3 - \
+		"http://127.0.0.1:$http/tiny-llama.gguf" "$own_cache" "$root/tiny-llama.gguf" <<'EOF' 2>&1
+import filecmp
+import os
+import sys
+
+import kiln
+
+with kiln.open(sys.argv[1]):  # fetched: the version kept again, with its sidecar
+    pass
+m = kiln.open(sys.argv[1])  # the cached copy, once the server has confirmed it
+entry = [os.path.join(sys.argv[2], e) for e in os.listdir(sys.argv[2])
+         if e.endswith(".gguf") and "-" in e
+         and filecmp.cmp(os.path.join(sys.argv[2], e), sys.argv[3], shallow=False)]
+for evicted in (False, True):
+    if evicted:
+        os.unlink(entry[0])
+        os.unlink(entry[0] + ".kiln-digest")
+    try:
+        m.verify_digests()
+        print("verified")
+    except kiln.Error as e:
+        print(e.cls, e)
+EOF
+)
+	case $out in
+	*"verified"*"NOTFOUND"*"left kiln's cache after it was opened"*) check "a confirmed version evicted after the open: said so" yes yes ;;
+	*) check "a confirmed version evicted after the open: said so ($out)" no yes ;;
+	esac
 fi
 cp "$root/tiny-llama.gguf.kiln-digest" "$root/e.gguf.kiln-digest"
 rc=0

@@ -234,6 +234,10 @@ int kiln__file_beside(const struct kiln__file *f, const char *suffix, size_t cap
 	return f->src->beside(f, suffix, cap, head, out, len, size, err);
 }
 
+#define VERSION_LEFT                                                                           \
+	"no digests (no table of its own; its version left kiln's cache after it was opened, " \
+	"and its %s with it)"
+
 /* In *path (malloc'ed), the sidecar kiln's cache keeps with the version of f, a URL's cached
  * copy: 0, or NOTFOUND, IO, NOMEM. A copy opened without asking the server (a fresh hit) was opened
  * through the URL's link, which names no version: its version is the entry that is the same file.
@@ -256,11 +260,8 @@ static int kept_sidecar(const struct kiln__file *f, const char *suffix, char **p
 		e = ENOMEM, *path = NULL;
 	free(entry);
 	if (e == ENOENT)
-		return kiln__fail_named(
-		    err, kiln__file_shown(f), KILN_NOTFOUND, KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
-		    "no digests (no table of its own; its version left kiln's cache after "
-		    "it was opened, and its %s with it)",
-		    suffix);
+		return kiln__fail_named(err, kiln__file_shown(f), KILN_NOTFOUND, KILN_NO_INDEX,
+					NULL, KILN_NO_OFFSET, VERSION_LEFT, suffix);
 	if (e == ENOMEM)
 		return kiln__nomem(err, 0, NULL);
 	if (e)
@@ -268,6 +269,19 @@ static int kept_sidecar(const struct kiln__file *f, const char *suffix, char **p
 		    err, KILN_IO, e, "%s: cannot find the version of this copy in kiln's cache: %s",
 		    f->path, strerror(e));
 	return 0;
+}
+
+/* Whether the cache entry `name` less its `suffix` is still the copy f has open: a kept sidecar
+ * that is missing then means the server had none; one whose version is gone was evicted with it
+ * after the open. For the message only (a copy without a descriptor counts as still there). */
+static int still_cached(const struct kiln__file *f, const char *name, const char *suffix)
+{
+	struct stat a, b;
+	char *entry = strndup(name, strlen(name) - strlen(suffix));
+	int same = f->fd < 0 || (entry && lstat(entry, &a) == 0 && fstat(f->fd, &b) == 0 &&
+				 a.st_dev == b.st_dev && a.st_ino == b.st_ino);
+	free(entry);
+	return same;
 }
 
 int kiln__beside_local(const struct kiln__file *f, const char *suffix, size_t cap, size_t head,
@@ -281,7 +295,12 @@ int kiln__beside_local(const struct kiln__file *f, const char *suffix, size_t ca
 		if ((rc = kept_sidecar(f, suffix, &name, err)))
 			return rc;
 		if ((fd = kiln__cache_open_sidecar(name, size)) < 0 && (e = errno) == ENOENT) {
+			int kept = still_cached(f, name, suffix);
 			free(name);
+			if (!kept)
+				return kiln__fail_named(err, kiln__file_shown(f), KILN_NOTFOUND,
+							KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
+							VERSION_LEFT, suffix);
 			return kiln__fail_named(
 			    err, kiln__file_shown(f), KILN_NOTFOUND, KILN_NO_INDEX, NULL,
 			    KILN_NO_OFFSET,
