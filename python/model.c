@@ -1290,19 +1290,19 @@ PyObject *mod_open(PyObject *mod, PyObject *args, PyObject *kw)
 {
 	(void)mod;
 	static char *kwlist[] = {
-	    "path",           "source",  "direct",         "populate", "verify",
-	    "copy_on_write",  "threads", "format",         "align",    "one_file",
-	    "directory_only", "timeout", "verify_payload", NULL};
+	    "path",           "source",  "direct",         "populate",   "verify",
+	    "copy_on_write",  "threads", "format",         "align",      "one_file",
+	    "directory_only", "timeout", "verify_payload", "pack_views", NULL};
 	PyObject *path = NULL;
 	const char *source = "mmap", *format = "auto";
 	int direct = 0, populate = 0, verify = 0, cow = 1, align = 0, one_file = 0, dironly = 0;
-	int verify_payload = 0;
+	int verify_payload = 0, pack_views = 0;
 	unsigned int threads = 0;
 	double timeout = 0;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|$sppppIspppdp:open", kwlist,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|$sppppIspppdpp:open", kwlist,
 					 PyUnicode_FSConverter, &path, &source, &direct, &populate,
 					 &verify, &cow, &threads, &format, &align, &one_file,
-					 &dironly, &timeout, &verify_payload))
+					 &dironly, &timeout, &verify_payload, &pack_views))
 		return NULL;
 	kiln_open_options opts;
 	memset(&opts, 0, sizeof(opts));
@@ -1373,6 +1373,8 @@ PyObject *mod_open(PyObject *mod, PyObject *args, PyObject *kw)
 	 * load() and read_slices() read through the source. */
 	if (dironly)
 		opts.flags |= KILN_OPEN_DIRECTORY_ONLY;
+	if (pack_views)
+		opts.flags |= KILN_OPEN_PACK_VIEWS;
 
 	ModelObject *d = new_model();
 	if (!d) {

@@ -387,7 +387,7 @@ static PyMethodDef module_methods[] = {
     {"open", (PyCFunction)(void (*)(void))mod_open, METH_VARARGS | METH_KEYWORDS,
      "open(path, *, source=\"mmap\", direct=False, populate=False, verify=False,\n"
      "     copy_on_write=True, threads=0, format=\"auto\", align=False, one_file=False,\n"
-     "     directory_only=False, timeout=0, verify_payload=False) -> Model\n\n"
+     "     directory_only=False, timeout=0, verify_payload=False, pack_views=False) -> Model\n\n"
      "Open and validate a model: a KLNT file or any shard of a KLNT series\n"
      "(STEM-NNNNN-of-MMMMM.klnt), a .safetensors file, any shard of a sharded checkpoint or\n"
      "its model.safetensors.index.json, or a .gguf file or any part of a split one: every\n"
@@ -408,7 +408,10 @@ static PyMethodDef module_methods[] = {
      "against each file's digests (its own, or beside it: klnt digest) as it loads, and the\n"
      "payload rules:\n"
      "CorruptError names a differing chunk, NOTFOUND says how to make digests.\n"
-     "verify_payload: the payload rules alone (KLNT's zero gaps). Raises a kiln.Error subclass."},
+     "verify_payload: the payload rules alone (KLNT's zero gaps). pack_views: keep the\n"
+     "tensors' descriptions packed until each is first used (less memory for a model of\n"
+     "thousands of tensors of which few are used; more time when all are). Raises a\n"
+     "kiln.Error subclass."},
     {"write_file", (PyCFunction)(void (*)(void))mod_write_file, METH_VARARGS | METH_KEYWORDS,
      "write_file(path, tensors, *, sync=True, max_shard_size=0, metadata=None, one_file=False,\n"
      "           digests=True) -> str\n\n"

@@ -189,3 +189,31 @@ def test_auto_source_maps_a_cached_file(path):
         assert d.info["auto_choice"] == ""
     with pytest.raises(ValueError, match="auto"):
         kiln.open(path, source="tape")
+
+
+def test_pack_views_gives_the_same_tensors(tmp_path):
+    # 2,000 tensors: enough views (368 KB) to be packed; shapes and dtypes vary.
+    many = {f"blk.{i // 7}.t{i % 7}": np.full((1 + i % 3, 1 + i % 5), i,
+                                               dtype=[np.float32, np.float16, np.uint8][i % 3])
+            for i in range(2000)}
+    p = str(tmp_path / "many.klnt")
+    kiln.save_file(many, p)
+    with kiln.open(p) as plain, kiln.open(p, pack_views=True) as packed:
+        names = list(many)
+        assert packed.keys() == plain.keys()
+        seen = {}
+
+        def walk(start):  # threads ask for views in different orders, unpacking pages at once
+            for k in range(len(names)):
+                n = names[(start + k * 7) % len(names)]
+                seen[(start, n)] = packed[n].numpy().copy()
+
+        threads = [threading.Thread(target=walk, args=(s,)) for s in (0, 500, 1000, 1500)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for (start, n), got in seen.items():
+            np.testing.assert_array_equal(got, many[n])
+            assert packed[n].shape == plain[n].shape and packed[n].dtype == plain[n].dtype
+        assert len(seen) == 4 * len(names)
