@@ -74,14 +74,16 @@ static size_t encode(const uint64_t *cur, const uint64_t *prev, uint8_t *out)
 		}
 		head |= (uint64_t)c << (2 * w);
 	}
-	memcpy(out, &head, HEAD_BYTES); /* little-endian: the low bytes first */
+	for (size_t k = 0; k < HEAD_BYTES; k++) /* the low bytes first, whatever the host */
+		out[k] = (uint8_t)(head >> (8 * k));
 	return (size_t)(p - out);
 }
 
 static const uint8_t *decode(const uint8_t *in, const uint64_t *prev, uint64_t *cur)
 {
 	uint64_t head = 0;
-	memcpy(&head, in, HEAD_BYTES);
+	for (size_t k = 0; k < HEAD_BYTES; k++)
+		head |= (uint64_t)in[k] << (8 * k);
 	const uint8_t *p = in + HEAD_BYTES;
 	for (size_t w = 0; w < WORDS; w++, head >>= 2) {
 		uint64_t d;
