@@ -95,7 +95,8 @@ static void free_block(struct kiln_model *m, void *p, size_t len)
 }
 
 /* Views and slots live in one allocation: views first (16-byte aligned from the allocator),
- * then the table. Sizes are below 2^40 entries, so the products fit. */
+ * then the table (until kiln__index_pack parts them). Sizes are below 2^40 entries, so the
+ * products fit. */
 static size_t index_bytes(uint64_t cap, uint64_t table)
 {
 	return (size_t)(cap * sizeof(kiln_tensor) + table * sizeof(uint64_t));
