@@ -127,9 +127,11 @@ struct kiln__packed *kiln__pack(const kiln_tensor *views, uint64_t n)
 	uint32_t *key_at = (uint32_t *)(block + states);
 	uint8_t *code = block + head, *at = code;
 	static const uint64_t zero[WORDS];
+	uint64_t words[2][WORDS]; /* a view's words, copied: a view is not an array of words */
 	const uint64_t *prev = zero;
 	for (uint64_t i = 0; i < n; i++) {
-		const uint64_t *cur = (const uint64_t *)&views[i];
+		uint64_t *cur = words[i & 1];
+		memcpy(cur, &views[i], sizeof(views[i]));
 		if (i % KEY_EVERY == 0) {
 			if ((size_t)(at - code) > UINT32_MAX)
 				goto give_up;
