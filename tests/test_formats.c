@@ -4372,18 +4372,6 @@ Test(packed, gguf_views_come_back_as_they_were)
 	packed_like_plain(KILN_FORMAT_GGUF);
 }
 
-static void *counting_alloc(void *ctx, size_t size)
-{
-	++*(int *)ctx;
-	return aligned_alloc(16, (size + 15) / 16 * 16);
-}
-
-static void counting_free(void *ctx, void *p, size_t size)
-{
-	(void)ctx, (void)size;
-	free(p);
-}
-
 static const kiln_tensor_spec *spec_of_few(void)
 {
 	static kiln_tensor_spec t[80];
@@ -4406,17 +4394,17 @@ static const kiln_tensor_spec *spec_of_few(void)
 Test(packed, refused_with_a_callers_allocator_and_not_for_a_few_views)
 {
 	char *path = pack_file(KILN_FORMAT_KLNT);
-	int calls = 0;
-	kiln_allocator a = {counting_alloc, counting_free, &calls};
+	struct counting calls = {0};
+	kiln_allocator a = {count_alloc, count_free, &calls};
 	kiln_open_options o = {.size = sizeof(o), .flags = KILN_OPEN_PACK_VIEWS, .allocator = &a};
 	kiln_model *m;
 	kiln_error err;
 	cr_assert_eq(kiln_model_open(path, &o, &m, &err), KILN_INVAL);
 	cr_assert(strstr(err.message, "allocator"), "%s", err.message);
-	cr_assert_eq(calls, 0);
+	cr_assert_eq(calls.calls, 0);
 	o.flags = 0;
 	cr_assert_eq(kiln_model_open(path, &o, &m, &err), 0, "%s", err.message);
-	cr_assert_gt(calls, 0);
+	cr_assert_gt(calls.calls, 0);
 	cr_assert_null(m->packed);
 	kiln_model_close(m);
 	unlink(path);

@@ -94,6 +94,12 @@ static void free_block(struct kiln_model *m, void *p, size_t len)
 		kiln__free(&m->alloc, p, len);
 }
 
+/* Slots in the name table: 0 when there is none. */
+static uint64_t table_slots(const struct kiln_model *m)
+{
+	return m->slot_mask ? m->slot_mask + 1 : 0;
+}
+
 /* Views and slots live in one allocation: views first (16-byte aligned from the allocator),
  * then the table (until kiln__index_pack parts them). Sizes are below 2^40 entries, so the
  * products fit. */
@@ -110,7 +116,7 @@ int kiln__index_reserve(struct kiln_model *m, uint64_t views, uint64_t names, ki
 				      "indexes",
 				      KILN__MODEL_MAX);
 	uint64_t want = m->count + views, named = m->named + names;
-	uint64_t table = m->slot_mask ? m->slot_mask + 1 : 0, new_table = table;
+	uint64_t table = table_slots(m), new_table = table;
 	if (named > new_table / 2) {
 		new_table = 2;
 		while (new_table < 2 * named)
@@ -169,12 +175,12 @@ uint64_t kiln__index_insert(struct kiln_model *m, uint64_t i, const char *name, 
 
 void kiln__index_pack(struct kiln_model *m)
 {
-	if (m->packed || m->alloc.alloc != kiln__default_allocator.alloc)
+	if (m->packed)
 		return;
 	struct kiln__packed *k = kiln__pack(m->tensors, m->count);
 	if (!k)
 		return;
-	uint64_t table = m->slot_mask ? m->slot_mask + 1 : 0;
+	uint64_t table = table_slots(m);
 	uint64_t *slots = NULL;
 	if (table && !(slots = kiln__alloc(&m->alloc, (size_t)table * sizeof(uint64_t)))) {
 		kiln__packed_free(k);
@@ -191,7 +197,7 @@ void kiln__index_pack(struct kiln_model *m)
 
 void kiln__index_free(struct kiln_model *m)
 {
-	uint64_t table = m->slot_mask ? m->slot_mask + 1 : 0;
+	uint64_t table = table_slots(m);
 	if (m->packed) { /* the views in their own mapping, the table in its own block */
 		kiln__packed_free(m->packed);
 		m->packed = NULL;

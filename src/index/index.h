@@ -102,8 +102,9 @@ const kiln_tensor *kiln__tensor_fits_or_fail(const struct kiln_model *m, uint64_
 /* --- packed views (src/index/pack.c) -------------------------------------------------------- */
 
 /* KILN_OPEN_PACK_VIEWS: pack an open model's views (kiln__pack) and move them to where they come
- * back a page at a time, with the default allocator (the table gets a block of its own); else,
- * or when packing does not pay, nothing. No view may be written after. */
+ * back a page at a time (the table gets a block of its own); nothing when packing does not pay.
+ * The open refuses the flag with a caller's allocator, so this memory is the default's. No view
+ * may be written after. */
 void kiln__index_pack(struct kiln_model *m);
 
 /* View `index` (< count) of an open model: the one way the library reads a view. */

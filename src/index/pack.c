@@ -35,6 +35,9 @@ _Static_assert(WORDS <= 32, "a view's word codes fit in 64 bits");
 
 enum { PAGE_PACKED = 0, PAGE_BUSY = 1, PAGE_READY = 2 };
 
+/* What a key view is coded against. */
+static const uint64_t zero[WORDS];
+
 struct kiln__packed {
 	uint8_t *block; /* malloc'd: the page states, the keys' offsets, the code */
 	uint8_t *first; /* the views' own mapping, of `pages` pages */
@@ -126,7 +129,6 @@ struct kiln__packed *kiln__pack(const kiln_tensor *views, uint64_t n)
 	memset(block, 0, states); /* every page packed */
 	uint32_t *key_at = (uint32_t *)(block + states);
 	uint8_t *code = block + head, *at = code;
-	static const uint64_t zero[WORDS];
 	uint64_t words[2][WORDS]; /* a view's words, copied: a view is not an array of words */
 	const uint64_t *prev = zero;
 	for (uint64_t i = 0; i < n; i++) {
@@ -191,7 +193,6 @@ static void unpack_page(const struct kiln__packed *k, size_t j)
 	uint64_t v_lo = p0 / sizeof(kiln_tensor), v_hi = (p0 + P - 1) / sizeof(kiln_tensor);
 	if (v_hi >= k->count)
 		v_hi = k->count - 1;
-	static const uint64_t zero[WORDS];
 	uint64_t views[2][WORDS];
 	const uint64_t *prev = zero;
 	uint64_t key = v_lo / KEY_EVERY * KEY_EVERY;

@@ -42,8 +42,7 @@ static int check_options(const kiln_open_options *opts, kiln_error *err)
 	if (opts->flags & ~known)
 		return kiln__fail_inval(err, KILN_NO_INDEX, "flags", "unknown open flags 0x%x",
 					opts->flags & ~known);
-	if ((opts->flags & KILN_OPEN_PACK_VIEWS) && opts->allocator &&
-	    (opts->allocator->alloc || opts->allocator->free || opts->allocator->ctx))
+	if ((opts->flags & KILN_OPEN_PACK_VIEWS) && opts->allocator)
 		return kiln__fail_inval(
 		    err, KILN_NO_INDEX, "flags",
 		    "KILN_OPEN_PACK_VIEWS keeps the views in kiln's own memory; "

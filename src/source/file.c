@@ -276,10 +276,9 @@ static int kept_sidecar(const struct kiln__file *f, const char *suffix, char **p
  * after the open. For the message only (a copy without a descriptor counts as still there). */
 static int still_cached(const struct kiln__file *f, const char *name, const char *suffix)
 {
-	struct stat a, b;
+	struct stat a;
 	char *entry = strndup(name, strlen(name) - strlen(suffix));
-	int same = f->fd < 0 || (entry && lstat(entry, &a) == 0 && fstat(f->fd, &b) == 0 &&
-				 a.st_dev == b.st_dev && a.st_ino == b.st_ino);
+	int same = f->fd < 0 || (entry && lstat(entry, &a) == 0 && kiln__file_is(f, &a));
 	free(entry);
 	return same;
 }
@@ -297,15 +296,12 @@ int kiln__beside_local(const struct kiln__file *f, const char *suffix, size_t ca
 		if ((fd = kiln__cache_open_sidecar(name, size)) < 0 && (e = errno) == ENOENT) {
 			int kept = still_cached(f, name, suffix);
 			free(name);
-			if (!kept)
-				return kiln__fail_named(err, kiln__file_shown(f), KILN_NOTFOUND,
-							KILN_NO_INDEX, NULL, KILN_NO_OFFSET,
-							VERSION_LEFT, suffix);
 			return kiln__fail_named(
 			    err, kiln__file_shown(f), KILN_NOTFOUND, KILN_NO_INDEX, NULL,
 			    KILN_NO_OFFSET,
-			    "no digests (no table of its own; kiln's cache keeps no %s for this "
-			    "version: the server had none, or an older kiln cached it)",
+			    kept ? "no digests (no table of its own; kiln's cache keeps no %s for "
+				   "this version: the server had none, or an older kiln cached it)"
+				 : VERSION_LEFT,
 			    suffix);
 		}
 		if (fd < 0)
